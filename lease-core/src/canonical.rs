@@ -1,0 +1,196 @@
+//! Canonical encoding: exactly one byte form per record.
+//!
+//! JSON, object keys sorted by their UTF-8 bytes, no whitespace, integers in plain decimal,
+//! strings escaped as `serde_json` escapes them, one trailing LF. The writer is our own (not
+//! `serde_json::to_vec` of a map) so that no cargo feature unification (`preserve_order`) can
+//! ever change the bytes. Decoding is strict: the input must be exactly what [`encode`] would
+//! produce for the decoded value, so whitespace, unsorted or duplicate keys, `17.0` for an
+//! integer and unknown fields are all rejected.
+
+use crate::error::{LeaseError, RecordKind};
+use crate::ids::Digest;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Largest record accepted, in bytes. Larger files are rejected before parsing.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// A durable record: it has a kind, a stable version string and its own validation.
+pub trait Record: Serialize + DeserializeOwned {
+    /// Which record this is.
+    const KIND: RecordKind;
+    /// The version string stored in the `version` field, e.g. `runlease/epoch/1`.
+    const VERSION: &'static str;
+    /// Cross-field validation beyond what the field types check.
+    fn validate(&self) -> Result<(), String>;
+    /// The run id the record claims to belong to, if it carries one.
+    fn run_id(&self) -> Option<&crate::RunId>;
+}
+
+/// Write `v` canonically into `out` (no trailing LF).
+pub fn write_value(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::String(s) => write_str(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(k, out);
+                out.push(b':');
+                write_value(&map[k], out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    // serde_json's string escaping is fixed by the JSON spec plus its own choices
+    // (\b \f \n \r \t, other controls as \u00xx lowercase); it cannot fail for a str.
+    let encoded = serde_json::to_string(s).unwrap_or_default();
+    out.extend_from_slice(encoded.as_bytes());
+}
+
+/// Canonical bytes of any JSON value, with the trailing LF.
+pub fn canonical_value_bytes(v: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_value(v, &mut out);
+    out.push(b'\n');
+    out
+}
+
+fn invalid(kind: RecordKind, detail: impl Into<String>) -> LeaseError {
+    LeaseError::RecordInvalid {
+        run: "?".into(),
+        kind,
+        file: None,
+        detail: detail.into(),
+    }
+}
+
+/// Encode a record canonically (with its `version` field and trailing LF).
+///
+/// Fails only if the record does not validate (a caller bug or a hand-built bad record);
+/// nothing invalid is ever written.
+pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, LeaseError> {
+    record
+        .validate()
+        .map_err(|d| invalid(R::KIND, format!("refusing to encode: {d}")))?;
+    let mut value = serde_json::to_value(record)
+        .map_err(|e| invalid(R::KIND, format!("cannot serialize: {e}")))?;
+    match &mut value {
+        Value::Object(map) => {
+            map.insert("version".into(), Value::String(R::VERSION.into()));
+        }
+        _ => return Err(invalid(R::KIND, "record does not serialize to an object")),
+    }
+    Ok(canonical_value_bytes(&value))
+}
+
+/// Decode canonical bytes into a record, strictly.
+///
+/// Errors: [`LeaseError::RecordInvalid`] for anything malformed, non-canonical or failing
+/// validation; [`LeaseError::SchemaUnsupported`] when the version string names this record
+/// kind with another version.
+pub fn decode<R: Record>(bytes: &[u8]) -> Result<R, LeaseError> {
+    let kind = R::KIND;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(invalid(
+            kind,
+            format!(
+                "{} bytes exceeds the {MAX_RECORD_BYTES}-byte limit",
+                bytes.len()
+            ),
+        ));
+    }
+    if bytes.is_empty() {
+        return Err(invalid(kind, "file is empty (torn or truncated write?)"));
+    }
+    let Some(body) = bytes.strip_suffix(b"\n") else {
+        return Err(invalid(
+            kind,
+            "does not end with a line feed (torn or truncated write?)",
+        ));
+    };
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| invalid(kind, format!("not valid JSON: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(invalid(kind, "not a JSON object"));
+    };
+    let version = match map.remove("version") {
+        Some(Value::String(v)) => v,
+        Some(_) => return Err(invalid(kind, "field `version` is not a string")),
+        None => return Err(invalid(kind, "field `version` is missing")),
+    };
+    if version != R::VERSION {
+        let prefix = R::VERSION.rsplit_once('/').map_or("", |(p, _)| p);
+        if version
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+        {
+            return Err(LeaseError::SchemaUnsupported {
+                run: "?".into(),
+                kind,
+                file: None,
+                version,
+                supported: R::VERSION,
+            });
+        }
+        return Err(invalid(
+            kind,
+            format!("version {version:?} is not {:?}", R::VERSION),
+        ));
+    }
+    let record: R =
+        serde_json::from_value(Value::Object(map)).map_err(|e| invalid(kind, e.to_string()))?;
+    record.validate().map_err(|d| invalid(kind, d))?;
+    let again = encode(&record)?;
+    if again != bytes {
+        return Err(invalid(
+            kind,
+            "not in canonical form (sorted keys, no whitespace, one trailing LF)",
+        ));
+    }
+    Ok(record)
+}
+
+/// Decode, and check that the record belongs to `run`.
+pub fn decode_for<R: Record>(run: &crate::RunId, bytes: &[u8]) -> Result<R, LeaseError> {
+    let record: R = decode(bytes).map_err(|e| e.in_run(run))?;
+    if let Some(found) = record.run_id() {
+        if found != run {
+            return Err(LeaseError::RecordInvalid {
+                run: run.to_string(),
+                kind: R::KIND,
+                file: None,
+                detail: format!("it belongs to run {found:?}, not {run:?}"),
+            });
+        }
+    }
+    Ok(record)
+}
+
+/// SHA-256 of a record's canonical bytes: the link value of the hash chains.
+pub fn digest<R: Record>(record: &R) -> Result<Digest, LeaseError> {
+    Ok(Digest::of(&encode(record)?))
+}

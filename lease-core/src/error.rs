@@ -1,0 +1,397 @@
+//! The one error type of the protocol core, with stable codes and exit codes.
+
+use crate::ids::{Generation, RunId};
+use crate::time::Timestamp;
+
+/// Which kind of record a decoding error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// `runlease/epoch/1`
+    Epoch,
+    /// `runlease/heartbeat/1`
+    Heartbeat,
+    /// `runlease/retirement/1`
+    Retirement,
+    /// `runlease/takeover-intent/1`
+    TakeoverIntent,
+    /// `runlease/checkpoint/1`
+    Checkpoint,
+    /// `runlease/run-status/1`
+    RunStatus,
+    /// `runlease/command/1`
+    Command,
+    /// `runlease/event/1`
+    Event,
+}
+
+impl RecordKind {
+    /// Short lowercase name used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Epoch => "epoch",
+            RecordKind::Heartbeat => "heartbeat",
+            RecordKind::Retirement => "retirement",
+            RecordKind::TakeoverIntent => "takeover intent",
+            RecordKind::Checkpoint => "checkpoint",
+            RecordKind::RunStatus => "run status",
+            RecordKind::Command => "command",
+            RecordKind::Event => "event",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Who holds a run, as reported to a refused caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBy {
+    /// The current generation (fencing token).
+    pub generation: Generation,
+    /// The owner id.
+    pub owner_id: String,
+    /// Host name of the owner.
+    pub host: String,
+    /// Process id of the owner.
+    pub pid: u32,
+    /// When that owner claimed the run.
+    pub since: Timestamp,
+    /// Its last heartbeat.
+    pub heartbeat_at: Timestamp,
+    /// Its heartbeat counter.
+    pub heartbeat_count: u64,
+}
+
+impl std::fmt::Display for HeldBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "owner {} (host {}, pid {}, since {}, generation {}, last heartbeat {} #{})",
+            self.owner_id,
+            self.host,
+            self.pid,
+            self.since,
+            self.generation,
+            self.heartbeat_at,
+            self.heartbeat_count
+        )
+    }
+}
+
+/// Every failure the protocol core can report.
+///
+/// Each variant has a stable [`code`](LeaseError::code) (for scripts and `--json`) and a
+/// sysexits-style [`exit_code`](LeaseError::exit_code). Messages name the run and, when an
+/// adapter attached one with [`LeaseError::in_file`], the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// A run id does not match `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
+    #[error("RUN_ID_INVALID: run id {value:?} is not valid ({reason})")]
+    RunIdInvalid {
+        /// The rejected value (escaped in the message).
+        value: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A caller-supplied argument (identity, timestamp, event type...) is not valid.
+    #[error("ARGUMENT_INVALID: {what}: {reason}")]
+    ArgumentInvalid {
+        /// Which argument.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A timing policy violates the safety rules (see [`crate::TimingPolicy`]).
+    #[error("POLICY_INVALID: {reason}")]
+    PolicyInvalid {
+        /// Which rule failed, with the values.
+        reason: String,
+    },
+    /// A record read from disk (or given by a caller) is not a valid canonical record.
+    #[error("RECORD_INVALID: {kind} record{} of run {run} is invalid: {detail}", file_suffix(.file))]
+    RecordInvalid {
+        /// The run the record belongs to (or `?` when not yet known).
+        run: String,
+        /// The kind of record.
+        kind: RecordKind,
+        /// The file it was read from, relative to the run root, when known.
+        file: Option<String>,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A record carries a version of its schema that this build does not know.
+    #[error("SCHEMA_UNSUPPORTED: {kind} record{} of run {run} has version {version:?}; this build reads {supported:?}", file_suffix(.file))]
+    SchemaUnsupported {
+        /// The run.
+        run: String,
+        /// The kind of record.
+        kind: RecordKind,
+        /// The file, when known.
+        file: Option<String>,
+        /// The version found.
+        version: String,
+        /// The version this build supports.
+        supported: &'static str,
+    },
+    /// A hash chain (epochs or events) is broken: history was truncated, edited or reordered.
+    #[error("CHAIN_BROKEN: run {run}: {chain} chain broken at {at}: {detail}")]
+    ChainBroken {
+        /// The run.
+        run: String,
+        /// `epoch` or `event`.
+        chain: &'static str,
+        /// The record (generation or sequence) whose link does not match.
+        at: u64,
+        /// What does not match.
+        detail: String,
+    },
+    /// The event log has a hole: sequence `missing` is absent but a later one exists.
+    #[error("EVENT_LOG_GAP: run {run}: event {missing} is missing but later events exist")]
+    EventLogGap {
+        /// The run.
+        run: String,
+        /// The first missing sequence.
+        missing: u64,
+    },
+    /// The next generation or sequence would overflow `u64`.
+    #[error("GENERATION_OVERFLOW: run {run}: {what} cannot be incremented past {value}")]
+    Overflow {
+        /// The run.
+        run: String,
+        /// `generation` or `sequence`.
+        what: &'static str,
+        /// The value that cannot grow.
+        value: u64,
+    },
+    /// A live owner holds the run.
+    #[error("RUN_ALREADY_ACTIVE: run {run} is held by {held}")]
+    RunAlreadyActive {
+        /// The run.
+        run: String,
+        /// Who holds it.
+        held: Box<HeldBy>,
+    },
+    /// The owner stopped heartbeating; only an explicit takeover may replace it.
+    #[error(
+        "RUN_STALE_REQUIRES_TAKEOVER: run {run} is held by a stale {held}; heartbeat age {age_ms} ms > stale_after {stale_after_ms} ms; use an exact takeover"
+    )]
+    RunStaleRequiresTakeover {
+        /// The run.
+        run: String,
+        /// The stale owner.
+        held: Box<HeldBy>,
+        /// Heartbeat age on the observer's wall clock.
+        age_ms: i64,
+        /// The owner's stale_after.
+        stale_after_ms: u64,
+    },
+    /// The owner is definitely dead; retire it (no waiting needed).
+    #[error("RUN_DEAD_REQUIRES_RETIREMENT: run {run} is held by a dead {held}; retire it")]
+    RunDeadRequiresRetirement {
+        /// The run.
+        run: String,
+        /// The dead owner.
+        held: Box<HeldBy>,
+    },
+    /// A takeover was refused because the owner is still fresh.
+    #[error("TAKEOVER_ACTIVE_REFUSED: run {run}: {held} is fresh (heartbeat age {age_ms} ms <= stale_after {stale_after_ms} ms{})", watched_suffix(.watched_ms))]
+    TakeoverActiveRefused {
+        /// The run.
+        run: String,
+        /// The fresh owner.
+        held: Box<HeldBy>,
+        /// Heartbeat age on the observer's wall clock.
+        age_ms: i64,
+        /// The owner's stale_after.
+        stale_after_ms: u64,
+        /// For automatic takeovers: how long the observer watched the record unchanged.
+        watched_ms: Option<u64>,
+    },
+    /// What the taker expected is not what is on disk (anything changed, or another taker won).
+    #[error("TAKEOVER_RACE: run {run}: {detail}")]
+    TakeoverRace {
+        /// The run.
+        run: String,
+        /// What differed.
+        detail: String,
+    },
+    /// Dead-owner retirement was refused: the owner is not proven dead.
+    #[error("RETIRE_REFUSED_NOT_DEAD: run {run}: {held} is not proven dead: {reason}")]
+    RetireRefusedNotDead {
+        /// The run.
+        run: String,
+        /// The owner.
+        held: Box<HeldBy>,
+        /// Which piece of evidence is missing.
+        reason: String,
+    },
+    /// The caller's generation has been superseded (or it self-fenced): it must stop writing.
+    #[error("FENCED: run {run}: generation {generation} is fenced: {detail}")]
+    Fenced {
+        /// The run.
+        run: String,
+        /// The fenced generation.
+        generation: Generation,
+        /// Why (superseded by which generation, or self-fence deadline).
+        detail: String,
+    },
+    /// Too many appenders raced for the next sequence.
+    #[error("EVENT_CONTENTION: run {run}: gave up after {attempts} sequence collisions")]
+    EventContention {
+        /// The run.
+        run: String,
+        /// How many collisions.
+        attempts: u32,
+    },
+    /// The store's head is below what was sealed or recorded as its floor.
+    #[error(
+        "STORE_BEHIND_SEAL: run {run}: store {store_id} head {head} is below the {what} {required} (generation {generation})"
+    )]
+    StoreBehindSeal {
+        /// The run.
+        run: String,
+        /// Store identity.
+        store_id: String,
+        /// The store's head.
+        head: u64,
+        /// `seal` or `floor`.
+        what: &'static str,
+        /// The sequence it must reach.
+        required: u64,
+        /// The generation that recorded it.
+        generation: Generation,
+    },
+    /// The store is not the one the seal was written for.
+    #[error(
+        "STORE_IDENTITY_MISMATCH: run {run}: store id {found} is not the sealed store {sealed}"
+    )]
+    StoreIdentityMismatch {
+        /// The run.
+        run: String,
+        /// The sealed store id.
+        sealed: String,
+        /// The store id found.
+        found: String,
+    },
+    /// The driver fed an operation a response that does not answer its request.
+    #[error("PROTOCOL_VIOLATION: {detail}")]
+    ProtocolViolation {
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+fn file_suffix(file: &Option<String>) -> String {
+    match file {
+        Some(f) => format!(" in file {f}"),
+        None => String::new(),
+    }
+}
+
+fn watched_suffix(w: &Option<u64>) -> String {
+    match w {
+        Some(ms) => format!("; watched unchanged for {ms} ms"),
+        None => String::new(),
+    }
+}
+
+impl LeaseError {
+    /// The stable, machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LeaseError::RunIdInvalid { .. } => "RUN_ID_INVALID",
+            LeaseError::ArgumentInvalid { .. } => "ARGUMENT_INVALID",
+            LeaseError::PolicyInvalid { .. } => "POLICY_INVALID",
+            LeaseError::RecordInvalid { .. } => "RECORD_INVALID",
+            LeaseError::SchemaUnsupported { .. } => "SCHEMA_UNSUPPORTED",
+            LeaseError::ChainBroken { .. } => "CHAIN_BROKEN",
+            LeaseError::EventLogGap { .. } => "EVENT_LOG_GAP",
+            LeaseError::Overflow { .. } => "GENERATION_OVERFLOW",
+            LeaseError::RunAlreadyActive { .. } => "RUN_ALREADY_ACTIVE",
+            LeaseError::RunStaleRequiresTakeover { .. } => "RUN_STALE_REQUIRES_TAKEOVER",
+            LeaseError::RunDeadRequiresRetirement { .. } => "RUN_DEAD_REQUIRES_RETIREMENT",
+            LeaseError::TakeoverActiveRefused { .. } => "TAKEOVER_ACTIVE_REFUSED",
+            LeaseError::TakeoverRace { .. } => "TAKEOVER_RACE",
+            LeaseError::RetireRefusedNotDead { .. } => "RETIRE_REFUSED_NOT_DEAD",
+            LeaseError::Fenced { .. } => "FENCED",
+            LeaseError::EventContention { .. } => "EVENT_CONTENTION",
+            LeaseError::StoreBehindSeal { .. } => "STORE_BEHIND_SEAL",
+            LeaseError::StoreIdentityMismatch { .. } => "STORE_IDENTITY_MISMATCH",
+            LeaseError::ProtocolViolation { .. } => "PROTOCOL_VIOLATION",
+        }
+    }
+
+    /// The sysexits-style process exit code for this error (ARCHITECTURE.md §6):
+    /// 64 usage, 65 data, 70 internal/unsupported schema, 75 fenced/temporary, 76 held.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LeaseError::RunIdInvalid { .. }
+            | LeaseError::ArgumentInvalid { .. }
+            | LeaseError::PolicyInvalid { .. } => 64,
+            LeaseError::RecordInvalid { .. }
+            | LeaseError::ChainBroken { .. }
+            | LeaseError::EventLogGap { .. }
+            | LeaseError::Overflow { .. }
+            | LeaseError::StoreBehindSeal { .. }
+            | LeaseError::StoreIdentityMismatch { .. } => 65,
+            LeaseError::SchemaUnsupported { .. } | LeaseError::ProtocolViolation { .. } => 70,
+            LeaseError::TakeoverRace { .. }
+            | LeaseError::Fenced { .. }
+            | LeaseError::EventContention { .. } => 75,
+            LeaseError::RunAlreadyActive { .. }
+            | LeaseError::RunStaleRequiresTakeover { .. }
+            | LeaseError::RunDeadRequiresRetirement { .. }
+            | LeaseError::TakeoverActiveRefused { .. }
+            | LeaseError::RetireRefusedNotDead { .. } => 76,
+        }
+    }
+
+    /// Attach the file (relative to the run root) a record error is about.
+    pub fn in_file(mut self, path: impl Into<String>) -> Self {
+        match &mut self {
+            LeaseError::RecordInvalid { file, .. } | LeaseError::SchemaUnsupported { file, .. } => {
+                *file = Some(path.into());
+            }
+            _ => {}
+        }
+        self
+    }
+
+    /// Attach the run id to a record error decoded before the run was known.
+    pub fn in_run(mut self, run_id: &RunId) -> Self {
+        match &mut self {
+            LeaseError::RecordInvalid { run, .. } | LeaseError::SchemaUnsupported { run, .. } => {
+                *run = run_id.to_string();
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+/// Every stable code with its exit code, for documentation and `--help` tables.
+pub const ERROR_CODES: &[(&str, i32)] = &[
+    ("RUN_ID_INVALID", 64),
+    ("ARGUMENT_INVALID", 64),
+    ("POLICY_INVALID", 64),
+    ("RECORD_INVALID", 65),
+    ("CHAIN_BROKEN", 65),
+    ("EVENT_LOG_GAP", 65),
+    ("GENERATION_OVERFLOW", 65),
+    ("STORE_BEHIND_SEAL", 65),
+    ("STORE_IDENTITY_MISMATCH", 65),
+    ("SCHEMA_UNSUPPORTED", 70),
+    ("PROTOCOL_VIOLATION", 70),
+    ("TAKEOVER_RACE", 75),
+    ("FENCED", 75),
+    ("EVENT_CONTENTION", 75),
+    ("RUN_ALREADY_ACTIVE", 76),
+    ("RUN_STALE_REQUIRES_TAKEOVER", 76),
+    ("RUN_DEAD_REQUIRES_RETIREMENT", 76),
+    ("TAKEOVER_ACTIVE_REFUSED", 76),
+    ("RETIRE_REFUSED_NOT_DEAD", 76),
+];

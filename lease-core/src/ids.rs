@@ -1,0 +1,292 @@
+//! Validated identifiers: run ids, identities, generations, sequences and digests.
+
+use crate::error::LeaseError;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::num::NonZeroU64;
+
+/// A run id: `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
+///
+/// A run id never contains `/`, and never starts with `.`, so it can never name `..` or a
+/// hidden file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RunId(String);
+
+impl RunId {
+    /// Validate and wrap a run id.
+    pub fn new(value: impl Into<String>) -> Result<RunId, LeaseError> {
+        let value = value.into();
+        let reason = if value.is_empty() {
+            Some("it is empty")
+        } else if value.len() > 128 {
+            Some("it is longer than 128 characters")
+        } else if !value.as_bytes()[0].is_ascii_alphanumeric() {
+            Some("it must start with a letter or digit")
+        } else if !value
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+        {
+            Some("only letters, digits, '.', '_' and '-' are allowed")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(LeaseError::RunIdInvalid { value, reason }),
+            None => Ok(RunId(value)),
+        }
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for RunId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for RunId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        RunId::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Maximum length in bytes of an [`Identity`].
+pub const IDENTITY_MAX_BYTES: usize = 256;
+
+/// A non-empty, trimmed identity string without control characters (at most 256 bytes):
+/// owner ids, host names, boot ids, store ids, event types.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Identity(String);
+
+impl Identity {
+    /// Validate and wrap an identity.
+    pub fn new(value: impl Into<String>) -> Result<Identity, String> {
+        let value = value.into();
+        if value.is_empty() {
+            return Err("it is empty".into());
+        }
+        if value.trim() != value {
+            return Err(format!("{value:?} has leading or trailing whitespace"));
+        }
+        if value.len() > IDENTITY_MAX_BYTES {
+            return Err(format!("it is longer than {IDENTITY_MAX_BYTES} bytes"));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(format!("{value:?} contains a control character"));
+        }
+        Ok(Identity(value))
+    }
+
+    /// Validate, reporting a typed argument error naming `what`.
+    pub fn arg(what: &'static str, value: impl Into<String>) -> Result<Identity, LeaseError> {
+        Identity::new(value).map_err(|reason| LeaseError::ArgumentInvalid { what, reason })
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Identity {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Identity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Identity::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+macro_rules! positive_u64 {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(NonZeroU64);
+
+        impl $name {
+            /// The first value, 1.
+            pub const FIRST: $name = $name(NonZeroU64::MIN);
+
+            /// Wrap a value; `None` for 0.
+            pub fn new(value: u64) -> Option<$name> {
+                NonZeroU64::new(value).map($name)
+            }
+
+            /// The value.
+            pub fn get(self) -> u64 {
+                self.0.get()
+            }
+
+            /// The next value, or an overflow error naming the run.
+            pub fn next(self, run: &RunId) -> Result<$name, LeaseError> {
+                self.0.checked_add(1).map($name).ok_or_else(|| LeaseError::Overflow {
+                    run: run.to_string(),
+                    what: $what,
+                    value: self.get(),
+                })
+            }
+
+            /// The previous value, if any.
+            pub fn prev(self) -> Option<$name> {
+                $name::new(self.get() - 1)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_u64(self.get())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let v = u64::deserialize(d)?;
+                $name::new(v).ok_or_else(|| serde::de::Error::custom(concat!($what, " must be > 0")))
+            }
+        }
+    };
+}
+
+positive_u64!(
+    /// A lease generation: the fencing token. Starts at 1 and only grows.
+    Generation,
+    "generation"
+);
+positive_u64!(
+    /// An event sequence number: starts at 1, no gaps.
+    Sequence,
+    "sequence"
+);
+
+/// A lowercase hex SHA-256 digest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Digest(String);
+
+impl Digest {
+    /// SHA-256 of `bytes`.
+    pub fn of(bytes: &[u8]) -> Digest {
+        use sha2::Digest as _;
+        let out = sha2::Sha256::digest(bytes);
+        let mut s = String::with_capacity(64);
+        for b in out {
+            s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+            s.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+        }
+        Digest(s)
+    }
+
+    /// Parse 64 lowercase hex characters.
+    pub fn parse(s: &str) -> Result<Digest, String> {
+        if s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(Digest(s.to_owned()))
+        } else {
+            Err(format!("{s:?} is not 64 lowercase hex characters"))
+        }
+    }
+
+    /// The digest as hex.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for Digest {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Digest::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_follow_the_pattern() {
+        for ok in ["a", "A1", "run-1.x_y", &"a".repeat(128)] {
+            assert!(RunId::new(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "-a",
+            "_a",
+            ".hidden",
+            "a b",
+            "é",
+            &"a".repeat(129),
+        ] {
+            let e = RunId::new(bad).unwrap_err();
+            assert_eq!(e.code(), "RUN_ID_INVALID", "{bad}");
+        }
+    }
+
+    #[test]
+    fn identities_are_trimmed_non_empty_and_printable() {
+        assert!(Identity::new("owner-1").is_ok());
+        assert!(Identity::new("host name.local").is_ok());
+        for bad in ["", " a", "a ", "\t", "a\nb", "a\u{7f}b"] {
+            assert!(Identity::new(bad).is_err(), "{bad:?}");
+        }
+        assert!(Identity::new("x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn digest_is_sha256_hex() {
+        assert_eq!(
+            Digest::of(b"abc").as_str(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(Digest::parse(&"A".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn generation_overflow_is_typed() {
+        let run = RunId::new("r").unwrap();
+        let g = Generation::new(u64::MAX).unwrap();
+        assert_eq!(g.next(&run).unwrap_err().code(), "GENERATION_OVERFLOW");
+        assert_eq!(Generation::FIRST.next(&run).unwrap().get(), 2);
+    }
+}

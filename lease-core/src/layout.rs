@@ -1,0 +1,231 @@
+//! The on-disk layout of a run: the only place where file names are made and parsed.
+//!
+//! Names are built from typed numbers only (never from strings read from disk), and a name
+//! read from a directory listing is accepted only if re-formatting the parsed value gives
+//! back exactly the same name. So nothing read from disk can become a path component that
+//! escapes its folder.
+
+use crate::ids::{Generation, Sequence};
+
+/// A directory of the run that the protocol lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dir {
+    /// `lease/epochs`
+    Epochs,
+    /// `lease/beats`
+    Beats,
+    /// `lease/cutoffs`
+    Cutoffs,
+    /// `lease/intents`
+    Intents,
+    /// `lease/checkpoints`
+    Checkpoints,
+    /// `events`
+    Events,
+    /// `commands`
+    Commands,
+}
+
+impl Dir {
+    /// All directories, parents before children.
+    pub const ALL: [Dir; 7] = [
+        Dir::Epochs,
+        Dir::Beats,
+        Dir::Cutoffs,
+        Dir::Intents,
+        Dir::Checkpoints,
+        Dir::Events,
+        Dir::Commands,
+    ];
+
+    /// The directory's path relative to the run root.
+    pub fn path(self) -> &'static str {
+        match self {
+            Dir::Epochs => "lease/epochs",
+            Dir::Beats => "lease/beats",
+            Dir::Cutoffs => "lease/cutoffs",
+            Dir::Intents => "lease/intents",
+            Dir::Checkpoints => "lease/checkpoints",
+            Dir::Events => "events",
+            Dir::Commands => "commands",
+        }
+    }
+
+    /// Parse one entry name of this directory. Temp files (leading `.`) and anything
+    /// else that is not exactly a name this module would produce give `None`.
+    pub fn parse_name(self, name: &str) -> Option<FileRef> {
+        let stem = name.strip_suffix(".json")?;
+        match self {
+            Dir::Epochs => gen20(stem).map(FileRef::Epoch),
+            Dir::Beats => gen20(stem).map(FileRef::Beat),
+            Dir::Cutoffs => gen20(stem).map(FileRef::Cutoff),
+            Dir::Checkpoints => gen20(stem).map(FileRef::Checkpoint),
+            Dir::Events => num20(stem).and_then(Sequence::new).map(FileRef::Event),
+            Dir::Intents => {
+                let (g, n) = stem.split_once('-')?;
+                let generation = gen20(g)?;
+                if n.len() != 16 || !n.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+                    return None;
+                }
+                let nonce = u64::from_str_radix(n, 16).ok()?;
+                Some(FileRef::Intent { generation, nonce })
+            }
+            Dir::Commands => {
+                let (g, p) = stem.split_once('-')?;
+                let generation = gen20(g)?;
+                let pid: u32 = p.parse().ok()?;
+                if pid == 0 || p != pid.to_string() {
+                    return None;
+                }
+                Some(FileRef::Command { generation, pid })
+            }
+        }
+    }
+}
+
+fn num20(s: &str) -> Option<u64> {
+    if s.len() != 20 || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+fn gen20(s: &str) -> Option<Generation> {
+    num20(s).and_then(Generation::new)
+}
+
+/// A file of the run, named by typed values only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileRef {
+    /// `lease/epochs/<generation:020>.json`
+    Epoch(Generation),
+    /// `lease/beats/<generation:020>.json`
+    Beat(Generation),
+    /// `lease/cutoffs/<generation:020>.json`
+    Cutoff(Generation),
+    /// `lease/intents/<generation:020>-<nonce:016x>.json`
+    Intent {
+        /// The generation the taker tries to create.
+        generation: Generation,
+        /// A caller-chosen random nonce.
+        nonce: u64,
+    },
+    /// `lease/checkpoints/<floor_generation:020>.json`
+    Checkpoint(Generation),
+    /// `events/<sequence:020>.json`
+    Event(Sequence),
+    /// `commands/<generation:020>-<pid>.json`
+    Command {
+        /// The generation that started the command.
+        generation: Generation,
+        /// Its pid.
+        pid: u32,
+    },
+    /// `run.json`
+    RunStatus,
+}
+
+impl FileRef {
+    /// The directory holding this file (`None` for files at the run root).
+    pub fn dir(self) -> Option<Dir> {
+        Some(match self {
+            FileRef::Epoch(_) => Dir::Epochs,
+            FileRef::Beat(_) => Dir::Beats,
+            FileRef::Cutoff(_) => Dir::Cutoffs,
+            FileRef::Intent { .. } => Dir::Intents,
+            FileRef::Checkpoint(_) => Dir::Checkpoints,
+            FileRef::Event(_) => Dir::Events,
+            FileRef::Command { .. } => Dir::Commands,
+            FileRef::RunStatus => return None,
+        })
+    }
+
+    /// The file name inside its directory.
+    pub fn file_name(self) -> String {
+        match self {
+            FileRef::Epoch(g) | FileRef::Beat(g) | FileRef::Cutoff(g) | FileRef::Checkpoint(g) => {
+                format!("{:020}.json", g.get())
+            }
+            FileRef::Intent { generation, nonce } => {
+                format!("{:020}-{nonce:016x}.json", generation.get())
+            }
+            FileRef::Event(s) => format!("{:020}.json", s.get()),
+            FileRef::Command { generation, pid } => {
+                format!("{:020}-{pid}.json", generation.get())
+            }
+            FileRef::RunStatus => "run.json".into(),
+        }
+    }
+
+    /// The path relative to the run root, with `/` separators.
+    pub fn path(self) -> String {
+        match self.dir() {
+            Some(d) => format!("{}/{}", d.path(), self.file_name()),
+            None => self.file_name(),
+        }
+    }
+}
+
+impl std::fmt::Display for FileRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.path())
+    }
+}
+
+/// Prefix of every temporary file name; readers ignore such names.
+pub const TEMP_PREFIX: &str = ".tmp-";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_nothing_else_parses() {
+        let g = Generation::new(42).unwrap();
+        let files = [
+            FileRef::Epoch(g),
+            FileRef::Beat(g),
+            FileRef::Cutoff(g),
+            FileRef::Checkpoint(g),
+            FileRef::Event(Sequence::new(7).unwrap()),
+            FileRef::Intent {
+                generation: g,
+                nonce: 0xdead_beef,
+            },
+            FileRef::Command {
+                generation: g,
+                pid: 1234,
+            },
+        ];
+        for f in files {
+            let d = f.dir().unwrap();
+            assert_eq!(d.parse_name(&f.file_name()), Some(f));
+            assert!(f.path().starts_with(d.path()));
+        }
+        for bad in [
+            "42.json",
+            "00000000000000000000.json",
+            "0000000000000000004x.json",
+            "00000000000000000042.json.tmp",
+            ".tmp-00000000000000000042.json",
+            "../00000000000000000042.json",
+            "00000000000000000042",
+            "+0000000000000000042.json",
+            "99999999999999999999.json",
+        ] {
+            assert_eq!(Dir::Epochs.parse_name(bad), None, "{bad}");
+        }
+        assert_eq!(
+            Dir::Commands.parse_name("00000000000000000042-012.json"),
+            None
+        );
+        assert_eq!(
+            Dir::Commands.parse_name("00000000000000000042-0.json"),
+            None
+        );
+        assert_eq!(
+            Dir::Intents.parse_name("00000000000000000042-00000000DEADBEEF.json"),
+            None
+        );
+    }
+}

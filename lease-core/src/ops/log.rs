@@ -1,0 +1,876 @@
+//! The event log: append with a fencing post-check, authoritative reads, chain verification.
+
+use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
+use super::{Operation, OwnedLease, Request, Response, Step, violation};
+use crate::canonical::{decode_for, encode};
+use crate::error::{LeaseError, RecordKind};
+use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
+use crate::layout::{Dir, FileRef};
+use crate::records::{Checkpoint, EpochRecord, EpochState, Event};
+use crate::time::Timestamp;
+use std::collections::BTreeMap;
+
+/// Give up after this many sequence collisions in one append.
+pub const MAX_APPEND_COLLISIONS: u32 = 10_000;
+
+fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> LeaseError {
+    LeaseError::Fenced {
+        run: run.to_string(),
+        generation,
+        detail: detail.into(),
+    }
+}
+
+pub(crate) fn decode_event(run: &RunId, s: Sequence, bytes: &[u8]) -> Result<Event, LeaseError> {
+    let file = FileRef::Event(s).path();
+    let ev: Event = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
+    if ev.sequence != s {
+        return Err(LeaseError::RecordInvalid {
+            run: run.to_string(),
+            kind: RecordKind::Event,
+            file: Some(file),
+            detail: format!("file name says sequence {s}, content says {}", ev.sequence),
+        });
+    }
+    Ok(ev)
+}
+
+// ---------------------------------------------------------------------------------------
+// append
+
+/// Arguments of an append.
+#[derive(Debug, Clone)]
+pub struct AppendParams {
+    /// Event type.
+    pub event_type: Identity,
+    /// Payload (any JSON).
+    pub payload: serde_json::Value,
+    /// Wall time.
+    pub now: Timestamp,
+    /// The last event this appender knows of (sequence and hash), to avoid searching.
+    pub tail_hint: Option<(Sequence, Digest)>,
+}
+
+/// A successful append: the event is durable and authoritative.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Its sequence.
+    pub sequence: Sequence,
+    /// Its hash (the next append's `prev_hash`; pass it back as the tail hint).
+    pub hash: Digest,
+    /// Set when the owner was superseded while appending but the event fell within its
+    /// cutoff: the event counts, and the owner must stop (every later write is fenced).
+    pub superseded_by: Option<Generation>,
+}
+
+/// Append one event as the owner of `lease`.
+///
+/// Steps: pre-check (the cutoff of this generation must not exist; skip if it does: fenced),
+/// find the tail (from the hint, else an `Exists` gallop), read the last event for its hash,
+/// create the next sequence exclusively (on collision read the winner and try the next),
+/// then the post-check: read this generation's cutoff; if absent, list epochs; if a higher
+/// generation exists, finalize (or read) the cutoff. The answer always equals the event's
+/// authority: acknowledged iff `sequence <= cutoff` or no cutoff exists and nothing
+/// superseded this generation at the post-check.
+#[derive(Debug)]
+pub struct Append {
+    lease: OwnedLease,
+    p: AppendParams,
+    st: AppendState,
+    collisions: u32,
+}
+
+#[derive(Debug)]
+enum AppendState {
+    Start,
+    PreCheck,
+    HintProbe(Sequence, Digest),
+    Tail(Tail),
+    ReadPrev(Sequence),
+    Create(Sequence, Digest),
+    ReadWinner(Sequence),
+    PostCutoff(Sequence, Digest),
+    PostList(Sequence, Digest),
+    Finalize(Sequence, Digest, Generation, Finalize),
+    Done,
+}
+
+impl Append {
+    /// Start an append.
+    pub fn new(lease: &OwnedLease, p: AppendParams) -> Append {
+        Append {
+            lease: lease.clone(),
+            p,
+            st: AppendState::Start,
+            collisions: 0,
+        }
+    }
+
+    fn create(&mut self, s: Sequence, prev: Option<Digest>) -> Step<Appended> {
+        let ev = Event {
+            run_id: self.lease.run_id.clone(),
+            sequence: s,
+            generation: self.lease.generation,
+            owner_id: self.lease.owner_id.clone(),
+            event_type: self.p.event_type.clone(),
+            payload: self.p.payload.clone(),
+            timestamp: self.p.now,
+            prev_hash: prev,
+        };
+        let bytes = match encode(&ev) {
+            Ok(b) => b,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        self.st = AppendState::Create(s, Digest::of(&bytes));
+        Step::Io(Request::CreateExclusive(FileRef::Event(s), bytes))
+    }
+
+    fn after_tail(&mut self, tail: u64) -> Step<Appended> {
+        let run = &self.lease.run_id;
+        match Sequence::new(tail) {
+            None => self.create(Sequence::FIRST, None),
+            Some(t) => {
+                if let Err(e) = t.next(run) {
+                    return Step::Done(Err(e));
+                }
+                self.st = AppendState::ReadPrev(t);
+                Step::Io(Request::Read(FileRef::Event(t)))
+            }
+        }
+    }
+}
+
+impl Operation for Append {
+    type Output = Appended;
+    fn next(&mut self, mut input: Option<Response>) -> Step<Appended> {
+        let run = self.lease.run_id.clone();
+        let g = self.lease.generation;
+        loop {
+            match std::mem::replace(&mut self.st, AppendState::Done) {
+                AppendState::Start => {
+                    self.st = AppendState::PreCheck;
+                    return Step::Io(Request::Exists(FileRef::Cutoff(g)));
+                }
+                AppendState::PreCheck => match input.take() {
+                    Some(Response::Exists(true)) => {
+                        return Step::Done(Err(fenced(
+                            &run,
+                            g,
+                            "this generation has been retired (its cutoff exists); nothing was appended",
+                        )));
+                    }
+                    Some(Response::Exists(false)) => match self.p.tail_hint.clone() {
+                        Some((s, h)) => {
+                            let next = match s.next(&run) {
+                                Ok(n) => n,
+                                Err(e) => return Step::Done(Err(e)),
+                            };
+                            self.st = AppendState::HintProbe(s, h);
+                            return Step::Io(Request::Exists(FileRef::Event(next)));
+                        }
+                        None => {
+                            self.st = AppendState::Tail(Tail::new(0));
+                        }
+                    },
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
+                AppendState::HintProbe(s, h) => match input.take() {
+                    Some(Response::Exists(false)) => {
+                        let next = match s.next(&run) {
+                            Ok(n) => n,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        return self.create(next, Some(h));
+                    }
+                    Some(Response::Exists(true)) => {
+                        self.st = AppendState::Tail(Tail::new(s.get() + 1));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
+                AppendState::Tail(mut t) => match t.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = AppendState::Tail(t);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(tail)) => return self.after_tail(tail),
+                },
+                AppendState::ReadPrev(t) | AppendState::ReadWinner(t) => {
+                    let bytes = match input.take() {
+                        Some(Response::Content(Some(b))) => b,
+                        Some(Response::Content(None)) => {
+                            return Step::Done(Err(LeaseError::EventLogGap {
+                                run: run.to_string(),
+                                missing: t.get(),
+                            }));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    };
+                    if let Err(e) = decode_event(&run, t, &bytes) {
+                        return Step::Done(Err(e));
+                    }
+                    let next = match t.next(&run) {
+                        Ok(n) => n,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    return self.create(next, Some(Digest::of(&bytes)));
+                }
+                AppendState::Create(s, hash) => match input.take() {
+                    Some(Response::Created) => {
+                        self.st = AppendState::PostCutoff(s, hash);
+                        return Step::Io(Request::Read(FileRef::Cutoff(g)));
+                    }
+                    Some(Response::AlreadyExists) => {
+                        self.collisions += 1;
+                        if self.collisions >= MAX_APPEND_COLLISIONS {
+                            return Step::Done(Err(LeaseError::EventContention {
+                                run: run.to_string(),
+                                attempts: self.collisions,
+                            }));
+                        }
+                        self.st = AppendState::ReadWinner(s);
+                        return Step::Io(Request::Read(FileRef::Event(s)));
+                    }
+                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                },
+                AppendState::PostCutoff(s, hash) => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        let cutoff = match decode_cutoff(&run, g, &b) {
+                            Ok(c) => c,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        let by = cutoff.superseded_by;
+                        return Step::Done(judge_append(
+                            &run,
+                            g,
+                            s,
+                            hash,
+                            &Cut::Record(cutoff),
+                            by,
+                        ));
+                    }
+                    Some(Response::Content(None)) => {
+                        self.st = AppendState::PostList(s, hash);
+                        return Step::Io(Request::List(Dir::Epochs));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
+                AppendState::PostList(s, hash) => {
+                    let listing = match input.take() {
+                        Some(Response::Listing(l)) => l,
+                        other => return Step::Done(Err(violation("Listing", &other))),
+                    };
+                    match epochs_of(listing).last().copied().filter(|&top| top > g) {
+                        None => {
+                            return Step::Done(Ok(Appended {
+                                sequence: s,
+                                hash,
+                                superseded_by: None,
+                            }));
+                        }
+                        Some(top) => {
+                            let by = match g.next(&run) {
+                                Ok(n) => n,
+                                Err(e) => return Step::Done(Err(e)),
+                            };
+                            let f = Finalize::new(
+                                run.clone(),
+                                g,
+                                self.lease.owner_id.clone(),
+                                by,
+                                self.lease.owner_id.clone(),
+                                self.p.now,
+                            )
+                            .lazy();
+                            self.st = AppendState::Finalize(s, hash, top, f);
+                        }
+                    }
+                }
+                AppendState::Finalize(s, hash, top, mut f) => match f.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = AppendState::Finalize(s, hash, top, f);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(cutoff)) => {
+                        return Step::Done(judge_append(&run, g, s, hash, &cutoff, top));
+                    }
+                },
+                AppendState::Done => {
+                    return Step::Done(Err(violation("nothing (operation finished)", &input)));
+                }
+            }
+        }
+    }
+}
+
+fn judge_append(
+    run: &RunId,
+    g: Generation,
+    s: Sequence,
+    hash: Digest,
+    cutoff: &Cut,
+    by: Generation,
+) -> Result<Appended, LeaseError> {
+    if cutoff.counts(s.get()) {
+        Ok(Appended {
+            sequence: s,
+            hash,
+            superseded_by: Some(by),
+        })
+    } else {
+        Err(fenced(
+            run,
+            g,
+            format!("{}: event {s} does not count", cutoff.describe()),
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// authority
+
+/// What a reader knows of the epoch chain, for judging events.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainView {
+    /// The newest checkpoint, if the chain was compacted.
+    pub checkpoint: Option<Checkpoint>,
+    /// Epochs at or above the checkpoint floor.
+    pub epochs: BTreeMap<Generation, EpochRecord>,
+    /// Finalized cutoffs (`events_through`) by retired generation.
+    pub cutoffs: BTreeMap<Generation, u64>,
+}
+
+impl ChainView {
+    /// The head generation.
+    pub fn head(&self) -> Option<Generation> {
+        self.epochs.keys().next_back().copied()
+    }
+
+    /// Active generations that were superseded and have no finalized cutoff yet.
+    pub fn pending_cutoffs(&self) -> Vec<(Generation, Identity, Generation)> {
+        let floor = self.checkpoint.as_ref().map(|c| c.floor_generation);
+        self.epochs
+            .values()
+            .filter_map(|e| e.retired.as_ref().map(|r| (r, e.generation)))
+            .filter(|(r, _)| !self.cutoffs.contains_key(&r.generation))
+            .filter(|(r, _)| floor.is_none_or(|f| r.generation >= f))
+            .map(|(r, by)| (r.generation, r.owner_id.clone(), by))
+            .collect()
+    }
+}
+
+/// Whether an event counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authority {
+    /// It counts.
+    Authoritative,
+    /// Written by a superseded generation past its cutoff: shown, never counted.
+    PastCutoff {
+        /// The generation's cutoff.
+        cutoff: u64,
+    },
+    /// Its generation was superseded and the cutoff is not finalized yet (read-only reader).
+    Pending,
+    /// Its owner id is not the owner of its generation.
+    NotOwner,
+    /// Its generation is a released or retired (free) epoch: nobody owned it.
+    FreeGeneration,
+    /// No epoch with its generation exists.
+    UnknownGeneration,
+    /// Below the checkpoint floor and excluded by it.
+    ExcludedByCheckpoint,
+}
+
+impl Authority {
+    /// Whether the event counts.
+    pub fn counts(&self) -> bool {
+        matches!(self, Authority::Authoritative)
+    }
+}
+
+/// Judge one event against the chain (pure).
+///
+/// A finalized cutoff always applies, even when its generation is the newest epoch on
+/// disk (so deleting or corrupting a newer epoch can never make a retired owner's late
+/// events count).
+pub fn judge_event(ev: &Event, chain: &ChainView) -> Authority {
+    if let Some(cp) = &chain.checkpoint {
+        if ev.generation < cp.floor_generation {
+            let s = ev.sequence.get();
+            return if s <= cp.through_sequence && cp.not_authoritative.binary_search(&s).is_err() {
+                Authority::Authoritative
+            } else {
+                Authority::ExcludedByCheckpoint
+            };
+        }
+    }
+    let Some(epoch) = chain.epochs.get(&ev.generation) else {
+        return Authority::UnknownGeneration;
+    };
+    if epoch.state != EpochState::Active {
+        return Authority::FreeGeneration;
+    }
+    if epoch.owner_id != ev.owner_id {
+        return Authority::NotOwner;
+    }
+    if let Some(&cutoff) = chain.cutoffs.get(&ev.generation) {
+        return if ev.sequence.get() <= cutoff {
+            Authority::Authoritative
+        } else {
+            Authority::PastCutoff { cutoff }
+        };
+    }
+    if chain.head() == Some(ev.generation) {
+        Authority::Authoritative
+    } else {
+        Authority::Pending
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// reading the log
+
+/// An event with its judgment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JudgedEvent {
+    /// The event.
+    pub event: Event,
+    /// Its hash.
+    pub hash: Digest,
+    /// Whether it counts.
+    pub authority: Authority,
+}
+
+/// The authoritative view of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLogView {
+    /// Every event on disk, in order, with its judgment.
+    pub events: Vec<JudgedEvent>,
+    /// The chain it was judged against.
+    pub chain: ChainView,
+}
+
+/// Read the whole log and judge it: the log FIRST, then epochs, cutoffs and the checkpoint
+/// (rule 3), finalizing pending cutoffs when `finalize` is set (rule 2).
+#[derive(Debug)]
+pub struct ReadEvents {
+    run: RunId,
+    finalize: Option<(Identity, Timestamp)>,
+    st: ReadState,
+    events: Vec<(Event, Digest)>,
+    names: Vec<Sequence>,
+    epoch_gens: Vec<Generation>,
+    cutoff_gens: Vec<Generation>,
+    chain: ChainView,
+    pending: Vec<(Generation, Identity, Generation)>,
+}
+
+#[derive(Debug)]
+enum ReadState {
+    Start,
+    ListEvents,
+    ReadEvent(usize),
+    ListCheckpoints,
+    ReadCheckpoint(Generation),
+    ListEpochs,
+    ReadEpoch(usize),
+    ListCutoffs,
+    ReadCutoff(usize),
+    Finalize(Finalize),
+    Done,
+}
+
+impl ReadEvents {
+    /// Read `run`'s log. With `finalize = Some((reader_id, now))`, pending cutoffs are
+    /// finalized (a write); with `None` the reader is read-only and such events are
+    /// judged [`Authority::Pending`].
+    pub fn new(run: RunId, finalize: Option<(Identity, Timestamp)>) -> ReadEvents {
+        ReadEvents {
+            run,
+            finalize,
+            st: ReadState::Start,
+            events: Vec::new(),
+            names: Vec::new(),
+            epoch_gens: Vec::new(),
+            cutoff_gens: Vec::new(),
+            chain: ChainView::default(),
+            pending: Vec::new(),
+        }
+    }
+
+    fn next_pending(&mut self) -> Step<EventLogView> {
+        if let (Some((by, now)), Some((g, owner, sup))) =
+            (self.finalize.clone(), self.pending.pop())
+        {
+            let f = Finalize::new(self.run.clone(), g, owner, sup, by, now).lazy();
+            self.st = ReadState::Finalize(f);
+            return self.next(None);
+        }
+        let chain = std::mem::take(&mut self.chain);
+        let events = std::mem::take(&mut self.events)
+            .into_iter()
+            .map(|(event, hash)| JudgedEvent {
+                authority: judge_event(&event, &chain),
+                event,
+                hash,
+            })
+            .collect();
+        Step::Done(Ok(EventLogView { events, chain }))
+    }
+}
+
+impl Operation for ReadEvents {
+    type Output = EventLogView;
+    fn next(&mut self, mut input: Option<Response>) -> Step<EventLogView> {
+        let run = self.run.clone();
+        loop {
+            match std::mem::replace(&mut self.st, ReadState::Done) {
+                ReadState::Start => {
+                    self.st = ReadState::ListEvents;
+                    return Step::Io(Request::List(Dir::Events));
+                }
+                ReadState::ListEvents => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let mut seqs: Vec<Sequence> = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Event(s) => Some(s),
+                            _ => None,
+                        })
+                        .collect();
+                    seqs.sort_unstable();
+                    seqs.dedup();
+                    for (i, s) in seqs.iter().enumerate() {
+                        if s.get() != i as u64 + 1 {
+                            return Step::Done(Err(LeaseError::EventLogGap {
+                                run: run.to_string(),
+                                missing: i as u64 + 1,
+                            }));
+                        }
+                    }
+                    self.names = seqs;
+                    self.st = ReadState::ReadEvent(0);
+                    input = None;
+                    if let Some(&s) = self.names.first() {
+                        return Step::Io(Request::Read(FileRef::Event(s)));
+                    }
+                }
+                ReadState::ReadEvent(i) => {
+                    if i < self.names.len() {
+                        let s = self.names[i];
+                        let bytes = match input.take() {
+                            Some(Response::Content(Some(b))) => b,
+                            Some(Response::Content(None)) => {
+                                return Step::Done(Err(LeaseError::EventLogGap {
+                                    run: run.to_string(),
+                                    missing: s.get(),
+                                }));
+                            }
+                            other => return Step::Done(Err(violation("Content", &other))),
+                        };
+                        let ev = match decode_event(&run, s, &bytes) {
+                            Ok(e) => e,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        let prev = self.events.last().map(|(_, h)| h.clone());
+                        if ev.prev_hash != prev {
+                            return Step::Done(Err(LeaseError::ChainBroken {
+                                run: run.to_string(),
+                                chain: "event",
+                                at: s.get(),
+                                detail: format!(
+                                    "prev_hash {:?} does not match the hash of event {}",
+                                    ev.prev_hash.as_ref().map(Digest::as_str),
+                                    s.get() - 1
+                                ),
+                            }));
+                        }
+                        self.events.push((ev, Digest::of(&bytes)));
+                        if let Some(&n) = self.names.get(i + 1) {
+                            self.st = ReadState::ReadEvent(i + 1);
+                            return Step::Io(Request::Read(FileRef::Event(n)));
+                        }
+                    }
+                    self.st = ReadState::ListCheckpoints;
+                    return Step::Io(Request::List(Dir::Checkpoints));
+                }
+                ReadState::ListCheckpoints => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let top = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Checkpoint(g) => Some(g),
+                            _ => None,
+                        })
+                        .max();
+                    match top {
+                        Some(g) => {
+                            self.st = ReadState::ReadCheckpoint(g);
+                            return Step::Io(Request::Read(FileRef::Checkpoint(g)));
+                        }
+                        None => {
+                            self.st = ReadState::ListEpochs;
+                            return Step::Io(Request::List(Dir::Epochs));
+                        }
+                    }
+                }
+                ReadState::ReadCheckpoint(g) => {
+                    match input.take() {
+                        Some(Response::Content(Some(b))) => match decode_checkpoint(&run, g, &b) {
+                            Ok(cp) => self.chain.checkpoint = Some(cp),
+                            Err(e) => return Step::Done(Err(e)),
+                        },
+                        // Removed by a newer prune between list and read: start over.
+                        Some(Response::Content(None)) => {
+                            self.st = ReadState::ListCheckpoints;
+                            return Step::Io(Request::List(Dir::Checkpoints));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    }
+                    self.st = ReadState::ListEpochs;
+                    return Step::Io(Request::List(Dir::Epochs));
+                }
+                ReadState::ListEpochs => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let floor = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
+                    self.epoch_gens = epochs_of(l)
+                        .into_iter()
+                        .filter(|g| floor.is_none_or(|f| *g >= f))
+                        .collect();
+                    self.st = ReadState::ReadEpoch(0);
+                    if let Some(&g) = self.epoch_gens.first() {
+                        return Step::Io(Request::Read(FileRef::Epoch(g)));
+                    }
+                    input = None;
+                }
+                ReadState::ReadEpoch(i) => {
+                    if i < self.epoch_gens.len() {
+                        let g = self.epoch_gens[i];
+                        match input.take() {
+                            Some(Response::Content(Some(b))) => match decode_epoch(&run, g, &b) {
+                                Ok(e) => {
+                                    self.chain.epochs.insert(g, e);
+                                }
+                                Err(e) => return Step::Done(Err(e)),
+                            },
+                            // A stray below a concurrent prune's new floor: skip it.
+                            Some(Response::Content(None)) => {}
+                            other => return Step::Done(Err(violation("Content", &other))),
+                        }
+                        if let Some(&n) = self.epoch_gens.get(i + 1) {
+                            self.st = ReadState::ReadEpoch(i + 1);
+                            return Step::Io(Request::Read(FileRef::Epoch(n)));
+                        }
+                    }
+                    self.st = ReadState::ListCutoffs;
+                    return Step::Io(Request::List(Dir::Cutoffs));
+                }
+                ReadState::ListCutoffs => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let floor = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
+                    let mut gens: Vec<Generation> = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Cutoff(g) => Some(g),
+                            _ => None,
+                        })
+                        .filter(|g| floor.is_none_or(|f| *g >= f))
+                        .collect();
+                    gens.sort_unstable();
+                    self.cutoff_gens = gens;
+                    self.st = ReadState::ReadCutoff(0);
+                    if let Some(&g) = self.cutoff_gens.first() {
+                        return Step::Io(Request::Read(FileRef::Cutoff(g)));
+                    }
+                    input = None;
+                }
+                ReadState::ReadCutoff(i) => {
+                    if i < self.cutoff_gens.len() {
+                        let g = self.cutoff_gens[i];
+                        match input.take() {
+                            Some(Response::Content(Some(b))) => match decode_cutoff(&run, g, &b) {
+                                Ok(c) => {
+                                    self.chain.cutoffs.insert(g, c.events_through);
+                                }
+                                Err(e) => return Step::Done(Err(e)),
+                            },
+                            Some(Response::Content(None)) => {}
+                            other => return Step::Done(Err(violation("Content", &other))),
+                        }
+                        if let Some(&n) = self.cutoff_gens.get(i + 1) {
+                            self.st = ReadState::ReadCutoff(i + 1);
+                            return Step::Io(Request::Read(FileRef::Cutoff(n)));
+                        }
+                    }
+                    self.pending = self.chain.pending_cutoffs();
+                    return self.next_pending();
+                }
+                ReadState::Finalize(mut f) => match f.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = ReadState::Finalize(f);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(c)) => {
+                        if let Cut::Record(c) = c {
+                            self.chain.cutoffs.insert(c.generation, c.events_through);
+                        }
+                        return self.next_pending();
+                    }
+                },
+                ReadState::Done => {
+                    return Step::Done(Err(violation("nothing (operation finished)", &input)));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn decode_checkpoint(
+    run: &RunId,
+    g: Generation,
+    bytes: &[u8],
+) -> Result<Checkpoint, LeaseError> {
+    let file = FileRef::Checkpoint(g).path();
+    let cp: Checkpoint = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
+    if cp.floor_generation != g {
+        return Err(LeaseError::RecordInvalid {
+            run: run.to_string(),
+            kind: RecordKind::Checkpoint,
+            file: Some(file),
+            detail: format!(
+                "file name says floor {g}, content says {}",
+                cp.floor_generation
+            ),
+        });
+    }
+    Ok(cp)
+}
+
+// ---------------------------------------------------------------------------------------
+// verify
+
+/// What [`Verify`] checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Epochs whose link was checked (from the checkpoint floor, or generation 1).
+    pub epochs: u64,
+    /// Events whose link was checked.
+    pub events: u64,
+    /// Stray epoch files below the floor (a claimer that lost a race with compaction).
+    pub strays: Vec<Generation>,
+    /// The checkpoint floor the epoch chain was verified from.
+    pub floor: Option<Generation>,
+}
+
+/// Walk both hash chains and report the first broken link as `CHAIN_BROKEN` (or a missing
+/// record as `EVENT_LOG_GAP` / `CHAIN_BROKEN`). Read-only.
+#[derive(Debug)]
+pub struct Verify {
+    read: ReadEvents,
+    all_gens: Vec<Generation>,
+    st: u8,
+}
+
+impl Verify {
+    /// Start verifying `run`.
+    pub fn new(run: RunId) -> Verify {
+        Verify {
+            read: ReadEvents::new(run, None),
+            all_gens: Vec::new(),
+            st: 0,
+        }
+    }
+}
+
+impl Operation for Verify {
+    type Output = VerifyReport;
+    fn next(&mut self, input: Option<Response>) -> Step<VerifyReport> {
+        // Snoop the epochs listing so strays below the floor can be reported.
+        if self.st == 0 {
+            if let (ReadState::ListEpochs, Some(Response::Listing(l))) = (&self.read.st, &input) {
+                self.all_gens = epochs_of(l.clone());
+            }
+        }
+        let view = match self.read.next(input) {
+            Step::Io(r) => return Step::Io(r),
+            Step::Done(Err(e)) => return Step::Done(Err(e)),
+            Step::Done(Ok(v)) => v,
+        };
+        self.st = 1;
+        let run = self.read.run.to_string();
+        let chain = &view.chain;
+        let floor = chain.checkpoint.as_ref().map(|c| c.floor_generation);
+        let mut expected_gen = floor.unwrap_or(Generation::FIRST);
+        let mut prev: Option<Digest> = None;
+        let mut count = 0u64;
+        for (g, e) in &chain.epochs {
+            if *g != expected_gen {
+                return Step::Done(Err(LeaseError::ChainBroken {
+                    run,
+                    chain: "epoch",
+                    at: expected_gen.get(),
+                    detail: format!("epoch {expected_gen} is missing (next present: {g})"),
+                }));
+            }
+            let bytes = match encode(e) {
+                Ok(b) => b,
+                Err(err) => return Step::Done(Err(err)),
+            };
+            let hash = Digest::of(&bytes);
+            match (&prev, &chain.checkpoint) {
+                (None, Some(cp)) => {
+                    if hash != cp.floor_epoch_hash {
+                        return Step::Done(Err(LeaseError::ChainBroken {
+                            run,
+                            chain: "epoch",
+                            at: g.get(),
+                            detail: "the floor epoch does not match the checkpoint's hash".into(),
+                        }));
+                    }
+                }
+                (None, None) => {}
+                (Some(p), _) => {
+                    if e.prev_hash.as_ref() != Some(p) {
+                        return Step::Done(Err(LeaseError::ChainBroken {
+                            run,
+                            chain: "epoch",
+                            at: g.get(),
+                            detail: format!(
+                                "prev_hash does not match the hash of epoch {}",
+                                g.get() - 1
+                            ),
+                        }));
+                    }
+                }
+            }
+            prev = Some(hash);
+            count += 1;
+            expected_gen = match g.next(&self.read.run) {
+                Ok(n) => n,
+                Err(err) => return Step::Done(Err(err)),
+            };
+        }
+        let strays = self
+            .all_gens
+            .iter()
+            .copied()
+            .filter(|g| floor.is_some_and(|f| *g < f))
+            .collect();
+        Step::Done(Ok(VerifyReport {
+            epochs: count,
+            events: view.events.len() as u64,
+            strays,
+            floor,
+        }))
+    }
+}

@@ -1,0 +1,153 @@
+//! The operations of the protocol as sans-IO step machines (quinn-style `next`).
+//!
+//! # Driver protocol
+//!
+//! An operation is created with everything the caller observed or decided (wall time, ids,
+//! policy). The caller then calls [`Operation::next`] with `None`, performs the returned
+//! [`Request`] exactly, and calls `next` again with the matching [`Response`]; it repeats
+//! until it gets [`Step::Done`]. Requests must be performed one at a time, in the order
+//! given, each completed (including its fsyncs) before the response is fed back. A caller
+//! that crashes or gives up simply stops: every prefix of an operation's request sequence
+//! leaves a state that `docs/PROTOCOL.md` §9 shows to be recoverable. If a request fails
+//! with an I/O error the caller abandons the operation and reports its own typed error.
+//!
+//! [`drive`] runs an operation against a closure, for adapters and tests.
+
+mod lease;
+mod log;
+mod observe;
+mod prune;
+
+pub use lease::{
+    Claim, ClaimParams, Expectation, Heartbeat, OwnedLease, Release, ReleaseParams, Retire,
+    RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
+};
+pub use log::{
+    Append, AppendParams, Appended, Authority, ChainView, EventLogView, JudgedEvent,
+    MAX_APPEND_COLLISIONS, ReadEvents, Verify, VerifyReport, judge_event,
+};
+pub use observe::{
+    Freshness, Head, LivenessEvidence, OwnerLock, ProcessState, ReadStatus, Status, StatusView,
+    definitely_dead, freshness,
+};
+pub use prune::{Prune, PruneParams, PruneReport};
+
+use crate::error::LeaseError;
+use crate::layout::{Dir, FileRef};
+use crate::records::Holder;
+
+/// Whether a replace is fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Write, fsync the file, rename, fsync the directory.
+    Fsync,
+    /// Write and rename only (heartbeats under the `local` policy).
+    NoFsync,
+}
+
+/// One I/O request of an operation. Paths are always relative to the run root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// List a directory: answer [`Response::Listing`] with the entries whose names parse
+    /// ([`Dir::parse_name`]); a missing directory is an empty listing.
+    List(Dir),
+    /// Read a whole file: answer [`Response::Content`] (`None` if it does not exist).
+    Read(FileRef),
+    /// Does the file exist: answer [`Response::Exists`].
+    Exists(FileRef),
+    /// Create the file only if it does not exist, atomically and durably (temp in the same
+    /// directory, write, fsync, `link(2)`, fsync the directory, unlink the temp): answer
+    /// [`Response::Created`] or [`Response::AlreadyExists`].
+    CreateExclusive(FileRef, Vec<u8>),
+    /// Atomically replace the file (temp, write, [fsync], rename, [fsync dir]):
+    /// answer [`Response::Done`].
+    Replace(FileRef, Vec<u8>, Durability),
+    /// Remove the file (missing is fine) and fsync its directory: answer [`Response::Done`].
+    Remove(FileRef),
+    /// Gather liveness evidence about a holder: answer [`Response::Liveness`].
+    ProbeLiveness(Holder),
+}
+
+/// The answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// Entries of a listed directory (any order).
+    Listing(Vec<FileRef>),
+    /// File content, `None` when absent.
+    Content(Option<Vec<u8>>),
+    /// Whether the file exists.
+    Exists(bool),
+    /// The exclusive create succeeded.
+    Created,
+    /// The exclusive create lost: the file already existed (its content is untouched).
+    AlreadyExists,
+    /// A replace or remove completed.
+    Done,
+    /// Liveness evidence.
+    Liveness(LivenessEvidence),
+}
+
+/// What an operation wants next.
+#[derive(Debug)]
+pub enum Step<T> {
+    /// Perform this request and feed back its response.
+    Io(Request),
+    /// The operation finished.
+    Done(Result<T, LeaseError>),
+}
+
+/// A protocol operation driven by its caller.
+pub trait Operation {
+    /// What a successful operation returns.
+    type Output;
+    /// Advance: `None` on the first call, then the response to the last request.
+    fn next(&mut self, input: Option<Response>) -> Step<Self::Output>;
+}
+
+/// Run `op` to completion, performing each request with `io`. An `Err` from `io` (an I/O
+/// failure in the adapter) stops the operation and is returned as the outer error.
+pub fn drive<O: Operation, E>(
+    op: &mut O,
+    mut io: impl FnMut(Request) -> Result<Response, E>,
+) -> Result<Result<O::Output, LeaseError>, E> {
+    let mut input = None;
+    loop {
+        match op.next(input.take()) {
+            Step::Io(req) => input = Some(io(req)?),
+            Step::Done(result) => return Ok(result),
+        }
+    }
+}
+
+fn violation(expected: &str, got: &Option<Response>) -> LeaseError {
+    LeaseError::ProtocolViolation {
+        detail: format!("expected {expected}, got {got:?}"),
+    }
+}
+
+/// The outcome of feeding a sub-machine.
+pub(crate) enum Sub<T> {
+    Io(Request),
+    Done(Result<T, LeaseError>),
+}
+
+/// Drive a sub-operation one step.
+pub(crate) fn sub<O: Operation>(op: &mut O, input: Option<Response>) -> Sub<O::Output> {
+    match op.next(input) {
+        Step::Io(r) => Sub::Io(r),
+        Step::Done(r) => Sub::Done(r),
+    }
+}
+
+/// Unwrap a sub-machine step inside a parent's `next`: returns the parent's request or
+/// error early, or evaluates to the sub-machine's output.
+macro_rules! step_sub {
+    ($op:expr, $input:expr) => {
+        match $crate::ops::sub($op, $input) {
+            $crate::ops::Sub::Io(r) => return $crate::ops::Step::Io(r),
+            $crate::ops::Sub::Done(Err(e)) => return $crate::ops::Step::Done(Err(e)),
+            $crate::ops::Sub::Done(Ok(v)) => v,
+        }
+    };
+}
+pub(crate) use step_sub;

@@ -1,0 +1,435 @@
+//! Compaction: fold old epochs, cutoffs, heartbeats and intents into a checkpoint so a run
+//! that changes owner many times stays small, keeping the chain verifiable from the floor.
+
+use super::log::{ChainView, decode_checkpoint, decode_event, judge_event};
+use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
+use super::{Operation, Request, Response, Step, violation};
+use crate::canonical::encode;
+use crate::error::LeaseError;
+use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
+use crate::layout::{Dir, FileRef};
+use crate::records::Checkpoint;
+use crate::time::Timestamp;
+
+/// Arguments of a prune.
+#[derive(Debug, Clone)]
+pub struct PruneParams {
+    /// The run.
+    pub run_id: RunId,
+    /// How many of the newest epochs to keep (at least 2).
+    pub keep: u64,
+    /// Who prunes (recorded in the checkpoint and in cutoffs it finalizes).
+    pub by: Identity,
+    /// Wall time.
+    pub now: Timestamp,
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneReport {
+    /// The new floor, or `None` when there was nothing to compact.
+    pub floor: Option<Generation>,
+    /// Files removed.
+    pub removed: u64,
+}
+
+/// Compact the lease folder.
+///
+/// Steps: read the newest checkpoint (old floor F0); list epochs (head H); F = H − keep + 1;
+/// read epochs F0..=F and cutoffs below F; finalize any pending cutoff below F; take the
+/// log tail S; judge the events (S0, S] of generations below F; create checkpoint F
+/// exclusively; then remove epochs, beats, cutoffs and intents below F and older
+/// checkpoints. Every crash point leaves either the old files (valid) or the checkpoint
+/// plus some old files (consistent: the checkpoint was derived from them).
+#[derive(Debug)]
+pub struct Prune {
+    p: PruneParams,
+    st: PruneState,
+    chain: ChainView,
+    floor: Generation,
+    gens: Vec<Generation>,
+    to_remove: Vec<FileRef>,
+    removed: u64,
+    tail: u64,
+    not_authoritative: Vec<u64>,
+    prev_hash: Option<Digest>,
+}
+
+#[derive(Debug)]
+enum PruneState {
+    Start,
+    ListCheckpoints,
+    ReadCheckpoint(Generation),
+    ListEpochs,
+    ReadEpoch(usize),
+    ListCutoffs,
+    ReadCutoff(Vec<Generation>, usize),
+    Finalize(Vec<(Generation, Identity, Generation)>, Finalize),
+    Tail(Tail),
+    ReadEvent(u64),
+    Create,
+    List(usize),
+    Remove(usize),
+    Done,
+}
+
+const REMOVE_DIRS: [Dir; 5] = [
+    Dir::Epochs,
+    Dir::Beats,
+    Dir::Cutoffs,
+    Dir::Intents,
+    Dir::Checkpoints,
+];
+
+impl Prune {
+    /// Start a prune; `keep` below 2 is raised to 2.
+    pub fn new(p: PruneParams) -> Prune {
+        Prune {
+            p: PruneParams {
+                keep: p.keep.max(2),
+                ..p
+            },
+            st: PruneState::Start,
+            chain: ChainView::default(),
+            floor: Generation::FIRST,
+            gens: Vec::new(),
+            to_remove: Vec::new(),
+            removed: 0,
+            tail: 0,
+            not_authoritative: Vec::new(),
+            prev_hash: None,
+        }
+    }
+
+    fn nothing(&self) -> Step<PruneReport> {
+        Step::Done(Ok(PruneReport {
+            floor: None,
+            removed: 0,
+        }))
+    }
+
+    fn start_finalize(
+        &mut self,
+        mut pending: Vec<(Generation, Identity, Generation)>,
+    ) -> Option<PruneState> {
+        let (g, owner, by) = pending.pop()?;
+        let f = Finalize::new(
+            self.p.run_id.clone(),
+            g,
+            owner,
+            by,
+            self.p.by.clone(),
+            self.p.now,
+        )
+        .lazy();
+        Some(PruneState::Finalize(pending, f))
+    }
+}
+
+impl Operation for Prune {
+    type Output = PruneReport;
+    fn next(&mut self, mut input: Option<Response>) -> Step<PruneReport> {
+        let run = self.p.run_id.clone();
+        loop {
+            match std::mem::replace(&mut self.st, PruneState::Done) {
+                PruneState::Start => {
+                    self.st = PruneState::ListCheckpoints;
+                    return Step::Io(Request::List(Dir::Checkpoints));
+                }
+                PruneState::ListCheckpoints => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let top = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Checkpoint(g) => Some(g),
+                            _ => None,
+                        })
+                        .max();
+                    if let Some(g) = top {
+                        self.st = PruneState::ReadCheckpoint(g);
+                        return Step::Io(Request::Read(FileRef::Checkpoint(g)));
+                    }
+                    self.st = PruneState::ListEpochs;
+                    return Step::Io(Request::List(Dir::Epochs));
+                }
+                PruneState::ReadCheckpoint(g) => {
+                    match input.take() {
+                        Some(Response::Content(Some(b))) => match decode_checkpoint(&run, g, &b) {
+                            Ok(cp) => {
+                                self.not_authoritative = cp.not_authoritative.clone();
+                                self.chain.checkpoint = Some(cp);
+                            }
+                            Err(e) => return Step::Done(Err(e)),
+                        },
+                        Some(Response::Content(None)) => {
+                            self.st = PruneState::ListCheckpoints;
+                            return Step::Io(Request::List(Dir::Checkpoints));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    }
+                    self.st = PruneState::ListEpochs;
+                    return Step::Io(Request::List(Dir::Epochs));
+                }
+                PruneState::ListEpochs => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let old_floor = self
+                        .chain
+                        .checkpoint
+                        .as_ref()
+                        .map_or(Generation::FIRST, |c| c.floor_generation);
+                    let gens = epochs_of(l);
+                    let Some(&head) = gens.last() else {
+                        return self.nothing();
+                    };
+                    let Some(floor) = head
+                        .get()
+                        .checked_sub(self.p.keep - 1)
+                        .and_then(Generation::new)
+                    else {
+                        return self.nothing();
+                    };
+                    if floor <= old_floor {
+                        return self.nothing();
+                    }
+                    self.floor = floor;
+                    self.gens = gens
+                        .into_iter()
+                        .filter(|g| *g >= old_floor && *g <= floor)
+                        .collect();
+                    if self.gens.first() != Some(&old_floor) || self.gens.last() != Some(&floor) {
+                        return Step::Done(Err(LeaseError::ChainBroken {
+                            run: run.to_string(),
+                            chain: "epoch",
+                            at: old_floor.get(),
+                            detail: format!(
+                                "epochs {old_floor}..={floor} are not all present; refusing to compact"
+                            ),
+                        }));
+                    }
+                    self.st = PruneState::ReadEpoch(0);
+                    return Step::Io(Request::Read(FileRef::Epoch(self.gens[0])));
+                }
+                PruneState::ReadEpoch(i) => {
+                    let g = self.gens[i];
+                    match input.take() {
+                        Some(Response::Content(Some(b))) => match decode_epoch(&run, g, &b) {
+                            Ok(e) => {
+                                if g == self.floor {
+                                    self.prev_hash = Some(Digest::of(&b));
+                                }
+                                self.chain.epochs.insert(g, e);
+                            }
+                            Err(e) => return Step::Done(Err(e)),
+                        },
+                        other => return Step::Done(Err(violation("Content(Some)", &other))),
+                    }
+                    if let Some(&n) = self.gens.get(i + 1) {
+                        self.st = PruneState::ReadEpoch(i + 1);
+                        return Step::Io(Request::Read(FileRef::Epoch(n)));
+                    }
+                    self.st = PruneState::ListCutoffs;
+                    return Step::Io(Request::List(Dir::Cutoffs));
+                }
+                PruneState::ListCutoffs => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let old_floor = self.gens[0];
+                    let mut gens: Vec<Generation> = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Cutoff(g) => Some(g),
+                            _ => None,
+                        })
+                        .filter(|g| *g >= old_floor && *g < self.floor)
+                        .collect();
+                    gens.sort_unstable();
+                    if gens.is_empty() {
+                        self.st = PruneState::ReadCutoff(gens, 0);
+                        input = None;
+                        continue;
+                    }
+                    let first = gens[0];
+                    self.st = PruneState::ReadCutoff(gens, 0);
+                    return Step::Io(Request::Read(FileRef::Cutoff(first)));
+                }
+                PruneState::ReadCutoff(gens, i) => {
+                    if i < gens.len() {
+                        let g = gens[i];
+                        match input.take() {
+                            Some(Response::Content(Some(b))) => match decode_cutoff(&run, g, &b) {
+                                Ok(c) => {
+                                    self.chain.cutoffs.insert(g, c.events_through);
+                                }
+                                Err(e) => return Step::Done(Err(e)),
+                            },
+                            Some(Response::Content(None)) => {}
+                            other => return Step::Done(Err(violation("Content", &other))),
+                        }
+                        if let Some(&n) = gens.get(i + 1) {
+                            self.st = PruneState::ReadCutoff(gens, i + 1);
+                            return Step::Io(Request::Read(FileRef::Cutoff(n)));
+                        }
+                    }
+                    let floor = self.floor;
+                    let pending: Vec<_> = self
+                        .chain
+                        .pending_cutoffs()
+                        .into_iter()
+                        .filter(|(g, _, _)| *g < floor)
+                        .collect();
+                    match self.start_finalize(pending) {
+                        Some(st) => self.st = st,
+                        None => self.st = PruneState::Tail(Tail::new(0)),
+                    }
+                    input = None;
+                }
+                PruneState::Finalize(pending, mut f) => match f.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = PruneState::Finalize(pending, f);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(c)) => {
+                        if let Cut::Record(c) = c {
+                            self.chain.cutoffs.insert(c.generation, c.events_through);
+                        }
+                        match self.start_finalize(pending) {
+                            Some(st) => self.st = st,
+                            None => self.st = PruneState::Tail(Tail::new(0)),
+                        }
+                    }
+                },
+                PruneState::Tail(mut t) => match t.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = PruneState::Tail(t);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(tail)) => {
+                        self.tail = tail;
+                        let from = self
+                            .chain
+                            .checkpoint
+                            .as_ref()
+                            .map_or(0, |c| c.through_sequence)
+                            + 1;
+                        if from > tail {
+                            self.st = PruneState::Create;
+                            continue;
+                        }
+                        self.st = PruneState::ReadEvent(from);
+                        return Step::Io(Request::Read(FileRef::Event(
+                            Sequence::new(from).unwrap_or(Sequence::FIRST),
+                        )));
+                    }
+                },
+                PruneState::ReadEvent(s) => {
+                    let seq = Sequence::new(s).unwrap_or(Sequence::FIRST);
+                    let ev = match input.take() {
+                        Some(Response::Content(Some(b))) => match decode_event(&run, seq, &b) {
+                            Ok(e) => e,
+                            Err(e) => return Step::Done(Err(e)),
+                        },
+                        Some(Response::Content(None)) => {
+                            return Step::Done(Err(LeaseError::EventLogGap {
+                                run: run.to_string(),
+                                missing: s,
+                            }));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    };
+                    if ev.generation < self.floor && !judge_event(&ev, &self.chain).counts() {
+                        self.not_authoritative.push(s);
+                    }
+                    if s < self.tail {
+                        self.st = PruneState::ReadEvent(s + 1);
+                        return Step::Io(Request::Read(FileRef::Event(
+                            Sequence::new(s + 1).unwrap_or(Sequence::FIRST),
+                        )));
+                    }
+                    self.st = PruneState::Create;
+                }
+                PruneState::Create => {
+                    if input.is_none() {
+                        let cp = Checkpoint {
+                            run_id: run.clone(),
+                            floor_generation: self.floor,
+                            floor_epoch_hash: match self.prev_hash.clone() {
+                                Some(h) => h,
+                                None => {
+                                    return Step::Done(Err(violation("floor epoch read", &None)));
+                                }
+                            },
+                            through_sequence: self.tail,
+                            not_authoritative: self.not_authoritative.clone(),
+                            created_at: self.p.now,
+                            created_by: self.p.by.clone(),
+                        };
+                        let bytes = match encode(&cp) {
+                            Ok(b) => b,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        self.st = PruneState::Create;
+                        return Step::Io(Request::CreateExclusive(
+                            FileRef::Checkpoint(self.floor),
+                            bytes,
+                        ));
+                    }
+                    match input.take() {
+                        Some(Response::Created) | Some(Response::AlreadyExists) => {}
+                        other => {
+                            return Step::Done(Err(violation("Created/AlreadyExists", &other)));
+                        }
+                    }
+                    self.st = PruneState::List(0);
+                    return Step::Io(Request::List(REMOVE_DIRS[0]));
+                }
+                PruneState::List(i) => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let floor = self.floor;
+                    self.to_remove.extend(l.into_iter().filter(|f| match *f {
+                        FileRef::Epoch(g)
+                        | FileRef::Beat(g)
+                        | FileRef::Cutoff(g)
+                        | FileRef::Checkpoint(g) => g < floor,
+                        FileRef::Intent { generation, .. } => generation <= floor,
+                        _ => false,
+                    }));
+                    if let Some(&d) = REMOVE_DIRS.get(i + 1) {
+                        self.st = PruneState::List(i + 1);
+                        return Step::Io(Request::List(d));
+                    }
+                    self.to_remove.sort();
+                    self.st = PruneState::Remove(0);
+                    input = None;
+                }
+                PruneState::Remove(i) => {
+                    if i > 0 {
+                        match input.take() {
+                            Some(Response::Done) => self.removed += 1,
+                            other => return Step::Done(Err(violation("Done", &other))),
+                        }
+                    }
+                    if let Some(&f) = self.to_remove.get(i) {
+                        self.st = PruneState::Remove(i + 1);
+                        return Step::Io(Request::Remove(f));
+                    }
+                    return Step::Done(Ok(PruneReport {
+                        floor: Some(self.floor),
+                        removed: self.removed,
+                    }));
+                }
+                PruneState::Done => {
+                    return Step::Done(Err(violation("nothing (operation finished)", &input)));
+                }
+            }
+        }
+    }
+}

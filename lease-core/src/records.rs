@@ -1,0 +1,466 @@
+//! The durable records of the protocol (see `docs/PROTOCOL.md` §4).
+//!
+//! Every record is strict: unknown fields are rejected, every field is validated, and the
+//! bytes must be canonical ([`crate::canonical`]). Optional fields are always present
+//! (`null` when empty) so each record has exactly one byte form.
+
+use crate::canonical::Record;
+use crate::error::RecordKind;
+use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
+use crate::policy::TimingPolicy;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// The process that wrote a record: the liveness evidence of an owner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holder {
+    /// Host name.
+    pub host: Identity,
+    /// Kernel boot id (`/proc/sys/kernel/random/boot_id`): a reboot changes it.
+    pub boot_id: Identity,
+    /// Process id (> 0).
+    pub pid: u32,
+    /// Process start time in clock ticks since boot (`/proc/<pid>/stat` field 22), so that a
+    /// reused pid is never mistaken for the owner.
+    pub start_time: u64,
+}
+
+impl Holder {
+    fn check(&self) -> Result<(), String> {
+        if self.pid == 0 {
+            return Err("holder.pid must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// State of an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EpochState {
+    /// `owner_id` owns the run in this generation.
+    Active,
+    /// The previous owner released the run cleanly; the run is free.
+    Released,
+    /// The previous owner was retired as definitely dead; the run is free.
+    Retired,
+}
+
+/// Why an epoch superseded the generation before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetireReason {
+    /// The owner released it.
+    Released,
+    /// An exact takeover replaced a stale owner.
+    TakenOver,
+    /// The owner was proven dead.
+    Dead,
+}
+
+/// The owner an epoch superseded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetiredOwner {
+    /// The superseded generation (always this epoch's generation − 1).
+    pub generation: Generation,
+    /// Its owner.
+    pub owner_id: Identity,
+    /// Why it was superseded.
+    pub reason: RetireReason,
+}
+
+/// The seal a clean release writes: the store's identity and head at release.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Seal {
+    /// The identity created with the store.
+    pub store_id: Identity,
+    /// The store's last committed sequence at release (0 for an empty store).
+    pub sequence: u64,
+    /// The generation that sealed it.
+    pub generation: Generation,
+}
+
+/// One generation of the lease: `lease/epochs/<generation>.json`, immutable once created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpochRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// This generation (the fencing token).
+    pub generation: Generation,
+    /// SHA-256 of the canonical bytes of the epoch before it; `null` only for generation 1.
+    pub prev_hash: Option<Digest>,
+    /// Active, released or retired.
+    pub state: EpochState,
+    /// Active: the owner. Released: the owner that released. Retired: the retirer.
+    pub owner_id: Identity,
+    /// The process that created this epoch.
+    pub holder: Holder,
+    /// When this epoch was created (writer's wall clock).
+    pub claimed_at: Timestamp,
+    /// The timing policy the writer runs with.
+    pub policy: TimingPolicy,
+    /// The owner this epoch superseded, if the previous epoch was active.
+    pub retired: Option<RetiredOwner>,
+    /// Set only on a released epoch with a store.
+    pub seal: Option<Seal>,
+    /// The highest store head the writer knew of (a floor for the store).
+    pub store_floor: Option<u64>,
+}
+
+impl Record for EpochRecord {
+    const KIND: RecordKind = RecordKind::Epoch;
+    const VERSION: &'static str = "runlease/epoch/1";
+
+    fn validate(&self) -> Result<(), String> {
+        self.holder.check()?;
+        match (self.generation.get() == 1, &self.prev_hash) {
+            (true, Some(_)) => return Err("generation 1 must have prev_hash null".into()),
+            (false, None) => return Err("prev_hash is required above generation 1".into()),
+            _ => {}
+        }
+        if let Some(r) = &self.retired {
+            if r.generation.get().checked_add(1) != Some(self.generation.get()) {
+                return Err(format!(
+                    "retired.generation {} must be generation - 1 ({})",
+                    r.generation,
+                    self.generation.get() - 1
+                ));
+            }
+        }
+        match (self.state, &self.retired) {
+            (EpochState::Active, None) => {}
+            (EpochState::Active, Some(r)) if r.reason == RetireReason::TakenOver => {}
+            (EpochState::Released, Some(r))
+                if r.reason == RetireReason::Released && r.owner_id == self.owner_id => {}
+            (EpochState::Retired, Some(r)) if r.reason == RetireReason::Dead => {}
+            (state, retired) => {
+                return Err(format!(
+                    "state {state:?} is inconsistent with retired {:?}",
+                    retired.as_ref().map(|r| (r.reason, r.owner_id.as_str()))
+                ));
+            }
+        }
+        if let Some(seal) = &self.seal {
+            if self.state != EpochState::Released {
+                return Err("a seal is only allowed on a released epoch".into());
+            }
+            if seal.generation.get().checked_add(1) != Some(self.generation.get()) {
+                return Err("seal.generation must be the released generation".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// The heartbeat of an active generation: `lease/beats/<generation>.json`, replaced by its
+/// owner only. A missing file means "no heartbeat since the claim".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// The generation heartbeating.
+    pub generation: Generation,
+    /// Its owner.
+    pub owner_id: Identity,
+    /// Wall time at which this heartbeat was written.
+    pub heartbeat_at: Timestamp,
+    /// Heartbeats written by this generation so far (>= 1).
+    pub count: u64,
+}
+
+impl Record for HeartbeatRecord {
+    const KIND: RecordKind = RecordKind::Heartbeat;
+    const VERSION: &'static str = "runlease/heartbeat/1";
+    fn validate(&self) -> Result<(), String> {
+        if self.count == 0 {
+            return Err("count must be >= 1".into());
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// The event cutoff of a superseded active generation: `lease/cutoffs/<generation>.json`,
+/// created exclusively after the superseding generation exists; the first finalizer wins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetirementRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// The retired generation.
+    pub generation: Generation,
+    /// Its owner.
+    pub owner_id: Identity,
+    /// The generation that superseded it.
+    pub superseded_by: Generation,
+    /// Events of `generation` with a sequence up to this one count; later ones never do.
+    pub events_through: u64,
+    /// When the cutoff was decided.
+    pub finalized_at: Timestamp,
+    /// Who decided it.
+    pub finalized_by: Identity,
+}
+
+impl Record for RetirementRecord {
+    const KIND: RecordKind = RecordKind::Retirement;
+    const VERSION: &'static str = "runlease/retirement/1";
+    fn validate(&self) -> Result<(), String> {
+        if self.superseded_by <= self.generation {
+            return Err("superseded_by must be above generation".into());
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// How a replacement was requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TakeoverMode {
+    /// An operator confirmed the exact observation.
+    Operator,
+    /// A program watched the record unchanged for `stale_after` on its own monotonic clock.
+    Automatic,
+    /// Dead-owner retirement.
+    RetireDead,
+}
+
+/// The audit record of one takeover or retirement attempt:
+/// `lease/intents/<generation>-<nonce>.json`, written before the commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TakeoverIntent {
+    /// The run.
+    pub run_id: RunId,
+    /// The generation the taker will try to create.
+    pub generation: Generation,
+    /// The generation it saw as the head.
+    pub expected_generation: Generation,
+    /// The owner it expects to replace.
+    pub expected_owner_id: Identity,
+    /// The heartbeat time it expects.
+    pub expected_heartbeat_at: Timestamp,
+    /// The heartbeat counter it expects.
+    pub expected_heartbeat_count: u64,
+    /// Who takes over.
+    pub taker_owner_id: Identity,
+    /// The taker's process.
+    pub taker_holder: Holder,
+    /// When.
+    pub requested_at: Timestamp,
+    /// How it was requested.
+    pub mode: TakeoverMode,
+}
+
+impl Record for TakeoverIntent {
+    const KIND: RecordKind = RecordKind::TakeoverIntent;
+    const VERSION: &'static str = "runlease/takeover-intent/1";
+    fn validate(&self) -> Result<(), String> {
+        self.taker_holder.check()?;
+        if self.expected_generation.get().checked_add(1) != Some(self.generation.get()) {
+            return Err("generation must be expected_generation + 1".into());
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// A compaction checkpoint: `lease/checkpoints/<floor_generation>.json`.
+///
+/// Epochs, beats, cutoffs and intents below `floor_generation` may be deleted; events of
+/// generations below the floor count iff their sequence is `<= through_sequence` and not
+/// listed in `not_authoritative`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// The run.
+    pub run_id: RunId,
+    /// The lowest epoch kept.
+    pub floor_generation: Generation,
+    /// SHA-256 of that epoch's canonical bytes: where `verify` starts the chain.
+    pub floor_epoch_hash: Digest,
+    /// The log tail when the checkpoint was computed.
+    pub through_sequence: u64,
+    /// Sequences `<= through_sequence` whose events do not count (strictly increasing).
+    pub not_authoritative: Vec<u64>,
+    /// When.
+    pub created_at: Timestamp,
+    /// Who.
+    pub created_by: Identity,
+}
+
+impl Record for Checkpoint {
+    const KIND: RecordKind = RecordKind::Checkpoint;
+    const VERSION: &'static str = "runlease/checkpoint/1";
+    fn validate(&self) -> Result<(), String> {
+        let mut prev = 0u64;
+        for &s in &self.not_authoritative {
+            if s <= prev || s > self.through_sequence {
+                return Err(format!(
+                    "not_authoritative must be strictly increasing sequences in 1..={}",
+                    self.through_sequence
+                ));
+            }
+            prev = s;
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// Lifecycle status of a run as written to `run.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// An owner is running it.
+    Running,
+    /// Stopped on purpose, to be resumed (possibly at `wake_at`).
+    Paused,
+    /// Finished successfully.
+    Done,
+    /// Finished with a failure (see `detail`).
+    Failed,
+}
+
+/// Maximum length of [`RunStatus::detail`].
+pub const DETAIL_MAX_BYTES: usize = 4096;
+
+/// The run status record `run.json`, written by the run layer as the current generation only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunStatus {
+    /// The run.
+    pub run_id: RunId,
+    /// Lifecycle status.
+    pub status: RunState,
+    /// The generation that wrote it.
+    pub generation: Generation,
+    /// The store head sealed at the last clean release; `null` while live or after a crash.
+    pub sealed_sequence: Option<u64>,
+    /// When a paused run should be resumed.
+    pub wake_at: Option<Timestamp>,
+    /// The writer's process.
+    pub holder: Option<Holder>,
+    /// The writer's last successful heartbeat.
+    pub heartbeat_at: Option<Timestamp>,
+    /// When the status last changed.
+    pub updated_at: Timestamp,
+    /// Free text (at most 4096 bytes), e.g. the code of the failure.
+    pub detail: Option<String>,
+}
+
+impl Record for RunStatus {
+    const KIND: RecordKind = RecordKind::RunStatus;
+    const VERSION: &'static str = "runlease/run-status/1";
+    fn validate(&self) -> Result<(), String> {
+        if let Some(h) = &self.holder {
+            h.check()?;
+        }
+        if let Some(d) = &self.detail {
+            if d.len() > DETAIL_MAX_BYTES {
+                return Err(format!("detail is longer than {DETAIL_MAX_BYTES} bytes"));
+            }
+        }
+        if self.wake_at.is_some() && self.status != RunState::Paused {
+            return Err("wake_at is only allowed on a paused run".into());
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// A child command started by an owner, recorded before it can do any work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandRecord {
+    /// The run.
+    pub run_id: RunId,
+    /// The generation that started it.
+    pub generation: Generation,
+    /// Its pid.
+    pub pid: u32,
+    /// Its process group.
+    pub pgid: u32,
+    /// Its start time in clock ticks since boot.
+    pub start_time: u64,
+    /// The boot it started in.
+    pub boot_id: Identity,
+    /// Its argument vector (non-empty).
+    pub argv: Vec<String>,
+    /// When it was started.
+    pub started_at: Timestamp,
+}
+
+impl Record for CommandRecord {
+    const KIND: RecordKind = RecordKind::Command;
+    const VERSION: &'static str = "runlease/command/1";
+    fn validate(&self) -> Result<(), String> {
+        if self.pid == 0 || self.pgid == 0 {
+            return Err("pid and pgid must be > 0".into());
+        }
+        if self.argv.is_empty() || self.argv[0].is_empty() {
+            return Err("argv must be non-empty with a non-empty program".into());
+        }
+        Ok(())
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
+/// One event of the run's log: `events/<sequence>.json`, immutable once created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    /// The run.
+    pub run_id: RunId,
+    /// Position in the log (1-based, no gaps).
+    pub sequence: Sequence,
+    /// The writer's generation (its fencing token).
+    pub generation: Generation,
+    /// The writer's owner id.
+    pub owner_id: Identity,
+    /// Event type (an identity: non-empty, trimmed, printable).
+    #[serde(rename = "type")]
+    pub event_type: Identity,
+    /// Arbitrary JSON.
+    pub payload: serde_json::Value,
+    /// Writer's wall time.
+    pub timestamp: Timestamp,
+    /// SHA-256 of the event before it; `null` only for sequence 1.
+    pub prev_hash: Option<Digest>,
+}
+
+impl Record for Event {
+    const KIND: RecordKind = RecordKind::Event;
+    const VERSION: &'static str = "runlease/event/1";
+    fn validate(&self) -> Result<(), String> {
+        match (self.sequence.get() == 1, &self.prev_hash) {
+            (true, Some(_)) => Err("sequence 1 must have prev_hash null".into()),
+            (false, None) => Err("prev_hash is required above sequence 1".into()),
+            _ => Ok(()),
+        }
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}

@@ -1,0 +1,116 @@
+//! The seal check: is a store at least as far as the lease chain says it must be?
+
+use crate::error::LeaseError;
+use crate::ids::{Generation, RunId};
+use crate::records::{EpochRecord, Seal};
+
+/// What the run layer observed of its store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreState {
+    /// The identity created with the store.
+    pub store_id: String,
+    /// Its last committed sequence.
+    pub head: u64,
+}
+
+/// Check a store against the newest seal and the store floor recorded in the chain.
+///
+/// - A seal for a different store id: `STORE_IDENTITY_MISMATCH` (a restored or foreign copy
+///   never passes as the sealed store, whatever its head).
+/// - `head < seal.sequence`: `STORE_BEHIND_SEAL`.
+/// - `head < floor` (the highest head any change of owner recorded; it survives crashes,
+///   which leave no seal): `STORE_BEHIND_SEAL` with `what = "floor"`.
+pub fn check_seal(
+    run: &RunId,
+    seal: Option<&Seal>,
+    floor: Option<(u64, Generation)>,
+    store: &StoreState,
+) -> Result<(), LeaseError> {
+    if let Some(seal) = seal {
+        if seal.store_id.as_str() != store.store_id {
+            return Err(LeaseError::StoreIdentityMismatch {
+                run: run.to_string(),
+                sealed: seal.store_id.to_string(),
+                found: store.store_id.clone(),
+            });
+        }
+        if store.head < seal.sequence {
+            return Err(LeaseError::StoreBehindSeal {
+                run: run.to_string(),
+                store_id: store.store_id.clone(),
+                head: store.head,
+                what: "seal",
+                required: seal.sequence,
+                generation: seal.generation,
+            });
+        }
+    }
+    if let Some((required, generation)) = floor {
+        if store.head < required {
+            return Err(LeaseError::StoreBehindSeal {
+                run: run.to_string(),
+                store_id: store.store_id.clone(),
+                head: store.head,
+                what: "floor",
+                required,
+                generation,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The seal and floor that apply after `epoch` (the head the opener replaced): the seal of
+/// a released epoch, and the store floor carried along the chain.
+pub fn seal_of(epoch: &EpochRecord) -> (Option<&Seal>, Option<(u64, Generation)>) {
+    (
+        epoch.seal.as_ref(),
+        epoch.store_floor.map(|f| (f, epoch.generation)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Identity;
+
+    fn run() -> RunId {
+        RunId::new("r").unwrap()
+    }
+
+    #[test]
+    fn seal_check_refuses_a_store_behind_its_seal() {
+        let seal = Seal {
+            store_id: Identity::new("s1").unwrap(),
+            sequence: 10,
+            generation: Generation::new(3).unwrap(),
+        };
+        let ok = StoreState {
+            store_id: "s1".into(),
+            head: 10,
+        };
+        assert!(check_seal(&run(), Some(&seal), None, &ok).is_ok());
+        let behind = StoreState {
+            store_id: "s1".into(),
+            head: 9,
+        };
+        let e = check_seal(&run(), Some(&seal), None, &behind).unwrap_err();
+        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65));
+        let other = StoreState {
+            store_id: "s2".into(),
+            head: 99,
+        };
+        let e = check_seal(&run(), Some(&seal), None, &other).unwrap_err();
+        assert_eq!(e.code(), "STORE_IDENTITY_MISMATCH");
+        let floor = check_seal(
+            &run(),
+            None,
+            Some((5, Generation::FIRST)),
+            &StoreState {
+                store_id: "x".into(),
+                head: 4,
+            },
+        );
+        assert_eq!(floor.unwrap_err().code(), "STORE_BEHIND_SEAL");
+    }
+}

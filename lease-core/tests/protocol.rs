@@ -1,0 +1,605 @@
+//! Scenario tests of the protocol, one per clause of docs/PROTOCOL.md, over the in-memory
+//! authority. Names say which clause they check.
+
+mod common;
+
+use common::*;
+use lease_core::mem::MemDisk;
+use lease_core::ops::*;
+use lease_core::*;
+
+#[test]
+fn claim_on_an_empty_run_creates_generation_one() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    assert_eq!(l.generation.get(), 1);
+    let s = status(&mut d, 10);
+    assert_eq!(s.status, Status::Active);
+    assert_eq!(s.head.unwrap().epoch.owner_id.as_str(), "a");
+}
+
+#[test]
+fn claim_is_refused_while_the_owner_is_fresh_and_needs_takeover_once_stale() {
+    let mut d = MemDisk::new();
+    claim(&mut d, "a", 1, 0).unwrap();
+    let e = claim(&mut d, "b", 2, 20_000).unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("RUN_ALREADY_ACTIVE", 76));
+    assert!(e.to_string().contains("host-a"), "{e}");
+    let e = claim(&mut d, "b", 2, 20_001).unwrap_err();
+    assert_eq!(
+        (e.code(), e.exit_code()),
+        ("RUN_STALE_REQUIRES_TAKEOVER", 76)
+    );
+}
+
+#[test]
+fn heartbeat_keeps_the_owner_fresh() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    heartbeat(&mut d, &l, 15_000, 1).unwrap();
+    assert_eq!(
+        claim(&mut d, "b", 2, 30_000).unwrap_err().code(),
+        "RUN_ALREADY_ACTIVE"
+    );
+    assert_eq!(status(&mut d, 30_000).head.unwrap().heartbeat_count(), 1);
+}
+
+#[test]
+fn release_frees_the_run_and_the_next_claim_gets_the_next_generation() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    let g = release(&mut d, &l, 100).unwrap();
+    assert_eq!(g.get(), 2);
+    assert_eq!(status(&mut d, 100).status, Status::Free);
+    let l2 = claim(&mut d, "b", 2, 200).unwrap();
+    assert_eq!(l2.generation.get(), 3);
+    // The released generation's cutoff exists and its beat is gone.
+    assert!(d.files.contains_key(&FileRef::Cutoff(l.generation)));
+    assert!(!d.files.contains_key(&FileRef::Beat(l.generation)));
+}
+
+#[test]
+fn takeover_is_refused_while_fresh() {
+    let mut d = MemDisk::new();
+    claim(&mut d, "a", 1, 0).unwrap();
+    let e = takeover(&mut d, "b", 2, 10_000, 1).unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_ACTIVE_REFUSED", 76));
+    assert_eq!(
+        status(&mut d, 10_000).head.unwrap().epoch.owner_id.as_str(),
+        "a"
+    );
+}
+
+#[test]
+fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
+    let mut d = MemDisk::new();
+    claim(&mut d, "a", 1, 0).unwrap();
+    let mut exp = expect_head(&mut d, 60_000);
+    exp.owner_id = id("someone-else");
+    let e = d
+        .run(
+            &mut Takeover::new(takeover_params("b", 2, 60_000, exp, 1)),
+            &all_alive,
+        )
+        .unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_RACE", 75));
+    let mut exp = expect_head(&mut d, 60_000);
+    exp.heartbeat_at = t(1);
+    let e = d
+        .run(
+            &mut Takeover::new(takeover_params("b", 2, 60_000, exp, 2)),
+            &all_alive,
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "TAKEOVER_RACE");
+    assert_eq!(status(&mut d, 60_000).head.unwrap().generation().get(), 1);
+}
+
+#[test]
+fn takeover_writes_an_intent_for_every_attempt_before_the_commit() {
+    let mut d = MemDisk::new();
+    claim(&mut d, "a", 1, 0).unwrap();
+    let _ = takeover(&mut d, "b", 2, 10_000, 1).unwrap_err();
+    let mut exp = expect_head(&mut d, 60_000);
+    exp.owner_id = id("x");
+    let _ = d
+        .run(
+            &mut Takeover::new(takeover_params("b", 2, 60_000, exp, 2)),
+            &all_alive,
+        )
+        .unwrap_err();
+    takeover(&mut d, "c", 3, 60_000, 3).unwrap();
+    let intents: Vec<_> = d
+        .files
+        .iter()
+        .filter(|(f, _)| matches!(f, FileRef::Intent { .. }))
+        .map(|(_, b)| decode::<TakeoverIntent>(b).unwrap())
+        .collect();
+    assert_eq!(intents.len(), 3);
+    assert!(intents.iter().all(|i| i.generation.get() == 2));
+}
+
+#[test]
+fn two_concurrent_takeovers_have_one_winner() {
+    let mut d = MemDisk::new();
+    claim(&mut d, "a", 1, 0).unwrap();
+    let exp = expect_head(&mut d, 60_000);
+    let mut t1 = Takeover::new(takeover_params("b", 2, 60_000, exp.clone(), 1));
+    let mut t2 = Takeover::new(takeover_params("c", 3, 60_000, exp, 2));
+    // Interleave step by step.
+    let (mut i1, mut i2) = (None, None);
+    let (mut r1, mut r2) = (None, None);
+    while r1.is_none() || r2.is_none() {
+        if r1.is_none() {
+            match t1.next(i1.take()) {
+                Step::Io(req) => i1 = Some(d.perform(req, &all_alive)),
+                Step::Done(r) => r1 = Some(r),
+            }
+        }
+        if r2.is_none() {
+            match t2.next(i2.take()) {
+                Step::Io(req) => i2 = Some(d.perform(req, &all_alive)),
+                Step::Done(r) => r2 = Some(r),
+            }
+        }
+    }
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert!(r1.is_ok() != r2.is_ok(), "{r1:?} {r2:?}");
+    let loser = if r1.is_ok() { r2 } else { r1 };
+    assert_eq!(loser.unwrap_err().code(), "TAKEOVER_RACE");
+}
+
+#[test]
+fn a_superseded_owner_is_fenced_on_heartbeat_append_and_release() {
+    let mut d = MemDisk::new();
+    let old = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &old, 10, 1).unwrap();
+    let new = takeover(&mut d, "b", 2, 60_000, 1).unwrap();
+    let before = d.files.clone();
+    // Heartbeat: writes its own beat file (harmless) but reports FENCED.
+    let e = heartbeat(&mut d, &old, 60_001, 5).unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("FENCED", 75));
+    // Append: refused before writing anything (its cutoff exists).
+    let e = append(&mut d, &old, 60_002, 2).unwrap_err();
+    assert_eq!(e.code(), "FENCED");
+    // Release: a harmless no-op.
+    let e = release(&mut d, &old, 60_003).unwrap_err();
+    assert_eq!(e.code(), "FENCED");
+    let changed: Vec<_> = d
+        .files
+        .keys()
+        .filter(|k| before.get(k) != d.files.get(k))
+        .collect();
+    assert_eq!(changed, vec![&FileRef::Beat(old.generation)]);
+    // The authoritative record is still the new owner's.
+    let s = status(&mut d, 60_010);
+    assert_eq!(s.head.unwrap().epoch.owner_id, new.owner_id);
+    assert_eq!(counted(&read_events(&mut d, 60_010).unwrap()), vec![1]);
+}
+
+#[test]
+fn a_zombie_append_racing_a_takeover_answers_exactly_its_authority() {
+    // Interleave the zombie's append with every point of a takeover: whatever the
+    // interleaving, an acknowledged event counts and a fenced one does not.
+    for split in 0..40 {
+        let mut d = MemDisk::new();
+        let old = claim(&mut d, "a", 1, 0).unwrap();
+        append(&mut d, &old, 10, 1).unwrap();
+        let exp = expect_head(&mut d, 60_000);
+        let mut tk = Takeover::new(takeover_params("b", 2, 60_000, exp, 7));
+        let mut ap = Append::new(
+            &old,
+            AppendParams {
+                event_type: id("late"),
+                payload: serde_json::json!(null),
+                now: t(60_000),
+                tail_hint: None,
+            },
+        );
+        let mut it = None;
+        let mut tk_res = None;
+        for _ in 0..split {
+            match tk.next(it.take()) {
+                Step::Io(r) => it = Some(d.perform(r, &all_alive)),
+                Step::Done(r) => {
+                    tk_res = Some(r);
+                    break;
+                }
+            }
+        }
+        let ap_res = d.run(&mut ap, &all_alive);
+        if tk_res.is_none() {
+            let mut input = it;
+            loop {
+                match tk.next(input.take()) {
+                    Step::Io(r) => input = Some(d.perform(r, &all_alive)),
+                    Step::Done(r) => {
+                        tk_res = Some(r);
+                        break;
+                    }
+                }
+            }
+        }
+        tk_res.unwrap().unwrap();
+        let view = read_events(&mut d, 70_000).unwrap();
+        match ap_res {
+            Ok(a) => assert!(
+                counted(&view).contains(&a.sequence.get()),
+                "split {split}: acknowledged event {} does not count",
+                a.sequence
+            ),
+            Err(e) => {
+                assert_eq!(e.code(), "FENCED", "split {split}");
+                assert_eq!(counted(&view), vec![1], "split {split}");
+            }
+        }
+    }
+}
+
+#[test]
+fn dead_owner_is_retired_at_once_and_the_run_can_be_claimed() {
+    let mut d = MemDisk::new();
+    let old = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &old, 5, 1).unwrap();
+    let r = d
+        .run(
+            &mut Retire::new(RetireParams {
+                run_id: run_id(),
+                owner_id: id("retirer"),
+                holder: holder(9),
+                policy: TimingPolicy::default(),
+                now: t(100),
+                expect: None,
+                nonce: 1,
+            }),
+            &all_dead,
+        )
+        .unwrap();
+    assert_eq!((r.retired.get(), r.generation.get(), r.cutoff), (1, 2, 1));
+    assert_eq!(status(&mut d, 100).status, Status::Free);
+    assert_eq!(claim(&mut d, "b", 2, 200).unwrap().generation.get(), 3);
+}
+
+#[test]
+fn a_live_owner_is_never_retired() {
+    let cases: Vec<(&str, fn(&Holder) -> LivenessEvidence)> = vec![
+        ("alive with its start time", all_alive),
+        ("pid reused but lock held", |h| LivenessEvidence {
+            observer_boot_id: id(BOOT),
+            process: ProcessState::Running {
+                start_time: h.start_time + 1,
+            },
+            owner_lock: OwnerLock::Held,
+        }),
+        ("pid gone in our namespace but lock held", |_| {
+            LivenessEvidence {
+                observer_boot_id: id(BOOT),
+                process: ProcessState::Gone,
+                owner_lock: OwnerLock::Held,
+            }
+        }),
+        ("another boot", |_| LivenessEvidence {
+            observer_boot_id: id("boot-b"),
+            process: ProcessState::Gone,
+            owner_lock: OwnerLock::Free,
+        }),
+        ("lock unknown", |_| LivenessEvidence {
+            observer_boot_id: id(BOOT),
+            process: ProcessState::Gone,
+            owner_lock: OwnerLock::Unknown,
+        }),
+    ];
+    for (name, live) in cases {
+        let mut d = MemDisk::new();
+        claim(&mut d, "a", 1, 0).unwrap();
+        let e = d
+            .run(
+                &mut Retire::new(RetireParams {
+                    run_id: run_id(),
+                    owner_id: id("retirer"),
+                    holder: holder(9),
+                    policy: TimingPolicy::default(),
+                    now: t(100),
+                    expect: None,
+                    nonce: 1,
+                }),
+                &live,
+            )
+            .unwrap_err();
+        assert_eq!(
+            (e.code(), e.exit_code()),
+            ("RETIRE_REFUSED_NOT_DEAD", 76),
+            "{name}"
+        );
+        assert_eq!(status(&mut d, 100).status, Status::Active, "{name}");
+    }
+}
+
+#[test]
+fn appends_get_consecutive_sequences_and_form_a_hash_chain() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    let mut hint = None;
+    for n in 1..=20u64 {
+        let a = d
+            .run(
+                &mut Append::new(
+                    &l,
+                    AppendParams {
+                        event_type: id("e"),
+                        payload: serde_json::json!(n),
+                        now: t(n),
+                        tail_hint: if n % 3 == 0 { None } else { hint.clone() },
+                    },
+                ),
+                &all_alive,
+            )
+            .unwrap();
+        assert_eq!(a.sequence.get(), n);
+        hint = Some((a.sequence, a.hash));
+    }
+    let v = read_events(&mut d, 100).unwrap();
+    assert_eq!(counted(&v), (1..=20).collect::<Vec<_>>());
+    let report = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert_eq!((report.epochs, report.events), (1, 20));
+}
+
+#[test]
+fn a_pending_cutoff_is_finalized_by_the_next_reader() {
+    let mut d = MemDisk::new();
+    let old = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &old, 5, 1).unwrap();
+    // The taker crashes right after creating generation 2 (before FINALIZE).
+    let exp = expect_head(&mut d, 60_000);
+    let mut tk = Takeover::new(takeover_params("b", 2, 60_000, exp, 1));
+    let mut input = None;
+    loop {
+        match tk.next(input.take()) {
+            Step::Io(r @ Request::CreateExclusive(FileRef::Epoch(_), _)) => {
+                d.perform(r, &all_alive);
+                break;
+            }
+            Step::Io(r) => input = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => panic!("finished early: {r:?}"),
+        }
+    }
+    assert!(!d.files.contains_key(&FileRef::Cutoff(old.generation)));
+    // A read-only reader reports the zombie's generation as pending...
+    let ro = d
+        .run(&mut ReadEvents::new(run_id(), None), &all_alive)
+        .unwrap();
+    assert_eq!(ro.events[0].authority, Authority::Pending);
+    // ...a finalizing reader decides the cutoff as the log tail now (1).
+    let v = read_events(&mut d, 60_100).unwrap();
+    assert_eq!(counted(&v), vec![1]);
+    // The zombie's next append is past the cutoff and fenced.
+    assert_eq!(
+        append(&mut d, &old, 60_200, 2).unwrap_err().code(),
+        "FENCED"
+    );
+    assert_eq!(counted(&read_events(&mut d, 60_300).unwrap()), vec![1]);
+}
+
+#[test]
+fn corrupting_or_deleting_the_newest_epoch_never_makes_a_retired_owners_events_count() {
+    let mut d = MemDisk::new();
+    let old = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &old, 5, 1).unwrap();
+    let new = takeover(&mut d, "b", 2, 60_000, 1).unwrap();
+    // Simulate a zombie that wrote past its cutoff behind the protocol's back.
+    let zombie_event = {
+        let prev = d.files[&FileRef::Event(Sequence::FIRST)].clone();
+        encode(&Event {
+            run_id: run_id(),
+            sequence: Sequence::new(2).unwrap(),
+            generation: old.generation,
+            owner_id: old.owner_id.clone(),
+            event_type: id("late"),
+            payload: serde_json::json!(null),
+            timestamp: t(60_001),
+            prev_hash: Some(Digest::of(&prev)),
+        })
+        .unwrap()
+    };
+    d.files
+        .insert(FileRef::Event(Sequence::new(2).unwrap()), zombie_event);
+    assert_eq!(counted(&read_events(&mut d, 60_010).unwrap()), vec![1]);
+    // Corrupt the newest epoch: reading fails with a typed error naming the file.
+    let good = d.files[&FileRef::Epoch(new.generation)].clone();
+    d.files
+        .insert(FileRef::Epoch(new.generation), b"{}\n".to_vec());
+    let e = read_events(&mut d, 60_020).unwrap_err();
+    assert_eq!(e.code(), "RECORD_INVALID");
+    assert!(
+        e.to_string()
+            .contains("lease/epochs/00000000000000000002.json"),
+        "{e}"
+    );
+    // Delete it: the cutoff still applies.
+    d.files.remove(&FileRef::Epoch(new.generation));
+    assert_eq!(counted(&read_events(&mut d, 60_030).unwrap()), vec![1]);
+    d.files.insert(FileRef::Epoch(new.generation), good);
+}
+
+#[test]
+fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
+    for bad in [
+        &b"{}\n"[..],
+        b"",
+        b"not json",
+        b"{\"version\":\"runlease/epoch/9\"}\n",
+    ] {
+        let mut d = MemDisk::new();
+        let l = claim(&mut d, "a", 1, 0).unwrap();
+        let exp = expect_head(&mut d, 0);
+        d.files.insert(FileRef::Epoch(l.generation), bad.to_vec());
+        let before = d.files.clone();
+        let s = status(&mut d, 100_000);
+        assert!(matches!(s.status, Status::Invalid(_)), "{:?}", s.status);
+        assert!(claim(&mut d, "b", 2, 100_000).is_err());
+        let e = d
+            .run(
+                &mut Takeover::new(takeover_params("b", 2, 100_000, exp, 1)),
+                &all_dead,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e.code(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
+            "{e}"
+        );
+        let e = d
+            .run(
+                &mut Retire::new(RetireParams {
+                    run_id: run_id(),
+                    owner_id: id("r"),
+                    holder: holder(9),
+                    policy: TimingPolicy::default(),
+                    now: t(100_000),
+                    expect: None,
+                    nonce: 2,
+                }),
+                &all_dead,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e.code(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
+            "{e}"
+        );
+        assert_eq!(d.files, before, "nothing may change on disk");
+    }
+}
+
+#[test]
+fn a_torn_heartbeat_is_invalid_not_stale() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    heartbeat(&mut d, &l, 1000, 1).unwrap();
+    let full = d.files[&FileRef::Beat(l.generation)].clone();
+    d.files
+        .insert(FileRef::Beat(l.generation), full[..full.len() / 2].to_vec());
+    let s = status(&mut d, 100_000);
+    assert!(matches!(
+        s.status,
+        Status::Invalid(LeaseError::RecordInvalid { .. })
+    ));
+    let exp = Expectation {
+        generation: None,
+        owner_id: id("a"),
+        heartbeat_at: t(1000),
+        heartbeat_count: None,
+    };
+    assert_eq!(
+        d.run(
+            &mut Takeover::new(takeover_params("b", 2, 100_000, exp, 1)),
+            &all_alive
+        )
+        .unwrap_err()
+        .code(),
+        "RECORD_INVALID"
+    );
+}
+
+#[test]
+fn prune_keeps_a_run_small_and_every_judgment_unchanged() {
+    let mut d = MemDisk::new();
+    let mut now = 0;
+    let mut zombie = None;
+    for i in 0..60u64 {
+        now += 100_000;
+        let l = match claim(&mut d, &format!("o{i}"), 10 + i as u32, now) {
+            Ok(l) => l,
+            Err(_) => takeover(&mut d, &format!("o{i}"), 10 + i as u32, now, i).unwrap(),
+        };
+        append(&mut d, &l, now + 1, i).unwrap();
+        if i % 3 == 0 {
+            release(&mut d, &l, now + 2).unwrap();
+        } else if i == 10 {
+            zombie = Some(l);
+        }
+    }
+    // A zombie of generation ~ (i=10) appends late: past its cutoff.
+    let z = zombie.unwrap();
+    assert_eq!(
+        append(&mut d, &z, now + 10, 999).unwrap_err().code(),
+        "FENCED"
+    );
+    let before = read_events(&mut d, now + 20).unwrap();
+    let files_before = d.files.len();
+    let report = d
+        .run(
+            &mut Prune::new(PruneParams {
+                run_id: run_id(),
+                keep: 4,
+                by: id("pruner"),
+                now: t(now + 30),
+            }),
+            &all_alive,
+        )
+        .unwrap();
+    assert!(report.floor.is_some() && report.removed > 100, "{report:?}");
+    assert!(d.files.len() < files_before - 100);
+    let after = read_events(&mut d, now + 40).unwrap();
+    assert_eq!(counted(&before), counted(&after));
+    // A zombie below the floor stays fenced.
+    assert_eq!(
+        append(&mut d, &z, now + 50, 1000).unwrap_err().code(),
+        "FENCED"
+    );
+    let v = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert_eq!(v.floor, report.floor);
+    // Claims keep working above the floor.
+    let head = status(&mut d, now + 60).head.unwrap();
+    assert!(head.generation() > report.floor.unwrap());
+}
+
+#[test]
+fn verify_reports_the_first_broken_link() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    for n in 1..=3 {
+        append(&mut d, &l, n, n).unwrap();
+    }
+    release(&mut d, &l, 10).unwrap();
+    claim(&mut d, "b", 2, 20).unwrap();
+    assert!(d.run(&mut Verify::new(run_id()), &all_alive).is_ok());
+    // Swap in a different, valid event 2: event 3's link breaks.
+    let mut e2: Event = decode(&d.files[&FileRef::Event(Sequence::new(2).unwrap())]).unwrap();
+    e2.payload = serde_json::json!("edited");
+    d.files.insert(
+        FileRef::Event(Sequence::new(2).unwrap()),
+        encode(&e2).unwrap(),
+    );
+    let e = d.run(&mut Verify::new(run_id()), &all_alive).unwrap_err();
+    assert_eq!(e.code(), "CHAIN_BROKEN");
+    assert!(e.to_string().contains("event chain broken at 3"), "{e}");
+}
+
+#[test]
+fn a_claim_with_a_generation_at_u64_max_reports_overflow() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    let mut rec: EpochRecord = decode(&d.files[&FileRef::Epoch(l.generation)]).unwrap();
+    rec.generation = Generation::new(u64::MAX).unwrap();
+    rec.prev_hash = Some(Digest::of(b"x"));
+    rec.state = EpochState::Retired;
+    rec.retired = Some(RetiredOwner {
+        generation: Generation::new(u64::MAX - 1).unwrap(),
+        owner_id: id("z"),
+        reason: RetireReason::Dead,
+    });
+    d.files
+        .insert(FileRef::Epoch(rec.generation), encode(&rec).unwrap());
+    let e = claim(&mut d, "b", 2, 10).unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("GENERATION_OVERFLOW", 65));
+}
+
+#[test]
+fn every_error_code_has_a_documented_exit_code() {
+    for (code, exit) in ERROR_CODES {
+        assert!([1, 64, 65, 69, 70, 74, 75, 76].contains(exit), "{code}");
+    }
+    let mut codes: Vec<_> = ERROR_CODES.iter().map(|(c, _)| *c).collect();
+    codes.sort();
+    codes.dedup();
+    assert_eq!(codes.len(), ERROR_CODES.len());
+}
