@@ -52,14 +52,13 @@ impl MemDisk {
             ),
             Request::Read(f) => Response::Content(self.files.get(&f).cloned()),
             Request::Exists(f) => Response::Exists(self.files.contains_key(&f)),
-            Request::CreateExclusive(f, bytes) => {
-                if self.files.contains_key(&f) {
-                    Response::AlreadyExists
-                } else {
-                    self.files.insert(f, bytes);
+            Request::CreateExclusive(f, bytes) => match self.files.entry(f) {
+                std::collections::btree_map::Entry::Occupied(_) => Response::AlreadyExists,
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(bytes);
                     Response::Created
                 }
-            }
+            },
             Request::Replace(f, bytes, _) => {
                 self.files.insert(f, bytes);
                 Response::Done

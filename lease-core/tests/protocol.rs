@@ -262,7 +262,8 @@ fn dead_owner_is_retired_at_once_and_the_run_can_be_claimed() {
 
 #[test]
 fn a_live_owner_is_never_retired() {
-    let cases: Vec<(&str, fn(&Holder) -> LivenessEvidence)> = vec![
+    type Probe = fn(&Holder) -> LivenessEvidence;
+    let cases: Vec<(&str, Probe)> = vec![
         ("alive with its start time", all_alive),
         ("pid reused but lock held", |h| LivenessEvidence {
             observer_boot_id: id(BOOT),

@@ -1,0 +1,155 @@
+//! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
+//!
+//! Implemented: `ci`, `purity`, `test [--deep]`. The other subcommands are honest
+//! placeholders that say so and exit with code 2.
+
+mod purity;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+/// sysexits `EX_USAGE`, for an unknown or missing subcommand / option.
+const EX_USAGE: u8 = 64;
+/// Exit code of the placeholder subcommands.
+const EX_NOT_IMPLEMENTED: u8 = 2;
+
+const USAGE: &str = "\
+Usage: cargo xtask <COMMAND>
+
+Commands:
+  ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace`
+  purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
+  test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
+  bench         not implemented yet (issue #3)
+  model         not implemented yet (issue #4)
+  fuzz-smoke    not implemented yet (issue #4)
+  loom          not implemented yet (issue #8)
+  torture       not implemented yet (issue #8)
+  help          print this text
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = args.first().map(String::as_str);
+    let rest = args.get(1..).unwrap_or_default();
+    let result = match cmd {
+        Some("help" | "--help" | "-h") => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("ci") if rest.is_empty() => ci(),
+        Some("purity") if rest.is_empty() => purity::run(&workspace_root()),
+        Some("test") => match rest {
+            [] => test(false),
+            [flag] if flag == "--deep" => test(true),
+            _ => return usage(&format!("unexpected arguments to `test`: {rest:?}")),
+        },
+        Some(name @ ("ci" | "purity")) => {
+            return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
+        }
+        Some(name @ "bench") => return not_implemented(name, 3),
+        Some(name @ ("model" | "fuzz-smoke")) => return not_implemented(name, 4),
+        Some(name @ ("loom" | "torture")) => return not_implemented(name, 8),
+        Some(other) => return usage(&format!("unknown command `{other}`")),
+        None => return usage("no command given"),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xtask: FAILED: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn usage(reason: &str) -> ExitCode {
+    eprintln!("xtask: error: {reason}\n");
+    eprint!("{USAGE}");
+    ExitCode::from(EX_USAGE)
+}
+
+fn not_implemented(name: &str, issue: u32) -> ExitCode {
+    eprintln!("xtask {name}: not implemented yet (see issue #{issue})");
+    ExitCode::from(EX_NOT_IMPLEMENTED)
+}
+
+/// The workspace root: the parent of this crate's manifest directory.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// The cargo that invoked us (same toolchain), falling back to `cargo` on PATH.
+fn cargo_bin() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// A `cargo` command with the given arguments, run from the workspace root.
+fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(args).current_dir(workspace_root());
+    cmd
+}
+
+/// Run a command to completion with inherited stdio; error unless it exits 0.
+fn run_status(mut cmd: Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not start {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} exited with {status}"))
+    }
+}
+
+/// Run one named step, printing its name, outcome and duration.
+fn step(name: &str, f: impl FnOnce() -> Result<(), String>) -> Result<(), String> {
+    eprintln!("==> {name}");
+    let start = Instant::now();
+    let result = f();
+    let secs = start.elapsed().as_secs_f64();
+    match &result {
+        Ok(()) => eprintln!("<== {name}: ok ({secs:.2}s)"),
+        Err(_) => eprintln!("<== {name}: FAILED ({secs:.2}s)"),
+    }
+    result.map_err(|e| format!("step `{name}`: {e}"))
+}
+
+/// `cargo xtask ci`: the same gate as `.ci/run`, stopping at the first failure.
+fn ci() -> Result<(), String> {
+    let start = Instant::now();
+    step("fmt", || run_status(cargo(&["fmt", "--all", "--check"])))?;
+    step("clippy", || {
+        run_status(cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+    })?;
+    step("purity", || purity::run(&workspace_root()))?;
+    step("test", || test(false))?;
+    eprintln!(
+        "ci: all steps passed ({:.2}s)",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `cargo xtask test [--deep]`: `cargo test --workspace`, optionally with
+/// `RUNLEASE_DEEP=1` (lease-core's proptests then run 100x their case counts).
+fn test(deep: bool) -> Result<(), String> {
+    let mut cmd = cargo(&["test", "--workspace"]);
+    if deep {
+        cmd.env("RUNLEASE_DEEP", "1");
+    }
+    run_status(cmd)
+}
