@@ -353,10 +353,8 @@ impl World {
                     "a superseded owner's heartbeat succeeded"
                 );
             }
-            (Op::Heartbeat(..), Err(e)) | (Op::Release(_), Err(e)) => {
-                if e.code() == "FENCED" {
-                    self.actors[a].lease = None;
-                }
+            (Op::Heartbeat(..), Err(e)) | (Op::Release(_), Err(e)) if e.code() == "FENCED" => {
+                self.actors[a].lease = None;
             }
             (Op::Release(_), Ok(_)) => {
                 self.actors[a].lease = None;
@@ -368,13 +366,11 @@ impl World {
                     self.actors[a].lease = None;
                 }
             }
-            (Op::Append(_, created), Err(e)) => {
-                if e.code() == "FENCED" {
-                    if let Some(s) = created {
-                        self.refused.insert(s.get());
-                    }
-                    self.actors[a].lease = None;
+            (Op::Append(_, created), Err(e)) if e.code() == "FENCED" => {
+                if let Some(s) = created {
+                    self.refused.insert(s.get());
                 }
+                self.actors[a].lease = None;
             }
             _ => {}
         }
