@@ -38,7 +38,7 @@ impl MemDisk {
             Request::Exists(_) => "exists",
             Request::CreateExclusive(..) => "create",
             Request::Replace(..) => "replace",
-            Request::Remove(_) => "remove",
+            Request::Remove(..) => "remove",
             Request::ProbeLiveness(_) => "probe",
         };
         *self.counts.entry(kind).or_default() += 1;
@@ -63,7 +63,7 @@ impl MemDisk {
                 self.files.insert(f, bytes);
                 Response::Done
             }
-            Request::Remove(f) => {
+            Request::Remove(f, _) => {
                 self.files.remove(&f);
                 Response::Done
             }

@@ -89,6 +89,7 @@ struct World {
     max_granted: u64,
     /// An invalid record was injected: no ownership change may succeed from then on.
     corrupted: bool,
+    corrupted_file: Option<FileRef>,
     epochs_at_corruption: usize,
     log: Vec<String>,
 }
@@ -107,6 +108,7 @@ impl World {
             max_head: 0,
             max_granted: 0,
             corrupted: false,
+            corrupted_file: None,
             epochs_at_corruption: 0,
             log: Vec::new(),
         };
@@ -280,6 +282,25 @@ impl World {
                 {
                     *created = Some(*s);
                 }
+                if let (Op::Release(_), Request::CreateExclusive(FileRef::Epoch(_), _)) =
+                    (&op, &req)
+                {
+                    // An owner may release despite a corrupted heartbeat record of its own
+                    // (the release does not read it); the released generation's heartbeat is
+                    // never read again.
+                    if matches!(self.corrupted_file, Some(FileRef::Beat(_))) {
+                        self.corrupted = false;
+                        self.corrupted_file = None;
+                    }
+                }
+                if let Request::Replace(f, ..) = &req {
+                    // The live owner's next heartbeat replaces its own (hand-corrupted)
+                    // heartbeat record: from then on the run is valid again.
+                    if self.corrupted_file == Some(*f) {
+                        self.corrupted = false;
+                        self.corrupted_file = None;
+                    }
+                }
                 let alive = self.alive.clone();
                 let resp = self.disk.perform(req, &World::liveness(&alive));
                 if let (Op::Append(_, created), Response::AlreadyExists, true) =
@@ -408,6 +429,7 @@ impl World {
             .files
             .insert(target, b"{\"version\":\"runlease/epoch/1\"}\n".to_vec());
         self.corrupted = true;
+        self.corrupted_file = Some(target);
         self.epochs_at_corruption = self.epoch_count();
     }
 
@@ -425,7 +447,8 @@ impl World {
             assert_eq!(
                 self.epoch_count(),
                 self.epochs_at_corruption,
-                "a new epoch appeared after an invalid record"
+                "a new epoch appeared after an invalid record; trace:\n{}",
+                self.log.join("\n")
             );
         }
     }

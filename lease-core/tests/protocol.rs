@@ -604,3 +604,36 @@ fn every_error_code_has_a_documented_exit_code() {
     codes.dedup();
     assert_eq!(codes.len(), ERROR_CODES.len());
 }
+
+/// PROTOCOL.md §15 OQ-2: a taker crashes after creating its epoch and before finalizing
+/// the cutoff of the owner it replaced; a second taker replaces it. The first owner, paused
+/// all along, must not be able to finalize its own (missing) cutoff later and count.
+#[test]
+fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_on() {
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &a, 5, 1).unwrap();
+    // B takes over A and crashes right after creating generation 2.
+    let exp = expect_head(&mut d, 60_000);
+    let mut tk = Takeover::new(takeover_params("b", 2, 60_000, exp, 1));
+    let mut input = None;
+    loop {
+        match tk.next(input.take()) {
+            Step::Io(r @ Request::CreateExclusive(FileRef::Epoch(_), _)) => {
+                d.perform(r, &all_alive);
+                break;
+            }
+            Step::Io(r) => input = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => panic!("finished early: {r:?}"),
+        }
+    }
+    // C takes over B (stale) and appends.
+    let c = takeover(&mut d, "c", 3, 200_000, 2).unwrap();
+    assert_eq!(c.generation.get(), 3);
+    let c1 = append(&mut d, &c, 200_001, 2).unwrap();
+    // A wakes up and appends: it must be fenced, and its event must not count.
+    let e = append(&mut d, &a, 200_002, 3).unwrap_err();
+    assert_eq!(e.code(), "FENCED");
+    let v = read_events(&mut d, 200_003).unwrap();
+    assert_eq!(counted(&v), vec![1, c1.sequence.get()]);
+}

@@ -94,6 +94,57 @@ fn next_epoch(
     Ok((rec, bytes))
 }
 
+/// "Finalize before extend": before creating generation `h + 1`, make sure the cutoff the
+/// head's epoch names (the generation `h` superseded) is finalized. By induction every
+/// superseded generation below the head has its cutoff before the chain moves on, so a
+/// zombie can never finalize its own cutoff late (after newer owners wrote events) and
+/// count (PROTOCOL.md §15 OQ-2, reproduced by a scenario test).
+#[derive(Debug)]
+struct Gate {
+    finalize: Option<Finalize>,
+    then: Option<Request>,
+}
+
+impl Gate {
+    fn new(run: &RunId, head: Option<&Head>, by: &Identity, now: Timestamp, then: Request) -> Gate {
+        let finalize = head.and_then(|h| {
+            h.epoch.retired.as_ref().map(|r| {
+                Finalize::new(
+                    run.clone(),
+                    r.generation,
+                    r.owner_id.clone(),
+                    h.generation(),
+                    by.clone(),
+                    now,
+                )
+                .lazy()
+            })
+        });
+        Gate {
+            finalize,
+            then: Some(then),
+        }
+    }
+}
+
+impl Operation for Gate {
+    /// The request to issue next (the epoch creation).
+    type Output = Request;
+    fn next(&mut self, input: Option<Response>) -> Step<Request> {
+        if let Some(f) = &mut self.finalize {
+            match f.next(input) {
+                Step::Io(r) => return Step::Io(r),
+                Step::Done(Err(e)) => return Step::Done(Err(e)),
+                Step::Done(Ok(_)) => {}
+            }
+        }
+        match self.then.take() {
+            Some(r) => Step::Done(Ok(r)),
+            None => Step::Done(Err(violation("nothing (gate finished)", &None))),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // claim
 
@@ -131,6 +182,7 @@ const MAX_CLAIM_ROUNDS: u32 = 8;
 #[derive(Debug)]
 enum ClaimState {
     Observe(Observe),
+    Gate(Box<(Option<Head>, EpochRecord, Digest)>, Gate),
     Create(Box<(Option<Head>, EpochRecord, Digest)>),
     Recheck(Box<(Option<Head>, EpochRecord, Digest)>, Recheck),
     Finalize(Box<EpochRecord>, Digest, Finalize),
@@ -176,6 +228,32 @@ impl Operation for Claim {
                         Step::Done(Ok(o)) => o,
                     };
                     if let Some(h) = &observed.head {
+                        if h.is_active()
+                            && h.epoch.owner_id == self.p.owner_id
+                            && h.epoch.holder == self.p.holder
+                        {
+                            // Our own epoch: an earlier attempt of this very process created
+                            // it and then failed (I/O error after the commit). Adopt it, so a
+                            // retry never wedges the run behind a lease nobody uses.
+                            let rec = h.epoch.clone();
+                            let hash = h.hash.clone();
+                            match rec.retired.clone() {
+                                Some(r) => {
+                                    let f = Finalize::new(
+                                        run.clone(),
+                                        r.generation,
+                                        r.owner_id,
+                                        rec.generation,
+                                        self.p.owner_id.clone(),
+                                        self.p.now,
+                                    )
+                                    .lazy();
+                                    self.st = ClaimState::Finalize(Box::new(rec), hash, f);
+                                    continue;
+                                }
+                                None => return Step::Done(Ok(self.lease(&rec, hash))),
+                            }
+                        }
                         if h.is_active() {
                             let held = Box::new(h.held_by());
                             return Step::Done(Err(match freshness(h, self.p.now) {
@@ -211,9 +289,26 @@ impl Operation for Claim {
                     };
                     let hash = Digest::of(&bytes);
                     let g = rec.generation;
-                    self.st = ClaimState::Create(Box::new((observed.head, rec, hash)));
-                    return Step::Io(Request::CreateExclusive(FileRef::Epoch(g), bytes));
+                    let gate = Gate::new(
+                        &run,
+                        observed.head.as_ref(),
+                        &self.p.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                    );
+                    self.st = ClaimState::Gate(Box::new((observed.head, rec, hash)), gate);
                 }
+                ClaimState::Gate(b, mut gate) => match gate.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = ClaimState::Gate(b, gate);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(create)) => {
+                        self.st = ClaimState::Create(b);
+                        return Step::Io(create);
+                    }
+                },
                 ClaimState::Create(b) => match input.take() {
                     Some(Response::Created) => {
                         let g = b.1.generation;
@@ -239,7 +334,7 @@ impl Operation for Claim {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(h)) => h,
                     };
-                    let (prev, rec, hash) = *b;
+                    let (_, rec, hash) = *b;
                     if higher.is_some() {
                         // Compaction removed the generation we replaced and someone already
                         // went past it: our epoch is a stray below the head (ignored by every
@@ -251,24 +346,7 @@ impl Operation for Claim {
                         self.st = ClaimState::Observe(Observe::new(run.clone()));
                         continue;
                     }
-                    // The free head we replaced may have retired an active generation whose
-                    // cutoff its creator never finalized (it crashed): finalize it now,
-                    // before this owner's first append (rule 2).
-                    match prev.as_ref().and_then(|h| h.epoch.retired.clone()) {
-                        Some(r) => {
-                            let f = Finalize::new(
-                                run.clone(),
-                                r.generation,
-                                r.owner_id,
-                                r.generation.next(&run).unwrap_or(r.generation),
-                                self.p.owner_id.clone(),
-                                self.p.now,
-                            )
-                            .lazy();
-                            self.st = ClaimState::Finalize(Box::new(rec), hash, f);
-                        }
-                        None => return Step::Done(Ok(self.lease(&rec, hash))),
-                    }
+                    return Step::Done(Ok(self.lease(&rec, hash)));
                 }
                 ClaimState::Finalize(rec, hash, mut f) => {
                     match f.next(input.take()) {
@@ -399,7 +477,9 @@ pub struct Release {
 #[derive(Debug)]
 enum ReleaseState {
     Observe(Observe),
+    Gate(Generation, Gate),
     Create(Generation),
+    Recheck(Generation, Recheck),
     Finalize(Generation, Finalize),
     Remove(Generation),
     Done,
@@ -408,7 +488,8 @@ enum ReleaseState {
 impl Release {
     /// Start a release.
     pub fn new(p: ReleaseParams) -> Release {
-        let obs = Observe::new(p.lease.run_id.clone());
+        // The heartbeat record is not needed to release: a torn one must not block it.
+        let obs = Observe::new(p.lease.run_id.clone()).without_beat();
         Release {
             p,
             st: ReleaseState::Observe(obs),
@@ -481,14 +562,44 @@ impl Operation for Release {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    self.st = ReleaseState::Create(rec.generation);
-                    return Step::Io(Request::CreateExclusive(
-                        FileRef::Epoch(rec.generation),
-                        bytes,
-                    ));
+                    let gate = Gate::new(
+                        run,
+                        Some(&head),
+                        &lease.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(rec.generation), bytes),
+                    );
+                    self.st = ReleaseState::Gate(rec.generation, gate);
                 }
-                ReleaseState::Create(g) => match input.take() {
-                    Some(Response::Created) => {
+                ReleaseState::Gate(g, mut gate) => match gate.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = ReleaseState::Gate(g, gate);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(create)) => {
+                        self.st = ReleaseState::Create(g);
+                        return Step::Io(create);
+                    }
+                },
+                ReleaseState::Recheck(g, mut rc) => match rc.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = ReleaseState::Recheck(g, rc);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(Some(top))) => {
+                        // Our `released` epoch re-used a compacted generation number: it is a
+                        // stray below the head and nobody will read it.
+                        return Step::Done(Err(fenced(
+                            run,
+                            lease.generation,
+                            format!(
+                                "generation {top} exists above the released one; release changed nothing"
+                            ),
+                        )));
+                    }
+                    Step::Done(Ok(None)) => {
                         let f = Finalize::new(
                             run.clone(),
                             lease.generation,
@@ -498,6 +609,11 @@ impl Operation for Release {
                             self.p.now,
                         );
                         self.st = ReleaseState::Finalize(g, f);
+                    }
+                },
+                ReleaseState::Create(g) => match input.take() {
+                    Some(Response::Created) => {
+                        self.st = ReleaseState::Recheck(g, Recheck::new(g));
                     }
                     Some(Response::AlreadyExists) => {
                         return Step::Done(Err(fenced(
@@ -518,7 +634,12 @@ impl Operation for Release {
                     Step::Done(Err(e)) => return Step::Done(Err(e)),
                     Step::Done(Ok(_)) => {
                         self.st = ReleaseState::Remove(g);
-                        return Step::Io(Request::Remove(FileRef::Beat(lease.generation)));
+                        // The beat of a released generation is never read again; its removal
+                        // need not be durable.
+                        return Step::Io(Request::Remove(
+                            FileRef::Beat(lease.generation),
+                            Durability::NoFsync,
+                        ));
                     }
                 },
                 ReleaseState::Remove(g) => {
@@ -647,6 +768,7 @@ enum TakeoverState {
     Observe(Observe),
     Intent(Box<Head>),
     Reread(Box<Head>),
+    Gate(Box<(Head, EpochRecord, Digest)>, Gate),
     Create(Box<(Head, EpochRecord, Digest)>),
     Recheck(Box<(Head, EpochRecord, Digest)>, Recheck),
     Finalize(Box<(EpochRecord, Digest)>, Finalize),
@@ -679,6 +801,41 @@ impl Operation for Takeover {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(o)) => o,
                     };
+                    if let Some(h) = observed.head.as_ref().filter(|h| {
+                        h.is_active()
+                            && h.epoch.owner_id == self.p.owner_id
+                            && h.epoch.holder == self.p.holder
+                    }) {
+                        // Our own epoch from an earlier attempt that failed after its commit:
+                        // adopt it (finalizing the cutoff it may not have written).
+                        let rec = h.epoch.clone();
+                        let hash = h.hash.clone();
+                        match rec.retired.clone() {
+                            Some(r) => {
+                                let f = Finalize::new(
+                                    run.clone(),
+                                    r.generation,
+                                    r.owner_id,
+                                    rec.generation,
+                                    self.p.owner_id.clone(),
+                                    self.p.now,
+                                )
+                                .lazy();
+                                self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
+                                continue;
+                            }
+                            None => {
+                                return Step::Done(Ok(OwnedLease {
+                                    run_id: run,
+                                    generation: rec.generation,
+                                    owner_id: self.p.owner_id.clone(),
+                                    holder: self.p.holder.clone(),
+                                    policy: self.p.policy,
+                                    epoch_hash: hash,
+                                }));
+                            }
+                        }
+                    }
                     let head = match observed.head {
                         Some(h) if h.is_active() => h,
                         Some(h) => {
@@ -820,9 +977,26 @@ impl Operation for Takeover {
                     };
                     let hash = Digest::of(&bytes);
                     let g = rec.generation;
-                    self.st = TakeoverState::Create(Box::new((head, rec, hash)));
-                    return Step::Io(Request::CreateExclusive(FileRef::Epoch(g), bytes));
+                    let gate = Gate::new(
+                        &run,
+                        Some(&head),
+                        &self.p.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                    );
+                    self.st = TakeoverState::Gate(Box::new((head, rec, hash)), gate);
                 }
+                TakeoverState::Gate(b, mut gate) => match gate.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = TakeoverState::Gate(b, gate);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(create)) => {
+                        self.st = TakeoverState::Create(b);
+                        return Step::Io(create);
+                    }
+                },
                 TakeoverState::Create(b) => match input.take() {
                     Some(Response::Created) => {
                         let g = b.1.generation;
@@ -938,7 +1112,9 @@ enum RetireState {
     Observe(Observe),
     Probe(Box<Head>),
     Intent(Box<(Head, EpochRecord, Vec<u8>)>),
+    Gate(Box<(Head, EpochRecord)>, Gate),
     Create(Box<(Head, EpochRecord)>),
+    Recheck(Box<(Head, EpochRecord)>, Recheck),
     Finalize(Generation, Generation, Finalize),
     Done,
 }
@@ -1049,8 +1225,14 @@ impl Operation for Retire {
                     Some(Response::Created) => {
                         let (head, rec, bytes) = *b;
                         let g = rec.generation;
-                        self.st = RetireState::Create(Box::new((head, rec)));
-                        return Step::Io(Request::CreateExclusive(FileRef::Epoch(g), bytes));
+                        let gate = Gate::new(
+                            &run,
+                            Some(&head),
+                            &self.p.owner_id,
+                            self.p.now,
+                            Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                        );
+                        self.st = RetireState::Gate(Box::new((head, rec)), gate);
                     }
                     Some(Response::AlreadyExists) => {
                         return Step::Done(Err(LeaseError::ArgumentInvalid {
@@ -1063,8 +1245,30 @@ impl Operation for Retire {
                     }
                     other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
                 },
-                RetireState::Create(b) => match input.take() {
-                    Some(Response::Created) => {
+                RetireState::Gate(b, mut gate) => match gate.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = RetireState::Gate(b, gate);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(create)) => {
+                        self.st = RetireState::Create(b);
+                        return Step::Io(create);
+                    }
+                },
+                RetireState::Recheck(b, mut rc) => match rc.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = RetireState::Recheck(b, rc);
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(Some(top))) => {
+                        return Step::Done(Err(race(
+                            &run,
+                            format!("generation {top} exists above the one just created"),
+                        )));
+                    }
+                    Step::Done(Ok(None)) => {
                         let (head, rec) = *b;
                         let f = Finalize::new(
                             run.clone(),
@@ -1075,6 +1279,12 @@ impl Operation for Retire {
                             self.p.now,
                         );
                         self.st = RetireState::Finalize(head.generation(), rec.generation, f);
+                    }
+                },
+                RetireState::Create(b) => match input.take() {
+                    Some(Response::Created) => {
+                        let g = b.1.generation;
+                        self.st = RetireState::Recheck(b, Recheck::new(g));
                     }
                     Some(Response::AlreadyExists) => {
                         return Step::Done(Err(race(

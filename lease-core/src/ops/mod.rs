@@ -62,8 +62,9 @@ pub enum Request {
     /// Atomically replace the file (temp, write, [fsync], rename, [fsync dir]):
     /// answer [`Response::Done`].
     Replace(FileRef, Vec<u8>, Durability),
-    /// Remove the file (missing is fine) and fsync its directory: answer [`Response::Done`].
-    Remove(FileRef),
+    /// Remove the file (missing is fine), fsyncing its directory with
+    /// [`Durability::Fsync`]: answer [`Response::Done`].
+    Remove(FileRef, Durability),
     /// Gather liveness evidence about a holder: answer [`Response::Liveness`].
     ProbeLiveness(Holder),
 }

@@ -150,6 +150,7 @@ pub fn definitely_dead(holder: &Holder, ev: &LivenessEvidence) -> Result<(), Str
 pub(crate) struct Observe {
     run: RunId,
     st: ObserveState,
+    beat: bool,
 }
 
 #[derive(Debug)]
@@ -172,7 +173,14 @@ impl Observe {
         Observe {
             run,
             st: ObserveState::Start,
+            beat: true,
         }
+    }
+
+    /// Do not read the head's heartbeat record (`Head::beat` stays `None`).
+    pub(crate) fn without_beat(mut self) -> Observe {
+        self.beat = false;
+        self
     }
 }
 
@@ -247,7 +255,7 @@ impl Operation for Observe {
                     Err(e) => return Step::Done(Err(e)),
                 };
                 let hash = Digest::of(&bytes);
-                if epoch.state == EpochState::Active {
+                if epoch.state == EpochState::Active && self.beat {
                     self.st = ObserveState::ReadBeat(Box::new((epoch, hash)));
                     Step::Io(Request::Read(FileRef::Beat(h)))
                 } else {

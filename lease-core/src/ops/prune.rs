@@ -419,7 +419,9 @@ impl Operation for Prune {
                     }
                     if let Some(&f) = self.to_remove.get(i) {
                         self.st = PruneState::Remove(i + 1);
-                        return Step::Io(Request::Remove(f));
+                        // Removed files are below the checkpoint floor: if a removal is lost
+                        // in a crash the file is ignored and removed again by the next prune.
+                        return Step::Io(Request::Remove(f, super::Durability::NoFsync));
                     }
                     return Step::Done(Ok(PruneReport {
                         floor: Some(self.floor),
