@@ -277,6 +277,15 @@ pub enum LeaseError {
         /// The store id found.
         found: String,
     },
+    /// The chain or the log changed under a maintenance or read operation (a concurrent
+    /// prune, or a run changing owner faster than it can be observed); retry.
+    #[error("CONCURRENT_CHANGE: run {run}: {detail}; retry")]
+    ConcurrentChange {
+        /// The run.
+        run: String,
+        /// What changed.
+        detail: String,
+    },
     /// The driver fed an operation a response that does not answer its request.
     #[error("PROTOCOL_VIOLATION: {detail}")]
     ProtocolViolation {
@@ -322,6 +331,7 @@ impl LeaseError {
             LeaseError::StoreBehindSeal { .. } => "STORE_BEHIND_SEAL",
             LeaseError::StoreIdentityMismatch { .. } => "STORE_IDENTITY_MISMATCH",
             LeaseError::ProtocolViolation { .. } => "PROTOCOL_VIOLATION",
+            LeaseError::ConcurrentChange { .. } => "CONCURRENT_CHANGE",
         }
     }
 
@@ -341,7 +351,8 @@ impl LeaseError {
             LeaseError::SchemaUnsupported { .. } | LeaseError::ProtocolViolation { .. } => 70,
             LeaseError::TakeoverRace { .. }
             | LeaseError::Fenced { .. }
-            | LeaseError::EventContention { .. } => 75,
+            | LeaseError::EventContention { .. }
+            | LeaseError::ConcurrentChange { .. } => 75,
             LeaseError::RunAlreadyActive { .. }
             | LeaseError::RunStaleRequiresTakeover { .. }
             | LeaseError::RunDeadRequiresRetirement { .. }
@@ -389,6 +400,7 @@ pub const ERROR_CODES: &[(&str, i32)] = &[
     ("TAKEOVER_RACE", 75),
     ("FENCED", 75),
     ("EVENT_CONTENTION", 75),
+    ("CONCURRENT_CHANGE", 75),
     ("RUN_ALREADY_ACTIVE", 76),
     ("RUN_STALE_REQUIRES_TAKEOVER", 76),
     ("RUN_DEAD_REQUIRES_RETIREMENT", 76),

@@ -637,3 +637,74 @@ fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_
     let v = read_events(&mut d, 200_003).unwrap();
     assert_eq!(counted(&v), vec![1, c1.sequence.get()]);
 }
+
+/// PROTOCOL.md §15 OQ-17: two prunes interleaved at every point never change which events
+/// count (a prune that sees the chain change under it gives up with CONCURRENT_CHANGE).
+#[test]
+fn concurrent_prunes_never_change_which_events_count() {
+    fn build() -> MemDisk {
+        let mut d = MemDisk::new();
+        let mut now = 0;
+        for i in 0..12u64 {
+            now += 100_000;
+            let l = match claim(&mut d, &format!("o{i}"), 10 + i as u32, now) {
+                Ok(l) => l,
+                Err(_) => takeover(&mut d, &format!("o{i}"), 10 + i as u32, now, i).unwrap(),
+            };
+            append(&mut d, &l, now + 1, i).unwrap();
+            if i % 2 == 0 {
+                release(&mut d, &l, now + 2).unwrap();
+            }
+        }
+        d
+    }
+    let prune = |keep: u64| {
+        Prune::new(PruneParams {
+            run_id: run_id(),
+            keep,
+            by: id("pruner"),
+            now: t(10_000_000),
+        })
+    };
+    let mut base = build();
+    let expected = counted(&read_events(&mut base, 9_000_000).unwrap());
+    let mut explored = 0;
+    for (k1, k2) in [(8u64, 4u64), (4, 8), (5, 5)] {
+        for split in 0..120 {
+            let mut d = build();
+            let (mut p1, mut p2) = (prune(k1), prune(k2));
+            let (mut i1, mut i2) = (None, None);
+            let (mut r1, mut r2) = (None, None);
+            let mut n = 0;
+            while r1.is_none() || r2.is_none() {
+                let first = n < split || r2.is_some();
+                n += 1;
+                if first && r1.is_none() {
+                    match p1.next(i1.take()) {
+                        Step::Io(r) => i1 = Some(d.perform(r, &all_alive)),
+                        Step::Done(r) => r1 = Some(r),
+                    }
+                } else if r2.is_none() {
+                    match p2.next(i2.take()) {
+                        Step::Io(r) => i2 = Some(d.perform(r, &all_alive)),
+                        Step::Done(r) => r2 = Some(r),
+                    }
+                } else {
+                    match p1.next(i1.take()) {
+                        Step::Io(r) => i1 = Some(d.perform(r, &all_alive)),
+                        Step::Done(r) => r1 = Some(r),
+                    }
+                }
+            }
+            for r in [r1.unwrap(), r2.unwrap()] {
+                if let Err(e) = r {
+                    assert_eq!(e.code(), "CONCURRENT_CHANGE", "{e}");
+                }
+            }
+            let got = counted(&read_events(&mut d, 9_000_000).unwrap());
+            assert_eq!(got, expected, "keep {k1}/{k2}, split {split}");
+            explored += 1;
+        }
+    }
+    assert!(explored > 300);
+}

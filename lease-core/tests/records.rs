@@ -716,7 +716,8 @@ fn any_sample() -> impl Strategy<Value = Sample> {
 }
 
 /// Every decoder, for inputs that are not derived from one record.
-const DECODERS: [(&str, fn(&[u8]) -> Result<Vec<u8>, LeaseError>); 8] = [
+type DecodeFn = fn(&[u8]) -> Result<Vec<u8>, LeaseError>;
+const DECODERS: [(&str, DecodeFn); 8] = [
     ("epoch", decode_then_encode::<EpochRecord>),
     ("heartbeat", decode_then_encode::<HeartbeatRecord>),
     ("retirement", decode_then_encode::<RetirementRecord>),

@@ -1,34 +1,45 @@
-//! # lease-fs — the POSIX adapter for runlease (NOT IMPLEMENTED YET)
+//! # lease-fs: the runlease protocol on a POSIX disk
 //!
-//! **Status: skeleton.** This crate contains no working code yet. Nothing in it
-//! touches the file system, takes a lock or stores a lease today. Do not depend on
-//! it for anything but its [`STATUS`] constant.
+//! The file-system adapter of runlease. It drives the sans-IO operations of
+//! [`lease_core`] over a run folder:
 //!
-//! What this crate **will** hold, once its issue lands (see `ARCHITECTURE.md`,
-//! section 2):
-//!
-//! - **Durable primitives:** atomic replace (temp file, write, fsync, rename,
-//!   fsync the directory), link-exclusive create (temp file, fsync, `link(2)`,
-//!   fsync the directory; `EEXIST` is the loser's answer), directory fsync.
-//! - **Private directories:** 0700 directories and 0600 files, `O_NOFOLLOW`,
-//!   symlinks refused.
-//! - **Directory-fd relative operations** (openat-style), so a renamed or
-//!   remounted run root is detected instead of silently followed.
-//! - **The kernel owner lock** for a run.
-//! - **On-disk stores built from those primitives:** the lease store, the event
-//!   log and command records, all using the sans-IO records and decisions of
-//!   `lease-core`.
-//! - **A file-system seam (an `Fs` trait or equivalent) and a simulated FS** that
-//!   can inject faults and crash between any two syscalls, dropping whatever was
-//!   not fsynced, for the crash-point tests.
-//!
-//! # Example
-//!
-//! The only thing this skeleton offers is an honest status string:
+//! - [`fs::Fs`], the seam: the few system calls the protocol needs, relative to a held
+//!   descriptor of the run root; [`RealFs`] implements it with `openat2`-style calls that
+//!   never follow a symlink, and [`SimFs`] simulates it for crash tests (data durable only
+//!   after fsync, directory entries only after fsync of their directory, torn writes,
+//!   failing the N-th call).
+//! - [`primitives`]: link-exclusive create, atomic replace, remove, orphan temp cleanup, each
+//!   with its order of writes and fsyncs.
+//! - [`RunDir`]: the lease (claim, heartbeat, release, exact takeover, dead-owner
+//!   retirement, prune, status) and the event log (append, authoritative read, verify).
+//! - [`lock::OwnerLock`]: the kernel owner lock (`flock`), released by the kernel when the
+//!   owner dies; [`probe`]: boot id and process start times for liveness evidence.
 //!
 //! ```
-//! assert!(lease_fs::STATUS.contains("not implemented yet"));
+//! use lease_fs::{RunDir, this_holder};
+//! use lease_core::{Identity, Timestamp, TimingPolicy};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let run = RunDir::create(&dir.path().join("demo-run"))?;
+//! let now = Timestamp::parse("2026-12-02T12:00:00.000Z").unwrap();
+//! let lease = run.claim(Identity::new("owner-1").unwrap(), this_holder()?, TimingPolicy::default(), now)?;
+//! let ev = run.append(&lease, Identity::new("step.done").unwrap(), serde_json::json!({"n": 1}), now)?;
+//! assert_eq!(ev.sequence.get(), 1);
+//! run.release(&lease, now, None)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
 
-/// Implementation status of this crate: it is a placeholder with no functionality.
-pub const STATUS: &str = "lease-fs skeleton: not implemented yet";
+pub mod error;
+pub mod fs;
+pub mod lock;
+pub mod primitives;
+pub mod probe;
+pub mod real;
+pub mod sim;
+pub mod store;
+
+pub use error::{FS_ERROR_CODES, FsError};
+pub use real::RealFs;
+pub use sim::SimFs;
+pub use store::{Liveness, ProcLiveness, RunDir, run_id_of, this_holder};

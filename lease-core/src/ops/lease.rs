@@ -45,6 +45,39 @@ fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> Lea
     }
 }
 
+/// An intent file with our nonce already exists: fine if it is ours (a retry of the same
+/// attempt), an argument error otherwise.
+fn own_intent(
+    run: &RunId,
+    taker: &Identity,
+    nonce: u64,
+    input: Option<Response>,
+) -> Result<(), LeaseError> {
+    let bytes = match input {
+        Some(Response::Content(Some(b))) => b,
+        Some(Response::Content(None)) => {
+            return Err(LeaseError::ArgumentInvalid {
+                what: "nonce",
+                reason: format!(
+                    "the intent with nonce {nonce:016x} vanished; retry with a fresh nonce"
+                ),
+            });
+        }
+        other => return Err(violation("Content", &other)),
+    };
+    let intent: TakeoverIntent = crate::canonical::decode_for(run, &bytes)?;
+    if &intent.taker_owner_id == taker {
+        Ok(())
+    } else {
+        Err(LeaseError::ArgumentInvalid {
+            what: "nonce",
+            reason: format!(
+                "an intent with nonce {nonce:016x} of another taker already exists; use a fresh random nonce"
+            ),
+        })
+    }
+}
+
 fn race(run: &RunId, detail: impl Into<String>) -> LeaseError {
     LeaseError::TakeoverRace {
         run: run.to_string(),
@@ -767,6 +800,7 @@ pub struct Takeover {
 enum TakeoverState {
     Observe(Observe),
     Intent(Box<Head>),
+    IntentCheck(Box<Head>),
     Reread(Box<Head>),
     Gate(Box<(Head, EpochRecord, Digest)>, Gate),
     Create(Box<(Head, EpochRecord, Digest)>),
@@ -901,16 +935,24 @@ impl Operation for Takeover {
                         return Step::Io(Request::Read(FileRef::Beat(g)));
                     }
                     Some(Response::AlreadyExists) => {
-                        return Step::Done(Err(LeaseError::ArgumentInvalid {
-                            what: "nonce",
-                            reason: format!(
-                                "an intent with nonce {:016x} already exists; use a fresh random nonce",
-                                self.p.nonce
-                            ),
-                        }));
+                        // A retry of this very attempt, or a nonce collision: read it.
+                        let file = FileRef::Intent {
+                            generation: head.generation().next(&run).unwrap_or(head.generation()),
+                            nonce: self.p.nonce,
+                        };
+                        self.st = TakeoverState::IntentCheck(head);
+                        return Step::Io(Request::Read(file));
                     }
                     other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
                 },
+                TakeoverState::IntentCheck(head) => {
+                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
+                        return Step::Done(Err(e));
+                    }
+                    let g = head.generation();
+                    self.st = TakeoverState::Reread(head);
+                    return Step::Io(Request::Read(FileRef::Beat(g)));
+                }
                 TakeoverState::Reread(head) => {
                     let mut head = *head;
                     head.beat = match input.take() {
@@ -1112,6 +1154,7 @@ enum RetireState {
     Observe(Observe),
     Probe(Box<Head>),
     Intent(Box<(Head, EpochRecord, Vec<u8>)>),
+    IntentCheck(Box<(Head, EpochRecord, Vec<u8>)>),
     Gate(Box<(Head, EpochRecord)>, Gate),
     Create(Box<(Head, EpochRecord)>),
     Recheck(Box<(Head, EpochRecord)>, Recheck),
@@ -1235,16 +1278,30 @@ impl Operation for Retire {
                         self.st = RetireState::Gate(Box::new((head, rec)), gate);
                     }
                     Some(Response::AlreadyExists) => {
-                        return Step::Done(Err(LeaseError::ArgumentInvalid {
-                            what: "nonce",
-                            reason: format!(
-                                "an intent with nonce {:016x} already exists; use a fresh random nonce",
-                                self.p.nonce
-                            ),
-                        }));
+                        let file = FileRef::Intent {
+                            generation: b.1.generation,
+                            nonce: self.p.nonce,
+                        };
+                        self.st = RetireState::IntentCheck(b);
+                        return Step::Io(Request::Read(file));
                     }
                     other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
                 },
+                RetireState::IntentCheck(b) => {
+                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
+                        return Step::Done(Err(e));
+                    }
+                    let (head, rec, bytes) = *b;
+                    let g = rec.generation;
+                    let gate = Gate::new(
+                        &run,
+                        Some(&head),
+                        &self.p.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                    );
+                    self.st = RetireState::Gate(Box::new((head, rec)), gate);
+                }
                 RetireState::Gate(b, mut gate) => match gate.next(input.take()) {
                     Step::Io(r) => {
                         self.st = RetireState::Gate(b, gate);

@@ -464,7 +464,11 @@ pub struct ReadEvents {
     cutoff_gens: Vec<Generation>,
     chain: ChainView,
     pending: Vec<(Generation, Identity, Generation)>,
+    restarts: u32,
 }
+
+/// How often a reader re-reads the chain after a concurrent prune before giving up.
+const MAX_RESTARTS: u32 = 8;
 
 #[derive(Debug)]
 enum ReadState {
@@ -496,6 +500,7 @@ impl ReadEvents {
             cutoff_gens: Vec::new(),
             chain: ChainView::default(),
             pending: Vec::new(),
+            restarts: 0,
         }
     }
 
@@ -720,11 +725,24 @@ impl Operation for ReadEvents {
                         return Step::Io(r);
                     }
                     Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(c)) => {
-                        if let Cut::Record(c) = c {
-                            self.chain.cutoffs.insert(c.generation, c.events_through);
-                        }
+                    Step::Done(Ok(Cut::Record(c))) => {
+                        self.chain.cutoffs.insert(c.generation, c.events_through);
                         return self.next_pending();
+                    }
+                    Step::Done(Ok(Cut::Compacted(_))) => {
+                        // A prune ran while we read the chain: read the chain again (the log
+                        // itself is immutable and stays as read).
+                        self.restarts += 1;
+                        if self.restarts > MAX_RESTARTS {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: run.to_string(),
+                                detail: "the chain was compacted repeatedly while reading".into(),
+                            }));
+                        }
+                        self.chain = ChainView::default();
+                        self.pending.clear();
+                        self.st = ReadState::ListCheckpoints;
+                        return Step::Io(Request::List(Dir::Checkpoints));
                     }
                 },
                 ReadState::Done => {

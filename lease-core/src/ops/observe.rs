@@ -151,6 +151,7 @@ pub(crate) struct Observe {
     run: RunId,
     st: ObserveState,
     beat: bool,
+    restarts: u32,
 }
 
 #[derive(Debug)]
@@ -174,6 +175,7 @@ impl Observe {
             run,
             st: ObserveState::Start,
             beat: true,
+            restarts: 0,
         }
     }
 
@@ -244,7 +246,17 @@ impl Operation for Observe {
                     Some(Response::Content(None)) => {
                         // Listed a moment ago and gone now: epochs are only removed below a
                         // checkpoint floor, never the head, so this is concurrent compaction
-                        // of a stray or outside interference. Start over.
+                        // of a stray or outside interference. Start over, a bounded number of
+                        // times.
+                        self.restarts += 1;
+                        if self.restarts > 8 {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: self.run.to_string(),
+                                detail: format!(
+                                    "epoch {h} keeps vanishing between listing and reading"
+                                ),
+                            }));
+                        }
                         self.st = ObserveState::Listed;
                         return Step::Io(Request::List(Dir::Epochs));
                     }

@@ -53,6 +53,7 @@ pub struct Prune {
     tail: u64,
     not_authoritative: Vec<u64>,
     prev_hash: Option<Digest>,
+    restarts: u32,
 }
 
 #[derive(Debug)]
@@ -98,6 +99,7 @@ impl Prune {
             tail: 0,
             not_authoritative: Vec::new(),
             prev_hash: None,
+            restarts: 0,
         }
     }
 
@@ -201,6 +203,15 @@ impl Operation for Prune {
                         .filter(|g| *g >= old_floor && *g <= floor)
                         .collect();
                     if self.gens.first() != Some(&old_floor) || self.gens.last() != Some(&floor) {
+                        // Either a concurrent prune moved the floor since we read the
+                        // checkpoint (look again), or epochs are really missing.
+                        if self.restarts < 3 {
+                            self.restarts += 1;
+                            self.chain = ChainView::default();
+                            self.not_authoritative.clear();
+                            self.st = PruneState::ListCheckpoints;
+                            return Step::Io(Request::List(Dir::Checkpoints));
+                        }
                         return Step::Done(Err(LeaseError::ChainBroken {
                             run: run.to_string(),
                             chain: "epoch",
@@ -225,7 +236,15 @@ impl Operation for Prune {
                             }
                             Err(e) => return Step::Done(Err(e)),
                         },
-                        other => return Step::Done(Err(violation("Content(Some)", &other))),
+                        Some(Response::Content(None)) => {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: run.to_string(),
+                                detail: format!(
+                                    "epoch {g} vanished while compacting (another prune?)"
+                                ),
+                            }));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
                     }
                     if let Some(&n) = self.gens.get(i + 1) {
                         self.st = PruneState::ReadEpoch(i + 1);
@@ -295,8 +314,16 @@ impl Operation for Prune {
                     }
                     Step::Done(Err(e)) => return Step::Done(Err(e)),
                     Step::Done(Ok(c)) => {
-                        if let Cut::Record(c) = c {
-                            self.chain.cutoffs.insert(c.generation, c.events_through);
+                        match c {
+                            Cut::Record(c) => {
+                                self.chain.cutoffs.insert(c.generation, c.events_through);
+                            }
+                            Cut::Compacted(_) => {
+                                return Step::Done(Err(LeaseError::ConcurrentChange {
+                                    run: run.to_string(),
+                                    detail: "another prune created a newer checkpoint".into(),
+                                }));
+                            }
                         }
                         match self.start_finalize(pending) {
                             Some(st) => self.st = st,
@@ -343,8 +370,28 @@ impl Operation for Prune {
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     };
-                    if ev.generation < self.floor && !judge_event(&ev, &self.chain).counts() {
-                        self.not_authoritative.push(s);
+                    if ev.generation < self.floor {
+                        match judge_event(&ev, &self.chain) {
+                            a if a.counts() => {}
+                            // A cutoff below the floor is missing (a concurrent prune folded it)
+                            // or an epoch vanished: never guess "does not count".
+                            super::Authority::Pending | super::Authority::UnknownGeneration
+                                if ev.generation
+                                    >= self
+                                        .chain
+                                        .checkpoint
+                                        .as_ref()
+                                        .map_or(Generation::FIRST, |c| c.floor_generation) =>
+                            {
+                                return Step::Done(Err(LeaseError::ConcurrentChange {
+                                    run: run.to_string(),
+                                    detail: format!(
+                                        "the chain changed while judging event {s} (another prune?)"
+                                    ),
+                                }));
+                            }
+                            _ => self.not_authoritative.push(s),
+                        }
                     }
                     if s < self.tail {
                         self.st = PruneState::ReadEvent(s + 1);

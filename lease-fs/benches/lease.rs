@@ -1,0 +1,212 @@
+//! Benchmarks of the lease and the event log on the real disk, each beside a raw baseline
+//! measured in the same run (`cargo xtask bench` prints the ratios).
+//!
+//! Baselines: `raw/plain_write` (create + write, no fsync), `raw/atomic_replace_fsync`
+//! (temp, write, fsync, rename, fsync dir), `raw/link_exclusive_create` (temp, write, fsync,
+//! link, fsync dir, unlink temp), and `raw/two_link_exclusive_creates`.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use lease_core::ops::{Expectation, TakeoverTrigger};
+use lease_core::{
+    Digest, Event, FileRef, Generation, Identity, RunId, Sequence, Timestamp, TimingPolicy, encode,
+};
+use lease_fs::fs::Fs;
+use lease_fs::{RealFs, RunDir, primitives, this_holder};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_796_169_600_000 + ms).unwrap()
+}
+
+fn id(s: &str) -> Identity {
+    Identity::new(s).unwrap()
+}
+
+fn durable() -> TimingPolicy {
+    TimingPolicy::default().with_durability(lease_core::HeartbeatDurability::Durable)
+}
+
+fn raw(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = RealFs::create(&dir.path().join("raw")).unwrap();
+    fs.ensure_dir("d").unwrap();
+    let bytes = vec![b'x'; 300];
+    let mut g = c.benchmark_group("raw");
+    let mut n = 0u64;
+    g.bench_function("plain_write", |b| {
+        b.iter(|| {
+            n += 1;
+            fs.write_new(&format!("d/p{n}"), &bytes).unwrap();
+        })
+    });
+    g.bench_function("atomic_replace_fsync", |b| {
+        b.iter(|| primitives::replace(&fs, "d/replaced", &bytes, true).unwrap())
+    });
+    g.bench_function("link_exclusive_create", |b| {
+        b.iter(|| {
+            n += 1;
+            assert!(primitives::create_exclusive(&fs, &format!("d/c{n}"), &bytes).unwrap());
+        })
+    });
+    g.bench_function("two_link_exclusive_creates", |b| {
+        b.iter(|| {
+            n += 1;
+            assert!(primitives::create_exclusive(&fs, &format!("d/a{n}"), &bytes).unwrap());
+            assert!(primitives::create_exclusive(&fs, &format!("d/b{n}"), &bytes).unwrap());
+        })
+    });
+    g.finish();
+}
+
+fn lease(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = this_holder().unwrap();
+    let mut g = c.benchmark_group("lease");
+    let mut runs = 0u64;
+    g.bench_function("claim_release_fresh_run", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                runs += 1;
+                let run = RunDir::create(&dir.path().join(format!("r{runs}"))).unwrap();
+                // Create the folders outside the timed part: a fresh run's first claim also
+                // creates `lease/epochs`, measured separately below.
+                run.fs().ensure_dir("lease/epochs").unwrap();
+                run.fs().ensure_dir("lease/cutoffs").unwrap();
+                let start = Instant::now();
+                let l = run
+                    .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+                    .unwrap();
+                run.release(&l, t(1), None).unwrap();
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    for (name, policy) in [
+        ("heartbeat_local", TimingPolicy::default()),
+        ("heartbeat_durable", durable()),
+    ] {
+        let run = RunDir::create(&dir.path().join(name)).unwrap();
+        let l = run
+            .claim(id("bench"), holder.clone(), policy, t(0))
+            .unwrap();
+        let mut count = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                count += 1;
+                run.heartbeat(&l, t(count), count).unwrap();
+            })
+        });
+    }
+    {
+        let run = RunDir::create(&dir.path().join("status")).unwrap();
+        let l = run
+            .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+            .unwrap();
+        run.heartbeat(&l, t(1), 1).unwrap();
+        g.bench_function("status_read", |b| {
+            b.iter(|| run.status(t(2), false).unwrap())
+        });
+    }
+    g.bench_function("takeover", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for i in 0..iters {
+                runs += 1;
+                let run = RunDir::create(&dir.path().join(format!("tk{runs}"))).unwrap();
+                let old = run
+                    .claim(id("old"), holder.clone(), TimingPolicy::default(), t(0))
+                    .unwrap();
+                run.fs().ensure_dir("lease/intents").unwrap();
+                run.fs().ensure_dir("lease/cutoffs").unwrap();
+                let head = run.status(t(60_000), false).unwrap().head.unwrap();
+                let start = Instant::now();
+                let new = run
+                    .takeover(
+                        id("new"),
+                        holder.clone(),
+                        TimingPolicy::default(),
+                        t(60_000),
+                        Expectation::of(&head),
+                        TakeoverTrigger::Operator,
+                        i,
+                    )
+                    .unwrap();
+                total += start.elapsed();
+                assert!(new.generation > old.generation);
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+/// Write `n` valid events directly (no fsync: setup only).
+fn prefill(root: &Path, run: &RunId, generation: Generation, owner: &Identity, n: u64) {
+    let dir = root.join("events");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut prev: Option<Digest> = None;
+    for s in 1..=n {
+        let ev = Event {
+            run_id: run.clone(),
+            sequence: Sequence::new(s).unwrap(),
+            generation,
+            owner_id: owner.clone(),
+            event_type: id("prefill"),
+            payload: serde_json::json!({ "s": s }),
+            timestamp: t(s),
+            prev_hash: prev.take(),
+        };
+        let bytes = encode(&ev).unwrap();
+        prev = Some(Digest::of(&bytes));
+        std::fs::write(root.join(FileRef::Event(ev.sequence).path()), &bytes).unwrap();
+    }
+}
+
+fn append(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = this_holder().unwrap();
+    let mut g = c.benchmark_group("append");
+    for n in [10u64, 1_000, 10_000] {
+        let root = dir.path().join(format!("log{n}"));
+        let run = RunDir::create(&root).unwrap();
+        let l = run
+            .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+            .unwrap();
+        prefill(&root, run.run_id(), l.generation, &l.owner_id, n);
+        g.bench_with_input(BenchmarkId::new("events", n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                // A fresh handle per batch: the first append finds the tail by the Exists
+                // gallop, later ones use the cached hint.
+                let run = RunDir::open(&root).unwrap();
+                let start = Instant::now();
+                for i in 0..iters {
+                    run.append(&l, id("bench"), serde_json::json!(i), t(i))
+                        .unwrap();
+                }
+                let took = start.elapsed();
+                // Untimed: remove what was appended so every batch starts at n events.
+                for s in n + 1..=n + iters {
+                    std::fs::remove_file(
+                        root.join(FileRef::Event(Sequence::new(s).unwrap()).path()),
+                    )
+                    .unwrap();
+                }
+                took
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    targets = raw, lease, append
+}
+criterion_main!(benches);

@@ -1,0 +1,118 @@
+//! The typed error of lease-fs: protocol errors from lease-core plus I/O and layout errors,
+//! each naming the run and the file.
+
+use lease_core::LeaseError;
+use std::io;
+
+/// Every failure of the file-system adapter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FsError {
+    /// A protocol outcome (held, fenced, invalid record, ...), see [`LeaseError`].
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// The run folder does not exist.
+    #[error("RUN_NOT_FOUND: run folder {path} does not exist")]
+    RunNotFound {
+        /// The folder.
+        path: String,
+    },
+    /// The run root was renamed, replaced, deleted or unmounted while open.
+    #[error(
+        "RUN_ROOT_CHANGED: run folder {path} changed underneath: {detail}; nothing was written through it"
+    )]
+    RootChanged {
+        /// The folder.
+        path: String,
+        /// What changed.
+        detail: String,
+    },
+    /// Something in the run folder is not what the layout allows (a symlink, a file where
+    /// a folder should be, a folder where a file should be).
+    #[error("RUN_LAYOUT_INVALID: run {run}: {path}: {detail}")]
+    LayoutInvalid {
+        /// The run.
+        run: String,
+        /// The offending path, relative to the run root.
+        path: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A system call failed.
+    #[error("IO_ERROR: run {run}: {op} {path}: {source}")]
+    Io {
+        /// The run.
+        run: String,
+        /// The operation (`read`, `link`, `fsync`, ...).
+        op: &'static str,
+        /// The path, relative to the run root.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            FsError::Lease(e) => e.code(),
+            FsError::RunNotFound { .. } => "RUN_NOT_FOUND",
+            FsError::RootChanged { .. } => "RUN_ROOT_CHANGED",
+            FsError::LayoutInvalid { .. } => "RUN_LAYOUT_INVALID",
+            FsError::Io { .. } => "IO_ERROR",
+        }
+    }
+
+    /// sysexits-style exit code (64 usage, 65 data, 74 I/O, 75 fenced, 76 held, ...).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            FsError::Lease(e) => e.exit_code(),
+            FsError::RunNotFound { .. } => 64,
+            FsError::RootChanged { .. } => 74,
+            FsError::LayoutInvalid { .. } => 65,
+            FsError::Io { .. } => 74,
+        }
+    }
+
+    /// The protocol error inside, if this is one.
+    pub fn lease(&self) -> Option<&LeaseError> {
+        match self {
+            FsError::Lease(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Wrap an `io::Error` of operation `op` on `path`, classifying layout problems.
+    pub fn io(run: &str, op: &'static str, path: &str, source: io::Error) -> FsError {
+        let raw = source.raw_os_error();
+        // ELOOP (symlink with O_NOFOLLOW), ENOTDIR, EISDIR, EXDEV from RESOLVE_BENEATH.
+        if matches!(raw, Some(40) | Some(20) | Some(21) | Some(18))
+            || source.kind() == io::ErrorKind::NotADirectory
+            || source.kind() == io::ErrorKind::IsADirectory
+        {
+            return FsError::LayoutInvalid {
+                run: run.to_string(),
+                path: path.to_string(),
+                detail: format!(
+                    "{op}: {source} (symlinks and misplaced files or folders are refused, never followed)"
+                ),
+            };
+        }
+        FsError::Io {
+            run: run.to_string(),
+            op,
+            path: path.to_string(),
+            source,
+        }
+    }
+}
+
+/// Every lease-fs specific code with its exit code (protocol codes are in
+/// [`lease_core::ERROR_CODES`]).
+pub const FS_ERROR_CODES: &[(&str, i32)] = &[
+    ("RUN_NOT_FOUND", 64),
+    ("RUN_ROOT_CHANGED", 74),
+    ("RUN_LAYOUT_INVALID", 65),
+    ("IO_ERROR", 74),
+];

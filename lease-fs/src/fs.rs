@@ -1,0 +1,105 @@
+//! The file-system seam: the few system calls the protocol needs, relative to a run root.
+//!
+//! Every durable primitive in [`crate::primitives`] is written once against this trait, so
+//! the same code runs on the real disk ([`crate::RealFs`]) and on the simulated one
+//! ([`crate::SimFs`]), which can crash between any two calls, drop what was not fsynced,
+//! tear the last unsynced write, or fail the N-th call with `EIO`/`ENOSPC`.
+//!
+//! Paths are relative to the run root, use `/` separators, and never contain `..`, empty
+//! components or a leading `/` (callers build them only from [`lease_core::FileRef`] and
+//! [`lease_core::Dir`]). Implementations must refuse to follow symlinks anywhere in a path.
+//!
+//! Errors are `std::io::Error`s with the usual kinds: `NotFound`, `AlreadyExists` (`EEXIST`),
+//! and raw OS errors for the rest; [`crate::FsError`] adds the operation and path.
+
+use std::io;
+
+/// The system calls a run needs, relative to its root. One call = one crash point.
+pub trait Fs: Send + Sync {
+    /// Create directory `dir` (mode 0700) if it is missing, creating missing parents too,
+    /// and fsync each parent whose entries changed. Returns whether anything was created.
+    /// A symlink or non-directory in the way is an error (`NotADirectory`-like), never
+    /// followed.
+    fn ensure_dir(&self, dir: &str) -> io::Result<bool>;
+
+    /// Entry names of directory `dir` (not `.`/`..`), in any order. A missing directory is
+    /// an empty list.
+    fn list(&self, dir: &str) -> io::Result<Vec<String>>;
+
+    /// The whole content of regular file `path`; `None` if it does not exist. A symlink, a
+    /// directory or anything but a regular file is an error. Files larger than `limit`
+    /// bytes are an error (`InvalidData`).
+    fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>>;
+
+    /// Whether `path` exists (without following a symlink).
+    fn exists(&self, path: &str) -> io::Result<bool>;
+
+    /// Create `path` exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600), write all of
+    /// `bytes`, close. No fsync.
+    fn write_new(&self, path: &str, bytes: &[u8]) -> io::Result<()>;
+
+    /// fsync the regular file `path` (its data and size).
+    fn fsync(&self, path: &str) -> io::Result<()>;
+
+    /// fsync directory `dir` (its entries).
+    fn fsync_dir(&self, dir: &str) -> io::Result<()>;
+
+    /// `link(2)` `from` to `to` (same directory in practice). `AlreadyExists` if `to` exists.
+    fn link(&self, from: &str, to: &str) -> io::Result<()>;
+
+    /// `rename(2)` `from` over `to`.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+
+    /// `unlink(2)` `path`. `NotFound` if it does not exist.
+    fn unlink(&self, path: &str) -> io::Result<()>;
+
+    /// Number of hard links of `path`, `None` if it does not exist (resolves an ambiguous
+    /// `link(2)` failure: a temp file with 2 links was linked).
+    fn link_count(&self, path: &str) -> io::Result<Option<u64>>;
+
+    /// Seconds since the file was last modified, `None` if it does not exist (used only to
+    /// leave young temp files of live writers alone during cleanup).
+    fn age_secs(&self, path: &str) -> io::Result<Option<u64>>;
+
+    /// Check that the run root is still the directory that was opened (not renamed,
+    /// replaced, deleted or unmounted underneath). `Err` describes what changed.
+    fn check_root(&self) -> io::Result<()>;
+}
+
+/// Split `path` into its parent directory (`""` for the root) and file name.
+pub fn split(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", path),
+    }
+}
+
+/// Join a directory (possibly `""`) and a name.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// Check that a relative path is well-formed: non-empty components, no `.`/`..`, no
+/// leading or trailing `/`, no NUL. (Directory paths may be `""` for the root.)
+pub fn check_rel(path: &str) -> io::Result<()> {
+    if path.is_empty() {
+        return Ok(());
+    }
+    let ok = !path.starts_with('/')
+        && !path.contains('\0')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing path {path:?}: not a plain relative path"),
+        ))
+    }
+}

@@ -1,0 +1,479 @@
+//! The lease, the event log and the run folder on disk: lease-core's operations driven
+//! over an [`Fs`].
+
+use crate::error::FsError;
+use crate::fs::Fs;
+use crate::primitives;
+use lease_core::canonical::MAX_RECORD_BYTES;
+use lease_core::ops::{
+    Append, AppendParams, Appended, Claim, ClaimParams, Durability, EventLogView, Expectation,
+    Heartbeat, LivenessEvidence, Operation, OwnedLease, OwnerLock, ProcessState, Prune,
+    PruneParams, PruneReport, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
+    RetireParams, Retired, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
+    VerifyReport,
+};
+use lease_core::{
+    Digest, Dir, FileRef, Generation, Holder, Identity, RunId, Seal, Sequence, Timestamp,
+    TimingPolicy,
+};
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Gathers liveness evidence about a recorded holder (see `lease_core::ops::definitely_dead`).
+pub trait Liveness: Send + Sync {
+    /// Evidence about `holder`.
+    fn probe(&self, holder: &Holder) -> LivenessEvidence;
+}
+
+/// Liveness on this machine: boot id, `/proc/<pid>/stat` start time and the run's kernel
+/// owner lock.
+#[derive(Debug, Clone)]
+pub struct ProcLiveness {
+    root: PathBuf,
+    /// Set when the caller itself holds the owner lock (it took it, so no other live
+    /// process on this boot does).
+    self_holds_lock: bool,
+}
+
+impl ProcLiveness {
+    /// Probe liveness for the run at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> ProcLiveness {
+        ProcLiveness {
+            root: root.into(),
+            self_holds_lock: false,
+        }
+    }
+
+    /// The caller holds the run's owner lock: report it free for any other holder.
+    pub fn holding_lock(mut self) -> ProcLiveness {
+        self.self_holds_lock = true;
+        self
+    }
+}
+
+impl Liveness for ProcLiveness {
+    fn probe(&self, holder: &Holder) -> LivenessEvidence {
+        let observer_boot_id = crate::probe::boot_id()
+            .ok()
+            .and_then(|b| Identity::new(b).ok())
+            .unwrap_or_else(|| {
+                Identity::new("unknown-boot").unwrap_or_else(|_| holder.boot_id.clone())
+            });
+        let process = match crate::probe::process_start_time(holder.pid) {
+            Ok(None) => ProcessState::Gone,
+            Ok(Some(start_time)) => ProcessState::Running { start_time },
+            Err(_) => ProcessState::Unknown,
+        };
+        let owner_lock = if self.self_holds_lock {
+            OwnerLock::Free
+        } else {
+            match crate::lock::probe_owner_lock(&self.root) {
+                Ok(true) => OwnerLock::Free,
+                Ok(false) => OwnerLock::Held,
+                Err(_) => OwnerLock::Unknown,
+            }
+        };
+        LivenessEvidence {
+            observer_boot_id,
+            process,
+            owner_lock,
+        }
+    }
+}
+
+/// The identity of this process as a lease holder.
+pub fn this_holder() -> Result<Holder, FsError> {
+    let (host, boot, pid, start) =
+        crate::probe::current_holder_parts().map_err(|e| FsError::Io {
+            run: "?".into(),
+            op: "probe self",
+            path: "/proc/self/stat".into(),
+            source: e,
+        })?;
+    let ident = |what: &'static str, v: String| Identity::arg(what, v).map_err(FsError::from);
+    Ok(Holder {
+        host: ident("host name", host)?,
+        boot_id: ident("boot id", boot)?,
+        pid,
+        start_time: start,
+    })
+}
+
+/// A run folder: the lease, the event log and the records, driven through an [`Fs`].
+///
+/// Every protocol operation re-checks first that the run root is still the directory that
+/// was opened. The struct caches nothing that could go stale except which directories
+/// exist and the tail of the event log (a hint, verified on use).
+pub struct RunDir {
+    fs: Arc<dyn Fs>,
+    run_id: RunId,
+    root: PathBuf,
+    liveness: Arc<dyn Liveness>,
+    dirs: Mutex<HashSet<&'static str>>,
+    tail: Mutex<Option<(Sequence, Digest)>>,
+}
+
+impl std::fmt::Debug for RunDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunDir")
+            .field("run_id", &self.run_id)
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+/// The run id of a run folder: its last path component.
+pub fn run_id_of(path: &Path) -> Result<RunId, FsError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // `.` or a trailing `..` have no usable name: resolve it.
+    let name = if name.is_empty() || name == "." || name == ".." {
+        std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    } else {
+        name
+    };
+    Ok(RunId::new(name)?)
+}
+
+impl RunDir {
+    /// Open an existing run folder on the real disk. Fails at once (no retry) with
+    /// `RUN_NOT_FOUND` if it does not exist.
+    pub fn open(path: &Path) -> Result<RunDir, FsError> {
+        let run_id = run_id_of(path)?;
+        let fs = crate::real::RealFs::open(path).map_err(|e| open_error(&run_id, path, e))?;
+        Ok(RunDir::with_fs(
+            Arc::new(fs),
+            run_id,
+            path,
+            Arc::new(ProcLiveness::new(path)),
+        ))
+    }
+
+    /// Open a run folder, creating it (and missing parents, 0700) if it does not exist.
+    pub fn create(path: &Path) -> Result<RunDir, FsError> {
+        let run_id = run_id_of(path)?;
+        let fs = crate::real::RealFs::create(path).map_err(|e| open_error(&run_id, path, e))?;
+        Ok(RunDir::with_fs(
+            Arc::new(fs),
+            run_id,
+            path,
+            Arc::new(ProcLiveness::new(path)),
+        ))
+    }
+
+    /// A run over any [`Fs`] (the simulated one in tests) with the given liveness probe.
+    pub fn with_fs(
+        fs: Arc<dyn Fs>,
+        run_id: RunId,
+        root: &Path,
+        liveness: Arc<dyn Liveness>,
+    ) -> RunDir {
+        RunDir {
+            fs,
+            run_id,
+            root: root.to_path_buf(),
+            liveness,
+            dirs: Mutex::new(HashSet::new()),
+            tail: Mutex::new(None),
+        }
+    }
+
+    /// Replace the liveness probe (e.g. after taking the owner lock).
+    pub fn set_liveness(&mut self, liveness: Arc<dyn Liveness>) {
+        self.liveness = liveness;
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The run folder's path as given when opened.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file system it runs on.
+    pub fn fs(&self) -> &Arc<dyn Fs> {
+        &self.fs
+    }
+
+    fn io(&self, op: &'static str, path: &str, e: io::Error) -> FsError {
+        FsError::io(self.run_id.as_str(), op, path, e)
+    }
+
+    fn ensure_dir_of(&self, f: FileRef) -> Result<(), FsError> {
+        let Some(dir) = f.dir() else { return Ok(()) };
+        let path = dir.path();
+        if self.dirs.lock().map(|d| d.contains(path)).unwrap_or(false) {
+            return Ok(());
+        }
+        self.fs
+            .ensure_dir(path)
+            .map_err(|e| self.io("mkdir", path, e))?;
+        if let Ok(mut d) = self.dirs.lock() {
+            d.insert(path);
+        }
+        Ok(())
+    }
+
+    /// Perform one request of a lease-core operation.
+    pub fn perform(&self, req: Request) -> Result<Response, FsError> {
+        Ok(match req {
+            Request::List(dir) => {
+                let names = self
+                    .fs
+                    .list(dir.path())
+                    .map_err(|e| self.io("list", dir.path(), e))?;
+                Response::Listing(names.iter().filter_map(|n| dir.parse_name(n)).collect())
+            }
+            Request::Read(f) => {
+                let p = f.path();
+                Response::Content(
+                    self.fs
+                        .read(&p, MAX_RECORD_BYTES)
+                        .map_err(|e| self.io("read", &p, e))?,
+                )
+            }
+            Request::Exists(f) => {
+                let p = f.path();
+                Response::Exists(self.fs.exists(&p).map_err(|e| self.io("stat", &p, e))?)
+            }
+            Request::CreateExclusive(f, bytes) => {
+                self.ensure_dir_of(f)?;
+                let p = f.path();
+                match primitives::create_exclusive(&*self.fs, &p, &bytes)
+                    .map_err(|e| self.io("create", &p, e))?
+                {
+                    true => Response::Created,
+                    false => Response::AlreadyExists,
+                }
+            }
+            Request::Replace(f, bytes, d) => {
+                self.ensure_dir_of(f)?;
+                let p = f.path();
+                primitives::replace(&*self.fs, &p, &bytes, d == Durability::Fsync)
+                    .map_err(|e| self.io("replace", &p, e))?;
+                Response::Done
+            }
+            Request::Remove(f, d) => {
+                let p = f.path();
+                primitives::remove(&*self.fs, &p, d == Durability::Fsync)
+                    .map_err(|e| self.io("remove", &p, e))?;
+                Response::Done
+            }
+            Request::ProbeLiveness(h) => Response::Liveness(self.liveness.probe(&h)),
+        })
+    }
+
+    /// Run a lease-core operation to completion.
+    pub fn drive<O: Operation>(&self, op: &mut O) -> Result<O::Output, FsError> {
+        self.fs.check_root().map_err(|e| {
+            // `check_root` reports a changed root as a plain `Other` error without an OS
+            // error code; anything else is an I/O failure of the check itself.
+            if e.kind() == io::ErrorKind::Other
+                && e.raw_os_error().is_none()
+                && !crate::sim::is_simulated_crash(&e)
+            {
+                FsError::RootChanged {
+                    path: self.root.display().to_string(),
+                    detail: e.to_string(),
+                }
+            } else {
+                self.io("check run root", "", e)
+            }
+        })?;
+        let mut input = None;
+        loop {
+            match op.next(input.take()) {
+                Step::Io(req) => input = Some(self.perform(req)?),
+                Step::Done(r) => return r.map_err(FsError::from),
+            }
+        }
+    }
+
+    /// Claim the run for a new owner.
+    pub fn claim(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedLease, FsError> {
+        self.drive(&mut Claim::new(ClaimParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            store_floor: None,
+        }))
+    }
+
+    /// One heartbeat (`count` = 1, 2, ...). `FENCED` if a higher generation exists.
+    pub fn heartbeat(&self, lease: &OwnedLease, now: Timestamp, count: u64) -> Result<(), FsError> {
+        self.drive(&mut Heartbeat::new(lease, now, count)?)
+    }
+
+    /// Release the lease (with the store's seal, if any). `FENCED` (a no-op) if superseded.
+    pub fn release(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        seal: Option<Seal>,
+    ) -> Result<Generation, FsError> {
+        self.drive(&mut Release::new(ReleaseParams {
+            lease: lease.clone(),
+            now,
+            seal,
+        }))
+    }
+
+    /// Exact takeover of a stale owner.
+    #[allow(clippy::too_many_arguments)]
+    pub fn takeover(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Expectation,
+        trigger: TakeoverTrigger,
+        nonce: u64,
+    ) -> Result<OwnedLease, FsError> {
+        self.drive(&mut Takeover::new(TakeoverParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            expect,
+            trigger,
+            nonce,
+        }))
+    }
+
+    /// Retire a definitely-dead owner; the run becomes free.
+    pub fn retire(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Option<Expectation>,
+        nonce: u64,
+    ) -> Result<Retired, FsError> {
+        self.drive(&mut Retire::new(RetireParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            expect,
+            nonce,
+        }))
+    }
+
+    /// Status of the run; with `probe`, an active owner's liveness is checked (`dead`).
+    pub fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, FsError> {
+        self.drive(&mut StatusView::read(self.run_id.clone(), now, probe))
+    }
+
+    /// Append an event as the owner of `lease`. Returns when the event is durable and
+    /// authoritative; `FENCED` when it does not count.
+    pub fn append(
+        &self,
+        lease: &OwnedLease,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Appended, FsError> {
+        let hint = self.tail.lock().ok().and_then(|t| t.clone());
+        let result = self.drive(&mut Append::new(
+            lease,
+            AppendParams {
+                event_type,
+                payload,
+                now,
+                tail_hint: hint,
+            },
+        ));
+        if let (Ok(a), Ok(mut t)) = (&result, self.tail.lock()) {
+            *t = Some((a.sequence, a.hash.clone()));
+        }
+        result
+    }
+
+    /// Read and judge the whole event log. With `finalize_as`, pending cutoffs are
+    /// finalized (a write); without, the read is read-only.
+    pub fn read_events(
+        &self,
+        finalize_as: Option<(Identity, Timestamp)>,
+    ) -> Result<EventLogView, FsError> {
+        self.drive(&mut ReadEvents::new(self.run_id.clone(), finalize_as))
+    }
+
+    /// Walk both hash chains.
+    pub fn verify(&self) -> Result<VerifyReport, FsError> {
+        self.drive(&mut Verify::new(self.run_id.clone()))
+    }
+
+    /// Compact old epochs, cutoffs, heartbeats and intents, keeping the newest `keep`.
+    pub fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, FsError> {
+        self.drive(&mut Prune::new(PruneParams {
+            run_id: self.run_id.clone(),
+            keep,
+            by,
+            now,
+        }))
+    }
+
+    /// Remove orphan temp files older than `min_age_secs` from every protocol folder.
+    pub fn clean_temp_files(&self, min_age_secs: u64) -> Result<usize, FsError> {
+        let mut n = 0;
+        for dir in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
+            n += primitives::clean_temp_files(&*self.fs, dir, min_age_secs)
+                .map_err(|e| self.io("clean", dir, e))?;
+        }
+        Ok(n)
+    }
+
+    /// Names in protocol folders that are neither valid names nor temp files (for doctor).
+    pub fn stray_names(&self) -> Result<Vec<String>, FsError> {
+        let mut out = Vec::new();
+        for dir in Dir::ALL {
+            for name in self
+                .fs
+                .list(dir.path())
+                .map_err(|e| self.io("list", dir.path(), e))?
+            {
+                if dir.parse_name(&name).is_none() && !name.starts_with(primitives::TEMP_PREFIX) {
+                    out.push(crate::fs::join(dir.path(), &name));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn open_error(run: &RunId, path: &Path, e: io::Error) -> FsError {
+    if e.kind() == io::ErrorKind::NotFound {
+        FsError::RunNotFound {
+            path: path.display().to_string(),
+        }
+    } else {
+        FsError::io(
+            run.as_str(),
+            "open run folder",
+            &path.display().to_string(),
+            e,
+        )
+    }
+}

@@ -1,0 +1,419 @@
+//! Crash points and countdown faults on the simulated file system.
+//!
+//! For each durable operation (claim, heartbeat under the durable policy, release,
+//! takeover, retirement, append, prune) the operation runs on a `SimFs` that loses power
+//! after every one of its system calls, once keeping only what was fsynced and once also
+//! tearing the last unsynced write. Every recovered state must parse, have at most one
+//! owner, keep every event whose append returned success, verify both hash chains, and
+//! let a new owner make progress. Prints `crash states explored: N`.
+
+use lease_core::ops::{
+    Expectation, LivenessEvidence, OwnedLease, OwnerLock, ProcessState, Status, TakeoverTrigger,
+};
+use lease_core::*;
+use lease_fs::{FsError, Liveness, RunDir, SimFs};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+const BOOT: &str = "boot-sim";
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_796_169_600_000 + ms).unwrap()
+}
+
+fn id(s: &str) -> Identity {
+    Identity::new(s).unwrap()
+}
+
+fn holder(pid: u32) -> Holder {
+    Holder {
+        host: id("sim-host"),
+        boot_id: id(BOOT),
+        pid,
+        start_time: 77,
+    }
+}
+
+/// After a power loss every recorded process is gone and every lock free.
+struct AllDead;
+impl Liveness for AllDead {
+    fn probe(&self, _: &Holder) -> LivenessEvidence {
+        LivenessEvidence {
+            observer_boot_id: id(BOOT),
+            process: ProcessState::Gone,
+            owner_lock: OwnerLock::Free,
+        }
+    }
+}
+
+fn run_on(sim: &SimFs) -> RunDir {
+    RunDir::with_fs(
+        Arc::new(sim.clone()),
+        RunId::new("crashrun").unwrap(),
+        Path::new("sim"),
+        Arc::new(AllDead),
+    )
+}
+
+fn durable() -> TimingPolicy {
+    TimingPolicy::default().with_durability(HeartbeatDurability::Durable)
+}
+
+/// What the pre-state established before the operation under test.
+struct Pre {
+    lease: Option<OwnedLease>,
+    acked: BTreeSet<u64>,
+}
+
+/// What the operation under test reported.
+enum Outcome {
+    Lease(OwnedLease),
+    Appended(u64),
+    Other,
+}
+
+fn is_crash(e: &FsError) -> bool {
+    matches!(e, FsError::Io { source, .. } if lease_fs::sim::is_simulated_crash(source))
+}
+
+type Prepare = fn(&RunDir) -> Pre;
+type Operate = fn(&RunDir, &Pre) -> Result<Outcome, FsError>;
+
+fn pre_owned(run: &RunDir) -> Pre {
+    let l = run.claim(id("a"), holder(1), durable(), t(0)).unwrap();
+    let mut acked = BTreeSet::new();
+    for i in 0..2u64 {
+        acked.insert(
+            run.append(&l, id("e"), serde_json::json!(i), t(1))
+                .unwrap()
+                .sequence
+                .get(),
+        );
+    }
+    Pre {
+        lease: Some(l),
+        acked,
+    }
+}
+
+fn pre_empty(_: &RunDir) -> Pre {
+    Pre {
+        lease: None,
+        acked: BTreeSet::new(),
+    }
+}
+
+fn pre_churn(run: &RunDir) -> Pre {
+    // Ten changes of owner with events, so prune has something to fold.
+    let mut acked = BTreeSet::new();
+    let mut last = None;
+    for i in 0..10u64 {
+        let l = run
+            .claim(
+                id(&format!("o{i}")),
+                holder(10 + i as u32),
+                durable(),
+                t(i * 100),
+            )
+            .unwrap();
+        acked.insert(
+            run.append(&l, id("e"), serde_json::json!(i), t(i * 100 + 1))
+                .unwrap()
+                .sequence
+                .get(),
+        );
+        run.release(&l, t(i * 100 + 2), None).unwrap();
+        last = Some(l);
+    }
+    let _ = last;
+    Pre { lease: None, acked }
+}
+
+fn op_claim(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
+    run.claim(id("b"), holder(2), durable(), t(10))
+        .map(Outcome::Lease)
+}
+fn op_heartbeat(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
+    run.heartbeat(pre.lease.as_ref().unwrap(), t(5_000), 1)
+        .map(|_| Outcome::Other)
+}
+fn op_release(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
+    run.release(pre.lease.as_ref().unwrap(), t(5_000), None)
+        .map(|_| Outcome::Other)
+}
+fn op_takeover(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
+    let head = run.status(t(60_000), false)?.head.unwrap();
+    run.takeover(
+        id("b"),
+        holder(2),
+        durable(),
+        t(60_000),
+        Expectation::of(&head),
+        TakeoverTrigger::Operator,
+        9,
+    )
+    .map(Outcome::Lease)
+}
+fn op_retire(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
+    run.retire(id("b"), holder(2), durable(), t(100), None, 9)
+        .map(|_| Outcome::Other)
+}
+fn op_append(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
+    run.append(
+        pre.lease.as_ref().unwrap(),
+        id("e"),
+        serde_json::json!("x"),
+        t(50),
+    )
+    .map(|a| Outcome::Appended(a.sequence.get()))
+}
+fn op_prune(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
+    run.prune(3, id("pruner"), t(5_000)).map(|_| Outcome::Other)
+}
+
+const SCENARIOS: [(&str, Prepare, Operate); 8] = [
+    ("claim-empty", pre_empty, op_claim),
+    ("claim-after-release", pre_churn, op_claim),
+    ("heartbeat-durable", pre_owned, op_heartbeat),
+    ("release", pre_owned, op_release),
+    ("takeover", pre_owned, op_takeover),
+    ("retire", pre_owned, op_retire),
+    ("append", pre_owned, op_append),
+    ("prune", pre_churn, op_prune),
+];
+
+/// Check a recovered state; returns a description of the failure.
+fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str) {
+    let run = run_on(sim);
+    let status = run
+        .status(t(100_000), true)
+        .unwrap_or_else(|e| panic!("{what}: status after recovery failed: {e}"));
+    assert!(
+        !matches!(status.status, Status::Invalid(_)),
+        "{what}: recovered state is invalid: {:?}",
+        status.status
+    );
+    let view = run
+        .read_events(Some((id("recovery"), t(100_000))))
+        .unwrap_or_else(|e| panic!("{what}: events unreadable after recovery: {e}"));
+    let counted: BTreeSet<u64> = view
+        .events
+        .iter()
+        .filter(|e| e.authority.counts())
+        .map(|e| e.event.sequence.get())
+        .collect();
+    for s in &pre.acked {
+        assert!(counted.contains(s), "{what}: acknowledged event {s} lost");
+    }
+    match outcome {
+        Some(Outcome::Appended(s)) => {
+            assert!(counted.contains(s), "{what}: acknowledged append {s} lost")
+        }
+        Some(Outcome::Lease(l)) => {
+            // A returned lease is durable: its epoch is the head (nobody else ran).
+            let head = status.head.as_ref().expect("head after a granted lease");
+            assert_eq!(
+                head.generation(),
+                l.generation,
+                "{what}: granted epoch lost"
+            );
+        }
+        _ => {}
+    }
+    run.verify()
+        .unwrap_or_else(|e| panic!("{what}: hash chains broken after recovery: {e}"));
+    // Progress: a new owner gets the run (retiring the dead one if needed) and appends.
+    let l = match status.status {
+        Status::Free => run.claim(id("next"), holder(3), durable(), t(100_001)),
+        Status::Dead | Status::Active | Status::Stale => {
+            run.retire(id("next"), holder(3), durable(), t(100_001), None, 77)
+                .unwrap_or_else(|e| panic!("{what}: cannot retire the dead owner: {e}"));
+            run.claim(id("next"), holder(3), durable(), t(100_002))
+        }
+        Status::Invalid(_) => unreachable!(),
+    }
+    .unwrap_or_else(|e| panic!("{what}: no progress after recovery: {e}"));
+    let a = run
+        .append(&l, id("after"), serde_json::json!(null), t(100_003))
+        .unwrap_or_else(|e| panic!("{what}: cannot append after recovery: {e}"));
+    let view = run.read_events(None).unwrap();
+    assert!(
+        view.events
+            .iter()
+            .any(|e| e.event.sequence == a.sequence && e.authority.counts())
+    );
+}
+
+#[test]
+fn crash_points_every_operation_recovers_after_every_system_call() {
+    let mut explored = 0u64;
+    for (name, prepare, operate) in SCENARIOS {
+        // Learn the operation's call count.
+        let sim = SimFs::new();
+        let pre = prepare(&run_on(&sim));
+        let before = sim.calls();
+        operate(&run_on(&sim), &pre).unwrap_or_else(|e| panic!("{name}: baseline failed: {e}"));
+        let n = sim.calls() - before;
+        assert!(n > 0, "{name}: no calls");
+        for k in 0..=n {
+            for tear in [false, true] {
+                let sim = SimFs::new();
+                let pre = prepare(&run_on(&sim));
+                sim.crash_after(k);
+                let result = operate(&run_on(&sim), &pre);
+                let outcome = match &result {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        assert!(
+                            k < n && is_crash(e),
+                            "{name}: crash after {k}/{n}: unexpected error {e}"
+                        );
+                        None
+                    }
+                };
+                sim.recover(tear);
+                check_recovered(
+                    &sim,
+                    &pre,
+                    outcome,
+                    &format!("{name}: crash after call {k} of {n} (tear {tear})"),
+                );
+                explored += 1;
+            }
+        }
+    }
+    println!("crash states explored: {explored}");
+    assert!(explored > 100);
+}
+
+#[test]
+fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
+    let mut explored = 0u64;
+    for (name, prepare, operate) in SCENARIOS {
+        let sim = SimFs::new();
+        let pre = prepare(&run_on(&sim));
+        let before = sim.calls();
+        operate(&run_on(&sim), &pre).unwrap();
+        let n = sim.calls() - before;
+        for k in 1..=n {
+            for errno in [5, 28] {
+                let sim = SimFs::new();
+                let pre = prepare(&run_on(&sim));
+                sim.fail_nth(k, errno);
+                let run = run_on(&sim);
+                let first = operate(&run, &pre);
+                if let Err(e) = &first {
+                    assert!(
+                        matches!(e.code(), "IO_ERROR"),
+                        "{name}: fault {errno} at call {k}: {e}"
+                    );
+                    // The same actor retries: it ends owned (adopting its own epoch) or
+                    // with a clean protocol answer, never half-owned.
+                    let retry = operate(&run, &pre);
+                    if let Err(e) = &retry {
+                        assert!(
+                            matches!(
+                                e.code(),
+                                "FENCED" | "TAKEOVER_RACE" | "RUN_ALREADY_ACTIVE" | "IO_ERROR"
+                            ),
+                            "{name}: retry after fault {errno} at call {k}: {e}"
+                        );
+                    }
+                }
+                // No power loss here: the live state must already be healthy.
+                let status = run.status(t(100_000), false).unwrap();
+                assert!(
+                    !matches!(status.status, Status::Invalid(_)),
+                    "{name}: fault {errno} at call {k} left an invalid record"
+                );
+                run.read_events(Some((id("r"), t(100_000))))
+                    .unwrap_or_else(|e| panic!("{name}: fault at {k}: {e}"));
+                run.verify()
+                    .unwrap_or_else(|e| panic!("{name}: fault at {k}: {e}"));
+                explored += 1;
+            }
+        }
+    }
+    println!("fault states explored: {explored}");
+}
+
+#[test]
+fn each_operation_uses_the_minimum_number_of_fsyncs() {
+    // (scenario, expected fsyncs of file data + directories), per docs/PROTOCOL.md §7.
+    let expected = [
+        ("claim-empty", 2u64),    // epoch create: temp + dir (folders already exist)
+        ("heartbeat-durable", 2), // replace: temp + dir
+        ("release", 4),           // epoch create 2 + cutoff create 2 (beat removal unsynced)
+        ("takeover", 6),          // intent 2 + epoch 2 + cutoff 2
+        ("retire", 6),            // intent 2 + epoch 2 + cutoff 2
+        ("append", 2),            // event create: temp + dir
+    ];
+    for (name, want) in expected {
+        let (_, prepare, operate) = SCENARIOS.iter().find(|s| s.0 == name).unwrap();
+        let sim = SimFs::new();
+        let run = run_on(&sim);
+        for d in Dir::ALL {
+            sim.put(&format!("{}/.keep", d.path()), b"").unwrap();
+        }
+        let pre = prepare(&run);
+        sim.reset_counters();
+        operate(&run, &pre).unwrap();
+        let got = sim.fsync_count() + sim.fsync_dir_count();
+        assert_eq!(got, want, "{name}: fsyncs");
+    }
+    // A local-policy heartbeat does not fsync at all.
+    let sim = SimFs::new();
+    let run = run_on(&sim);
+    let l = run
+        .claim(id("a"), holder(1), TimingPolicy::default(), t(0))
+        .unwrap();
+    run.heartbeat(&l, t(1), 1).unwrap();
+    sim.reset_counters();
+    run.heartbeat(&l, t(2), 2).unwrap();
+    assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 0);
+}
+
+#[test]
+fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
+    let sim = SimFs::new();
+    let run = run_on(&sim);
+    let l = run
+        .claim(id("a"), holder(1), TimingPolicy::default(), t(0))
+        .unwrap();
+    run.heartbeat(&l, t(1), 1).unwrap();
+    // Heartbeat 2 is not fsynced (local policy); power is lost right after its rename.
+    sim.crash_after(3); // check_root, write_new temp, rename; power is lost at the listing
+    let _ = run.heartbeat(&l, t(2), 2);
+    sim.recover(true);
+    let run = run_on(&sim);
+    let s = run.status(t(100_000), false).unwrap();
+    if let Status::Invalid(e) = &s.status {
+        assert!(e.to_string().contains("lease/beats/"), "{e}");
+        let e = run
+            .takeover(
+                id("b"),
+                holder(2),
+                durable(),
+                t(100_000),
+                Expectation {
+                    generation: None,
+                    owner_id: id("a"),
+                    heartbeat_at: t(2),
+                    heartbeat_count: None,
+                },
+                TakeoverTrigger::Operator,
+                1,
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), "RECORD_INVALID");
+    } else {
+        // The rename's directory entry was not durable: the old beat (or none) came back,
+        // which is a valid state.
+        assert!(
+            matches!(s.status, Status::Stale | Status::Active),
+            "{:?}",
+            s.status
+        );
+    }
+}
