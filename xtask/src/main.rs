@@ -1,8 +1,9 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Implemented: `ci`, `purity`, `test [--deep]`. The other subcommands are honest
+//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`. The other subcommands are honest
 //! placeholders that say so and exit with code 2.
 
+mod bench;
 mod purity;
 
 use std::ffi::OsString;
@@ -22,7 +23,7 @@ Commands:
   ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace`
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench         not implemented yet (issue #3)
+  bench         criterion benchmarks of lease-fs, then figures and ratios vs raw baselines
   model         not implemented yet (issue #4)
   fuzz-smoke    not implemented yet (issue #4)
   loom          not implemented yet (issue #8)
@@ -49,7 +50,8 @@ fn main() -> ExitCode {
         Some(name @ ("ci" | "purity")) => {
             return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
         }
-        Some(name @ "bench") => return not_implemented(name, 3),
+        Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
+            .and_then(|()| bench::report(&workspace_root())),
         Some(name @ ("model" | "fuzz-smoke")) => return not_implemented(name, 4),
         Some(name @ ("loom" | "torture")) => return not_implemented(name, 8),
         Some(other) => return usage(&format!("unknown command `{other}`")),
