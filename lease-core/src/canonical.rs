@@ -103,7 +103,42 @@ pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, LeaseError> {
         }
         _ => return Err(invalid(R::KIND, "record does not serialize to an object")),
     }
-    Ok(canonical_value_bytes(&value))
+    // Never write what `decode` would refuse (found by the records proptest).
+    if depth(&value) > MAX_DEPTH {
+        return Err(invalid(
+            R::KIND,
+            format!("refusing to encode: nested deeper than {MAX_DEPTH} levels"),
+        ));
+    }
+    let bytes = canonical_value_bytes(&value);
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(invalid(
+            R::KIND,
+            format!(
+                "refusing to encode: {} bytes exceeds the {MAX_RECORD_BYTES}-byte limit",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Deepest nesting of arrays and objects accepted in a record (serde_json's parser stops
+/// at 128; records themselves use 3 levels).
+pub const MAX_DEPTH: usize = 100;
+
+fn depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        max = max.max(d);
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    max
 }
 
 /// Decode canonical bytes into a record, strictly.

@@ -479,6 +479,17 @@ impl World {
         for s in &self.refused {
             assert!(!counted.contains(s), "fenced event {s} counts");
         }
+        // The authoritative history is generation-monotone.
+        let mut max_gen = 0;
+        for e in view.events.iter().filter(|e| e.authority.counts()) {
+            assert!(
+                e.event.generation.get() >= max_gen,
+                "event {} of generation {} counts after generation {max_gen}",
+                e.event.sequence,
+                e.event.generation
+            );
+            max_gen = e.event.generation.get();
+        }
         // No event of a retired generation past its cutoff counts.
         for e in &view.events {
             if let Some(&c) = view.chain.cutoffs.get(&e.event.generation) {

@@ -95,7 +95,7 @@ const GC_MIN: usize = 64;
 
 /// The payload of the error every call returns once a crash point is reached.
 #[derive(Debug)]
-struct SimulatedCrash;
+pub(crate) struct SimulatedCrash;
 
 impl fmt::Display for SimulatedCrash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -134,13 +134,13 @@ impl Counters {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct DirNode {
     live: BTreeMap<String, u64>,
     durable: BTreeMap<String, u64>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct FileNode {
     live: Vec<u8>,
     durable: Vec<u8>,
@@ -152,7 +152,7 @@ struct FileNode {
     age: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Node {
     Dir(DirNode),
     File(FileNode),
@@ -173,7 +173,7 @@ enum Op {
     Other,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct State {
     nodes: BTreeMap<u64, Node>,
     next_id: u64,
@@ -593,6 +593,74 @@ impl SimFs {
         SimFs {
             inner: Arc::new(Mutex::new(State::new())),
         }
+    }
+
+    /// An independent deep copy of the whole file system (live and durable state, pending
+    /// crash points and faults): the model checker explores each successor on a fork.
+    pub fn fork(&self) -> SimFs {
+        SimFs {
+            inner: Arc::new(Mutex::new(self.lock().clone())),
+        }
+    }
+
+    /// A canonical description of the state that matters for future behaviour: the live
+    /// tree and the durable tree by path (inodes numbered by first appearance, so hard
+    /// links show), each file's live and durable data, and the order in which unsynced
+    /// files were written (which one a torn crash would tear). Two file systems with equal
+    /// fingerprints behave the same under every future call and crash.
+    pub fn fingerprint(&self) -> String {
+        let st = self.lock();
+        let mut ids: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut out = String::new();
+        let mut unsynced: Vec<(u64, String)> = Vec::new();
+        for durable in [false, true] {
+            out.push_str(if durable { "|durable:" } else { "live:" });
+            let mut stack = vec![(ROOT, String::new())];
+            while let Some((id, path)) = stack.pop() {
+                let Some(Node::Dir(d)) = st.nodes.get(&id) else {
+                    continue;
+                };
+                let entries = if durable { &d.durable } else { &d.live };
+                for (name, child) in entries.iter().rev() {
+                    let p = if path.is_empty() {
+                        name.clone()
+                    } else {
+                        format!("{path}/{name}")
+                    };
+                    let n = ids.len();
+                    let canon = *ids.entry(*child).or_insert(n);
+                    match st.nodes.get(child) {
+                        Some(Node::Dir(_)) => {
+                            out.push_str(&format!("{p}/=d{canon};"));
+                            stack.push((*child, p));
+                        }
+                        Some(Node::File(f)) => {
+                            out.push_str(&format!(
+                                "{p}=f{canon}:{}/{}/{};",
+                                String::from_utf8_lossy(&f.live),
+                                if f.durable == f.live {
+                                    std::borrow::Cow::Borrowed("=")
+                                } else {
+                                    String::from_utf8_lossy(&f.durable)
+                                },
+                                f.synced
+                            ));
+                            if !f.synced && !durable {
+                                unsynced.push((f.written, p));
+                            }
+                        }
+                        None => out.push_str(&format!("{p}=dangling;")),
+                    }
+                }
+            }
+        }
+        unsynced.sort();
+        out.push_str("|unsynced-order:");
+        for (_, p) in unsynced {
+            out.push_str(&p);
+            out.push(';');
+        }
+        out
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -226,51 +226,26 @@ impl RunDir {
 
     /// Perform one request of a lease-core operation.
     pub fn perform(&self, req: Request) -> Result<Response, FsError> {
-        Ok(match req {
-            Request::List(dir) => {
-                let names = self
-                    .fs
-                    .list(dir.path())
-                    .map_err(|e| self.io("list", dir.path(), e))?;
-                Response::Listing(names.iter().filter_map(|n| dir.parse_name(n)).collect())
+        if let Request::CreateExclusive(f, _) | Request::Replace(f, _, _) = &req {
+            self.ensure_dir_of(*f)?;
+        }
+        let exec = start_request(&*self.fs, &*self.liveness, req, primitives::temp_path)
+            .map_err(|(op, path, e)| self.io(op, &path, e))?;
+        match exec {
+            Exec::Ready(r) => Ok(r),
+            Exec::Prim(prim, path) => {
+                let kind = prim.kind();
+                let outcome = prim.run(&*self.fs).map_err(|e| {
+                    let op = match kind {
+                        primitives::PrimKind::CreateExclusive => "create",
+                        primitives::PrimKind::Replace => "replace",
+                        primitives::PrimKind::Remove => "remove",
+                    };
+                    self.io(op, &path, e)
+                })?;
+                Ok(prim_response(kind, outcome))
             }
-            Request::Read(f) => {
-                let p = f.path();
-                Response::Content(
-                    self.fs
-                        .read(&p, MAX_RECORD_BYTES)
-                        .map_err(|e| self.io("read", &p, e))?,
-                )
-            }
-            Request::Exists(f) => {
-                let p = f.path();
-                Response::Exists(self.fs.exists(&p).map_err(|e| self.io("stat", &p, e))?)
-            }
-            Request::CreateExclusive(f, bytes) => {
-                self.ensure_dir_of(f)?;
-                let p = f.path();
-                match primitives::create_exclusive(&*self.fs, &p, &bytes)
-                    .map_err(|e| self.io("create", &p, e))?
-                {
-                    true => Response::Created,
-                    false => Response::AlreadyExists,
-                }
-            }
-            Request::Replace(f, bytes, d) => {
-                self.ensure_dir_of(f)?;
-                let p = f.path();
-                primitives::replace(&*self.fs, &p, &bytes, d == Durability::Fsync)
-                    .map_err(|e| self.io("replace", &p, e))?;
-                Response::Done
-            }
-            Request::Remove(f, d) => {
-                let p = f.path();
-                primitives::remove(&*self.fs, &p, d == Durability::Fsync)
-                    .map_err(|e| self.io("remove", &p, e))?;
-                Response::Done
-            }
-            Request::ProbeLiveness(h) => Response::Liveness(self.liveness.probe(&h)),
-        })
+        }
     }
 
     /// Run a lease-core operation to completion.
@@ -460,6 +435,74 @@ impl RunDir {
             }
         }
         Ok(out)
+    }
+}
+
+/// How one request is carried out.
+#[derive(Debug, Clone)]
+pub enum Exec {
+    /// Answered by exactly one system call, already made.
+    Ready(Response),
+    /// Carried out by a primitive, one system call per step (with the target's path).
+    Prim(primitives::PrimOp, String),
+}
+
+/// Start carrying out `req` on `fs`: read-only requests make their one system call now;
+/// writes return the primitive to step. `tmp` names a temp file in a directory. Shared by
+/// [`RunDir::perform`] and the model checker, so both run the same order of calls.
+/// Directories must exist (RunDir creates them on first use).
+pub fn start_request(
+    fs: &dyn Fs,
+    liveness: &dyn Liveness,
+    req: Request,
+    tmp: impl FnOnce(&str) -> String,
+) -> Result<Exec, (&'static str, String, io::Error)> {
+    Ok(match req {
+        Request::List(dir) => {
+            let names = fs
+                .list(dir.path())
+                .map_err(|e| ("list", dir.path().to_string(), e))?;
+            Exec::Ready(Response::Listing(
+                names.iter().filter_map(|n| dir.parse_name(n)).collect(),
+            ))
+        }
+        Request::Read(f) => {
+            let p = f.path();
+            let content = fs.read(&p, MAX_RECORD_BYTES).map_err(|e| ("read", p, e))?;
+            Exec::Ready(Response::Content(content))
+        }
+        Request::Exists(f) => {
+            let p = f.path();
+            let exists = fs.exists(&p).map_err(|e| ("stat", p, e))?;
+            Exec::Ready(Response::Exists(exists))
+        }
+        Request::CreateExclusive(f, bytes) => {
+            let p = f.path();
+            let t = tmp(crate::fs::split(&p).0);
+            Exec::Prim(primitives::PrimOp::create_exclusive(&p, bytes, t), p)
+        }
+        Request::Replace(f, bytes, d) => {
+            let p = f.path();
+            let t = tmp(crate::fs::split(&p).0);
+            Exec::Prim(
+                primitives::PrimOp::replace(&p, bytes, d == Durability::Fsync, t),
+                p,
+            )
+        }
+        Request::Remove(f, d) => {
+            let p = f.path();
+            Exec::Prim(primitives::PrimOp::remove(&p, d == Durability::Fsync), p)
+        }
+        Request::ProbeLiveness(h) => Exec::Ready(Response::Liveness(liveness.probe(&h))),
+    })
+}
+
+/// The response to a finished primitive.
+pub fn prim_response(kind: primitives::PrimKind, outcome: bool) -> Response {
+    match (kind, outcome) {
+        (primitives::PrimKind::CreateExclusive, true) => Response::Created,
+        (primitives::PrimKind::CreateExclusive, false) => Response::AlreadyExists,
+        _ => Response::Done,
     }
 }
 

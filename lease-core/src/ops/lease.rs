@@ -132,7 +132,7 @@ fn next_epoch(
 /// superseded generation below the head has its cutoff before the chain moves on, so a
 /// zombie can never finalize its own cutoff late (after newer owners wrote events) and
 /// count (PROTOCOL.md §15 OQ-2, reproduced by a scenario test).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Gate {
     finalize: Option<Finalize>,
     then: Option<Request>,
@@ -202,7 +202,7 @@ pub struct ClaimParams {
 ///
 /// Refuses a fresh owner (`RUN_ALREADY_ACTIVE`) and a stale one
 /// (`RUN_STALE_REQUIRES_TAKEOVER`); an invalid head is `RECORD_INVALID`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Claim {
     p: ClaimParams,
     st: ClaimState,
@@ -212,7 +212,7 @@ pub struct Claim {
 /// How many times a claim re-observes after losing a race before giving up.
 const MAX_CLAIM_ROUNDS: u32 = 8;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum ClaimState {
     Observe(Observe),
     Gate(Box<(Option<Head>, EpochRecord, Digest)>, Gate),
@@ -417,7 +417,7 @@ fn race_claim(run: &RunId, g: Generation) -> LeaseError {
 ///
 /// The caller reads its monotonic clock *before* starting, and on success records that
 /// reading as the start of the last successful heartbeat (the self-fence reference).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Heartbeat {
     lease: OwnedLease,
     bytes: Option<Vec<u8>>,
@@ -501,13 +501,13 @@ pub struct ReleaseParams {
 /// Release a lease: create the next epoch as `released` (with the seal), finalize this
 /// generation's cutoff, remove the heartbeat file. A superseded owner's release changes
 /// nothing and reports `FENCED`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Release {
     p: ReleaseParams,
     st: ReleaseState,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum ReleaseState {
     Observe(Observe),
     Gate(Generation, Gate),
@@ -790,13 +790,13 @@ pub struct TakeoverParams {
 /// (`TAKEOVER_ACTIVE_REFUSED`) and any difference from the expectation (`TAKEOVER_RACE`),
 /// creates the next epoch as `active` for the taker, re-checks, then finalizes the old
 /// generation's cutoff.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Takeover {
     p: TakeoverParams,
     st: TakeoverState,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum TakeoverState {
     Observe(Observe),
     Intent(Box<Head>),
@@ -1143,13 +1143,13 @@ pub struct Retired {
 }
 
 /// Retire a definitely-dead owner at once (no waiting for staleness): the run becomes free.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Retire {
     p: RetireParams,
     st: RetireState,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum RetireState {
     Observe(Observe),
     Probe(Box<Head>),

@@ -72,7 +72,7 @@ pub struct Appended {
 /// generation exists, finalize (or read) the cutoff. The answer always equals the event's
 /// authority: acknowledged iff `sequence <= cutoff` or no cutoff exists and nothing
 /// superseded this generation at the post-check.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Append {
     lease: OwnedLease,
     p: AppendParams,
@@ -80,7 +80,7 @@ pub struct Append {
     collisions: u32,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum AppendState {
     Start,
     PreCheck,
@@ -453,7 +453,7 @@ pub struct EventLogView {
 
 /// Read the whole log and judge it: the log FIRST, then epochs, cutoffs and the checkpoint
 /// (rule 3), finalizing pending cutoffs when `finalize` is set (rule 2).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReadEvents {
     run: RunId,
     finalize: Option<(Identity, Timestamp)>,
@@ -470,7 +470,7 @@ pub struct ReadEvents {
 /// How often a reader re-reads the chain after a concurrent prune before giving up.
 const MAX_RESTARTS: u32 = 8;
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum ReadState {
     Start,
     ListEvents,
@@ -792,7 +792,7 @@ pub struct VerifyReport {
 
 /// Walk both hash chains and report the first broken link as `CHAIN_BROKEN` (or a missing
 /// record as `EVENT_LOG_GAP` / `CHAIN_BROKEN`). Read-only.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Verify {
     read: ReadEvents,
     all_gens: Vec<Generation>,

@@ -89,7 +89,7 @@ pub enum Response {
 }
 
 /// What an operation wants next.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Step<T> {
     /// Perform this request and feed back its response.
     Io(Request),

@@ -146,7 +146,7 @@ pub fn definitely_dead(holder: &Holder, ev: &LivenessEvidence) -> Result<(), Str
 }
 
 /// Sub-operation: list epochs, read the highest and its heartbeat.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Observe {
     run: RunId,
     st: ObserveState,
@@ -154,7 +154,7 @@ pub(crate) struct Observe {
     restarts: u32,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum ObserveState {
     Start,
     Listed,
@@ -323,7 +323,7 @@ pub(crate) fn decode_beat(
 
 /// Sub-operation: "is any generation above `mine`?" from a listing (never a stat of
 /// `mine + 1`, which compaction could make miss a newer one).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Recheck {
     mine: Generation,
     asked: bool,
@@ -355,7 +355,7 @@ impl Operation for Recheck {
 
 /// Sub-operation: find the last sequence of the gap-free event log with `Exists` probes:
 /// gallop up from a known-present hint, then binary search. O(log n) requests.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Tail {
     /// Highest sequence known to exist (0 = none).
     lo: u64,
@@ -421,7 +421,7 @@ impl Operation for Tail {
 /// ARCHITECTURE.md §3): only after the superseding generation exists, take the log tail at
 /// this moment and create the retirement record exclusively; the first finalizer wins and
 /// everyone else reads its value.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Finalize {
     run: RunId,
     generation: Generation,
@@ -433,7 +433,7 @@ pub(crate) struct Finalize {
     st: FinalizeState,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum FinalizeState {
     Start,
     /// Lazy finalization: read first, create only if missing.
@@ -701,7 +701,7 @@ impl StatusView {
 }
 
 /// Status read operation (see [`StatusView::read`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReadStatus {
     obs: Observe,
     now: Timestamp,

@@ -41,7 +41,7 @@ pub struct PruneReport {
 /// exclusively; then remove epochs, beats, cutoffs and intents below F and older
 /// checkpoints. Every crash point leaves either the old files (valid) or the checkpoint
 /// plus some old files (consistent: the checkpoint was derived from them).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Prune {
     p: PruneParams,
     st: PruneState,
@@ -56,7 +56,7 @@ pub struct Prune {
     restarts: u32,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum PruneState {
     Start,
     ListCheckpoints,

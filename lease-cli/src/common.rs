@@ -1,0 +1,462 @@
+//! Shared plumbing of the subcommands: the CLI error type, output (human or one JSON
+//! object per line), wall time, random ids, and how a run's status is described.
+
+use lease_core::ops::{Expectation, Head, Status, StatusView};
+use lease_core::{EpochState, LeaseError, Timestamp, TimingPolicy};
+use lease_fs::FsError;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// sysexits `EX_USAGE`.
+pub const EX_USAGE: i32 = 64;
+/// sysexits `EX_SOFTWARE`.
+pub const EX_SOFTWARE: i32 = 70;
+/// Other failure.
+pub const EX_OTHER: i32 = 1;
+
+/// A failure of a subcommand: a stable code, a one-line message and the exit code.
+#[derive(Debug, Clone)]
+pub struct CliError {
+    /// Stable machine-readable code (`RUN_NOT_FOUND`, `FENCED`, ...).
+    pub code: String,
+    /// Human message, without the code prefix.
+    pub message: String,
+    /// Process exit code (ARCHITECTURE.md §6).
+    pub exit: i32,
+    /// Extra fields for the `--json` error object (e.g. who holds the run).
+    pub extra: Option<Value>,
+}
+
+impl CliError {
+    /// A new error with an explicit code and exit code.
+    pub fn new(code: &str, exit: i32, message: impl Into<String>) -> CliError {
+        CliError {
+            code: code.to_string(),
+            message: message.into(),
+            exit,
+            extra: None,
+        }
+    }
+
+    /// A usage error (exit 64) with code `ARGUMENT_INVALID`.
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError::new("ARGUMENT_INVALID", EX_USAGE, message)
+    }
+
+    /// Attach extra JSON fields.
+    pub fn with_extra(mut self, extra: Value) -> CliError {
+        self.extra = Some(extra);
+        self
+    }
+
+    /// Append a sentence to the message.
+    pub fn with_hint(mut self, hint: impl AsRef<str>) -> CliError {
+        self.message = format!("{}; {}", self.message, hint.as_ref());
+        self
+    }
+
+    /// Print the error: `runlease: CODE: message` on stderr, and with `--json` also an
+    /// error object on stdout.
+    pub fn report(&self, out: &Out) {
+        eprintln!("runlease: {}: {}", self.code, self.message);
+        if out.json {
+            let mut v = json!({
+                "schema": "runlease/cli/error/1",
+                "ok": false,
+                "code": self.code,
+                "message": self.message,
+                "exit_code": self.exit,
+            });
+            if let (Some(Value::Object(extra)), Value::Object(map)) = (&self.extra, &mut v) {
+                for (k, x) in extra {
+                    map.insert(k.clone(), x.clone());
+                }
+            }
+            out.json_line(&v);
+        }
+    }
+}
+
+/// Strip a leading `CODE: ` from a message that already names its code.
+fn strip_code(code: &str, msg: String) -> String {
+    match msg.strip_prefix(code).and_then(|m| m.strip_prefix(": ")) {
+        Some(rest) => rest.to_string(),
+        None => msg,
+    }
+}
+
+impl From<FsError> for CliError {
+    fn from(e: FsError) -> CliError {
+        let code = e.code();
+        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+    }
+}
+
+impl From<LeaseError> for CliError {
+    fn from(e: LeaseError) -> CliError {
+        let code = e.code();
+        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+    }
+}
+
+/// Where output goes: human text, or one JSON object per line (`--json`).
+#[derive(Debug, Clone, Copy)]
+pub struct Out {
+    /// `--json` was given.
+    pub json: bool,
+    /// `--quiet`: no progress or informational lines on stderr.
+    pub quiet: bool,
+}
+
+impl Out {
+    /// Write one line to stdout. Returns `false` when stdout is gone (a closed pipe), so
+    /// loops like `events --follow` can stop.
+    pub fn line(&self, s: &str) -> bool {
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{s}").and_then(|()| o.flush()).is_ok()
+    }
+
+    /// Write one compact JSON object as one line to stdout.
+    pub fn json_line(&self, v: &Value) -> bool {
+        self.line(&v.to_string())
+    }
+
+    /// An informational line on stderr (suppressed by `--quiet`).
+    pub fn info(&self, s: &str) {
+        if !self.quiet {
+            eprintln!("runlease: {s}");
+        }
+    }
+}
+
+/// The observer's wall clock (`CLOCK_REALTIME`) as a protocol timestamp.
+pub fn wall_now() -> Result<Timestamp, CliError> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| CliError::new("CLOCK_INVALID", EX_OTHER, "the wall clock is before 1970"))?
+        .as_millis();
+    u64::try_from(ms)
+        .ok()
+        .and_then(Timestamp::from_unix_millis)
+        .ok_or_else(|| CliError::new("CLOCK_INVALID", EX_OTHER, "the wall clock is past 9999"))
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| {
+        CliError::new(
+            "IO_ERROR",
+            74,
+            format!("cannot read random bytes from the OS: {e}"),
+        )
+    })?;
+    Ok(b)
+}
+
+/// A fresh random owner id in UUID v4 form (unique per acquisition, PROTOCOL.md §1).
+pub fn new_owner_id() -> Result<lease_core::Identity, CliError> {
+    let mut b = random_bytes::<16>()?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let id = format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    );
+    lease_core::Identity::arg("owner id", id).map_err(CliError::from)
+}
+
+/// A fresh random nonce for a takeover or retirement intent.
+pub fn new_nonce() -> Result<u64, CliError> {
+    Ok(u64::from_le_bytes(random_bytes::<8>()?))
+}
+
+/// An identity naming this CLI process for records it writes as a maintainer (prune).
+pub fn cli_identity(what: &str) -> lease_core::Identity {
+    let host = lease_fs::this_holder()
+        .map(|h| h.host.to_string())
+        .unwrap_or_else(|_| "unknown-host".into());
+    lease_core::Identity::new(format!("runlease-{what}@{host}:{}", std::process::id()))
+        .unwrap_or_else(|_| {
+            lease_core::Identity::new(format!("runlease-{what}")).expect("static identity")
+        })
+}
+
+/// Human form of a duration in ms: `850 ms`, `1.2 s`, `3 min 5 s`.
+pub fn human_ms(ms: i64) -> String {
+    let neg = ms < 0;
+    let a = ms.unsigned_abs();
+    let s = if a < 1000 {
+        format!("{a} ms")
+    } else if a < 60_000 {
+        format!("{:.1} s", a as f64 / 1000.0)
+    } else if a < 3_600_000 {
+        format!("{} min {} s", a / 60_000, (a % 60_000) / 1000)
+    } else {
+        format!("{} h {} min", a / 3_600_000, (a % 3_600_000) / 60_000)
+    };
+    if neg {
+        format!("-{s} (in the future)")
+    } else {
+        s
+    }
+}
+
+/// The policy as JSON.
+pub fn policy_json(p: &TimingPolicy) -> Value {
+    json!({
+        "heartbeat_ms": p.heartbeat_ms(),
+        "self_fence_after_ms": p.self_fence_after_ms(),
+        "stale_after_ms": p.stale_after_ms(),
+        "heartbeat_durability": match p.heartbeat_durability() {
+            lease_core::HeartbeatDurability::Local => "local",
+            lease_core::HeartbeatDurability::Durable => "durable",
+        },
+    })
+}
+
+/// The policy in one human line.
+pub fn policy_human(p: &TimingPolicy) -> String {
+    format!(
+        "heartbeat {} ms, self-fence after {} ms, stale after {} ms, {} heartbeats",
+        p.heartbeat_ms(),
+        p.self_fence_after_ms(),
+        p.stale_after_ms(),
+        match p.heartbeat_durability() {
+            lease_core::HeartbeatDurability::Local => "local",
+            lease_core::HeartbeatDurability::Durable => "durable",
+        }
+    )
+}
+
+/// Name of an epoch state.
+pub fn epoch_state_name(s: EpochState) -> &'static str {
+    match s {
+        EpochState::Active => "active",
+        EpochState::Released => "released",
+        EpochState::Retired => "retired",
+    }
+}
+
+/// Quote a path for a shell command suggestion if it needs it.
+pub fn shell_path(p: &Path) -> String {
+    let s = p.display().to_string();
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
+    {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The one safe next step for a run in this state.
+pub fn next_step(view: &StatusView, dir: &Path) -> String {
+    let d = shell_path(dir);
+    match (&view.status, &view.head) {
+        (Status::Free, _) => format!("claim it (runlease run {d} -- COMMAND)"),
+        (Status::Active, _) => "wait, or ask the owner to release".into(),
+        (Status::Stale, Some(h)) => format!(
+            "runlease takeover {d} --expect-owner {} --expect-heartbeat {}",
+            h.epoch.owner_id,
+            h.heartbeat_at()
+        ),
+        (Status::Stale, None) => format!("runlease status {d} (observe again)"),
+        (Status::Dead, _) => format!("runlease retire {d}"),
+        (Status::Invalid(_), _) => format!("runlease doctor {d}; do not take over"),
+    }
+}
+
+/// The status of one run as a JSON object (schema `runlease/cli/status/1`).
+pub fn status_json(dir: &Path, run_id: &str, view: &StatusView) -> Value {
+    let head = view.head.as_ref();
+    let active = head.is_some_and(Head::is_active);
+    let expect = head.filter(|h| h.is_active()).map(Expectation::of);
+    let (liveness, dead) = match &view.liveness {
+        None => (Value::Null, Value::Null),
+        Some(Ok(())) => (json!("definitely dead"), json!(true)),
+        Some(Err(why)) => (json!(why), json!(false)),
+    };
+    let error = match &view.status {
+        Status::Invalid(e) => {
+            json!({"code": e.code(), "message": strip_code(e.code(), e.to_string())})
+        }
+        _ => Value::Null,
+    };
+    json!({
+        "schema": "runlease/cli/status/1",
+        "run": dir.display().to_string(),
+        "run_id": run_id,
+        "state": view.status.name(),
+        "generation": head.map(|h| h.generation().get()),
+        "epoch_state": head.map(|h| epoch_state_name(h.epoch.state)),
+        "owner_id": head.map(|h| h.epoch.owner_id.to_string()),
+        "host": head.map(|h| h.epoch.holder.host.to_string()),
+        "boot_id": head.map(|h| h.epoch.holder.boot_id.to_string()),
+        "pid": head.map(|h| h.epoch.holder.pid),
+        "since": head.map(|h| h.epoch.claimed_at.to_string()),
+        "heartbeat_at": head.filter(|_| active).map(|h| h.heartbeat_at().to_string()),
+        "heartbeat_age_ms": view.age_ms,
+        "heartbeat_count": head.filter(|_| active).map(Head::heartbeat_count),
+        "policy": head.map(|h| policy_json(&h.epoch.policy)),
+        "dead": dead,
+        "liveness": liveness,
+        "expect_owner": expect.as_ref().map(|e| e.owner_id.to_string()),
+        "expect_heartbeat": expect.as_ref().map(|e| e.heartbeat_at.to_string()),
+        "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
+        "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
+        "next_step": next_step(view, dir),
+        "error": error,
+    })
+}
+
+/// The status of one run as aligned human lines.
+pub fn status_human(dir: &Path, view: &StatusView) -> Vec<String> {
+    let mut l = vec![format!("{}: {}", dir.display(), view.status.name())];
+    let mut row = |k: &str, v: String| l.push(format!("  {k:<11}{v}"));
+    match &view.head {
+        None => {
+            if let Status::Invalid(e) = &view.status {
+                row("error", e.to_string());
+            } else {
+                row("generation", "none (never claimed)".into());
+            }
+        }
+        Some(h) => {
+            let e = &h.epoch;
+            row(
+                "generation",
+                format!("{} ({})", h.generation(), epoch_state_name(e.state)),
+            );
+            if h.is_active() {
+                row("owner", e.owner_id.to_string());
+                row(
+                    "holder",
+                    format!(
+                        "host {}, pid {}, boot {}",
+                        e.holder.host, e.holder.pid, e.holder.boot_id
+                    ),
+                );
+                row("since", e.claimed_at.to_string());
+                row(
+                    "heartbeat",
+                    format!(
+                        "{} (age {}, #{})",
+                        h.heartbeat_at(),
+                        view.age_ms.map_or("?".into(), human_ms),
+                        h.heartbeat_count()
+                    ),
+                );
+                row("policy", policy_human(&e.policy));
+                match &view.liveness {
+                    Some(Ok(())) => row("liveness", "definitely dead".into()),
+                    Some(Err(why)) => row("liveness", format!("not proven dead: {why}")),
+                    None => {}
+                }
+            } else {
+                let what = match e.state {
+                    EpochState::Retired => "retired a dead owner",
+                    _ => "released",
+                };
+                row(
+                    "last",
+                    format!("{what} by {} at {}", e.owner_id, e.claimed_at),
+                );
+            }
+        }
+    }
+    row("next", next_step(view, dir));
+    l
+}
+
+/// Whether an active head is stale on the observer's wall clock (a `dead` status may be
+/// fresh or stale; only a stale head may be taken over).
+pub fn is_stale(view: &StatusView) -> bool {
+    match (&view.head, view.age_ms) {
+        (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
+        _ => false,
+    }
+}
+
+/// Who holds a run, for a refusal: human text and JSON fields.
+pub fn held_description(view: &StatusView) -> (String, Value) {
+    let Some(h) = view.head.as_ref().filter(|h| h.is_active()) else {
+        return (
+            "held, but no active owner is recorded yet".into(),
+            json!({"state": view.status.name()}),
+        );
+    };
+    let e = &h.epoch;
+    let age = view.age_ms.map_or("?".into(), human_ms);
+    (
+        format!(
+            "held by owner {} (host {}, pid {}, since {}, generation {}), last heartbeat {} (age {}, #{}), state {}",
+            e.owner_id,
+            e.holder.host,
+            e.holder.pid,
+            e.claimed_at,
+            h.generation(),
+            h.heartbeat_at(),
+            age,
+            h.heartbeat_count(),
+            view.status.name()
+        ),
+        json!({
+            "state": view.status.name(),
+            "holder": {
+                "owner_id": e.owner_id.to_string(),
+                "host": e.holder.host.to_string(),
+                "pid": e.holder.pid,
+                "since": e.claimed_at.to_string(),
+                "generation": h.generation().get(),
+                "heartbeat_at": h.heartbeat_at().to_string(),
+                "heartbeat_age_ms": view.age_ms,
+                "heartbeat_count": h.heartbeat_count(),
+            }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ids_look_like_uuid_v4_and_differ() {
+        let a = new_owner_id().unwrap().to_string();
+        let b = new_owner_id().unwrap().to_string();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!("89ab".contains(&a[19..20]));
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human_ms(850), "850 ms");
+        assert_eq!(human_ms(1234), "1.2 s");
+        assert_eq!(human_ms(185_000), "3 min 5 s");
+        assert!(human_ms(-2000).contains("future"));
+    }
+
+    #[test]
+    fn codes_are_not_repeated_in_messages() {
+        let e = CliError::from(FsError::RunNotFound { path: "x".into() });
+        assert_eq!(e.code, "RUN_NOT_FOUND");
+        assert_eq!(e.exit, 64);
+        assert!(!e.message.starts_with("RUN_NOT_FOUND"), "{}", e.message);
+    }
+
+    #[test]
+    fn shell_paths_are_quoted_when_needed() {
+        assert_eq!(shell_path(Path::new("./demo-run")), "./demo-run");
+        assert_eq!(shell_path(Path::new("a b")), "'a b'");
+    }
+}

@@ -1,0 +1,892 @@
+//! The inspection and repair subcommands: status, list, takeover, retire, release (not
+//! yet), append, events, verify, doctor, prune.
+
+use crate::common::{
+    CliError, EX_SOFTWARE, Out, cli_identity, held_description, human_ms, is_stale, new_nonce,
+    new_owner_id, shell_path, status_human, status_json, wall_now,
+};
+use lease_core::ops::{Authority, Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
+use lease_core::{Dir, FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
+use lease_fs::lock::OwnerLock;
+use lease_fs::{ProcLiveness, RunDir, this_holder};
+use serde_json::{Value, json};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Temp files younger than this are never removed by `doctor --clean-temp` (a writer may
+/// still be using them).
+const TEMP_MIN_AGE_SECS: u64 = 60;
+
+// ---------------------------------------------------------------------------------------
+// status, list
+
+/// Read one run's status (liveness probed).
+fn read_status(dir: &Path) -> Result<(RunDir, StatusView), CliError> {
+    let run = RunDir::open(dir)?;
+    let view = run.status(wall_now()?, true)?;
+    Ok((run, view))
+}
+
+/// `runlease status DIR...`: exit 0 when every status could be read (an invalid run is a
+/// status, printed, not a failure); otherwise the exit code of the first run that could
+/// not be read.
+pub fn status(dirs: &[std::path::PathBuf], out: Out) -> Result<i32, CliError> {
+    let mut exit = 0;
+    for (i, dir) in dirs.iter().enumerate() {
+        match read_status(dir) {
+            Ok((run, view)) => {
+                if out.json {
+                    out.json_line(&status_json(dir, run.run_id().as_str(), &view));
+                } else {
+                    if i > 0 {
+                        out.line("");
+                    }
+                    for l in status_human(dir, &view) {
+                        out.line(&l);
+                    }
+                }
+            }
+            Err(e) => {
+                let e = e.with_extra(json!({"run": dir.display().to_string()}));
+                e.report(&out);
+                if exit == 0 {
+                    exit = e.exit;
+                }
+            }
+        }
+    }
+    Ok(exit)
+}
+
+/// `runlease list FOLDER`: one row per immediate subfolder holding a `lease/` folder.
+pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
+    let entries = std::fs::read_dir(folder).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            CliError::new(
+                "RUN_NOT_FOUND",
+                64,
+                format!("folder {} does not exist", folder.display()),
+            )
+        } else {
+            CliError::new(
+                "IO_ERROR",
+                74,
+                format!("cannot list {}: {e}", folder.display()),
+            )
+        }
+    })?;
+    let mut dirs: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            // Never follow symlinks: a run folder that is a symlink is refused anyway.
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+                && std::fs::symlink_metadata(p.join("lease")).is_ok_and(|m| m.is_dir())
+        })
+        .collect();
+    dirs.sort();
+    if !out.json {
+        out.line(&format!(
+            "{:<24} {:<8} {:>5} {:<36} {:<16} {:>7} {:>14}",
+            "RUN", "STATE", "GEN", "OWNER", "HOST", "PID", "HEARTBEAT AGE"
+        ));
+    }
+    for dir in &dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match read_status(dir) {
+            Ok((run, view)) => {
+                if out.json {
+                    out.json_line(&status_json(dir, run.run_id().as_str(), &view));
+                    continue;
+                }
+                let h = view.head.as_ref();
+                let active = h.is_some_and(|h| h.is_active());
+                out.line(&format!(
+                    "{:<24} {:<8} {:>5} {:<36} {:<16} {:>7} {:>14}",
+                    name,
+                    view.status.name(),
+                    h.map_or("-".into(), |h| h.generation().to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.owner_id.to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.holder.host.to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.holder.pid.to_string()),
+                    view.age_ms.map_or("-".into(), human_ms),
+                ));
+            }
+            Err(e) => {
+                if out.json {
+                    out.json_line(&json!({
+                        "schema": "runlease/cli/error/1",
+                        "ok": false,
+                        "run": dir.display().to_string(),
+                        "code": e.code,
+                        "message": e.message,
+                        "exit_code": e.exit,
+                    }));
+                } else {
+                    out.line(&format!("{name:<24} error    {}: {}", e.code, e.message));
+                }
+            }
+        }
+    }
+    if dirs.is_empty() && !out.json {
+        out.line(&format!("(no runs below {})", folder.display()));
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------------------
+// takeover, retire, release
+
+/// Options of `runlease takeover`.
+#[derive(Debug, Clone)]
+pub struct TakeoverOpts {
+    /// `--expect-owner`.
+    pub expect_owner: Option<String>,
+    /// `--expect-heartbeat`.
+    pub expect_heartbeat: Option<String>,
+    /// `--expect-generation`.
+    pub expect_generation: Option<u64>,
+    /// `--expect-count`.
+    pub expect_count: Option<u64>,
+    /// `--yes`.
+    pub yes: bool,
+}
+
+fn read_cutoff(run: &RunDir, g: Generation) -> Option<u64> {
+    match run.perform(lease_core::ops::Request::Read(FileRef::Cutoff(g))) {
+        Ok(lease_core::ops::Response::Content(Some(b))) => {
+            decode_for::<RetirementRecord>(run.run_id(), &b)
+                .ok()
+                .map(|r| r.events_through)
+        }
+        _ => None,
+    }
+}
+
+/// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
+/// owner for an instant and releases at once, so the run is free for the next `run`.
+pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let view = run.status(wall_now()?, true)?;
+    if let Status::Invalid(e) = &view.status {
+        return Err(CliError::from(e.clone()).with_hint(format!(
+            "nothing may replace the owner until the record is repaired: runlease doctor {}",
+            shell_path(dir)
+        )));
+    }
+    let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
+        return Err(CliError::new(
+            "TAKEOVER_RACE",
+            75,
+            format!(
+                "run {} is free: there is no owner to take over (claim it with runlease run)",
+                run.run_id()
+            ),
+        ));
+    };
+    let (desc, held) = held_description(&view);
+    if !out.json {
+        out.info(&format!("observed {}: {desc}", dir.display()));
+    }
+    let expect = match (&o.expect_owner, &o.expect_heartbeat) {
+        (Some(owner), Some(hb)) => Expectation {
+            generation: o.expect_generation.and_then(Generation::new),
+            owner_id: Identity::arg("--expect-owner", owner.clone())?,
+            heartbeat_at: lease_core::Timestamp::parse(hb)
+                .map_err(|e| CliError::usage(format!("--expect-heartbeat: {e}")))?,
+            heartbeat_count: o.expect_count,
+        },
+        (None, None) => {
+            let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+            if !o.yes && !interactive {
+                return Err(CliError::usage(format!(
+                    "not a terminal: pass --expect-owner and --expect-heartbeat with the values `runlease status --json {}` printed (expect_owner, expect_heartbeat), or --yes to take over exactly what is observed now",
+                    shell_path(dir)
+                )));
+            }
+            if view.status == Status::Active || (view.status == Status::Dead && !is_stale(&view)) {
+                let hint = if view.status == Status::Dead {
+                    format!("it is definitely dead: runlease retire {}", shell_path(dir))
+                } else {
+                    "wait, or ask the owner to release".into()
+                };
+                return Err(CliError::new(
+                    "TAKEOVER_ACTIVE_REFUSED",
+                    76,
+                    format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
+                )
+                .with_extra(held));
+            }
+            if !o.yes {
+                eprint!(
+                    "runlease: take over owner {} (heartbeat {}, age {})? [y/N] ",
+                    head.epoch.owner_id,
+                    head.heartbeat_at(),
+                    view.age_ms.map_or("?".into(), human_ms)
+                );
+                let _ = std::io::stderr().flush();
+                let mut answer = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut answer);
+                if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+                    return Err(CliError::new(
+                        "ABORTED",
+                        1,
+                        "takeover not confirmed; nothing was changed",
+                    ));
+                }
+            }
+            Expectation::of(&head)
+        }
+        _ => {
+            return Err(CliError::usage(
+                "--expect-owner and --expect-heartbeat go together",
+            ));
+        }
+    };
+    let policy: TimingPolicy = head.epoch.policy;
+    let lease = run.takeover(
+        new_owner_id()?,
+        this_holder()?,
+        policy,
+        wall_now()?,
+        expect,
+        TakeoverTrigger::Operator,
+        new_nonce()?,
+    )?;
+    let cutoff = read_cutoff(&run, head.generation());
+    let released = run.release(&lease, wall_now()?, None).map_err(|e| {
+        CliError::from(e).with_hint(format!(
+            "the takeover itself succeeded (generation {}); the old owner is fenced",
+            lease.generation
+        ))
+    })?;
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/takeover/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "taken_over": held.get("holder").cloned().unwrap_or(Value::Null),
+            "generation": lease.generation.get(),
+            "released_as": released.get(),
+            "cutoff": cutoff,
+            "state": "free",
+        }));
+    } else {
+        out.line(&format!(
+            "took over {} from owner {} (generation {}, last heartbeat {}) as generation {}, then released it as generation {}: the run is free",
+            dir.display(),
+            head.epoch.owner_id,
+            head.generation(),
+            head.heartbeat_at(),
+            lease.generation,
+            released
+        ));
+        if let Some(c) = cutoff {
+            out.line(&format!(
+                "events of the old owner count through sequence {c}; anything it writes later is fenced and never counts"
+            ));
+        }
+    }
+    Ok(0)
+}
+
+/// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
+/// lock free). Takes the owner lock first if it can.
+pub fn retire(dir: &Path, out: Out) -> Result<i32, CliError> {
+    let mut run = RunDir::open(dir)?;
+    let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
+        CliError::new(
+            "IO_ERROR",
+            74,
+            format!("cannot take the owner lock of {}: {e}", dir.display()),
+        )
+    })?;
+    if lock.is_some() {
+        run.set_liveness(Arc::new(ProcLiveness::new(dir).holding_lock()));
+    }
+    let view = run.status(wall_now()?, true)?;
+    if let Status::Invalid(e) = &view.status {
+        return Err(CliError::from(e.clone()).with_hint(format!(
+            "nothing may replace the owner until the record is repaired: runlease doctor {}",
+            shell_path(dir)
+        )));
+    }
+    let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
+        return Err(CliError::new(
+            "TAKEOVER_RACE",
+            75,
+            format!("run {} is free: there is no owner to retire", run.run_id()),
+        ));
+    };
+    let retired = run
+        .retire(
+            new_owner_id()?,
+            this_holder()?,
+            head.epoch.policy,
+            wall_now()?,
+            Some(Expectation::of(&head)),
+            new_nonce()?,
+        )
+        .map_err(|e| {
+            let code = e.code();
+            let err = CliError::from(e);
+            if code == "RETIRE_REFUSED_NOT_DEAD" {
+                let next = if is_stale(&view) {
+                    format!(
+                        "it is stale: runlease takeover {} --expect-owner {} --expect-heartbeat {}",
+                        shell_path(dir),
+                        head.epoch.owner_id,
+                        head.heartbeat_at()
+                    )
+                } else {
+                    "wait for it to become stale, then take over".into()
+                };
+                err.with_hint(next)
+            } else {
+                err
+            }
+        })?;
+    drop(lock);
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/retire/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "retired_generation": retired.retired.get(),
+            "retired_owner": head.epoch.owner_id.to_string(),
+            "generation": retired.generation.get(),
+            "cutoff": retired.cutoff,
+            "state": "free",
+        }));
+    } else {
+        out.line(&format!(
+            "retired dead owner {} (generation {}, pid {} on {}) as generation {}: the run is free; its events through sequence {} count",
+            head.epoch.owner_id,
+            retired.retired,
+            head.epoch.holder.pid,
+            head.epoch.holder.host,
+            retired.generation,
+            retired.cutoff
+        ));
+    }
+    Ok(0)
+}
+
+/// `runlease release`: not implemented (an owner's lease lives in its own process).
+pub fn release() -> Result<i32, CliError> {
+    Err(CliError::new(
+        "NOT_IMPLEMENTED",
+        EX_SOFTWARE,
+        "`runlease release` is not implemented yet: a lease can only be released by the process that holds it (`runlease run` releases when its command exits); a hand-over from another process needs the lease-run layer (issue #7)",
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// append, events
+
+/// Options of `runlease append`.
+#[derive(Debug, Clone)]
+pub struct AppendOpts {
+    /// `--type`.
+    pub event_type: String,
+    /// `--payload` (JSON text).
+    pub payload: Option<String>,
+    /// `--generation` / `RUNLEASE_GENERATION`.
+    pub generation: Option<u64>,
+    /// `--owner` / `RUNLEASE_OWNER`.
+    pub owner: Option<String>,
+}
+
+/// `runlease append DIR --type T`: append one event as the current owner (the token comes
+/// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
+/// authoritative; 75 when the generation is fenced.
+pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
+    let generation = o
+        .generation
+        .ok_or_else(|| {
+            CliError::usage(
+                "no generation: pass --generation or run under `runlease run` (RUNLEASE_GENERATION)",
+            )
+        })
+        .and_then(|g| {
+            Generation::new(g).ok_or_else(|| CliError::usage("--generation must be at least 1"))
+        })?;
+    let owner = o.owner.clone().ok_or_else(|| {
+        CliError::usage("no owner: pass --owner or run under `runlease run` (RUNLEASE_OWNER)")
+    })?;
+    let owner = Identity::arg("owner id", owner)?;
+    let event_type = Identity::arg("event type", o.event_type.clone())?;
+    let payload: Value = match &o.payload {
+        None => Value::Null,
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
+    };
+    let run = RunDir::open(dir)?;
+    let view = run.status(wall_now()?, false)?;
+    if let Status::Invalid(e) = view.status {
+        return Err(e.into());
+    }
+    let fenced = |detail: String| {
+        CliError::new(
+            "FENCED",
+            75,
+            format!(
+                "run {}: generation {generation} is fenced: {detail}; nothing was appended",
+                run.run_id()
+            ),
+        )
+    };
+    let head = match &view.head {
+        None => {
+            return Err(CliError::usage(format!(
+                "run {} was never claimed: generation {generation} does not exist",
+                run.run_id()
+            )));
+        }
+        Some(h) if h.generation() < generation => {
+            return Err(CliError::usage(format!(
+                "generation {generation} does not exist (the head is {})",
+                h.generation()
+            )));
+        }
+        Some(h) if h.generation() > generation => {
+            return Err(fenced(format!(
+                "the run is at generation {}",
+                h.generation()
+            )));
+        }
+        Some(h) if !h.is_active() => {
+            return Err(fenced("it was released".into()));
+        }
+        Some(h) if h.epoch.owner_id != owner => {
+            return Err(fenced(format!(
+                "its owner is {}, not {owner}",
+                h.epoch.owner_id
+            )));
+        }
+        Some(h) => h,
+    };
+    // Act as that owner: the lease's identity is the epoch on disk (the append's own
+    // pre- and post-checks decide whether the event counts).
+    let lease = OwnedLease {
+        run_id: run.run_id().clone(),
+        generation,
+        owner_id: owner,
+        holder: head.epoch.holder.clone(),
+        policy: head.epoch.policy,
+        epoch_hash: head.hash.clone(),
+    };
+    let appended = run.append(&lease, event_type.clone(), payload, wall_now()?)?;
+    if let Some(by) = appended.superseded_by {
+        eprintln!(
+            "runlease: warning: event {} counts, but generation {generation} was superseded by generation {by} meanwhile: stop writing",
+            appended.sequence
+        );
+    }
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/append/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "sequence": appended.sequence.get(),
+            "hash": appended.hash.to_string(),
+            "generation": generation.get(),
+            "type": event_type.to_string(),
+            "superseded_by": appended.superseded_by.map(|g| g.get()),
+        }));
+    } else {
+        out.line(&appended.sequence.to_string());
+    }
+    Ok(0)
+}
+
+/// The authority of an event: a short code and a human phrase.
+fn authority_text(a: &Authority) -> (&'static str, String) {
+    match a {
+        Authority::Authoritative => ("counts", "counts".into()),
+        Authority::PastCutoff { cutoff } => (
+            "past_cutoff",
+            format!("does not count: past its generation's cutoff {cutoff}"),
+        ),
+        Authority::Pending => (
+            "pending",
+            "not counted yet: its generation was superseded and the cutoff is not finalized".into(),
+        ),
+        Authority::NotOwner => (
+            "not_owner",
+            "does not count: not written by its generation's owner".into(),
+        ),
+        Authority::FreeGeneration => (
+            "free_generation",
+            "does not count: its generation had no owner".into(),
+        ),
+        Authority::UnknownGeneration => (
+            "unknown_generation",
+            "does not count: no such generation".into(),
+        ),
+        Authority::ExcludedByCheckpoint => (
+            "excluded_by_checkpoint",
+            "does not count: excluded by the checkpoint".into(),
+        ),
+    }
+}
+
+fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
+    let e = &je.event;
+    let (code, text) = authority_text(&je.authority);
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/event/1",
+            "sequence": e.sequence.get(),
+            "generation": e.generation.get(),
+            "owner_id": e.owner_id.to_string(),
+            "type": e.event_type.to_string(),
+            "timestamp": e.timestamp.to_string(),
+            "payload": e.payload,
+            "hash": je.hash.to_string(),
+            "authoritative": je.authority.counts(),
+            "authority": code,
+            "cutoff": match je.authority { Authority::PastCutoff { cutoff } => Some(cutoff), _ => None },
+        }))
+    } else {
+        let mark = if je.authority.counts() { ' ' } else { '!' };
+        out.line(&format!(
+            "{mark}{:>6}  {}  gen {:<4} {:<20} {}  [{}]",
+            e.sequence, e.timestamp, e.generation, e.event_type, e.payload, text
+        ))
+    }
+}
+
+/// `runlease events DIR [--follow]`: every event with its authority (non-authoritative
+/// events are shown, marked `!`, never hidden). Read-only: pending cutoffs are not
+/// finalized.
+pub fn events(dir: &Path, follow: bool, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let view = run.read_events(None)?;
+    let mut last = 0u64;
+    for je in &view.events {
+        if !print_event(je, &out) {
+            return Ok(0);
+        }
+        last = je.event.sequence.get();
+    }
+    if view.events.is_empty() && !out.json && !follow {
+        out.line("(no events)");
+    }
+    if !follow {
+        return Ok(0);
+    }
+    // Polls every 500 ms; each poll re-reads and re-judges the whole log (fine for a first
+    // version; the judgment of already printed events is not re-printed if it changes).
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let view = run.read_events(None)?;
+        let seen = last;
+        for je in view
+            .events
+            .iter()
+            .filter(|je| je.event.sequence.get() > seen)
+        {
+            if !print_event(je, &out) {
+                return Ok(0);
+            }
+            last = je.event.sequence.get();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// verify, doctor, prune
+
+/// `runlease verify DIR`: both hash chains; 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
+/// records.
+pub fn verify(dir: &Path, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let r = run.verify()?;
+    let strays: Vec<u64> = r.strays.iter().map(|g| g.get()).collect();
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/verify/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "epochs": r.epochs,
+            "events": r.events,
+            "floor": r.floor.map(|g| g.get()),
+            "strays": strays,
+        }));
+    } else {
+        out.line(&format!(
+            "{}: ok: {} epochs and {} events checked{}{}",
+            dir.display(),
+            r.epochs,
+            r.events,
+            r.floor
+                .map(|f| format!(", checkpoint floor {f}"))
+                .unwrap_or_default(),
+            if strays.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", stray epochs below the floor: {strays:?} (runlease prune {} removes them)",
+                    shell_path(dir)
+                )
+            }
+        ));
+    }
+    Ok(0)
+}
+
+/// One doctor finding.
+struct Finding {
+    code: &'static str,
+    severity: &'static str,
+    detail: String,
+    next: String,
+}
+
+/// Count `.tmp-*` files (total, older than the grace) in the run's protocol folders.
+fn count_temp_files(root: &Path) -> (usize, usize) {
+    let mut total = 0;
+    let mut old = 0;
+    let now = std::time::SystemTime::now();
+    for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
+        let path = root.join(d);
+        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            if !e
+                .file_name()
+                .to_string_lossy()
+                .starts_with(lease_fs::primitives::TEMP_PREFIX)
+            {
+                continue;
+            }
+            total += 1;
+            let age = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok());
+            if age.is_some_and(|a| a.as_secs() >= TEMP_MIN_AGE_SECS) {
+                old += 1;
+            }
+        }
+    }
+    (total, old)
+}
+
+/// `runlease doctor DIR [--clean-temp]`: findings with stable codes and one next step each.
+/// Exit 0 unless a finding is a data error (`INVALID_RECORD`, `BROKEN_CHAIN`: 65).
+pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let d = shell_path(dir);
+    let mut findings = Vec::new();
+
+    let mut cleaned = None;
+    if clean_temp {
+        cleaned = Some(run.clean_temp_files(TEMP_MIN_AGE_SECS)?);
+    }
+    let (temps, old_temps) = count_temp_files(dir);
+    if temps > 0 {
+        findings.push(Finding {
+            code: "ORPHAN_TEMP_FILES",
+            severity: "warning",
+            detail: format!(
+                "{temps} temp file(s) (.tmp-*), {old_temps} older than {TEMP_MIN_AGE_SECS} s; they never count, they only use space"
+            ),
+            next: format!("runlease doctor {d} --clean-temp"),
+        });
+    }
+
+    let view = run.status(wall_now()?, true)?;
+    let mut invalid_message = None;
+    match &view.status {
+        Status::Invalid(e) => {
+            invalid_message = Some(e.to_string());
+            findings.push(Finding {
+                code: "INVALID_RECORD",
+                severity: "error",
+                detail: e.to_string(),
+                next: "repair or restore the named file by hand (keep a copy); do not take over"
+                    .into(),
+            });
+        }
+        Status::Stale => {
+            let (desc, _) = held_description(&view);
+            findings.push(Finding {
+                code: "STALE_OWNER",
+                severity: "warning",
+                detail: desc,
+                next: crate::common::next_step(&view, dir),
+            });
+        }
+        Status::Dead => {
+            let (desc, _) = held_description(&view);
+            findings.push(Finding {
+                code: "DEAD_OWNER",
+                severity: "warning",
+                detail: desc,
+                next: format!("runlease retire {d}"),
+            });
+        }
+        Status::Free | Status::Active => {}
+    }
+    if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
+        if h.is_active() && age < -1000 {
+            findings.push(Finding {
+                code: "FUTURE_HEARTBEAT",
+                severity: "warning",
+                detail: format!(
+                    "the last heartbeat ({}) is {} ahead of this host's clock",
+                    h.heartbeat_at(),
+                    human_ms(-age)
+                ),
+                next: "check time synchronization on both hosts (PROTOCOL.md §10)".into(),
+            });
+        }
+    }
+
+    match run.verify() {
+        Ok(r) => {
+            if !r.strays.is_empty() {
+                findings.push(Finding {
+                    code: "STRAY_EPOCHS",
+                    severity: "warning",
+                    detail: format!(
+                        "epochs below the checkpoint floor remain: {:?}",
+                        r.strays.iter().map(|g| g.get()).collect::<Vec<_>>()
+                    ),
+                    next: format!("runlease prune {d}"),
+                });
+            }
+        }
+        Err(e) => {
+            let code = e.code();
+            let msg = e.to_string();
+            if matches!(code, "CHAIN_BROKEN" | "EVENT_LOG_GAP") {
+                findings.push(Finding {
+                    code: "BROKEN_CHAIN",
+                    severity: "error",
+                    detail: msg,
+                    next: format!(
+                        "runlease verify {d} names the first broken link; restore the files from a backup or archive the run"
+                    ),
+                });
+            } else if matches!(code, "RECORD_INVALID" | "SCHEMA_UNSUPPORTED") {
+                if invalid_message.as_deref() != Some(msg.as_str()) {
+                    findings.push(Finding {
+                        code: "INVALID_RECORD",
+                        severity: "error",
+                        detail: msg,
+                        next: "repair or restore the named file by hand (keep a copy); do not take over".into(),
+                    });
+                }
+            } else {
+                return Err(e.into());
+            }
+        }
+    }
+
+    let strays = run.stray_names()?;
+    if !strays.is_empty() {
+        findings.push(Finding {
+            code: "STRAY_NAMES",
+            severity: "warning",
+            detail: format!(
+                "{} name(s) no reader uses: {}",
+                strays.len(),
+                strays.join(", ")
+            ),
+            next: "move them out of the run folder by hand (every reader ignores them)".into(),
+        });
+    }
+
+    if findings.is_empty() {
+        findings.push(Finding {
+            code: "OK",
+            severity: "ok",
+            detail: format!("run is {}; nothing to repair", view.status.name()),
+            next: "nothing to do".into(),
+        });
+    }
+    let exit = if findings.iter().any(|f| f.severity == "error") {
+        65
+    } else {
+        0
+    };
+    if let Some(n) = cleaned {
+        if out.json {
+            out.json_line(&json!({
+                "schema": "runlease/cli/doctor/1",
+                "run": dir.display().to_string(),
+                "code": "TEMP_FILES_REMOVED",
+                "severity": "info",
+                "detail": format!("removed {n} temp file(s) older than {TEMP_MIN_AGE_SECS} s"),
+                "count": n,
+                "next_step": null,
+            }));
+        } else {
+            out.line(&format!(
+                "removed {n} temp file(s) older than {TEMP_MIN_AGE_SECS} s"
+            ));
+        }
+    }
+    for f in &findings {
+        if out.json {
+            out.json_line(&json!({
+                "schema": "runlease/cli/doctor/1",
+                "run": dir.display().to_string(),
+                "code": f.code,
+                "severity": f.severity,
+                "detail": f.detail,
+                "next_step": f.next,
+            }));
+        } else {
+            out.line(&format!("{:<18} {}", f.code, f.detail));
+            out.line(&format!("{:<18} next: {}", "", f.next));
+        }
+    }
+    Ok(exit)
+}
+
+/// `runlease prune DIR [--keep N]`.
+pub fn prune(dir: &Path, keep: u64, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let r = run.prune(keep, cli_identity("prune"), wall_now()?)?;
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/prune/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "keep": keep.max(2),
+            "floor": r.floor.map(|g| g.get()),
+            "removed": r.removed,
+        }));
+    } else {
+        match r.floor {
+            Some(f) => out.line(&format!(
+                "{}: checkpoint floor {f}; removed {} file(s)",
+                dir.display(),
+                r.removed
+            )),
+            None => out.line(&format!(
+                "{}: nothing to prune (at most {} generations)",
+                dir.display(),
+                keep.max(2)
+            )),
+        };
+    }
+    Ok(0)
+}
