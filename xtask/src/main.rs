@@ -1,9 +1,10 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`. The other subcommands are honest
-//! placeholders that say so and exit with code 2.
+//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `fuzz-smoke [--seconds N]`. The other
+//! subcommands are honest placeholders that say so and exit with code 2.
 
 mod bench;
+mod fuzz;
 mod purity;
 
 use std::ffi::OsString;
@@ -24,8 +25,9 @@ Commands:
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
   bench         criterion benchmarks of lease-fs, then figures and ratios vs raw baselines
-  model         not implemented yet (issue #4)
-  fuzz-smoke    not implemented yet (issue #4)
+  model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
+  fuzz-smoke [--seconds N]
+                run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
   loom          not implemented yet (issue #8)
   torture       not implemented yet (issue #8)
   help          print this text
@@ -52,7 +54,15 @@ fn main() -> ExitCode {
         }
         Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
             .and_then(|()| bench::report(&workspace_root())),
-        Some(name @ ("model" | "fuzz-smoke")) => return not_implemented(name, 4),
+        Some("fuzz-smoke") => match fuzz::parse_args(rest) {
+            Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),
+            Err(reason) => return usage(&reason),
+        },
+        Some("model") => match rest {
+            [] => model(false),
+            [flag] if flag == "--deep" => model(true),
+            _ => return usage(&format!("unexpected arguments to `model`: {rest:?}")),
+        },
         Some(name @ ("loom" | "torture")) => return not_implemented(name, 8),
         Some(other) => return usage(&format!("unknown command `{other}`")),
         None => return usage("no command given"),
@@ -75,6 +85,23 @@ fn usage(reason: &str) -> ExitCode {
 fn not_implemented(name: &str, issue: u32) -> ExitCode {
     eprintln!("xtask {name}: not implemented yet (see issue #{issue})");
     ExitCode::from(EX_NOT_IMPLEMENTED)
+}
+
+/// `cargo xtask model [--deep]`: the BFS model checker of lease-fs/tests/model_check.rs in
+/// a release build (`RUNLEASE_MODEL=ci`, or `deep`).
+fn model(deep: bool) -> Result<(), String> {
+    let mut cmd = cargo(&[
+        "test",
+        "-p",
+        "lease-fs",
+        "--release",
+        "--test",
+        "model_check",
+        "--",
+        "--nocapture",
+    ]);
+    cmd.env("RUNLEASE_MODEL", if deep { "deep" } else { "ci" });
+    run_status(cmd)
 }
 
 /// The workspace root: the parent of this crate's manifest directory.
@@ -139,6 +166,7 @@ fn ci() -> Result<(), String> {
     })?;
     step("purity", || purity::run(&workspace_root()))?;
     step("test", || test(false))?;
+    step("model", || model(false))?;
     eprintln!(
         "ci: all steps passed ({:.2}s)",
         start.elapsed().as_secs_f64()

@@ -1,0 +1,323 @@
+//! `cargo xtask fuzz-smoke [--seconds N]`: run every cargo-fuzz target of `fuzz/` for a
+//! short, fixed time (issue #4, item 2).
+//!
+//! 1. Makes sure `cargo +nightly fuzz` works, installing `cargo-fuzz` with
+//!    `cargo install cargo-fuzz --locked` if it is missing (it says so first).
+//! 2. Builds every target once (`cargo +nightly fuzz build`).
+//! 3. Per target, in `fuzz/`:
+//!    - replays `fuzz/regressions/<target>/` if it holds inputs (`-runs=0`: each input once;
+//!      inputs that once found a bug must keep passing);
+//!    - fuzzes for N seconds from the committed seed corpus `fuzz/corpus/<target>/`, writing
+//!      the inputs it discovers to a scratch corpus under `fuzz/target/fuzz-smoke/` (so the
+//!      committed corpus never grows by accident);
+//!    - prints `fuzz <target>: ok (<runs> runs in <N> s)`, or the tail of libFuzzer's output
+//!      and the saved crash input (`fuzz/artifacts/<target>/`) when it fails.
+//! 4. Fails (exit 1) if any target crashed, hung or failed a regression.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Default seconds per target.
+pub const DEFAULT_SECONDS: u64 = 30;
+
+/// Parse `[--seconds N]`.
+pub fn parse_args(rest: &[String]) -> Result<u64, String> {
+    match rest {
+        [] => Ok(DEFAULT_SECONDS),
+        [flag, n] if flag == "--seconds" => match n.parse::<u64>() {
+            Ok(s) if s > 0 => Ok(s),
+            _ => Err(format!("--seconds needs a positive integer, got {n:?}")),
+        },
+        _ => Err(format!(
+            "unexpected arguments to `fuzz-smoke`: {rest:?} (usage: fuzz-smoke [--seconds N])"
+        )),
+    }
+}
+
+/// A `cargo +nightly ...` command run from `dir`.
+///
+/// Uses the rustup proxy `cargo` from `PATH` (not `$CARGO`, which names the stable toolchain's
+/// own binary and does not understand `+nightly`), and drops the variables the outer cargo set
+/// for this process so they do not pin the nested build to the stable toolchain.
+fn nightly(dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("cargo");
+    cmd.arg("+nightly").args(args).current_dir(dir);
+    without_outer_toolchain(&mut cmd);
+    cmd
+}
+
+/// Variables the outer `cargo xtask` set that would pin a nested cargo to its toolchain.
+const OUTER_TOOLCHAIN_VARS: [&str; 5] = [
+    "CARGO",
+    "RUSTUP_TOOLCHAIN",
+    "RUSTC",
+    "RUSTDOC",
+    "RUSTC_WRAPPER",
+];
+
+fn without_outer_toolchain(cmd: &mut Command) {
+    for var in OUTER_TOOLCHAIN_VARS {
+        cmd.env_remove(var);
+    }
+}
+
+fn cargo_fuzz_version(dir: &Path) -> Option<String> {
+    let out = nightly(dir, &["fuzz", "--version"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `cargo +nightly fuzz` works, or install cargo-fuzz.
+fn ensure_cargo_fuzz(dir: &Path) -> Result<String, String> {
+    let toolchain = nightly(dir, &["--version"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `cargo +nightly --version`: {e}"))?;
+    if !toolchain.status.success() {
+        return Err(format!(
+            "the nightly toolchain is not usable (`cargo +nightly --version` failed: {}); install it with `rustup toolchain install nightly`",
+            String::from_utf8_lossy(&toolchain.stderr).trim()
+        ));
+    }
+    if let Some(v) = cargo_fuzz_version(dir) {
+        return Ok(v);
+    }
+    eprintln!(
+        "fuzz-smoke: `cargo +nightly fuzz` is not available; installing it from crates.io with \
+         `cargo install cargo-fuzz --locked` (this compiles cargo-fuzz and takes a few minutes)"
+    );
+    let mut install = Command::new("cargo");
+    install.args(["install", "cargo-fuzz", "--locked"]);
+    without_outer_toolchain(&mut install);
+    crate::run_status(install)?;
+    cargo_fuzz_version(dir)
+        .ok_or_else(|| "cargo-fuzz was installed but `cargo +nightly fuzz --version` still fails (is ~/.cargo/bin on PATH?)".to_string())
+}
+
+/// The targets cargo-fuzz knows (`cargo fuzz list`), in order.
+fn targets(dir: &Path) -> Result<Vec<String>, String> {
+    let out = nightly(dir, &["fuzz", "list"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `cargo +nightly fuzz list`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`cargo +nightly fuzz list` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let list: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if list.is_empty() {
+        return Err("`cargo +nightly fuzz list` lists no target".into());
+    }
+    Ok(list)
+}
+
+/// Executions reported by libFuzzer: `stat::number_of_executed_units: N` (with
+/// `-print_final_stats=1`), else the last `Done N runs` or `#N` status line.
+fn executed_runs(stderr: &str) -> Option<u64> {
+    let stat = stderr.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("stat::number_of_executed_units:")
+            .and_then(|n| n.trim().parse().ok())
+    });
+    stat.or_else(|| {
+        stderr.lines().rev().find_map(|l| {
+            let l = l.trim();
+            if let Some(rest) = l.strip_prefix("Done ") {
+                return rest.split_whitespace().next()?.parse().ok();
+            }
+            let n = l.strip_prefix('#')?.split_whitespace().next()?;
+            n.parse().ok()
+        })
+    })
+}
+
+/// The crash input libFuzzer saved, if it says so.
+fn artifact(stderr: &str) -> Option<String> {
+    stderr.lines().find_map(|l| {
+        l.split_once("Test unit written to ")
+            .map(|(_, p)| p.trim().to_string())
+    })
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Non-hidden files of `dir` (none if it does not exist).
+fn input_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |rd| {
+        rd.filter_map(Result::ok)
+            .filter(|e| e.path().is_file())
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                !name.starts_with('.') && !name.ends_with(".md")
+            })
+            .count()
+    })
+}
+
+/// Run one libFuzzer invocation, capturing its output. `Ok(stderr)` on exit 0.
+fn run_fuzzer(dir: &Path, args: &[String]) -> Result<String, (String, String)> {
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = nightly(dir, &arg_refs);
+    let shown = format!("cargo +nightly {}", args.join(" "));
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| (format!("could not start {shown}: {e}"), String::new()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stderr)
+    } else {
+        Err((
+            format!("{shown} exited with {}", out.status),
+            format!("{stdout}{stderr}"),
+        ))
+    }
+}
+
+fn report_failure(target: &str, what: &str, why: &str, output: &str) {
+    println!("fuzz {target}: FAILED ({what})");
+    eprintln!("--- {why}; last lines of its output:\n{}", tail(output, 40));
+    if let Some(a) = artifact(output) {
+        eprintln!(
+            "--- crash input saved to {a}\n    reproduce: cd fuzz && cargo +nightly fuzz run {target} {a}\n    \
+             triage:    cargo run --manifest-path fuzz/Cargo.toml --example show -- {target} {a}"
+        );
+    }
+}
+
+/// `cargo xtask fuzz-smoke [--seconds N]`.
+pub fn smoke(root: &Path, seconds: u64) -> Result<(), String> {
+    let dir: PathBuf = root.join("fuzz");
+    let version = ensure_cargo_fuzz(&dir)?;
+    let targets = targets(&dir)?;
+    eprintln!(
+        "fuzz-smoke: {version}; {} targets ({}), {seconds} s each",
+        targets.len(),
+        targets.join(", ")
+    );
+    crate::step("cargo +nightly fuzz build", || {
+        crate::run_status(nightly(&dir, &["fuzz", "build"]))
+    })?;
+
+    let start = Instant::now();
+    let mut failed = Vec::new();
+    for target in &targets {
+        // Inputs that once found a bug: each must pass.
+        let regressions = dir.join("regressions").join(target);
+        let n = input_count(&regressions);
+        if n > 0 {
+            let args: Vec<String> = vec![
+                "fuzz".into(),
+                "run".into(),
+                target.clone(),
+                regressions.display().to_string(),
+                "--".into(),
+                "-runs=0".into(),
+                "-rss_limit_mb=2048".into(),
+            ];
+            match run_fuzzer(&dir, &args) {
+                Ok(_) => println!("fuzz {target}: {n} regression inputs pass"),
+                Err((why, output)) => {
+                    report_failure(target, "a saved regression input fails", &why, &output);
+                    failed.push(format!("{target} (regressions)"));
+                    continue;
+                }
+            }
+        }
+
+        // Fuzz from the seed corpus; new inputs go to a scratch corpus, emptied first.
+        let scratch = dir.join("target/fuzz-smoke/corpus").join(target);
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+        let seeds = dir.join("corpus").join(target);
+        if input_count(&seeds) == 0 {
+            return Err(format!("no seed corpus in {}", seeds.display()));
+        }
+        let args: Vec<String> = vec![
+            "fuzz".into(),
+            "run".into(),
+            target.clone(),
+            scratch.display().to_string(),
+            seeds.display().to_string(),
+            "--".into(),
+            format!("-max_total_time={seconds}"),
+            "-rss_limit_mb=2048".into(),
+            // One input taking this long is a hang: report it as a failure.
+            "-timeout=60".into(),
+            "-print_final_stats=1".into(),
+        ];
+        eprintln!("==> fuzz {target} ({seconds} s)");
+        let t = Instant::now();
+        match run_fuzzer(&dir, &args) {
+            Ok(stderr) => {
+                let secs = t.elapsed().as_secs();
+                match executed_runs(&stderr) {
+                    Some(runs) => println!("fuzz {target}: ok ({runs} runs in {secs} s)"),
+                    None => println!("fuzz {target}: ok (in {secs} s)"),
+                }
+            }
+            Err((why, output)) => {
+                report_failure(target, "crash, hang or invariant violation", &why, &output);
+                failed.push(target.clone());
+            }
+        }
+    }
+    eprintln!(
+        "fuzz-smoke: {} targets in {:.0} s",
+        targets.len(),
+        start.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("fuzz targets failed: {}", failed.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_runs_from_libfuzzer_output() {
+        let stats = "#1024\tpulse  cov: 10\nDone 5000 runs in 3 second(s)\nstat::number_of_executed_units: 5001\n";
+        assert_eq!(executed_runs(stats), Some(5001));
+        assert_eq!(
+            executed_runs("#77\tNEW cov: 3\nDone 90 runs in 1 second(s)\n"),
+            Some(90)
+        );
+        assert_eq!(executed_runs("#12\tINITED cov: 3\n"), Some(12));
+        assert_eq!(executed_runs("nothing"), None);
+        assert_eq!(
+            artifact("==1== ERROR\nTest unit written to fuzz/artifacts/x/crash-ab\n"),
+            Some("fuzz/artifacts/x/crash-ab".to_string())
+        );
+    }
+
+    #[test]
+    fn seconds_argument() {
+        assert_eq!(parse_args(&[]), Ok(DEFAULT_SECONDS));
+        assert_eq!(parse_args(&["--seconds".into(), "20".into()]), Ok(20));
+        assert!(parse_args(&["--seconds".into(), "0".into()]).is_err());
+        assert!(parse_args(&["--seconds".into()]).is_err());
+        assert!(parse_args(&["-s".into(), "3".into()]).is_err());
+    }
+}
