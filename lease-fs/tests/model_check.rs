@@ -125,6 +125,8 @@ impl Actor {
 struct Ghost {
     acked: BTreeSet<u64>,
     refused: BTreeSet<u64>,
+    /// Events linked by a generation below one already granted (returned) to someone.
+    late: BTreeSet<u64>,
     /// generation -> owner that was granted it
     granted: BTreeMap<u64, String>,
     max_granted: u64,
@@ -142,6 +144,10 @@ struct World {
     time_jumps_left: u8,
     corrupt_left: u8,
     corrupted: Option<usize>,
+    /// The actor that ran last, and how many more preemptions (switching away from an
+    /// actor in the middle of an operation) are allowed; `None` = unbounded.
+    running: Option<usize>,
+    preemptions_left: Option<u8>,
 }
 
 /// Liveness as the world knows it: a holder is dead iff it ran on this boot and no live
@@ -181,7 +187,7 @@ impl World {
 
     fn fingerprint(&self) -> u128 {
         hash128(&format!(
-            "{}|{:?}|{}|{}|{:?}|{}|{}|{}|{:?}",
+            "{}|{:?}|{}|{}|{:?}|{}|{}|{}|{:?}|{:?}|{:?}",
             self.fs.fingerprint(),
             self.actors,
             self.now,
@@ -190,19 +196,22 @@ impl World {
             self.power_losses_left,
             self.time_jumps_left,
             self.corrupt_left,
-            self.corrupted
+            self.corrupted,
+            self.running,
+            self.preemptions_left
         ))
     }
 
     /// What `check` depends on besides the head bookkeeping.
     fn check_key(&self) -> u128 {
         hash128(&format!(
-            "{}|{}|{}|{:?}|{:?}|{:?}",
+            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}",
             self.fs.fingerprint(),
             self.now,
             self.boot,
             self.ghost.acked,
             self.ghost.refused,
+            self.ghost.late,
             self.corrupted
         ))
     }
@@ -432,6 +441,16 @@ impl World {
                 if let (Kind::Append, Some(Response::AlreadyExists)) = (ghost.kind, &a.input) {
                     if matches!(desc.as_str(), d if d.contains("Event(")) {
                         ghost.created_event = None;
+                    }
+                }
+                if let (Kind::Append, Some(Response::Created), Some(s)) =
+                    (ghost.kind, &a.input, ghost.created_event)
+                {
+                    // Linked while a higher generation had already been granted: this
+                    // writer is fenced and the event must never count.
+                    let mine = a.lease.as_ref().map_or(0, |l| l.generation.get());
+                    if mine < self.ghost.max_granted {
+                        self.ghost.late.insert(s);
                     }
                 }
                 a.op = Some((op, ghost));
@@ -711,6 +730,13 @@ impl World {
                 return Err(format!("event {s} whose append answered FENCED counts"));
             }
         }
+        for s in &self.ghost.late {
+            if counted.contains(s) {
+                return Err(format!(
+                    "event {s} counts although its writer's generation had been superseded by a granted one when it was written"
+                ));
+            }
+        }
         // The authoritative history is generation-monotone: once an event of generation g
         // counts, no later event of an older generation may count (a zombie writing after
         // its successors).
@@ -746,12 +772,41 @@ impl World {
         Ok(())
     }
 
+    /// Whether running actor `i` now is a preemption (another actor is in the middle of an
+    /// operation), and whether one is still allowed.
+    fn schedule(&self, i: usize) -> Option<u8> {
+        let busy_other = self
+            .running
+            .is_some_and(|r| r != i && self.actors[r].op.is_some());
+        match (busy_other, self.preemptions_left) {
+            (false, p) => Some(p.unwrap_or(u8::MAX)),
+            (true, None) => Some(u8::MAX),
+            (true, Some(0)) => None,
+            (true, Some(p)) => Some(p - 1),
+        }
+    }
+
     fn successors(&self) -> Vec<(World, String, bool)> {
         let mut out = Vec::new();
         let n = self.actors.len();
         for i in 0..n {
+            let Some(left) = self.schedule(i) else {
+                // Switching to this actor would exceed the preemption bound; it may still
+                // crash.
+                if self.actors[i].crashes_left > 0
+                    && (self.actors[i].op.is_some() || self.actors[i].lease.is_some())
+                {
+                    let mut w = self.clone_deep();
+                    let line = w.crash_actor(i);
+                    out.push((w, line, false));
+                }
+                continue;
+            };
+            let left = self.preemptions_left.map(|_| left);
             if self.actors[i].op.is_some() {
                 let mut w = self.clone_deep();
+                w.running = Some(i);
+                w.preemptions_left = left;
                 match w.step(i) {
                     Ok(line) => out.push((w, line, false)),
                     Err(msg) => {
@@ -769,6 +824,8 @@ impl World {
                     .collect();
                 for k in kinds {
                     let mut w = self.clone_deep();
+                    w.running = Some(i);
+                    w.preemptions_left = left;
                     if let Some(line) = w.start(i, k) {
                         if line.starts_with("VIOLATION") {
                             let mut w = self.clone_deep();
@@ -871,6 +928,8 @@ struct Config {
     power_losses: u8,
     time_jumps: u8,
     corrupt: u8,
+    /// Preemption bound (`None`: every interleaving at system-call granularity).
+    preemptions: Option<u8>,
     max_states: usize,
 }
 
@@ -904,6 +963,8 @@ fn world(c: &Config) -> World {
         time_jumps_left: c.time_jumps,
         corrupt_left: c.corrupt,
         corrupted: None,
+        running: None,
+        preemptions_left: c.preemptions,
     }
 }
 
@@ -953,6 +1014,62 @@ fn explore(c: &Config) -> (usize, Option<Vec<String>>) {
 /// `quick` (the default, for `cargo test` in debug builds): a few thousand states per
 /// configuration; `ci` (`cargo xtask model`, release build, CI): the configurations below;
 /// `deep` (`cargo xtask model --deep`): 8x more.
+/// Random deep walks through the same transition system (the BFS bound does not reach
+/// the 40-60 steps some 3-actor scenarios need): `walks` runs of up to `depth` steps from
+/// the initial state, successors chosen by a seeded xorshift generator, every invariant
+/// checked in every state. Returns (states visited, first violating trace).
+fn walk(c: &Config, walks: u32, depth: usize, seed: u64) -> (usize, Option<Vec<String>>) {
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut memo = std::collections::HashMap::new();
+    let mut visited = 0;
+    for _ in 0..walks {
+        let mut w = world(c);
+        let mut trace = Vec::new();
+        for _ in 0..depth {
+            let succ = w.successors();
+            if succ.is_empty() {
+                break;
+            }
+            // Like a real scheduler, mostly keep running the actor that ran last (deep
+            // sequential scenarios), sometimes switch, crash or jump the clock.
+            let own: Vec<usize> = match w.running {
+                Some(r) if w.actors[r].op.is_some() => {
+                    let prefix = format!("{}{}", w.actors[r].name, w.actors[r].incarnation);
+                    succ.iter()
+                        .enumerate()
+                        .filter(|(_, (_, l, _))| l.starts_with(&prefix) && !l.contains("crashes"))
+                        .map(|(k, _)| k)
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            let pick = if !own.is_empty() && rnd() % 10 < 8 {
+                own[(rnd() % own.len() as u64) as usize]
+            } else {
+                (rnd() % succ.len() as u64) as usize
+            };
+            let (mut next, line, power) = succ.into_iter().nth(pick).unwrap();
+            trace.push(line.clone());
+            if line.starts_with("VIOLATION") {
+                return (visited, Some(trace));
+            }
+            if let Err(msg) = next.check(power, &mut memo) {
+                trace.push(format!("  VIOLATION: {msg}"));
+                return (visited, Some(trace));
+            }
+            visited += 1;
+            w = next;
+        }
+    }
+    (visited, None)
+}
+
 fn configs(mode: &str) -> Vec<Config> {
     use Kind::*;
     let scale = match mode {
@@ -961,9 +1078,10 @@ fn configs(mode: &str) -> Vec<Config> {
         _ => 0.04,
     };
     let cap = |n: f64| (n * scale) as usize;
+    let pre = if mode == "deep" { 3 } else { 2 };
     vec![
         Config {
-            name: "2 actors: claim/append/heartbeat vs takeover/append, process crash",
+            name: "2 actors, every interleaving: claim/append/heartbeat vs takeover/append, process crash",
             actors: vec![
                 ('a', vec![(Claim, 1), (Append, 1), (Heartbeat, 1)], 1),
                 ('b', vec![(Takeover, 1), (Append, 1)], 0),
@@ -971,10 +1089,11 @@ fn configs(mode: &str) -> Vec<Config> {
             power_losses: 0,
             time_jumps: 1,
             corrupt: 0,
+            preemptions: None,
             max_states: cap(60_000.0),
         },
         Config {
-            name: "2 actors: claim/append/release vs retire/claim, power loss with tear",
+            name: "2 actors, every interleaving: claim/append/release vs retire/claim, power loss with tear",
             actors: vec![
                 ('a', vec![(Claim, 1), (Append, 1), (Release, 1)], 1),
                 ('b', vec![(Retire, 1), (Claim, 1), (Append, 1)], 0),
@@ -982,22 +1101,37 @@ fn configs(mode: &str) -> Vec<Config> {
             power_losses: 1,
             time_jumps: 0,
             corrupt: 0,
+            preemptions: None,
             max_states: cap(60_000.0),
         },
         Config {
-            name: "3 actors: owner vs two takers (crashing taker), zombie append",
+            name: "3 actors, preemption-bounded: owner vs two takers (one crashes), zombie append",
             actors: vec![
                 ('a', vec![(Claim, 1), (Append, 1)], 0),
                 ('b', vec![(Takeover, 1)], 1),
-                ('c', vec![(Takeover, 1)], 0),
+                ('c', vec![(Takeover, 1), (Append, 1)], 0),
             ],
             power_losses: 0,
             time_jumps: 2,
             corrupt: 0,
-            max_states: cap(80_000.0),
+            preemptions: Some(pre),
+            max_states: cap(150_000.0),
         },
         Config {
-            name: "2 actors: churn with prune, invalid record",
+            name: "3 actors, preemption-bounded: owner, retirer and claimer with a power loss",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Append, 1), (Heartbeat, 1)], 1),
+                ('b', vec![(Retire, 1), (Claim, 1), (Append, 1)], 0),
+                ('c', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 1,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: Some(pre),
+            max_states: cap(150_000.0),
+        },
+        Config {
+            name: "2 actors, preemption-bounded: churn with prune, invalid record",
             actors: vec![
                 ('a', vec![(Claim, 2), (Append, 1), (Release, 2)], 0),
                 ('b', vec![(Claim, 1), (Takeover, 1), (Prune, 1)], 0),
@@ -1005,7 +1139,8 @@ fn configs(mode: &str) -> Vec<Config> {
             power_losses: 0,
             time_jumps: 1,
             corrupt: 1,
-            max_states: cap(60_000.0),
+            preemptions: Some(pre),
+            max_states: cap(100_000.0),
         },
     ]
 }
@@ -1041,5 +1176,113 @@ fn model_check_the_protocol_as_implemented() {
             }
         }
     }
+    // Random deep walks of every configuration.
+    let walks = match mode.as_str() {
+        "deep" => 20_000,
+        "ci" => 3_000,
+        _ => 150,
+    };
+    for c in configs(&mode) {
+        let started = std::time::Instant::now();
+        let (n, violation) = walk(&c, walks, 120, 0x5eed_0000 + c.name.len() as u64);
+        match violation {
+            None => println!(
+                "model random walks: {walks} x 120 steps, states visited: {n}, invariant violations: 0 ({}; {:.1} s)",
+                c.name,
+                started.elapsed().as_secs_f64()
+            ),
+            Some(trace) => {
+                println!("model random walks: invariant violations: 1 ({})", c.name);
+                println!("violating walk:");
+                for (k, s) in trace.iter().enumerate() {
+                    println!("  {:>3}. {s}", k + 1);
+                }
+                failures.push(c.name);
+            }
+        }
+    }
     assert!(failures.is_empty(), "violations in: {failures:?}");
+}
+
+/// Follow a schedule: at each step take the successor whose description starts with the
+/// given prefix (or, for `*x`, keep stepping actor x until its operation finishes).
+#[cfg(test)]
+fn follow(c: &Config, schedule: &[&str]) -> Result<Vec<String>, Vec<String>> {
+    let mut memo = std::collections::HashMap::new();
+    let mut w = world(c);
+    let mut trace = Vec::new();
+    for want in schedule {
+        // `*x`: run actor x to the end of its operation; `x~text`: step actor x until a step
+        // line contains `text`.
+        let until = want.split_once('~');
+        let run_out = want.strip_prefix('*').or(until.map(|(a, _)| a));
+        loop {
+            let succ = w.successors();
+            let pick = succ.into_iter().find(|(_, line, _)| match run_out {
+                Some(actor) => {
+                    line.starts_with(actor) && !line.contains("crashes") && !line.contains("starts")
+                }
+                None => line.starts_with(want),
+            });
+            let Some((mut next, line, power)) = pick else {
+                trace.push(format!("(no successor matching {want})"));
+                return Err(trace);
+            };
+            trace.push(line.clone());
+            if line.starts_with("VIOLATION") {
+                return Err(trace);
+            }
+            if let Err(msg) = next.check(power, &mut memo) {
+                trace.push(format!("VIOLATION: {msg}"));
+                return Err(trace);
+            }
+            w = next;
+            if let Some((_, text)) = until {
+                if trace.last().is_some_and(|l| l.contains(text)) {
+                    break;
+                }
+                continue;
+            }
+            let idle = run_out.is_none_or(|a| {
+                let name = a.chars().next().unwrap();
+                w.actors
+                    .iter()
+                    .find(|x| x.name == name)
+                    .is_none_or(|x| x.op.is_none())
+            });
+            if idle || run_out.is_none() {
+                break;
+            }
+        }
+    }
+    Ok(trace)
+}
+
+/// The OQ-2 scenario as a fixed schedule: it must pass with the real code (and the model
+/// reports it when finalize-before-extend is removed).
+#[test]
+fn model_schedule_crashed_taker_then_second_taker_then_zombie_append() {
+    let c = &configs("ci")[2];
+    let r = follow(
+        c,
+        &[
+            "a0 starts Claim",
+            "*a0",
+            "clock jumps",
+            "b0 starts Takeover",
+            "b0~00000000000000000002.json -> Created",
+            "b0 crashes",
+            "clock jumps",
+            "c0 starts Takeover",
+            "*c0",
+            "c0 starts Append",
+            "*c0",
+            "a0 starts Append",
+            "*a0",
+        ],
+    );
+    match r {
+        Ok(_) => {}
+        Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    }
 }

@@ -54,6 +54,7 @@ pub struct Prune {
     not_authoritative: Vec<u64>,
     prev_hash: Option<Digest>,
     restarts: u32,
+    head: Option<Generation>,
 }
 
 #[derive(Debug, Clone)]
@@ -62,6 +63,7 @@ enum PruneState {
     ListCheckpoints,
     ReadCheckpoint(Generation),
     ListEpochs,
+    CheckHead,
     ReadEpoch(usize),
     ListCutoffs,
     ReadCutoff(Vec<Generation>, usize),
@@ -100,6 +102,7 @@ impl Prune {
             not_authoritative: Vec::new(),
             prev_hash: None,
             restarts: 0,
+            head: None,
         }
     }
 
@@ -187,6 +190,7 @@ impl Operation for Prune {
                     let Some(&head) = gens.last() else {
                         return self.nothing();
                     };
+                    self.head = Some(head);
                     let Some(floor) = head
                         .get()
                         .checked_sub(self.p.keep - 1)
@@ -220,6 +224,27 @@ impl Operation for Prune {
                                 "epochs {old_floor}..={floor} are not all present; refusing to compact"
                             ),
                         }));
+                    }
+                    // Never compact while the head record is invalid: an operator repairing
+                    // it may need the history (bad input is reported, never worked around).
+                    self.st = PruneState::CheckHead;
+                    return Step::Io(Request::Read(FileRef::Epoch(head)));
+                }
+                PruneState::CheckHead => {
+                    let head = self.head.unwrap_or(Generation::FIRST);
+                    match input.take() {
+                        Some(Response::Content(Some(b))) => {
+                            if let Err(e) = decode_epoch(&run, head, &b) {
+                                return Step::Done(Err(e));
+                            }
+                        }
+                        Some(Response::Content(None)) => {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: run.to_string(),
+                                detail: format!("head epoch {head} vanished"),
+                            }));
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
                     }
                     self.st = PruneState::ReadEpoch(0);
                     return Step::Io(Request::Read(FileRef::Epoch(self.gens[0])));
