@@ -708,3 +708,98 @@ fn concurrent_prunes_never_change_which_events_count() {
     }
     assert!(explored > 300);
 }
+
+/// PROTOCOL.md §15 OQ-15: a reader (and verify) interleaved with a prune at every point
+/// sees exactly the same judgments, or answers CONCURRENT_CHANGE; never a wrong answer and
+/// never CHAIN_BROKEN.
+#[test]
+fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_chain() {
+    fn build() -> MemDisk {
+        let mut d = MemDisk::new();
+        let mut now = 0;
+        for i in 0..10u64 {
+            now += 100_000;
+            let l = match claim(&mut d, &format!("o{i}"), 10 + i as u32, now) {
+                Ok(l) => l,
+                Err(_) => takeover(&mut d, &format!("o{i}"), 10 + i as u32, now, i).unwrap(),
+            };
+            append(&mut d, &l, now + 1, i).unwrap();
+            if i % 2 == 0 {
+                release(&mut d, &l, now + 2).unwrap();
+            }
+        }
+        d
+    }
+    let mut base = build();
+    let expected = counted(&read_events(&mut base, 9_000_000).unwrap());
+    for (split, rsplit) in (0..60)
+        .step_by(3)
+        .flat_map(|a| (0..40).step_by(4).map(move |b| (a, b)))
+    {
+        for verify in [false, true] {
+            let mut d = build();
+            let mut p = Prune::new(PruneParams {
+                run_id: run_id(),
+                keep: 3,
+                by: id("pruner"),
+                now: t(10_000_000),
+            });
+            let mut pi = None;
+            let mut pdone = false;
+            for _ in 0..split {
+                match p.next(pi.take()) {
+                    Step::Io(r) => pi = Some(d.perform(r, &all_alive)),
+                    Step::Done(r) => {
+                        r.unwrap();
+                        pdone = true;
+                        break;
+                    }
+                }
+            }
+            // The reader runs one request at a time, the prune finishes in between.
+            let mut reader = ReadEvents::new(run_id(), None);
+            let mut verifier = Verify::new(run_id());
+            let mut ri = None;
+            let mut reader_steps = 0;
+            let result = loop {
+                let step = if verify {
+                    match verifier.next(ri.take()) {
+                        Step::Io(r) => Step::Io(r),
+                        Step::Done(r) => Step::Done(r.map(|_| None)),
+                    }
+                } else {
+                    match reader.next(ri.take()) {
+                        Step::Io(r) => Step::Io(r),
+                        Step::Done(r) => Step::Done(r.map(Some)),
+                    }
+                };
+                match step {
+                    Step::Io(r) => ri = Some(d.perform(r, &all_alive)),
+                    Step::Done(r) => break r,
+                }
+                reader_steps += 1;
+                if reader_steps == rsplit && !pdone {
+                    loop {
+                        match p.next(pi.take()) {
+                            Step::Io(r) => pi = Some(d.perform(r, &all_alive)),
+                            Step::Done(r) => {
+                                r.unwrap();
+                                pdone = true;
+                                break;
+                            }
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(Some(view)) => assert_eq!(counted(&view), expected, "split {split}/{rsplit}"),
+                Ok(None) => {}
+                Err(e) => assert_eq!(
+                    e.code(),
+                    "CONCURRENT_CHANGE",
+                    "split {split}/{rsplit} verify {verify}: {e}"
+                ),
+            }
+        }
+    }
+}

@@ -481,6 +481,7 @@ enum ReadState {
     ReadEpoch(usize),
     ListCutoffs,
     ReadCutoff(usize),
+    Recheck,
     Finalize(Finalize),
     Done,
 }
@@ -715,6 +716,36 @@ impl Operation for ReadEvents {
                             self.st = ReadState::ReadCutoff(i + 1);
                             return Step::Io(Request::Read(FileRef::Cutoff(n)));
                         }
+                    }
+                    // A prune may have moved the floor while we read the chain (and removed
+                    // epochs or cutoffs we then missed): confirm the newest checkpoint is
+                    // still the one we read, else read the chain again (PROTOCOL OQ-15).
+                    self.st = ReadState::Recheck;
+                    return Step::Io(Request::List(Dir::Checkpoints));
+                }
+                ReadState::Recheck => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    let top = l
+                        .into_iter()
+                        .filter_map(|f| match f {
+                            FileRef::Checkpoint(g) => Some(g),
+                            _ => None,
+                        })
+                        .max();
+                    let read = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
+                    if top != read {
+                        self.restarts += 1;
+                        if self.restarts > MAX_RESTARTS {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: run.to_string(),
+                                detail: "the chain was compacted repeatedly while reading".into(),
+                            }));
+                        }
+                        self.chain = ChainView::default();
+                        self.st = ReadState::ListCheckpoints;
+                        return Step::Io(Request::List(Dir::Checkpoints));
                     }
                     self.pending = self.chain.pending_cutoffs();
                     return self.next_pending();
