@@ -1180,7 +1180,7 @@ fn model_check_the_protocol_as_implemented() {
     let walks = match mode.as_str() {
         "deep" => 20_000,
         "ci" => 3_000,
-        _ => 150,
+        _ => 60,
     };
     for c in configs(&mode) {
         let started = std::time::Instant::now();

@@ -8,7 +8,7 @@ use super::observe::{
     Cut, Finalize, Freshness, Head, LivenessEvidence, Observe, Observed, Recheck, decode_beat,
     definitely_dead, freshness,
 };
-use super::{Durability, Operation, Request, Response, Step, step_sub, violation};
+use super::{Durability, Operation, Request, Response, Step, step_sub, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
@@ -331,17 +331,12 @@ impl Operation for Claim {
                     );
                     self.st = ClaimState::Gate(Box::new((observed.head, rec, hash)), gate);
                 }
-                ClaimState::Gate(b, mut gate) => match gate.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = ClaimState::Gate(b, gate);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(create)) => {
-                        self.st = ClaimState::Create(b);
-                        return Step::Io(create);
-                    }
-                },
+                ClaimState::Gate(b, gate) => {
+                    let (b, v) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
+                    let create = v;
+                    self.st = ClaimState::Create(b);
+                    return Step::Io(create);
+                }
                 ClaimState::Create(b) => match input.take() {
                     Some(Response::Created) => {
                         let g = b.1.generation;
@@ -604,46 +599,39 @@ impl Operation for Release {
                     );
                     self.st = ReleaseState::Gate(rec.generation, gate);
                 }
-                ReleaseState::Gate(g, mut gate) => match gate.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = ReleaseState::Gate(g, gate);
-                        return Step::Io(r);
+                ReleaseState::Gate(g, gate) => {
+                    let (g, v) = sub_step!(self.st, ReleaseState::Gate, [g], gate, input.take());
+                    let create = v;
+                    self.st = ReleaseState::Create(g);
+                    return Step::Io(create);
+                }
+                ReleaseState::Recheck(g, rc) => {
+                    let (g, v) = sub_step!(self.st, ReleaseState::Recheck, [g], rc, input.take());
+                    match v {
+                        Some(top) => {
+                            // Our `released` epoch re-used a compacted generation number: it is a
+                            // stray below the head and nobody will read it.
+                            return Step::Done(Err(fenced(
+                                run,
+                                lease.generation,
+                                format!(
+                                    "generation {top} exists above the released one; release changed nothing"
+                                ),
+                            )));
+                        }
+                        None => {
+                            let f = Finalize::new(
+                                run.clone(),
+                                lease.generation,
+                                lease.owner_id.clone(),
+                                g,
+                                lease.owner_id.clone(),
+                                self.p.now,
+                            );
+                            self.st = ReleaseState::Finalize(g, f);
+                        }
                     }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(create)) => {
-                        self.st = ReleaseState::Create(g);
-                        return Step::Io(create);
-                    }
-                },
-                ReleaseState::Recheck(g, mut rc) => match rc.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = ReleaseState::Recheck(g, rc);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(Some(top))) => {
-                        // Our `released` epoch re-used a compacted generation number: it is a
-                        // stray below the head and nobody will read it.
-                        return Step::Done(Err(fenced(
-                            run,
-                            lease.generation,
-                            format!(
-                                "generation {top} exists above the released one; release changed nothing"
-                            ),
-                        )));
-                    }
-                    Step::Done(Ok(None)) => {
-                        let f = Finalize::new(
-                            run.clone(),
-                            lease.generation,
-                            lease.owner_id.clone(),
-                            g,
-                            lease.owner_id.clone(),
-                            self.p.now,
-                        );
-                        self.st = ReleaseState::Finalize(g, f);
-                    }
-                },
+                }
                 ReleaseState::Create(g) => match input.take() {
                     Some(Response::Created) => {
                         self.st = ReleaseState::Recheck(g, Recheck::new(g));
@@ -659,22 +647,16 @@ impl Operation for Release {
                     }
                     other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
                 },
-                ReleaseState::Finalize(g, mut f) => match f.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = ReleaseState::Finalize(g, f);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(_)) => {
-                        self.st = ReleaseState::Remove(g);
-                        // The beat of a released generation is never read again; its removal
-                        // need not be durable.
-                        return Step::Io(Request::Remove(
-                            FileRef::Beat(lease.generation),
-                            Durability::NoFsync,
-                        ));
-                    }
-                },
+                ReleaseState::Finalize(g, f) => {
+                    let (g, _) = sub_step!(self.st, ReleaseState::Finalize, [g], f, input.take());
+                    self.st = ReleaseState::Remove(g);
+                    // The beat of a released generation is never read again; its removal
+                    // need not be durable.
+                    return Step::Io(Request::Remove(
+                        FileRef::Beat(lease.generation),
+                        Durability::NoFsync,
+                    ));
+                }
                 ReleaseState::Remove(g) => {
                     return match input {
                         Some(Response::Done) => Step::Done(Ok(g)),
@@ -1028,17 +1010,12 @@ impl Operation for Takeover {
                     );
                     self.st = TakeoverState::Gate(Box::new((head, rec, hash)), gate);
                 }
-                TakeoverState::Gate(b, mut gate) => match gate.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = TakeoverState::Gate(b, gate);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(create)) => {
-                        self.st = TakeoverState::Create(b);
-                        return Step::Io(create);
-                    }
-                },
+                TakeoverState::Gate(b, gate) => {
+                    let (b, v) = sub_step!(self.st, TakeoverState::Gate, [b], gate, input.take());
+                    let create = v;
+                    self.st = TakeoverState::Create(b);
+                    return Step::Io(create);
+                }
                 TakeoverState::Create(b) => match input.take() {
                     Some(Response::Created) => {
                         let g = b.1.generation;
@@ -1302,42 +1279,35 @@ impl Operation for Retire {
                     );
                     self.st = RetireState::Gate(Box::new((head, rec)), gate);
                 }
-                RetireState::Gate(b, mut gate) => match gate.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = RetireState::Gate(b, gate);
-                        return Step::Io(r);
+                RetireState::Gate(b, gate) => {
+                    let (b, v) = sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
+                    let create = v;
+                    self.st = RetireState::Create(b);
+                    return Step::Io(create);
+                }
+                RetireState::Recheck(b, rc) => {
+                    let (b, v) = sub_step!(self.st, RetireState::Recheck, [b], rc, input.take());
+                    match v {
+                        Some(top) => {
+                            return Step::Done(Err(race(
+                                &run,
+                                format!("generation {top} exists above the one just created"),
+                            )));
+                        }
+                        None => {
+                            let (head, rec) = *b;
+                            let f = Finalize::new(
+                                run.clone(),
+                                head.generation(),
+                                head.epoch.owner_id.clone(),
+                                rec.generation,
+                                self.p.owner_id.clone(),
+                                self.p.now,
+                            );
+                            self.st = RetireState::Finalize(head.generation(), rec.generation, f);
+                        }
                     }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(create)) => {
-                        self.st = RetireState::Create(b);
-                        return Step::Io(create);
-                    }
-                },
-                RetireState::Recheck(b, mut rc) => match rc.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = RetireState::Recheck(b, rc);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(Some(top))) => {
-                        return Step::Done(Err(race(
-                            &run,
-                            format!("generation {top} exists above the one just created"),
-                        )));
-                    }
-                    Step::Done(Ok(None)) => {
-                        let (head, rec) = *b;
-                        let f = Finalize::new(
-                            run.clone(),
-                            head.generation(),
-                            head.epoch.owner_id.clone(),
-                            rec.generation,
-                            self.p.owner_id.clone(),
-                            self.p.now,
-                        );
-                        self.st = RetireState::Finalize(head.generation(), rec.generation, f);
-                    }
-                },
+                }
                 RetireState::Create(b) => match input.take() {
                     Some(Response::Created) => {
                         let g = b.1.generation;

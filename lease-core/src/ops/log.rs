@@ -1,7 +1,7 @@
 //! The event log: append with a fencing post-check, authoritative reads, chain verification.
 
 use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
-use super::{Operation, OwnedLease, Request, Response, Step, violation};
+use super::{Operation, OwnedLease, Request, Response, Step, sub_step, violation};
 use crate::canonical::{decode_for, encode};
 use crate::error::{LeaseError, RecordKind};
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
@@ -187,14 +187,10 @@ impl Operation for Append {
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },
-                AppendState::Tail(mut t) => match t.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = AppendState::Tail(t);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(tail)) => return self.after_tail(tail),
-                },
+                AppendState::Tail(t) => {
+                    let v = sub_step!(self.st, AppendState::Tail, [], t, input.take());
+                    return self.after_tail(v);
+                }
                 AppendState::ReadPrev(t) | AppendState::ReadWinner(t) => {
                     let bytes = match input.take() {
                         Some(Response::Content(Some(b))) => b,
@@ -286,16 +282,16 @@ impl Operation for Append {
                         }
                     }
                 }
-                AppendState::Finalize(s, hash, top, mut f) => match f.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = AppendState::Finalize(s, hash, top, f);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(cutoff)) => {
-                        return Step::Done(judge_append(&run, g, s, hash, &cutoff, top));
-                    }
-                },
+                AppendState::Finalize(s, hash, top, f) => {
+                    let (s, hash, top, v) = sub_step!(
+                        self.st,
+                        AppendState::Finalize,
+                        [s, hash, top],
+                        f,
+                        input.take()
+                    );
+                    return Step::Done(judge_append(&run, g, s, hash, &v, top));
+                }
                 AppendState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));
                 }
@@ -750,32 +746,31 @@ impl Operation for ReadEvents {
                     self.pending = self.chain.pending_cutoffs();
                     return self.next_pending();
                 }
-                ReadState::Finalize(mut f) => match f.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = ReadState::Finalize(f);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(Cut::Record(c))) => {
-                        self.chain.cutoffs.insert(c.generation, c.events_through);
-                        return self.next_pending();
-                    }
-                    Step::Done(Ok(Cut::Compacted(_))) => {
-                        // A prune ran while we read the chain: read the chain again (the log
-                        // itself is immutable and stays as read).
-                        self.restarts += 1;
-                        if self.restarts > MAX_RESTARTS {
-                            return Step::Done(Err(LeaseError::ConcurrentChange {
-                                run: run.to_string(),
-                                detail: "the chain was compacted repeatedly while reading".into(),
-                            }));
+                ReadState::Finalize(f) => {
+                    let v = sub_step!(self.st, ReadState::Finalize, [], f, input.take());
+                    match v {
+                        Cut::Record(c) => {
+                            self.chain.cutoffs.insert(c.generation, c.events_through);
+                            return self.next_pending();
                         }
-                        self.chain = ChainView::default();
-                        self.pending.clear();
-                        self.st = ReadState::ListCheckpoints;
-                        return Step::Io(Request::List(Dir::Checkpoints));
+                        Cut::Compacted(_) => {
+                            // A prune ran while we read the chain: read the chain again (the log
+                            // itself is immutable and stays as read).
+                            self.restarts += 1;
+                            if self.restarts > MAX_RESTARTS {
+                                return Step::Done(Err(LeaseError::ConcurrentChange {
+                                    run: run.to_string(),
+                                    detail: "the chain was compacted repeatedly while reading"
+                                        .into(),
+                                }));
+                            }
+                            self.chain = ChainView::default();
+                            self.pending.clear();
+                            self.st = ReadState::ListCheckpoints;
+                            return Step::Io(Request::List(Dir::Checkpoints));
+                        }
                     }
-                },
+                }
                 ReadState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));
                 }

@@ -152,3 +152,32 @@ macro_rules! step_sub {
     };
 }
 pub(crate) use step_sub;
+
+/// Advance the sub-machine `$sub` held in state `$variant($stash.., $sub)` of `$st` by one
+/// input: on a request, put the state back and return the request; on an error, return it;
+/// on success, evaluate to `($stash.., output)` (or just `output` with no stash).
+macro_rules! sub_step {
+    ($st:expr, $variant:path, [], $sub:ident, $input:expr) => {{
+        let mut $sub = $sub;
+        match $sub.next($input) {
+            $crate::ops::Step::Io(r) => {
+                $st = $variant($sub);
+                return $crate::ops::Step::Io(r);
+            }
+            $crate::ops::Step::Done(Err(e)) => return $crate::ops::Step::Done(Err(e)),
+            $crate::ops::Step::Done(Ok(v)) => v,
+        }
+    }};
+    ($st:expr, $variant:path, [$($stash:ident),+], $sub:ident, $input:expr) => {{
+        let mut $sub = $sub;
+        match $sub.next($input) {
+            $crate::ops::Step::Io(r) => {
+                $st = $variant($($stash,)+ $sub);
+                return $crate::ops::Step::Io(r);
+            }
+            $crate::ops::Step::Done(Err(e)) => return $crate::ops::Step::Done(Err(e)),
+            $crate::ops::Step::Done(Ok(v)) => ($($stash,)+ v),
+        }
+    }};
+}
+pub(crate) use sub_step;

@@ -3,7 +3,7 @@
 
 use super::log::{ChainView, decode_checkpoint, decode_event, judge_event};
 use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
-use super::{Operation, Request, Response, Step, violation};
+use super::{Operation, Request, Response, Step, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
@@ -332,54 +332,43 @@ impl Operation for Prune {
                     }
                     input = None;
                 }
-                PruneState::Finalize(pending, mut f) => match f.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = PruneState::Finalize(pending, f);
-                        return Step::Io(r);
-                    }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(c)) => {
-                        match c {
-                            Cut::Record(c) => {
-                                self.chain.cutoffs.insert(c.generation, c.events_through);
-                            }
-                            Cut::Compacted(_) => {
-                                return Step::Done(Err(LeaseError::ConcurrentChange {
-                                    run: run.to_string(),
-                                    detail: "another prune created a newer checkpoint".into(),
-                                }));
-                            }
+                PruneState::Finalize(pending, f) => {
+                    let (pending, v) =
+                        sub_step!(self.st, PruneState::Finalize, [pending], f, input.take());
+                    match v {
+                        Cut::Record(c) => {
+                            self.chain.cutoffs.insert(c.generation, c.events_through);
                         }
-                        match self.start_finalize(pending) {
-                            Some(st) => self.st = st,
-                            None => self.st = PruneState::Tail(Tail::new(0)),
+                        Cut::Compacted(_) => {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: run.to_string(),
+                                detail: "another prune created a newer checkpoint".into(),
+                            }));
                         }
                     }
-                },
-                PruneState::Tail(mut t) => match t.next(input.take()) {
-                    Step::Io(r) => {
-                        self.st = PruneState::Tail(t);
-                        return Step::Io(r);
+                    match self.start_finalize(pending) {
+                        Some(st) => self.st = st,
+                        None => self.st = PruneState::Tail(Tail::new(0)),
                     }
-                    Step::Done(Err(e)) => return Step::Done(Err(e)),
-                    Step::Done(Ok(tail)) => {
-                        self.tail = tail;
-                        let from = self
-                            .chain
-                            .checkpoint
-                            .as_ref()
-                            .map_or(0, |c| c.through_sequence)
-                            + 1;
-                        if from > tail {
-                            self.st = PruneState::Create;
-                            continue;
-                        }
-                        self.st = PruneState::ReadEvent(from);
-                        return Step::Io(Request::Read(FileRef::Event(
-                            Sequence::new(from).unwrap_or(Sequence::FIRST),
-                        )));
+                }
+                PruneState::Tail(t) => {
+                    let tail = sub_step!(self.st, PruneState::Tail, [], t, input.take());
+                    self.tail = tail;
+                    let from = self
+                        .chain
+                        .checkpoint
+                        .as_ref()
+                        .map_or(0, |c| c.through_sequence)
+                        + 1;
+                    if from > tail {
+                        self.st = PruneState::Create;
+                        continue;
                     }
-                },
+                    self.st = PruneState::ReadEvent(from);
+                    return Step::Io(Request::Read(FileRef::Event(
+                        Sequence::new(from).unwrap_or(Sequence::FIRST),
+                    )));
+                }
                 PruneState::ReadEvent(s) => {
                     let seq = Sequence::new(s).unwrap_or(Sequence::FIRST);
                     let ev = match input.take() {
