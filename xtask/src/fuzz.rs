@@ -237,7 +237,6 @@ pub fn smoke(root: &Path, seconds: u64) -> Result<(), String> {
                 Err((why, output)) => {
                     report_failure(target, "a saved regression input fails", &why, &output);
                     failed.push(format!("{target} (regressions)"));
-                    continue;
                 }
             }
         }
