@@ -803,3 +803,31 @@ fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_cha
         }
     }
 }
+
+/// Found by the model checker's random walks: prune compacted the chain while the head
+/// epoch was hand-corrupted. Bad input must be reported, never worked around: prune now
+/// refuses and removes nothing.
+#[test]
+fn prune_refuses_to_compact_under_an_invalid_head_and_removes_nothing() {
+    let mut d = MemDisk::new();
+    for i in 0..6u64 {
+        let l = claim(&mut d, &format!("o{i}"), 10 + i as u32, i * 100).unwrap();
+        release(&mut d, &l, i * 100 + 1).unwrap();
+    }
+    let head = status(&mut d, 1_000).head.unwrap().generation();
+    d.files.insert(FileRef::Epoch(head), b"{}\n".to_vec());
+    let before = d.files.clone();
+    let e = d
+        .run(
+            &mut Prune::new(PruneParams {
+                run_id: run_id(),
+                keep: 2,
+                by: id("pruner"),
+                now: t(2_000),
+            }),
+            &all_alive,
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "RECORD_INVALID", "{e}");
+    assert_eq!(d.files, before);
+}
