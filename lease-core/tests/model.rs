@@ -89,7 +89,8 @@ struct World {
     max_granted: u64,
     /// An invalid record was injected: no ownership change may succeed from then on.
     corrupted: bool,
-    corrupted_file: Option<FileRef>,
+    /// Every file hand-corrupted and not yet rewritten by its owner.
+    corrupted_files: BTreeSet<FileRef>,
     epochs_at_corruption: usize,
     log: Vec<String>,
 }
@@ -108,7 +109,7 @@ impl World {
             max_head: 0,
             max_granted: 0,
             corrupted: false,
-            corrupted_file: None,
+            corrupted_files: BTreeSet::new(),
             epochs_at_corruption: 0,
             log: Vec::new(),
         };
@@ -288,17 +289,15 @@ impl World {
                     // An owner may release despite a corrupted heartbeat record of its own
                     // (the release does not read it); the released generation's heartbeat is
                     // never read again.
-                    if matches!(self.corrupted_file, Some(FileRef::Beat(_))) {
-                        self.corrupted = false;
-                        self.corrupted_file = None;
-                    }
+                    self.corrupted_files
+                        .retain(|f| !matches!(f, FileRef::Beat(_)));
+                    self.corrupted = !self.corrupted_files.is_empty();
                 }
                 if let Request::Replace(f, ..) = &req {
                     // The live owner's next heartbeat replaces its own (hand-corrupted)
                     // heartbeat record: from then on the run is valid again.
-                    if self.corrupted_file == Some(*f) {
-                        self.corrupted = false;
-                        self.corrupted_file = None;
+                    if self.corrupted_files.remove(f) {
+                        self.corrupted = !self.corrupted_files.is_empty();
                     }
                 }
                 let alive = self.alive.clone();
@@ -429,7 +428,7 @@ impl World {
             .files
             .insert(target, b"{\"version\":\"runlease/epoch/1\"}\n".to_vec());
         self.corrupted = true;
-        self.corrupted_file = Some(target);
+        self.corrupted_files.insert(target);
         self.epochs_at_corruption = self.epoch_count();
     }
 
