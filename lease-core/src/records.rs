@@ -138,10 +138,23 @@ impl Record for EpochRecord {
                 if r.reason == RetireReason::Released && r.owner_id == self.owner_id => {}
             (EpochState::Retired, Some(r)) if r.reason == RetireReason::Dead => {}
             (state, retired) => {
-                return Err(format!(
-                    "state {state:?} is inconsistent with retired {:?}",
-                    retired.as_ref().map(|r| (r.reason, r.owner_id.as_str()))
-                ));
+                let state = match state {
+                    EpochState::Active => "active",
+                    EpochState::Released => "released",
+                    EpochState::Retired => "retired",
+                };
+                return Err(match retired {
+                    None => format!("state {state} requires a `retired` owner, found none"),
+                    Some(r) => format!(
+                        "state {state} does not match `retired` (owner {}, reason {})",
+                        r.owner_id,
+                        match r.reason {
+                            RetireReason::Released => "released",
+                            RetireReason::TakenOver => "taken_over",
+                            RetireReason::Dead => "dead",
+                        }
+                    ),
+                });
             }
         }
         if let Some(seal) = &self.seal {

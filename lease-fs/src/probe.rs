@@ -48,6 +48,37 @@ pub fn process_start_time(pid: u32) -> io::Result<Option<u64>> {
     })
 }
 
+/// Whether process `pid` can still act: `Ok(Some(start_time))` for a running (or
+/// stopped) process, `Ok(None)` when it does not exist **or is a zombie** (state `Z`/`X`:
+/// it has exited and closed its files, only its exit status waits to be reaped).
+pub fn live_process_start_time(pid: u32) -> io::Result<Option<u64>> {
+    if pid == 0 {
+        return Ok(None);
+    }
+    let path = format!("/proc/{pid}/stat");
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let text = String::from_utf8_lossy(&text);
+    let state = text
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_ascii_whitespace().next());
+    if matches!(state, Some("Z") | Some("X") | Some("x")) {
+        return Ok(None);
+    }
+    parse_start_time(&text).map(Some).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("cannot parse the start time (field 22) of {path}"),
+        )
+    })
+}
+
 /// Field 22 (`starttime`) of a `/proc/<pid>/stat` line.
 ///
 /// The second field, `(comm)`, may contain spaces and parentheses, so the line is split at

@@ -61,7 +61,7 @@ impl Liveness for ProcLiveness {
             .unwrap_or_else(|| {
                 Identity::new("unknown-boot").unwrap_or_else(|_| holder.boot_id.clone())
             });
-        let process = match crate::probe::process_start_time(holder.pid) {
+        let process = match crate::probe::live_process_start_time(holder.pid) {
             Ok(None) => ProcessState::Gone,
             Ok(Some(start_time)) => ProcessState::Running { start_time },
             Err(_) => ProcessState::Unknown,

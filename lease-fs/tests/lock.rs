@@ -247,3 +247,31 @@ fn try_acquire_in_locks_the_opened_root_even_after_a_rename() {
     drop(lock);
     assert!(becomes_free(&moved));
 }
+
+/// An exited process that nobody reaped yet (a zombie) cannot act: liveness treats it as
+/// gone, while its pid still exists in /proc.
+#[test]
+fn a_zombie_process_counts_as_gone_for_liveness() {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    // Wait until it has exited but is not reaped.
+    let start = std::time::Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        if stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .trim_start()
+            .starts_with('Z')
+        {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(lease_fs::probe::process_start_time(pid).unwrap().is_some());
+    assert_eq!(lease_fs::probe::live_process_start_time(pid).unwrap(), None);
+    child.wait().unwrap();
+    assert_eq!(lease_fs::probe::live_process_start_time(pid).unwrap(), None);
+}
