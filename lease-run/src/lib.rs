@@ -1,31 +1,137 @@
-//! # lease-run — the run lifecycle for runlease (NOT IMPLEMENTED YET)
+//! # lease-run — the run lifecycle for runlease on tokio (first slice of issue #6)
 //!
-//! **Status: skeleton.** This crate contains no working code yet. It opens no
-//! run, starts no command, runs no timer and reaps nothing today. Do not depend on
-//! it for anything but its [`STATUS`] constant.
+//! [`Run::open`] owns a run folder (composed from `lease-core` and `lease-fs`): it takes
+//! the kernel owner lock, claims the lease, writes `run.json`, heartbeats, self-fences on
+//! `CLOCK_BOOTTIME`, runs a watchdog OS thread that kills the commands even when the tokio
+//! runtime is blocked, reaps a killed incarnation's commands, and [`Run::release`]s.
 //!
-//! What this crate **will** hold, once its issue lands (see `ARCHITECTURE.md`,
-//! section 2), composed on tokio from `lease-core`, `lease-fs` and `lease-sqlite`:
+//! ## Open, in order (each step timed: [`OpenOptions::on_step`] and a `lease_run.step` span)
 //!
-//! - **Open:** take the kernel owner lock, claim or take over the lease, write run
-//!   status `running` with generation + 1, start the heartbeat, lay out the run,
-//!   open the store and pass its seal check, then go live.
-//! - **Self-fence and watchdog:** a self-fence timer plus a watchdog OS thread so
-//!   an owner that can no longer prove its lease stops acting.
-//! - **Child commands:** each in its own process group, recorded before it
-//!   starts, killed on fence.
-//! - **Release:** stop commands, barrier, seal, final status, unlock.
-//! - **Reaping:** clean up a killed incarnation's commands, or refuse to open
-//!   beside a survivor.
-//! - **Observable step timings.**
+//! 1. `owner-lock`: `flock` on `owner.lock` through the held root descriptor, retried for
+//!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76).
+//! 2. `read-status`: the previous `run.json`; an invalid one is `RECORD_INVALID` (65) and is
+//!    never overwritten (nothing is claimed).
+//! 3. `claim`: claim the lease; with [`OpenOptions::retire_dead`], a definitely-dead owner
+//!    (judged with the owner lock held) is retired first.
+//! 4. `run.json`: status `running`, the new generation and holder, the previous seal kept.
+//! 5. `heartbeat`: the heartbeat task, the async self-fence timer and the watchdog thread.
+//! 6. `layout`: `store/`, `work/`, `tmp/` (0700).
+//! 7. `commands`: reap or refuse older generations' commands (below).
+//! 8. `store`, 9. `seal`: calls to the optional [`StoreHook`] only (**Not yet**).
+//! 10. `live`: `run.json` rewritten with the seal cleared.
+//!
+//! A failure after the claim undoes the open: tasks stopped; unless fenced, `run.json` is
+//! written `failed` with `detail` = the error code and the lease is released; the owner
+//! lock is dropped; the watchdog thread ends.
+//!
+//! Every `run.json` write (open, [`Run::set_status`], release) first re-reads the lease
+//! head and writes only if it is still this owner's active generation and the run is not
+//! fenced (otherwise it fences); then atomically replaces the file with fsyncs.
+//!
+//! ## Self-fence and watchdog
+//!
+//! The start of the last successful heartbeat-class write (the claim, then each lease
+//! heartbeat) is kept in an atomic as `CLOCK_BOOTTIME` nanoseconds. Once it is more than
+//! `self_fence_after` old ([`lease_core::must_self_fence`]), or a heartbeat returns
+//! `FENCED`, the run is fenced (sticky). [`Run::check_live`] fails from then on; call it
+//! before every commit. The watchdog thread (`std::thread`, 100 ms tick, atomics and short
+//! std mutexes only) applies the same rule on its own, and once fenced SIGKILLs every
+//! tracked process on every tick until none is left; only then is the fence *confirmed*
+//! ([`Run::fenced`] resolves; with [`OpenOptions::exit_on_fence`] the thread exits the
+//! process with 75).
+//!
+//! ## The spawn gate ([`Run::spawn`])
+//!
+//! The child is `/bin/sh -c 'kill -STOP $$ && exec "$@"' lease-run-gate ARGV...` in its own
+//! process group (`process_group(0)`), stdio inherited. Its group is tracked by the watchdog
+//! from the moment it is spawned (before the gate can be continued). The parent waits (≤ 5 s) until `/proc/<pid>/stat`
+//! shows it stopped, writes its `CommandRecord` (pid, pgid, start time, boot id, argv) with a
+//! link-exclusive durable create of `commands/<generation>-<pid>.json`, checks the run is still
+//! live, then sends SIGCONT to the group. **Guarantee:** the program in `ARGV` is not
+//! `exec`ed before its record is durable; what runs before is only `/bin/sh` starting and
+//! its builtin `kill`. **Limits:** another process of the same user could SIGCONT the gate
+//! early; `ARGV[0]` is resolved by `sh` (PATH lookup); a failed record kills the group.
+//!
+//! ## Reap or refuse (step `commands`)
+//!
+//! For each record of an older generation: if it is from this boot and its pid still has the
+//! recorded start time, its group (and any member of it started no earlier) gets SIGTERM,
+//! `term_grace`, SIGKILL and up to `kill_wait` to be gone (zombies count as gone); if the
+//! leader is gone and its pid not reused, leftover members of its group get the same. A
+//! survivor refuses the open with `RUN_COMMANDS_SURVIVE` (76), the record kept, the claim
+//! undone (`run.json` failed + release). Otherwise the record is removed durably.
+//!
+//! ## Release, in order ([`Run::release`])
+//!
+//! `stop-commands` (TERM, grace, KILL; records of this generation removed) → `stop-heartbeat`
+//! → `barrier` (store hook head, else `null`) → `final-status` (`paused`/`done`/`failed`) →
+//! `release-lease` → `unlock`. Each step has its own deadline. A fenced run: release waits
+//! (bounded) for the kill to be confirmed, writes nothing and returns `FENCED`.
+//!
+//! ## Escapes (what the kill reaches)
+//!
+//! Tracked: every recorded process group; every process whose session id equals a recorded
+//! group (a command that itself called `setsid`); every descendant seen by a watchdog scan of
+//! `/proc` (by parent pid, remembered with its start time), scanned every 100 ms while
+//! commands are tracked. The owner is made a child subreaper (`PR_SET_CHILD_SUBREAPER`,
+//! [`OpenOptions::subreaper`], process-wide) so double-forked orphans are reparented to it
+//! instead of init. **What can still escape:** a descendant that leaves the group and session
+//! (setsid / setpgid) and whose parent chain is broken (double fork) *before* any 100 ms scan
+//! saw it; any process in another pid namespace or otherwise invisible in our `/proc`;
+//! processes we may not signal (setuid helpers: EPERM); a descendant of another run in the
+//! same owner process is never confused with ours, but with the subreaper it is reparented to
+//! the shared owner process. The pgid of a group whose last process vanished between two
+//! scans could in theory be reused before the next kill.
+//!
+//! ## Not yet
+//!
+//! - **Store and seal** (needs lease-sqlite, issue #5): [`StoreHook`] is called at the
+//!   `store`, `seal` and `barrier` steps, but no implementation exists; the seal is not bound
+//!   to the store identity; no `store()` accessor. Without a hook `sealed_sequence` is `null`.
+//! - **cgroup v2** subtree for commands: not done (subreaper + /proc scan only).
+//! - Exact takeover of a *stale* (not dead) owner at open: not offered (`retire_dead` only).
+//! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at
+//!   `running`/`live`/status changes, not on every beat.
+//! - Orphaned descendants reparented to the subreaper owner are reaped only when they are
+//!   tracked descendants of a command; other orphan zombies stay until the owner exits.
+//! - Release after surviving commands: returns `RUN_COMMANDS_SURVIVE` without releasing the
+//!   lease; the watchdog SIGKILLs them once the lease lapses.
+//! - Terminal handling (foreground process group), signal forwarding: not done.
+//! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
+//! - Not covered by tests yet: the refusal path (`RUN_COMMANDS_SURVIVE`, 76, record kept),
+//!   `exit_on_fence` (exit 75 from a child process), a `FENCED` heartbeat after a live
+//!   takeover (the fence test stops the heartbeat and self-fences first), `set_status`,
+//!   two simultaneous opens racing (the test opens one, then tries the second), the
+//!   `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for double-forked daemons.
+//! - `RUN_COMMANDS_SURVIVE` from release reports `pid: 0` (the group, not the survivor pid).
+//! - Invalid options: a relative path, zero deadlines are refused before anything is
+//!   touched (the timing policy is validated by [`lease_core::TimingPolicy`] itself); no
+//!   other checks.
 //!
 //! # Example
 //!
-//! The only thing this skeleton offers is an honest status string:
-//!
 //! ```
-//! assert!(lease_run::STATUS.contains("not implemented yet"));
+//! use lease_run::{FinalStatus, OpenOptions, Run};
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! # rt.block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("demo-run");
+//! let run = Run::open(&path, OpenOptions::default()).await?;
+//! let mut cmd = run.spawn(&["true".to_string()], &[]).await?;
+//! assert!(cmd.wait().await?.success());
+//! run.check_live()?;
+//! run.release(FinalStatus::Done).await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
 
-/// Implementation status of this crate: it is a placeholder with no functionality.
-pub const STATUS: &str = "lease-run skeleton: not implemented yet";
+pub mod error;
+pub mod procs;
+mod run;
+
+pub use error::RunError;
+pub use run::{
+    FinalStatus, OpenOptions, Run, RunCommand, StepCallback, StepName, StoreHook, WATCHDOG_TICK,
+};

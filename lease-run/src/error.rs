@@ -1,0 +1,116 @@
+//! The typed error of lease-run, with a stable code and a sysexits-style exit code.
+
+use lease_core::LeaseError;
+use lease_fs::FsError;
+
+/// Why a run operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A lease-fs error (I/O, layout, or a protocol error from lease-core).
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// Bad options, refused before anything was touched.
+    #[error("INVALID_ARGUMENT: {0}")]
+    InvalidArgument(String),
+    /// Another process on this host holds the run's kernel owner lock.
+    #[error("OWNER_LOCK_HELD: run {run}: another process on this host holds its owner lock")]
+    OwnerLockHeld {
+        /// The run folder.
+        run: String,
+    },
+    /// A command of a killed incarnation is still alive and could not be killed.
+    #[error(
+        "RUN_COMMANDS_SURVIVE: run {run}: command pid {pid} (group {pgid}) of generation {generation} survived SIGKILL; its record is kept"
+    )]
+    CommandsSurvive {
+        /// The run.
+        run: String,
+        /// Its pid.
+        pid: u32,
+        /// Its process group.
+        pgid: u32,
+        /// The generation that started it.
+        generation: u64,
+    },
+    /// The run is fenced: it lost its lease (or could no longer prove it) and its commands
+    /// were killed. Nothing more is written.
+    #[error("FENCED: run {run}: {reason}")]
+    Fenced {
+        /// The run.
+        run: String,
+        /// Why (the first fence).
+        reason: String,
+    },
+    /// A step did not finish within its deadline.
+    #[error("STEP_TIMEOUT: run {run}: step {step} did not finish within {ms} ms")]
+    StepTimeout {
+        /// The run.
+        run: String,
+        /// The step.
+        step: &'static str,
+        /// Its deadline.
+        ms: u64,
+    },
+    /// The run was already released.
+    #[error("RUN_RELEASED: run {run} was released")]
+    Released {
+        /// The run.
+        run: String,
+    },
+    /// A command could not be started or recorded.
+    #[error("SPAWN_FAILED: run {run}: {detail}")]
+    Spawn {
+        /// The run.
+        run: String,
+        /// What failed.
+        detail: String,
+    },
+    /// An OS-level failure outside the run folder (clock, /proc, random).
+    #[error("IO_ERROR: {0}")]
+    Io(String),
+}
+
+impl RunError {
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RunError::Fs(e) => e.code(),
+            RunError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
+            RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
+            RunError::Fenced { .. } => "FENCED",
+            RunError::StepTimeout { .. } => "STEP_TIMEOUT",
+            RunError::Released { .. } => "RUN_RELEASED",
+            RunError::Spawn { .. } => "SPAWN_FAILED",
+            RunError::Io(_) => "IO_ERROR",
+        }
+    }
+
+    /// The process exit code for this error (64 usage, 65 data, 70 internal, 74 I/O,
+    /// 75 fenced, 76 held).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Fs(e) => e.exit_code(),
+            RunError::InvalidArgument(_) => 64,
+            RunError::OwnerLockHeld { .. } | RunError::CommandsSurvive { .. } => 76,
+            RunError::Fenced { .. } => 75,
+            RunError::StepTimeout { .. } | RunError::Io(_) => 74,
+            RunError::Released { .. } | RunError::Spawn { .. } => 70,
+        }
+    }
+
+    /// The lease-core error inside, if any.
+    pub fn lease(&self) -> Option<&LeaseError> {
+        match self {
+            RunError::Fs(e) => e.lease(),
+            _ => None,
+        }
+    }
+}
+
+impl From<LeaseError> for RunError {
+    fn from(e: LeaseError) -> RunError {
+        RunError::Fs(FsError::Lease(e))
+    }
+}

@@ -1,0 +1,210 @@
+//! Processes on this host, read from `/proc`: the clock, process groups, sessions and the
+//! descendants of the run's commands; and signals to them.
+
+use rustix::process::{Pid, Signal};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// `CLOCK_BOOTTIME` in nanoseconds: monotonic and counting time spent suspended.
+pub fn boottime_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// One line of `/proc/<pid>/stat`, the fields we use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcInfo {
+    /// Pid.
+    pub pid: u32,
+    /// Parent pid (field 4).
+    pub ppid: u32,
+    /// Process group (field 5).
+    pub pgrp: u32,
+    /// Session (field 6).
+    pub session: u32,
+    /// Start time in clock ticks after boot (field 22).
+    pub start_time: u64,
+    /// State `Z` or `X`: exited, only its exit status remains.
+    pub zombie: bool,
+}
+
+/// Parse a `/proc/<pid>/stat` line (split at the last `)`: comm may hold anything).
+pub fn parse_stat(pid: u32, line: &str) -> Option<ProcInfo> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] = field 3 (state), f[1] = 4 (ppid), f[2] = 5 (pgrp), f[3] = 6 (session),
+    // f[19] = 22 (starttime).
+    Some(ProcInfo {
+        pid,
+        zombie: matches!(*f.first()?, "Z" | "X"),
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// `/proc/<pid>/stat` of one process, `None` if it does not exist.
+pub fn proc_info(pid: u32) -> Option<ProcInfo> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &line)
+}
+
+/// Every process visible in this pid namespace's `/proc`.
+pub fn scan() -> Vec<ProcInfo> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        proc_info(pid)
+    })
+    .collect()
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T` = stopped), `None` if gone.
+pub fn state_of(pid: u32) -> Option<char> {
+    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    line[line.rfind(')')? + 1..].trim_start().chars().next()
+}
+
+/// Send `sig` to process group `pgid` (errors ignored: ESRCH when it is gone, EPERM).
+pub fn kill_group(pgid: u32, sig: Signal) {
+    if let Some(p) = Pid::from_raw(i32::try_from(pgid).unwrap_or(0)) {
+        let _ = rustix::process::kill_process_group(p, sig);
+    }
+}
+
+/// Send `sig` to process `pid` (errors ignored).
+pub fn kill_pid(pid: u32, sig: Signal) {
+    if let Some(p) = Pid::from_raw(i32::try_from(pid).unwrap_or(0)) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// What the run tracks of its commands: their process groups and every descendant seen
+/// so far (pid with its start time, so a reused pid is never signalled).
+#[derive(Debug, Default, Clone)]
+pub struct Tracked {
+    /// Recorded process groups (each command's pid = pgid).
+    pub groups: BTreeSet<u32>,
+    /// Descendants seen by a scan: pid → start time.
+    pub known: BTreeMap<u32, u64>,
+}
+
+impl Tracked {
+    /// Refresh from a scan: add every process whose group or session is a recorded group,
+    /// or whose parent is a known descendant (to a fixpoint); forget known pids that are gone
+    /// or reused, and groups with no process left at all (not even a zombie, so the number
+    /// could be reused).
+    pub fn refresh(&mut self, procs: &[ProcInfo]) {
+        self.known
+            .retain(|pid, st| procs.iter().any(|p| p.pid == *pid && p.start_time == *st));
+        loop {
+            let mut added = false;
+            for p in procs {
+                if self.known.contains_key(&p.pid) {
+                    continue;
+                }
+                let member = self.groups.contains(&p.pgrp)
+                    || self.groups.contains(&p.session)
+                    || self.known.contains_key(&p.ppid);
+                if member {
+                    self.known.insert(p.pid, p.start_time);
+                    added = true;
+                }
+            }
+            if !added {
+                break;
+            }
+        }
+        let groups: Vec<u32> = self.groups.iter().copied().collect();
+        for g in groups {
+            let any = procs
+                .iter()
+                .any(|p| p.pgrp == g || p.session == g || p.pid == g);
+            if !any {
+                self.groups.remove(&g);
+            }
+        }
+    }
+
+    /// SIGKILL (or `sig`) every recorded group and every known descendant that still has
+    /// its recorded start time.
+    pub fn signal_all(&self, sig: Signal, procs: &[ProcInfo]) {
+        for g in &self.groups {
+            kill_group(*g, sig);
+        }
+        for (pid, st) in &self.known {
+            if procs
+                .iter()
+                .any(|p| p.pid == *pid && p.start_time == *st && !p.zombie)
+            {
+                kill_pid(*pid, sig);
+            }
+        }
+    }
+
+    /// Whether a process that can still act (not a zombie) is tracked: in a recorded group
+    /// or session, or a known descendant.
+    pub fn any_alive(&self, procs: &[ProcInfo]) -> bool {
+        procs.iter().any(|p| {
+            !p.zombie
+                && (self.groups.contains(&p.pgrp)
+                    || self.groups.contains(&p.session)
+                    || self.known.get(&p.pid) == Some(&p.start_time))
+        })
+    }
+}
+
+/// Stop everything tracked: SIGTERM, wait up to `grace`, then SIGKILL, wait up to
+/// `kill_wait`. Returns whether everything is gone. Blocking (call off the runtime).
+pub fn terminate(tracked: &mut Tracked, grace: Duration, kill_wait: Duration) -> bool {
+    let procs = scan();
+    tracked.refresh(&procs);
+    if !tracked.any_alive(&procs) {
+        return true;
+    }
+    tracked.signal_all(Signal::TERM, &procs);
+    if wait_gone(tracked, grace, None) {
+        return true;
+    }
+    wait_gone(tracked, kill_wait, Some(Signal::KILL))
+}
+
+/// Poll every 10 ms until nothing tracked is alive or `within` passes; with `sig`, send it
+/// on every poll. Returns whether everything is gone.
+pub fn wait_gone(tracked: &mut Tracked, within: Duration, sig: Option<Signal>) -> bool {
+    let end = Instant::now() + within;
+    loop {
+        let procs = scan();
+        tracked.refresh(&procs);
+        if !tracked.any_alive(&procs) {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        if let Some(s) = sig {
+            tracked.signal_all(s, &procs);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse_after_the_last_paren() {
+        let line = "42 (a) b) (c) S 1 42 7 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 12345 0 0";
+        let p = parse_stat(42, line).unwrap();
+        assert_eq!((p.ppid, p.pgrp, p.session, p.start_time), (1, 42, 7, 12345));
+        assert!(!p.zombie);
+        assert!(boottime_ns() > 0);
+    }
+}

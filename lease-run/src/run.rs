@@ -1,0 +1,1320 @@
+//! The run: open, commands, self-fence and watchdog, reaping, release.
+
+use crate::error::RunError;
+use crate::procs::{self, Tracked, boottime_ns};
+use lease_core::canonical::MAX_RECORD_BYTES;
+use lease_core::ops::{Expectation, OwnedLease, Status};
+use lease_core::{
+    CommandRecord, Dir, FileRef, Generation, Identity, RunState, RunStatus, Timestamp,
+    TimingPolicy, decode_for, encode, must_self_fence,
+};
+use lease_fs::lock::OwnerLock;
+use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, primitives, probe, run_id_of, this_holder};
+use rustix::process::Signal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+/// How often the watchdog thread (and the async self-fence timer) check the deadline.
+pub const WATCHDOG_TICK: Duration = Duration::from_millis(100);
+
+/// The steps of [`Run::open`] and [`Run::release`], in order, as reported to
+/// [`OpenOptions::on_step`] and named in tracing spans (`lease_run.step`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepName {
+    /// Open: take the kernel owner lock.
+    OwnerLock,
+    /// Open: read the previous `run.json`.
+    ReadStatus,
+    /// Open: claim the lease (or retire a dead owner, then claim).
+    Claim,
+    /// Open: write `run.json` status `running`.
+    RunJson,
+    /// Open: start the heartbeat, the self-fence timer and the watchdog thread.
+    Heartbeat,
+    /// Open: create `store/`, `work/`, `tmp/`.
+    Layout,
+    /// Open: reap or refuse the previous incarnation's commands.
+    Commands,
+    /// Open: open the store (hook only; see "Not yet").
+    Store,
+    /// Open: the seal check (hook only; see "Not yet").
+    Seal,
+    /// Open: write `run.json` live (seal cleared).
+    Live,
+    /// Release: stop the commands (TERM, grace, KILL).
+    StopCommands,
+    /// Release: stop the heartbeat.
+    StopHeartbeat,
+    /// Release: barrier (every write so far is durable).
+    Barrier,
+    /// Release: write the final `run.json`.
+    FinalStatus,
+    /// Release: release the lease.
+    ReleaseLease,
+    /// Release: stop the watchdog and drop the owner lock.
+    Unlock,
+}
+
+impl StepName {
+    /// The step's name (`owner-lock`, `run.json`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepName::OwnerLock => "owner-lock",
+            StepName::ReadStatus => "read-status",
+            StepName::Claim => "claim",
+            StepName::RunJson => "run.json",
+            StepName::Heartbeat => "heartbeat",
+            StepName::Layout => "layout",
+            StepName::Commands => "commands",
+            StepName::Store => "store",
+            StepName::Seal => "seal",
+            StepName::Live => "live",
+            StepName::StopCommands => "stop-commands",
+            StepName::StopHeartbeat => "stop-heartbeat",
+            StepName::Barrier => "barrier",
+            StepName::FinalStatus => "final-status",
+            StepName::ReleaseLease => "release-lease",
+            StepName::Unlock => "unlock",
+        }
+    }
+}
+
+/// Called after each step with its duration (also after a step that failed).
+pub type StepCallback = Arc<dyn Fn(StepName, Duration) + Send + Sync>;
+
+/// The store seam, called at the `store` and `seal` steps of open and at the barrier and
+/// final status of release.
+///
+/// **Not yet (needs lease-sqlite, issue #5):** this crate ships no implementation; with no
+/// hook the `store` and `seal` steps do nothing and the release seals `null`.
+pub trait StoreHook: Send + Sync {
+    /// Open the store of the run (`<root>/store/`) as `generation`.
+    fn open_store(&self, root: &Path, generation: Generation) -> Result<(), RunError>;
+    /// Refuse a store behind `sealed` (the previous clean release's sealed sequence).
+    fn check_seal(&self, sealed: Option<u64>) -> Result<(), RunError>;
+    /// The store head to seal at release (after the barrier).
+    fn head(&self) -> Result<Option<u64>, RunError>;
+}
+
+/// Options of [`Run::open`].
+#[derive(Clone)]
+pub struct OpenOptions {
+    /// Heartbeat, self-fence and stale timings (validated by [`TimingPolicy`]).
+    pub policy: TimingPolicy,
+    /// Create the run folder if it is missing (default: true).
+    pub create: bool,
+    /// When the current owner is definitely dead (gone, or another boot), retire it and
+    /// claim (default: false: such a run is refused).
+    pub retire_dead: bool,
+    /// How long to retry the kernel owner lock (default 200 ms).
+    pub lock_timeout: Duration,
+    /// Deadline of every single open/release step (default 10 s).
+    pub step_deadline: Duration,
+    /// SIGTERM-to-SIGKILL grace when stopping or reaping commands (default 2 s).
+    pub term_grace: Duration,
+    /// How long to wait for SIGKILLed processes to be gone (default 2 s).
+    pub kill_wait: Duration,
+    /// On a fence, exit the process with 75 once the commands are confirmed gone (from
+    /// the watchdog thread). Default false: the library reports [`RunError::Fenced`].
+    pub exit_on_fence: bool,
+    /// Make this process a child subreaper (`PR_SET_CHILD_SUBREAPER`, process-wide) at the
+    /// `heartbeat` step, so orphaned descendants are reparented to it (default true).
+    pub subreaper: bool,
+    /// Step timings.
+    pub on_step: Option<StepCallback>,
+    /// The store seam (no implementation yet).
+    pub store: Option<Arc<dyn StoreHook>>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            policy: TimingPolicy::default(),
+            create: true,
+            retire_dead: false,
+            lock_timeout: Duration::from_millis(200),
+            step_deadline: Duration::from_secs(10),
+            term_grace: Duration::from_secs(2),
+            kill_wait: Duration::from_secs(2),
+            exit_on_fence: false,
+            subreaper: true,
+            on_step: None,
+            store: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for OpenOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenOptions")
+            .field("policy", &self.policy)
+            .field("create", &self.create)
+            .field("retire_dead", &self.retire_dead)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("step_deadline", &self.step_deadline)
+            .field("term_grace", &self.term_grace)
+            .field("kill_wait", &self.kill_wait)
+            .field("exit_on_fence", &self.exit_on_fence)
+            .field("subreaper", &self.subreaper)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The final status a release writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalStatus {
+    /// Stopped on purpose, to be resumed (optionally at `wake_at`).
+    Paused {
+        /// When to resume.
+        wake_at: Option<Timestamp>,
+    },
+    /// Finished successfully.
+    Done,
+    /// Finished with a failure (`detail`, at most 4096 bytes).
+    Failed {
+        /// Why.
+        detail: String,
+    },
+}
+
+/// Where the fence stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FenceState {
+    Live,
+    /// Fenced; commands being killed.
+    Fenced(String),
+    /// Fenced and every tracked process is gone.
+    Confirmed(String),
+}
+
+/// State shared by the async tasks and the watchdog OS thread (atomics and short std
+/// mutexes only: the watchdog never waits on the tokio runtime).
+struct Shared {
+    run: String,
+    policy: TimingPolicy,
+    /// CLOCK_BOOTTIME ns at the start of the last successful heartbeat-class write.
+    beat_ns: AtomicU64,
+    fenced: AtomicBool,
+    /// Set when the release stopped every command: the watchdog may end.
+    stop: AtomicBool,
+    /// Test hook: heartbeats are skipped (a stuck heartbeat).
+    beats_suspended: AtomicBool,
+    tracked: Mutex<Tracked>,
+    fence_tx: watch::Sender<FenceState>,
+    exit_on_fence: bool,
+}
+
+impl Shared {
+    fn note_beat(&self, started_ns: u64) {
+        self.beat_ns.fetch_max(started_ns, Ordering::SeqCst);
+    }
+
+    fn lapsed(&self, now_ns: u64) -> bool {
+        must_self_fence(
+            &self.policy,
+            Duration::from_nanos(self.beat_ns.load(Ordering::SeqCst)),
+            Duration::from_nanos(now_ns),
+        )
+    }
+
+    /// Record the first fence (sticky).
+    fn fence(&self, reason: String) {
+        if !self.fenced.swap(true, Ordering::SeqCst) {
+            tracing::warn!(run = %self.run, %reason, "run fenced");
+            self.fence_tx.send_replace(FenceState::Fenced(reason));
+        }
+    }
+
+    fn fence_reason(&self) -> Option<String> {
+        match &*self.fence_tx.borrow() {
+            FenceState::Live => None,
+            FenceState::Fenced(r) | FenceState::Confirmed(r) => Some(r.clone()),
+        }
+    }
+
+    /// Errors once fenced or past the self-fence deadline (which fences).
+    fn check_live(&self) -> Result<(), RunError> {
+        if !self.fenced.load(Ordering::SeqCst) && self.lapsed(boottime_ns()) {
+            self.fence(self.lapse_reason());
+        }
+        match self.fence_reason() {
+            None => Ok(()),
+            Some(reason) => Err(RunError::Fenced {
+                run: self.run.clone(),
+                reason,
+            }),
+        }
+    }
+
+    fn lapse_reason(&self) -> String {
+        format!(
+            "LEASE_LAPSED: the last successful heartbeat started more than {} ms ago",
+            self.policy.self_fence_after_ms()
+        )
+    }
+
+    fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {
+        self.tracked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The watchdog OS thread: every 100 ms, apply the self-fence rule on CLOCK_BOOTTIME,
+/// learn the commands' descendants from /proc, and once fenced SIGKILL every tracked
+/// process until all are gone; then confirm the fence (and exit 75 if asked).
+fn watchdog(shared: Arc<Shared>) {
+    loop {
+        std::thread::sleep(WATCHDOG_TICK);
+        let fenced = shared.fenced.load(Ordering::SeqCst);
+        if !fenced && shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        if !fenced && shared.lapsed(boottime_ns()) {
+            shared.fence(shared.lapse_reason());
+        }
+        let fenced = shared.fenced.load(Ordering::SeqCst);
+        let busy = {
+            let t = shared.tracked();
+            !t.groups.is_empty() || !t.known.is_empty()
+        };
+        let procs = if busy { procs::scan() } else { Vec::new() };
+        let alive = {
+            let mut t = shared.tracked();
+            t.refresh(&procs);
+            reap_orphans(&t, &procs);
+            let alive = t.any_alive(&procs);
+            if fenced && alive {
+                t.signal_all(Signal::KILL, &procs);
+            }
+            alive
+        };
+        if fenced && !alive {
+            let reason = shared.fence_reason().unwrap_or_default();
+            shared
+                .fence_tx
+                .send_replace(FenceState::Confirmed(reason.clone()));
+            if shared.exit_on_fence {
+                eprintln!(
+                    "lease-run: fenced ({}): {reason}; commands killed, exiting 75",
+                    shared.run
+                );
+                std::process::exit(75);
+            }
+            return;
+        }
+    }
+}
+
+/// Reap zombie orphans reparented to this (subreaper) process that are tracked descendants
+/// but not a command leader (those belong to tokio's `Child`).
+fn reap_orphans(t: &Tracked, procs: &[procs::ProcInfo]) {
+    let me = std::process::id();
+    for p in procs {
+        if p.zombie && p.ppid == me && !t.groups.contains(&p.pid) && t.known.contains_key(&p.pid) {
+            if let Some(pid) = rustix::process::Pid::from_raw(i32::try_from(p.pid).unwrap_or(0)) {
+                let _ = rustix::process::waitid(
+                    rustix::process::WaitId::Pid(pid),
+                    rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
+                );
+            }
+        }
+    }
+}
+
+/// Wall-clock now as a protocol timestamp.
+fn wall_now() -> Result<Timestamp, RunError> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| RunError::Io("the wall clock is before 1970".into()))?
+        .as_millis();
+    u64::try_from(ms)
+        .ok()
+        .and_then(Timestamp::from_unix_millis)
+        .ok_or_else(|| RunError::Io("the wall clock is out of range".into()))
+}
+
+fn random_u64() -> Result<u64, RunError> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn new_owner_id() -> Result<Identity, RunError> {
+    let (a, b) = (random_u64()?, random_u64()?);
+    Identity::new(format!("run-{a:016x}{b:016x}"))
+        .map_err(|e| RunError::Io(format!("owner id: {e}")))
+}
+
+/// Run a step: a tracing span, the duration reported to `on_step` (even on failure).
+async fn timed<T>(
+    on_step: &Option<StepCallback>,
+    step: StepName,
+    fut: impl std::future::Future<Output = Result<T, RunError>>,
+) -> Result<T, RunError> {
+    let span = tracing::info_span!("lease_run.step", step = step.as_str());
+    let start = Instant::now();
+    let r = fut.instrument(span).await;
+    let took = start.elapsed();
+    tracing::debug!(
+        step = step.as_str(),
+        ms = took.as_millis() as u64,
+        ok = r.is_ok(),
+        "step"
+    );
+    if let Some(cb) = on_step {
+        cb(step, took);
+    }
+    r
+}
+
+/// Run blocking work off the runtime with a deadline. A step past its deadline is left
+/// running in the blocking pool; the caller proceeds with `STEP_TIMEOUT`.
+async fn blocking<T: Send + 'static>(
+    run: &str,
+    step: StepName,
+    deadline: Duration,
+    f: impl FnOnce() -> Result<T, RunError> + Send + 'static,
+) -> Result<T, RunError> {
+    match tokio::time::timeout(deadline, tokio::task::spawn_blocking(f)).await {
+        Err(_) => Err(RunError::StepTimeout {
+            run: run.to_string(),
+            step: step.as_str(),
+            ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        }),
+        Ok(Err(join)) => Err(RunError::Io(format!(
+            "step {} panicked: {join}",
+            step.as_str()
+        ))),
+        Ok(Ok(r)) => r,
+    }
+}
+
+/// Write `run.json` as generation `lease.generation` only: the head must still be our
+/// active epoch and the run not fenced, checked right before the atomic replace.
+fn write_status_blocking(
+    dir: &RunDir,
+    shared: &Shared,
+    lease: &OwnedLease,
+    record: &RunStatus,
+) -> Result<(), RunError> {
+    shared.check_live()?;
+    let view = dir.status(record.updated_at, false)?;
+    let ours = view.head.as_ref().is_some_and(|h| {
+        h.generation() == lease.generation && h.is_active() && h.epoch.owner_id == lease.owner_id
+    });
+    if !ours {
+        let reason = format!(
+            "run.json not written: the lease head is no longer generation {} of this owner",
+            lease.generation
+        );
+        shared.fence(reason.clone());
+        return Err(RunError::Fenced {
+            run: shared.run.clone(),
+            reason,
+        });
+    }
+    let bytes = encode(record)?;
+    shared.check_live()?;
+    primitives::replace(&**dir.fs(), &FileRef::RunStatus.path(), &bytes, true)
+        .map_err(|e| FsError::io(lease.run_id.as_str(), "replace", "run.json", e))?;
+    Ok(())
+}
+
+/// A command started by [`Run::spawn`].
+#[derive(Debug)]
+pub struct RunCommand {
+    pid: u32,
+    child: tokio::process::Child,
+}
+
+impl RunCommand {
+    /// Its pid (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Wait for it to exit. Its process group stays tracked: whatever it left behind is
+    /// killed at release or fence.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+}
+
+/// An open run: the lease is ours, `run.json` says `running`, the heartbeat, the
+/// self-fence timer and the watchdog are running.
+pub struct Run {
+    dir: Arc<RunDir>,
+    lease: OwnedLease,
+    lock: Option<OwnerLock>,
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+    current: Mutex<RunStatus>,
+    opts: OpenOptions,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("path", &self.path)
+            .field("generation", &self.lease.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What open has done so far, for the undo.
+struct Opening {
+    dir: Arc<RunDir>,
+    lock: Option<OwnerLock>,
+    lease: Option<OwnedLease>,
+    shared: Option<Arc<Shared>>,
+    tasks: Vec<JoinHandle<()>>,
+    current: Option<RunStatus>,
+}
+
+impl Run {
+    /// Open (claim) the run at the absolute `path`, in this order, each step timed:
+    /// owner-lock → read-status → claim → run.json → heartbeat → layout → commands →
+    /// store → seal → live. A failure undoes what was done (see the crate docs).
+    pub async fn open(path: &Path, opts: OpenOptions) -> Result<Run, RunError> {
+        if !path.is_absolute() {
+            return Err(RunError::InvalidArgument(format!(
+                "the run path {} must be absolute",
+                path.display()
+            )));
+        }
+        for (what, d) in [
+            ("lock_timeout", opts.lock_timeout),
+            ("step_deadline", opts.step_deadline),
+            ("kill_wait", opts.kill_wait),
+        ] {
+            if d.is_zero() {
+                return Err(RunError::InvalidArgument(format!("{what} must be > 0")));
+            }
+        }
+        let run_id = run_id_of(path)?;
+        let name = path.display().to_string();
+        let cb = opts.on_step.clone();
+        let deadline = opts.step_deadline;
+
+        // (1) owner lock.
+        let (p, create, lock_timeout) = (path.to_path_buf(), opts.create, opts.lock_timeout);
+        let (rid, nm) = (run_id.clone(), name.clone());
+        let (dir, lock) = timed(
+            &cb,
+            StepName::OwnerLock,
+            blocking(
+                &name,
+                StepName::OwnerLock,
+                deadline + lock_timeout,
+                move || {
+                    let io =
+                        |e: std::io::Error| FsError::io(rid.as_str(), "open run folder", &nm, e);
+                    let fs = if create {
+                        RealFs::create(&p)
+                    } else {
+                        RealFs::open(&p)
+                    };
+                    let fs = Arc::new(fs.map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::NotFound {
+                            RunError::Fs(FsError::RunNotFound { path: nm.clone() })
+                        } else {
+                            io(e).into()
+                        }
+                    })?);
+                    let end = Instant::now() + lock_timeout;
+                    let lock = loop {
+                        if let Some(l) = OwnerLock::try_acquire_in(&fs).map_err(io)? {
+                            break l;
+                        }
+                        if Instant::now() >= end {
+                            return Err(RunError::OwnerLockHeld { run: nm });
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    };
+                    let dir = RunDir::with_fs(
+                        fs,
+                        rid,
+                        &p,
+                        Arc::new(ProcLiveness::new(&p).holding_lock()),
+                    );
+                    Ok((Arc::new(dir), lock))
+                },
+            ),
+        )
+        .await?;
+
+        let mut st = Opening {
+            dir,
+            lock: Some(lock),
+            lease: None,
+            shared: None,
+            tasks: Vec::new(),
+            current: None,
+        };
+        match Run::open_steps(&mut st, path, &opts).await {
+            Ok(()) => {}
+            Err(e) => {
+                Run::undo(st, &opts, &e).await;
+                return Err(e);
+            }
+        }
+        let (Some(lease), Some(shared), Some(current)) = (st.lease, st.shared, st.current) else {
+            return Err(RunError::Io("open finished without a lease".into()));
+        };
+        Ok(Run {
+            dir: st.dir,
+            lease,
+            lock: st.lock,
+            shared,
+            tasks: st.tasks,
+            current: Mutex::new(current),
+            opts,
+            path: path.to_path_buf(),
+        })
+    }
+
+    async fn open_steps(st: &mut Opening, path: &Path, opts: &OpenOptions) -> Result<(), RunError> {
+        let name = path.display().to_string();
+        let cb = &opts.on_step;
+        let deadline = opts.step_deadline;
+
+        // (2) previous run.json; an invalid one is refused and never overwritten.
+        let dir = st.dir.clone();
+        let previous = timed(
+            cb,
+            StepName::ReadStatus,
+            blocking(&name, StepName::ReadStatus, deadline, move || {
+                let p = FileRef::RunStatus.path();
+                let bytes = dir
+                    .fs()
+                    .read(&p, MAX_RECORD_BYTES)
+                    .map_err(|e| FsError::io(dir.run_id().as_str(), "read", &p, e))?;
+                match bytes {
+                    None => Ok(None),
+                    Some(b) => Ok(Some(
+                        decode_for::<RunStatus>(dir.run_id(), &b).map_err(|e| e.in_file(p))?,
+                    )),
+                }
+            }),
+        )
+        .await?;
+
+        // (3) claim, or retire a definitely-dead owner and claim.
+        let dir = st.dir.clone();
+        let (policy, retire_dead) = (opts.policy, opts.retire_dead);
+        let claim_started = boottime_ns();
+        let lease = timed(
+            cb,
+            StepName::Claim,
+            blocking(&name, StepName::Claim, deadline, move || {
+                let holder = this_holder()?;
+                match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
+                    Ok(l) => Ok(l),
+                    Err(e) if retire_dead && e.exit_code() == 76 => {
+                        let view = dir.status(wall_now()?, true)?;
+                        match (&view.status, &view.head) {
+                            (Status::Dead, Some(head)) => {
+                                dir.retire(
+                                    new_owner_id()?,
+                                    holder.clone(),
+                                    policy,
+                                    wall_now()?,
+                                    Some(Expectation::of(head)),
+                                    random_u64()?,
+                                )?;
+                                Ok(dir.claim(new_owner_id()?, holder, policy, wall_now()?)?)
+                            }
+                            _ => Err(e.into()),
+                        }
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }),
+        )
+        .await?;
+        st.lease = Some(lease.clone());
+
+        let (fence_tx, _) = watch::channel(FenceState::Live);
+        let shared = Arc::new(Shared {
+            run: name.clone(),
+            policy: opts.policy,
+            beat_ns: AtomicU64::new(claim_started),
+            fenced: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            beats_suspended: AtomicBool::new(false),
+            tracked: Mutex::new(Tracked::default()),
+            fence_tx,
+            exit_on_fence: opts.exit_on_fence,
+        });
+        st.shared = Some(shared.clone());
+
+        // (4) run.json: running, as the new generation.
+        let now = wall_now()?;
+        let record = RunStatus {
+            run_id: lease.run_id.clone(),
+            status: RunState::Running,
+            generation: lease.generation,
+            sealed_sequence: previous.as_ref().and_then(|p| p.sealed_sequence),
+            wake_at: None,
+            holder: Some(lease.holder.clone()),
+            heartbeat_at: Some(now),
+            updated_at: now,
+            detail: None,
+        };
+        let (dir, sh, l, r) = (
+            st.dir.clone(),
+            shared.clone(),
+            lease.clone(),
+            record.clone(),
+        );
+        timed(
+            cb,
+            StepName::RunJson,
+            blocking(&name, StepName::RunJson, deadline, move || {
+                write_status_blocking(&dir, &sh, &l, &r)
+            }),
+        )
+        .await?;
+        st.current = Some(record);
+
+        // (5) heartbeat task, self-fence timer task, watchdog OS thread.
+        let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
+        let subreaper = opts.subreaper;
+        let tasks = timed(cb, StepName::Heartbeat, async move {
+            if subreaper {
+                if let Err(e) =
+                    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+                {
+                    tracing::warn!(error = %e, "cannot become a child subreaper");
+                }
+            }
+            let hb = tokio::spawn(heartbeat_loop(dir, sh.clone(), l));
+            let sh2 = sh.clone();
+            let timer = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(WATCHDOG_TICK);
+                loop {
+                    tick.tick().await;
+                    if sh2.fenced.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    if sh2.lapsed(boottime_ns()) {
+                        sh2.fence(sh2.lapse_reason());
+                        return;
+                    }
+                }
+            });
+            std::thread::Builder::new()
+                .name("lease-run-watchdog".into())
+                .spawn(move || watchdog(sh))
+                .map_err(|e| RunError::Io(format!("cannot start the watchdog thread: {e}")))?;
+            Ok(vec![hb, timer])
+        })
+        .await?;
+        st.tasks = tasks;
+
+        // (6) layout.
+        let dir = st.dir.clone();
+        timed(
+            cb,
+            StepName::Layout,
+            blocking(&name, StepName::Layout, deadline, move || {
+                for d in ["store", "work", "tmp"] {
+                    dir.fs()
+                        .ensure_dir(d)
+                        .map_err(|e| FsError::io(dir.run_id().as_str(), "mkdir", d, e))?;
+                }
+                Ok(())
+            }),
+        )
+        .await?;
+
+        // (7) reap or refuse the previous incarnations' commands.
+        let dir = st.dir.clone();
+        let (gen_, grace, kill_wait) = (lease.generation, opts.term_grace, opts.kill_wait);
+        timed(
+            cb,
+            StepName::Commands,
+            blocking(
+                &name,
+                StepName::Commands,
+                deadline + grace + kill_wait,
+                move || reap_or_refuse(&dir, gen_, grace, kill_wait),
+            ),
+        )
+        .await?;
+        shared.check_live()?;
+
+        // (8) store and (9) seal: hooks only (Not yet: lease-sqlite, issue #5).
+        let hook = opts.store.clone();
+        let (root, g) = (path.to_path_buf(), lease.generation);
+        timed(cb, StepName::Store, async {
+            match &hook {
+                Some(h) => h.open_store(&root, g),
+                None => Ok(()),
+            }
+        })
+        .await?;
+        let sealed = previous.as_ref().and_then(|p| p.sealed_sequence);
+        timed(cb, StepName::Seal, async {
+            match &hook {
+                Some(h) => h.check_seal(sealed),
+                None => Ok(()),
+            }
+        })
+        .await?;
+
+        // (10) live: the seal is cleared while the run is live.
+        let now = wall_now()?;
+        let mut live = st.current.clone().unwrap_or(record_fallback(&lease, now));
+        live.sealed_sequence = None;
+        live.heartbeat_at = Some(now);
+        live.updated_at = now;
+        let (dir, sh, l, r) = (st.dir.clone(), shared.clone(), lease.clone(), live.clone());
+        timed(
+            cb,
+            StepName::Live,
+            blocking(&name, StepName::Live, deadline, move || {
+                write_status_blocking(&dir, &sh, &l, &r)
+            }),
+        )
+        .await?;
+        st.current = Some(live);
+        Ok(())
+    }
+
+    /// Undo a failed open: stop the tasks; unless fenced, write `run.json` failed (detail
+    /// = the error code) and release the lease; drop the owner lock. Best effort, each
+    /// step under its deadline.
+    async fn undo(mut st: Opening, opts: &OpenOptions, err: &RunError) {
+        for t in st.tasks.drain(..) {
+            t.abort();
+        }
+        let name = st.dir.root().display().to_string();
+        if let (Some(lease), Some(shared)) = (st.lease.clone(), st.shared.clone()) {
+            if !shared.fenced.load(Ordering::SeqCst) {
+                if let Ok(now) = wall_now() {
+                    let mut rec = st.current.clone().unwrap_or(record_fallback(&lease, now));
+                    rec.status = RunState::Failed;
+                    rec.detail = Some(err.code().to_string());
+                    rec.wake_at = None;
+                    rec.updated_at = now;
+                    let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
+                    let r = blocking(
+                        &name,
+                        StepName::FinalStatus,
+                        opts.step_deadline,
+                        move || {
+                            write_status_blocking(&dir, &sh, &l, &rec)?;
+                            dir.release(&l, wall_now()?, None)?;
+                            Ok(())
+                        },
+                    )
+                    .await;
+                    if let Err(e) = r {
+                        tracing::warn!(run = %name, error = %e, "undo of a failed open incomplete");
+                    }
+                }
+            }
+            // The watchdog ends once nothing is tracked (no command ran yet).
+            shared.stop.store(true, Ordering::SeqCst);
+        }
+        st.lock.take();
+    }
+
+    /// The run's generation (the fencing token).
+    pub fn generation(&self) -> Generation {
+        self.lease.generation
+    }
+
+    /// The lease.
+    pub fn lease(&self) -> &OwnedLease {
+        &self.lease
+    }
+
+    /// The run folder.
+    pub fn dir(&self) -> &RunDir {
+        &self.dir
+    }
+
+    /// The run folder's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The last `run.json` this run wrote.
+    pub fn status(&self) -> RunStatus {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Errors with [`RunError::Fenced`] once the run is fenced or its last successful
+    /// heartbeat started more than `self_fence_after` ago (CLOCK_BOOTTIME). Call it right
+    /// before any commit.
+    pub fn check_live(&self) -> Result<(), RunError> {
+        self.shared.check_live()
+    }
+
+    /// Resolves when the run is fenced **and** every tracked command process is gone,
+    /// with the fence as an error.
+    pub async fn fenced(&self) -> RunError {
+        let mut rx = self.shared.fence_tx.subscribe();
+        loop {
+            if let FenceState::Confirmed(reason) = &*rx.borrow_and_update() {
+                return RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: reason.clone(),
+                };
+            }
+            if rx.changed().await.is_err() {
+                return RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: "the watchdog ended".into(),
+                };
+            }
+        }
+    }
+
+    /// Fault injection for tests: skip heartbeats from now on (a stuck heartbeat), so the
+    /// run self-fences after `self_fence_after`.
+    pub fn suspend_heartbeats(&self) {
+        self.shared.beats_suspended.store(true, Ordering::SeqCst);
+    }
+
+    /// Write `run.json` with `status` (and `detail`), as this generation only.
+    pub async fn set_status(
+        &self,
+        status: RunState,
+        detail: Option<String>,
+        wake_at: Option<Timestamp>,
+    ) -> Result<(), RunError> {
+        let now = wall_now()?;
+        let mut rec = self.status();
+        rec.status = status;
+        rec.detail = detail;
+        rec.wake_at = wake_at;
+        rec.updated_at = now;
+        let (dir, sh, l, r) = (
+            self.dir.clone(),
+            self.shared.clone(),
+            self.lease.clone(),
+            rec.clone(),
+        );
+        blocking(
+            &self.shared.run,
+            StepName::FinalStatus,
+            self.opts.step_deadline,
+            move || write_status_blocking(&dir, &sh, &l, &r),
+        )
+        .await?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
+        Ok(())
+    }
+
+    /// Start `argv` with `env` added, in its own process group, stdio inherited. Its
+    /// [`CommandRecord`] is durable in `commands/` before the program starts: see the
+    /// crate docs ("The spawn gate") for exactly what runs before.
+    pub async fn spawn(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<RunCommand, RunError> {
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(RunError::InvalidArgument(
+                "argv must be non-empty with a non-empty program".into(),
+            ));
+        }
+        self.check_live()?;
+        let run = self.shared.run.clone();
+        let spawn_err = |detail: String| RunError::Spawn {
+            run: run.clone(),
+            detail,
+        };
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(r#"kill -STOP $$ && exec "$@""#)
+            .arg("lease-run-gate")
+            .args(argv)
+            .process_group(0)
+            .env("RUNLEASE_RUN", self.lease.run_id.as_str())
+            .env(
+                "RUNLEASE_GENERATION",
+                self.lease.generation.get().to_string(),
+            )
+            .envs(env.iter().map(|(k, v)| (k, v)));
+        // Hold the tracking lock across the spawn so the watchdog never sees the group
+        // untracked.
+        let mut child;
+        let pid;
+        {
+            let mut t = self.shared.tracked();
+            child = cmd
+                .spawn()
+                .map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
+            pid = child
+                .id()
+                .ok_or_else(|| spawn_err("the child has no pid".into()))?;
+            t.groups.insert(pid);
+        }
+        // Wait until the gate has stopped itself, then record, then continue it.
+        let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
+        let recorded = blocking(
+            &run,
+            StepName::Commands,
+            self.opts.step_deadline,
+            move || {
+                let end = Instant::now() + Duration::from_secs(5);
+                loop {
+                    match procs::state_of(pid) {
+                        Some('T') => break,
+                        None | Some('Z') | Some('X') => {
+                            return Err(RunError::Io(format!("command gate {pid} exited early")));
+                        }
+                        _ if Instant::now() >= end => {
+                            return Err(RunError::Io(format!("command gate {pid} did not stop")));
+                        }
+                        _ => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+                let start_time = probe::process_start_time(pid)
+                    .map_err(|e| RunError::Io(format!("/proc/{pid}/stat: {e}")))?
+                    .ok_or_else(|| RunError::Io(format!("command {pid} vanished")))?;
+                let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+                let rec = CommandRecord {
+                    run_id: lease.run_id.clone(),
+                    generation: lease.generation,
+                    pid,
+                    pgid: pid,
+                    start_time,
+                    boot_id: Identity::arg("boot id", boot)?,
+                    argv: argv2,
+                    started_at: wall_now()?,
+                };
+                let f = FileRef::Command {
+                    generation: lease.generation,
+                    pid,
+                };
+                let p = f.path();
+                let io = |e| FsError::io(lease.run_id.as_str(), "create", &p, e);
+                dir.fs().ensure_dir(Dir::Commands.path()).map_err(io)?;
+                let created =
+                    primitives::create_exclusive(&**dir.fs(), &p, &encode(&rec)?).map_err(io)?;
+                if !created {
+                    return Err(RunError::Io(format!("{p} already exists")));
+                }
+                Ok(())
+            },
+        )
+        .await;
+        let live = recorded.and_then(|()| self.check_live());
+        if let Err(e) = live {
+            procs::kill_group(pid, Signal::KILL);
+            let _ = child.wait().await;
+            return Err(match e {
+                RunError::Fenced { .. } => e,
+                other => spawn_err(other.to_string()),
+            });
+        }
+        procs::kill_group(pid, Signal::CONT);
+        Ok(RunCommand { pid, child })
+    }
+
+    /// Release the run, in order, each step under its own deadline: stop-commands (TERM,
+    /// grace, KILL; then their records are removed) → stop-heartbeat → barrier →
+    /// final-status (`run.json` as `final_status`, sealed sequence from the store hook or
+    /// `null`) → release-lease → unlock. A fenced run reports the fence and writes nothing.
+    pub async fn release(mut self, final_status: FinalStatus) -> Result<(), RunError> {
+        let name = self.shared.run.clone();
+        let cb = self.opts.on_step.clone();
+        let deadline = self.opts.step_deadline;
+        if let Err(e) = self.check_live() {
+            return Err(self.finish_fenced(e).await);
+        }
+
+        let (sh, grace, kill_wait, dir, g) = (
+            self.shared.clone(),
+            self.opts.term_grace,
+            self.opts.kill_wait,
+            self.dir.clone(),
+            self.lease.generation,
+        );
+        let stopped = timed(
+            &cb,
+            StepName::StopCommands,
+            blocking(
+                &name,
+                StepName::StopCommands,
+                grace + kill_wait + deadline,
+                move || {
+                    let mut t = sh.tracked().clone();
+                    let gone = procs::terminate(&mut t, grace, kill_wait);
+                    *sh.tracked() = t;
+                    if !gone {
+                        return Err(RunError::CommandsSurvive {
+                            run: sh.run.clone(),
+                            pid: 0,
+                            pgid: sh.tracked().groups.iter().next().copied().unwrap_or(0),
+                            generation: g.get(),
+                        });
+                    }
+                    remove_own_records(&dir, g)
+                },
+            ),
+        )
+        .await;
+        if let Err(e) = stopped {
+            // The watchdog keeps watching: once the lease lapses it SIGKILLs them again.
+            for t in self.tasks.drain(..) {
+                t.abort();
+            }
+            return Err(e);
+        }
+
+        timed(&cb, StepName::StopHeartbeat, async {
+            for t in self.tasks.drain(..) {
+                t.abort();
+                let _ = tokio::time::timeout(deadline, t).await;
+            }
+            Ok(())
+        })
+        .await?;
+
+        // Every write of this crate is fsynced when it returns; the store's barrier is
+        // its hook's business (Not yet).
+        let hook = self.opts.store.clone();
+        let sealed = timed(&cb, StepName::Barrier, async {
+            match &hook {
+                Some(h) => h.head(),
+                None => Ok(None),
+            }
+        })
+        .await?;
+
+        let now = wall_now()?;
+        let mut rec = self.status();
+        let (state, detail, wake_at) = match final_status {
+            FinalStatus::Paused { wake_at } => (RunState::Paused, None, wake_at),
+            FinalStatus::Done => (RunState::Done, None, None),
+            FinalStatus::Failed { detail } => (RunState::Failed, Some(detail), None),
+        };
+        rec.status = state;
+        rec.detail = detail;
+        rec.wake_at = wake_at;
+        rec.sealed_sequence = sealed;
+        rec.updated_at = now;
+        let (dir, sh, l, r) = (
+            self.dir.clone(),
+            self.shared.clone(),
+            self.lease.clone(),
+            rec.clone(),
+        );
+        let written = timed(
+            &cb,
+            StepName::FinalStatus,
+            blocking(&name, StepName::FinalStatus, deadline, move || {
+                write_status_blocking(&dir, &sh, &l, &r)
+            }),
+        )
+        .await;
+        if let Err(e) = written {
+            if matches!(e, RunError::Fenced { .. }) {
+                return Err(self.finish_fenced(e).await);
+            }
+            return Err(e);
+        }
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
+
+        let (dir, l) = (self.dir.clone(), self.lease.clone());
+        timed(
+            &cb,
+            StepName::ReleaseLease,
+            blocking(&name, StepName::ReleaseLease, deadline, move || {
+                dir.release(&l, wall_now()?, None)?;
+                Ok(())
+            }),
+        )
+        .await?;
+
+        timed(&cb, StepName::Unlock, async {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.lock.take();
+            Ok(())
+        })
+        .await
+    }
+
+    /// The fence path of release: stop the tasks, wait (bounded) for the watchdog to
+    /// confirm the kill, drop the lock; nothing is written.
+    async fn finish_fenced(&mut self, e: RunError) -> RunError {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let wait = self.opts.kill_wait + WATCHDOG_TICK * 3;
+        let confirmed = tokio::time::timeout(wait, self.fenced()).await;
+        self.lock.take();
+        confirmed.unwrap_or(e)
+    }
+}
+
+impl Drop for Run {
+    /// Dropping an unreleased run stops its heartbeat; the watchdog thread stays, so the
+    /// run self-fences after `self_fence_after` and its commands are killed.
+    fn drop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+fn record_fallback(lease: &OwnedLease, now: Timestamp) -> RunStatus {
+    RunStatus {
+        run_id: lease.run_id.clone(),
+        status: RunState::Running,
+        generation: lease.generation,
+        sealed_sequence: None,
+        wake_at: None,
+        holder: Some(lease.holder.clone()),
+        heartbeat_at: None,
+        updated_at: now,
+        detail: None,
+    }
+}
+
+/// The heartbeat task: every `heartbeat`, one lease heartbeat off the runtime; a success
+/// moves the beat (its CLOCK_BOOTTIME start) forward; `FENCED` fences.
+async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease) {
+    let mut tick = tokio::time::interval(shared.policy.heartbeat());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut count: u64 = 1;
+    loop {
+        tick.tick().await;
+        if shared.fenced.load(Ordering::SeqCst) {
+            return;
+        }
+        if shared.beats_suspended.load(Ordering::SeqCst) {
+            continue;
+        }
+        let started = boottime_ns();
+        if shared.lapsed(started) {
+            shared.fence(shared.lapse_reason());
+            return;
+        }
+        let Ok(now) = wall_now() else { continue };
+        let (d, l) = (dir.clone(), lease.clone());
+        let r = tokio::time::timeout(
+            shared.policy.self_fence_after(),
+            tokio::task::spawn_blocking(move || d.heartbeat(&l, now, count)),
+        )
+        .await;
+        match r {
+            Ok(Ok(Ok(()))) => {
+                shared.note_beat(started);
+                count += 1;
+            }
+            Ok(Ok(Err(e))) if e.code() == "FENCED" => {
+                shared.fence(e.to_string());
+                return;
+            }
+            Ok(Ok(Err(e))) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),
+            Ok(Err(e)) => tracing::warn!(run = %shared.run, error = %e, "heartbeat task failed"),
+            Err(_) => tracing::warn!(run = %shared.run, "heartbeat timed out"),
+        }
+    }
+}
+
+/// Reap or refuse the commands recorded by older generations (owner lock held).
+fn reap_or_refuse(
+    dir: &RunDir,
+    ours: Generation,
+    grace: Duration,
+    kill_wait: Duration,
+) -> Result<(), RunError> {
+    let run = dir.run_id().as_str().to_string();
+    let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
+    let names = dir
+        .fs()
+        .list(Dir::Commands.path())
+        .map_err(|e| io("list", Dir::Commands.path(), e))?;
+    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    for n in names {
+        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+            continue;
+        };
+        if generation >= ours {
+            continue;
+        }
+        let p = f.path();
+        let Some(bytes) = dir
+            .fs()
+            .read(&p, MAX_RECORD_BYTES)
+            .map_err(|e| io("read", &p, e))?
+        else {
+            continue;
+        };
+        let rec: CommandRecord = decode_for(dir.run_id(), &bytes).map_err(|e| e.in_file(&p))?;
+        if rec.pid != pid || rec.generation != generation {
+            return Err(RunError::Fs(FsError::LayoutInvalid {
+                run: run.clone(),
+                path: p,
+                detail: "the record does not match its name".into(),
+            }));
+        }
+        let mut t = Tracked::default();
+        let same_boot = rec.boot_id.as_str() == boot;
+        let leader_alive = same_boot
+            && probe::live_process_start_time(rec.pid).ok().flatten() == Some(rec.start_time);
+        if same_boot {
+            let procs = procs::scan();
+            let pid_reused = procs
+                .iter()
+                .any(|q| q.pid == rec.pgid && q.start_time != rec.start_time);
+            if leader_alive || !pid_reused {
+                // Its group (members started no earlier than the leader).
+                for q in &procs {
+                    if q.pgrp == rec.pgid && q.start_time >= rec.start_time && !q.zombie {
+                        t.known.insert(q.pid, q.start_time);
+                    }
+                }
+                if leader_alive {
+                    t.groups.insert(rec.pgid);
+                }
+            }
+        }
+        if !procs::terminate(&mut t, grace, kill_wait) {
+            return Err(RunError::CommandsSurvive {
+                run: run.clone(),
+                pid: rec.pid,
+                pgid: rec.pgid,
+                generation: generation.get(),
+            });
+        }
+        primitives::remove(&**dir.fs(), &p, true).map_err(|e| io("remove", &p, e))?;
+    }
+    Ok(())
+}
+
+/// Remove this generation's command records (their processes are gone).
+fn remove_own_records(dir: &RunDir, ours: Generation) -> Result<(), RunError> {
+    let run = dir.run_id().as_str().to_string();
+    let names = dir
+        .fs()
+        .list(Dir::Commands.path())
+        .map_err(|e| FsError::io(&run, "list", Dir::Commands.path(), e))?;
+    for n in names {
+        if let Some(f @ FileRef::Command { generation, .. }) = Dir::Commands.parse_name(&n) {
+            if generation == ours {
+                let p = f.path();
+                primitives::remove(&**dir.fs(), &p, true)
+                    .map_err(|e| FsError::io(&run, "remove", &p, e))?;
+            }
+        }
+    }
+    Ok(())
+}
