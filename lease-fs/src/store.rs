@@ -413,7 +413,8 @@ impl RunDir {
     /// Remove orphan temp files older than `min_age_secs` from every protocol folder.
     pub fn clean_temp_files(&self, min_age_secs: u64) -> Result<usize, FsError> {
         let mut n = 0;
-        for dir in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
+        // `store/` holds the temp files of a store creation that crashed before its link.
+        for dir in Dir::ALL.iter().map(|d| d.path()).chain(["", "store"]) {
             n += primitives::clean_temp_files(&*self.fs, dir, min_age_secs)
                 .map_err(|e| self.io("clean", dir, e))?;
         }

@@ -1,29 +1,161 @@
-//! # lease-sqlite — the sequenced SQLite store for runlease (NOT IMPLEMENTED YET)
+//! # lease-sqlite: the sequenced store of a run, with a fencing-token check and a seal
 //!
-//! **Status: skeleton.** This crate contains no working code yet. It opens no
-//! database, checks no fencing token and seals nothing today. Do not depend on it
-//! for anything but its [`STATUS`] constant.
+//! A run's durable state lives in one SQLite file, `store/run.sqlite` inside the run folder
+//! (`docs/PROTOCOL.md` §2). This crate is that store. It is the last line of defence: a
+//! superseded owner's late write is refused here even if every other defence failed.
 //!
-//! What this crate **will** hold, once its issue lands (see `ARCHITECTURE.md`,
-//! section 2):
-//!
-//! - **A sequenced store on rusqlite:** every commit gets the next sequence number
-//!   and carries the writer's fencing token; `head()` returns the last committed
-//!   sequence.
-//! - **The fencing-token check** (Kleppmann): a commit whose token is lower than
-//!   the highest token the store has accepted is refused, inside the same
-//!   transaction as the write.
-//! - **The seal check:** a store that is behind its seal is reported, not used.
-//! - **Chosen and documented durability settings** (`synchronous`, WAL or rollback
-//!   journal), backed by a crash test.
-//!
-//! # Example
-//!
-//! The only thing this skeleton offers is an honest status string:
+//! - **Commits.** [`Store::commit`]`(token, batch)` applies a [`Batch`] (puts and deletes of
+//!   keyed documents, plus log entries) in one `BEGIN IMMEDIATE` transaction. Each commit
+//!   gets the next sequence number (1, 2, 3, ... without gaps) and records its writer's
+//!   fencing token, the lease generation.
+//! - **The fencing check** (Kleppmann's fencing token) is made *inside* that transaction:
+//!   it reads the highest token the store has accepted (`fence.max_token`); a lower token
+//!   rolls back and is refused with `FENCED` (exit 75); otherwise the highest token is
+//!   raised and the commit proceeds. Check and write are one atomic step, so no interleaving
+//!   can slip an old writer's commit in after a newer writer's.
+//! - **Reads**: [`Store::get`], [`Store::scan_prefix`], [`Store::commits_since`] (with their
+//!   writes and log entries), [`Store::head`] (the last committed sequence).
+//! - **The seal** (below): checked before anything can commit, by construction.
 //!
 //! ```
-//! assert!(lease_sqlite::STATUS.contains("not implemented yet"));
+//! use lease_core::{Generation, RunId};
+//! use lease_sqlite::{Batch, OpenOptions, Store};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("store/run.sqlite");
+//! let run = RunId::new("demo")?;
+//!
+//! // Open (creating it), check the seal (none yet), commit as generation 1.
+//! let opened = Store::open(&run, &path, OpenOptions { create: true, expect: None })?;
+//! let mut store = opened.check_seal(None, None)?;
+//! let g1 = Generation::new(1).unwrap();
+//! let seq = store.commit(g1, &Batch::new().put("doc/a", "hello").log("step 1 done"))?;
+//! assert_eq!((seq, store.head()?), (1, 1));
+//! assert_eq!(store.get("doc/a")?.unwrap().value, b"hello");
+//!
+//! // Clean release: seal (store id + head + generation) and close.
+//! let seal = store.seal(g1)?;
+//! assert_eq!(seal.sequence, 1);
+//!
+//! // The next owner (generation 2) checks the seal, then commits; the old token is fenced.
+//! let mut store = Store::open(&run, &path, OpenOptions::default())?.check_seal(Some(&seal), None)?;
+//! let g2 = Generation::new(2).unwrap();
+//! store.commit(g2, &Batch::new().delete("doc/a"))?;
+//! let refused = store.commit(g1, &Batch::new().put("doc/a", "late")).unwrap_err();
+//! assert_eq!((refused.code(), refused.exit_code()), ("FENCED", 75));
+//! assert_eq!(store.commits_since(0)?.len(), 2);
+//! store.close()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Durability settings, and why
+//!
+//! Set at every open, each read back; a value that does not take refuses the open with
+//! `STORE_PRAGMA` (exit 70):
+//!
+//! | pragma | value | why |
+//! |---|---|---|
+//! | `locking_mode` | `EXCLUSIVE`, set **before** `journal_mode` | With WAL, exclusive locking set before the WAL is first used keeps the WAL index in heap memory: no `-shm` file (no shared memory to go stale on network or FUSE file systems), and the connection holds an exclusive lock on the file for its whole life, so a second connection, in any process, gets "database is locked" (`STORE_BUSY`). |
+//! | `journal_mode` | `WAL` | A commit appends to the WAL and fsyncs only the WAL: one sequential write and one fsync per commit, readers never see a half-applied batch, and a crash at any point leaves the last fsynced commit as the head (SQLite replays the WAL, checking its frame checksums, at the next open). |
+//! | `synchronous` | `FULL` (2) | The WAL is fsynced at every commit, so a commit that returned `Ok` survives power loss, not just a process crash (`NORMAL` would sync only at checkpoints and may lose the last commits). This is what "acknowledged" means here. |
+//! | `wal_autocheckpoint` | 1000 pages (SQLite's default, set explicitly) | Bounds the WAL (about 4 MiB at the default page size); the checkpoint runs inside a commit now and then and fsyncs the database file. |
+//! | `mmap_size` | 0 | All I/O goes through `read`/`write`, so an I/O error is a reported error (`STORE_IO`), not a `SIGBUS`. |
+//!
+//! [`Store::close`] (and [`Store::seal`]) checkpoint with `wal_checkpoint(TRUNCATE)`, then
+//! close, which removes the WAL: the file is whole on its own afterwards. A handle that is
+//! merely dropped does not checkpoint (SQLite's checkpoint-on-close is turned off for it):
+//! nothing is lost, the WAL is replayed at the next open, and a handle that failed or was
+//! refused never writes on its way out. `busy_timeout` is 0: a held store is reported at
+//! once, never waited for.
+//!
+//! A new store is built whole in a temp file beside its final name (schema, identity,
+//! `user_version`, checkpointed and fsynced), then `link(2)`ed into place (which never
+//! replaces a file) and the folder fsynced. So a store file is never half-initialized, and
+//! an empty file in the store's place is never a store.
+//!
+//! ## Schema
+//!
+//! Version [`SCHEMA_VERSION`] (1), recorded as `PRAGMA user_version` and in `store_meta`
+//! (with the store id and creation time). Tables: `store_meta`, `fence` (one row:
+//! `max_token`), `commits` (`seq`, `token`, `committed_at`, counts, and the commit's puts
+//! and deletes encoded in one BLOB), `docs` (`key`, `value`, `updated_seq`), `log` (`seq`,
+//! `idx`, `entry`).
+//! Any other version, or our tables missing, is refused with `SCHEMA_UNSUPPORTED` (exit 70)
+//! and the file is never altered: the version in the header is read with plain `read(2)`
+//! before SQLite opens the file, and SQLite is asked again (after any WAL replay) before the
+//! first write. There is no migration in this version.
+//!
+//! ## The seal, bound to the store's identity, and the floor
+//!
+//! Every store gets a random 128-bit id (32 hex digits) when it is created. A clean
+//! release calls [`Store::seal`]`(generation)`, which returns a [`lease_core::Seal`]: the
+//! store id, the head, and the sealing generation; the lease layer writes it into the
+//! release epoch. A crash leaves no seal, so every change of owner also records the store
+//! head it knew in the lease chain (`EpochRecord.store_floor`).
+//!
+//! [`Store::open`] returns an [`OpenedStore`]. It can tell its identity and head and nothing
+//! else: the only way to a [`Store`] that commits is [`OpenedStore::check_seal`]`(seal,
+//! floor)` (type-state), which runs [`lease_core::seal::check_seal`]: a seal naming another
+//! store id is `STORE_IDENTITY_MISMATCH` (65), so a restored or foreign copy with a higher
+//! head does not pass; a head below the seal or below the floor is `STORE_BEHIND_SEAL` (65).
+//! Skipping the check cannot be written.
+//!
+//! ## One connection per file per process
+//!
+//! SQLite locks its file with POSIX advisory (`fcntl`) locks. Those belong to the process:
+//! closing **any** descriptor of the file, from any code in the process, drops all of the
+//! process's locks on it. A second open of the store file in the same process (even
+//! read-only, even through another path or a hard link) would therefore, when closed,
+//! silently drop the owner connection's exclusive lock, and another process could open the
+//! store beside the owner. So:
+//!
+//! - a process-wide registry keyed by the file's identity (device, inode) refuses a second
+//!   open of the same file in this process with `STORE_BUSY` until the first handle is gone
+//!   (the run layer must never open the file by other means either);
+//! - with `locking_mode = EXCLUSIVE`, another process cannot open it: its first read gets
+//!   "database is locked", reported as `STORE_BUSY`;
+//! - the crate's own header check opens and closes a descriptor only *before* SQLite opens
+//!   the file and while holding the registry entry, so it can drop no lock.
+//!
+//! `STORE_BUSY` exits 75 ("temporary: retry later"), not 76: this crate does not know about
+//! owners (the lease decides who holds a run, and reports 76); a busy store only means
+//! another handle has not closed yet, which a retry can outlast.
+//!
+//! ## Bad input
+//!
+//! A file in the store's place that is not a regular file (directory, symlink), is empty,
+//! is not SQLite, is truncated or fails `PRAGMA quick_check` is `STORE_CORRUPT` (exit 65)
+//! naming the file. The store is never recreated over it (a store is created only when no
+//! file exists) and a refused file is left byte for byte as it was. A store file with a
+//! second hard link is refused the same way (SQLite finds the WAL by the name it opened, so
+//! another name would miss acknowledged commits), except a `.tmp-*` name of the same file,
+//! which is what a crash in the middle of creating a store leaves and is removed.
+//! `quick_check` reads every page, so opening takes time linear in the store's size.
+//!
+//! ## The commit gate
+//!
+//! [`Store::set_commit_gate`] installs a hook that runs before each commit (and seal)
+//! starts; the run layer plugs in its self-fence deadline check (`docs/PROTOCOL.md` §7.11).
+//!
+//! ## Error codes
+//!
+//! [`StoreError::code`] and [`StoreError::exit_code`]; [`STORE_ERROR_CODES`] lists this
+//! crate's: `ARGUMENT_INVALID` 64 · `STORE_CORRUPT` 65 · `STORE_MISSING` 65 ·
+//! `SCHEMA_UNSUPPORTED` 70 · `STORE_PRAGMA` 70 · `STORE_INTERNAL` 70 · `STORE_IO` 74 ·
+//! `FENCED` 75 · `STORE_BUSY` 75; plus `STORE_BEHIND_SEAL` 65 and `STORE_IDENTITY_MISMATCH`
+//! 65 from lease-core.
+#![deny(missing_docs)]
 
-/// Implementation status of this crate: it is a placeholder with no functionality.
-pub const STATUS: &str = "lease-sqlite skeleton: not implemented yet";
+mod codec;
+pub mod error;
+mod header;
+mod registry;
+pub mod schema;
+pub mod store;
+
+pub use error::{STORE_ERROR_CODES, StoreError};
+pub use schema::SCHEMA_VERSION;
+pub use store::{
+    Batch, Commit, CommitGate, Document, Expected, OpenOptions, OpenedStore, Store,
+    WAL_AUTOCHECKPOINT_PAGES, Write,
+};

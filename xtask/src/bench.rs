@@ -76,5 +76,24 @@ pub fn report(root: &Path) -> Result<(), String> {
         a10k / a10,
         a10 / create
     );
+    if let (Some(raw), Some(one), Some(batch)) = (
+        mean_ns(root, "store/raw_insert_one_row"),
+        mean_ns(root, "store/commit_one_doc"),
+        mean_ns(root, "store/commit_batch_100"),
+    ) {
+        println!("lease-sqlite (same run):");
+        println!("  raw rusqlite one-row insert      {}", fmt_ns(raw));
+        println!(
+            "  one-document commit              {}  = {:.2}x raw insert (target <= 1.15x)",
+            fmt_ns(one),
+            one / raw
+        );
+        println!(
+            "  100-document batch commit        {}  = {:.0} commits/s, {:.0} documents/s",
+            fmt_ns(batch),
+            1e9 / batch,
+            1e11 / batch
+        );
+    }
     Ok(())
 }

@@ -24,7 +24,7 @@ Commands:
   ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace`
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench         criterion benchmarks of lease-fs, then figures and ratios vs raw baselines
+  bench         criterion benchmarks of lease-fs and lease-sqlite, then figures and ratios vs raw baselines
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   fuzz-smoke [--seconds N]
                 run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
@@ -53,6 +53,7 @@ fn main() -> ExitCode {
             return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
         }
         Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
+            .and_then(|()| run_status(cargo(&["bench", "-p", "lease-sqlite", "--bench", "store"])))
             .and_then(|()| bench::report(&workspace_root())),
         Some("fuzz-smoke") => match fuzz::parse_args(rest) {
             Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),

@@ -1,0 +1,217 @@
+//! The one typed error of lease-sqlite, with stable codes and exit codes.
+//!
+//! Every message names the run and the store file. Codes and exit codes follow
+//! `ARCHITECTURE.md` §6 (sysexits): 64 usage, 65 data, 70 internal or unsupported schema,
+//! 74 I/O, 75 fenced or temporary.
+
+use lease_core::LeaseError;
+
+/// Every failure of the store.
+///
+/// Each variant has a stable [`code`](StoreError::code) and a sysexits-style
+/// [`exit_code`](StoreError::exit_code); [`STORE_ERROR_CODES`] lists them all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A protocol outcome from lease-core: `STORE_BEHIND_SEAL` and `STORE_IDENTITY_MISMATCH`
+    /// from the seal check, or whatever the commit gate (the run layer's self-fence check)
+    /// returned, usually `FENCED`. Code and exit code are those of the inner error.
+    #[error("{source}{}", file_suffix(.file))]
+    Lease {
+        /// The store file, when the refusal concerns one.
+        file: Option<String>,
+        /// The protocol error.
+        source: LeaseError,
+    },
+    /// A commit carried a fencing token below the highest one the store has accepted: its
+    /// writer has been superseded. Nothing of the commit was written.
+    #[error(
+        "FENCED: run {run}: store {file} refused a commit with token (generation) {token}: it has accepted token {max_token}; nothing was written"
+    )]
+    Fenced {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// The refused token.
+        token: u64,
+        /// The highest token the store has accepted.
+        max_token: u64,
+    },
+    /// The store file is in use: this process already has it open (see the crate docs, "One
+    /// connection per file per process"), or another process holds SQLite's exclusive lock
+    /// on it. Retry once the other handle is closed.
+    #[error("STORE_BUSY: run {run}: store {file} is in use: {detail}")]
+    Busy {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// Who holds it, as far as known.
+        detail: String,
+    },
+    /// The file in the store's place is not a valid runlease store database: not SQLite,
+    /// truncated, damaged, empty, a directory or a symlink. It was not changed.
+    #[error(
+        "STORE_CORRUPT: run {run}: store {file} is not a valid store: {detail}; the file was left as it is"
+    )]
+    Corrupt {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The store file does not exist and may not be created here (`create` was false, or a
+    /// particular store was expected).
+    #[error("STORE_MISSING: run {run}: store {file} does not exist: {detail}")]
+    Missing {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// Why it was not created.
+        detail: String,
+    },
+    /// The database has a schema version this build does not know (newer, unknown, or not
+    /// a runlease store at all). It was not altered.
+    #[error(
+        "SCHEMA_UNSUPPORTED: run {run}: store {file} has schema version {found}; this build reads version {supported}; the file was left as it is"
+    )]
+    SchemaUnsupported {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// What was found (a version number, or a description).
+        found: String,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// A durability setting did not take effect (read back differently); the store was not
+    /// used.
+    #[error(
+        "STORE_PRAGMA: run {run}: store {file}: durability settings did not take: {mismatches}"
+    )]
+    Pragma {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// Each `pragma: wanted X, got Y`.
+        mismatches: String,
+    },
+    /// A system call or SQLite I/O failed (disk full, I/O error, permission). A handle that
+    /// saw one during a commit refuses every later call the same way.
+    #[error("STORE_IO: run {run}: store {file}: {op}: {detail}")]
+    Io {
+        /// The run.
+        run: String,
+        /// The store file (or the folder, for folder operations).
+        file: String,
+        /// The operation.
+        op: &'static str,
+        /// The OS or SQLite error.
+        detail: String,
+    },
+    /// A caller-supplied argument is out of range (a token or sequence above `i64::MAX`).
+    #[error("ARGUMENT_INVALID: {what}: {reason}")]
+    ArgumentInvalid {
+        /// Which argument.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An unexpected SQLite error (a bug here, or a store edited by hand).
+    #[error("STORE_INTERNAL: run {run}: store {file}: {op}: {detail}")]
+    Internal {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// The operation.
+        op: &'static str,
+        /// The SQLite error.
+        detail: String,
+    },
+}
+
+fn file_suffix(file: &Option<String>) -> String {
+    match file {
+        Some(f) => format!(" (store file {f})"),
+        None => String::new(),
+    }
+}
+
+impl From<LeaseError> for StoreError {
+    fn from(source: LeaseError) -> Self {
+        StoreError::Lease { file: None, source }
+    }
+}
+
+impl StoreError {
+    /// The stable, machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::Lease { source, .. } => source.code(),
+            StoreError::Fenced { .. } => "FENCED",
+            StoreError::Busy { .. } => "STORE_BUSY",
+            StoreError::Corrupt { .. } => "STORE_CORRUPT",
+            StoreError::Missing { .. } => "STORE_MISSING",
+            StoreError::SchemaUnsupported { .. } => "SCHEMA_UNSUPPORTED",
+            StoreError::Pragma { .. } => "STORE_PRAGMA",
+            StoreError::Io { .. } => "STORE_IO",
+            StoreError::ArgumentInvalid { .. } => "ARGUMENT_INVALID",
+            StoreError::Internal { .. } => "STORE_INTERNAL",
+        }
+    }
+
+    /// The sysexits-style process exit code (`ARCHITECTURE.md` §6): 64 usage, 65 data
+    /// (corrupt, missing, behind its seal), 70 internal or unsupported schema, 74 I/O,
+    /// 75 fenced or busy (temporary: retry later).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StoreError::Lease { source, .. } => source.exit_code(),
+            StoreError::ArgumentInvalid { .. } => 64,
+            StoreError::Corrupt { .. } | StoreError::Missing { .. } => 65,
+            StoreError::SchemaUnsupported { .. }
+            | StoreError::Pragma { .. }
+            | StoreError::Internal { .. } => 70,
+            StoreError::Io { .. } => 74,
+            StoreError::Fenced { .. } | StoreError::Busy { .. } => 75,
+        }
+    }
+
+    /// The protocol error inside, if this is one.
+    pub fn lease(&self) -> Option<&LeaseError> {
+        match self {
+            StoreError::Lease { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Attach the store file to a protocol error that does not name one yet.
+    pub(crate) fn in_file(mut self, path: &str) -> Self {
+        if let StoreError::Lease { file, .. } = &mut self {
+            if file.is_none() {
+                *file = Some(path.to_string());
+            }
+        }
+        self
+    }
+}
+
+/// Every lease-sqlite specific code with its exit code (the seal codes `STORE_BEHIND_SEAL`
+/// and `STORE_IDENTITY_MISMATCH`, 65, are in [`lease_core::ERROR_CODES`]).
+pub const STORE_ERROR_CODES: &[(&str, i32)] = &[
+    ("ARGUMENT_INVALID", 64),
+    ("STORE_CORRUPT", 65),
+    ("STORE_MISSING", 65),
+    ("SCHEMA_UNSUPPORTED", 70),
+    ("STORE_PRAGMA", 70),
+    ("STORE_INTERNAL", 70),
+    ("STORE_IO", 74),
+    ("FENCED", 75),
+    ("STORE_BUSY", 75),
+];

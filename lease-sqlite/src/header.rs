@@ -1,0 +1,149 @@
+//! A read-only look at the database header before SQLite touches the file.
+//!
+//! SQLite, given a file, may write to it before it reports anything (a rollback-journal
+//! database with a hot journal is rolled back on first read; switching to WAL rewrites the
+//! header). So the first 100 bytes are read here with plain `read(2)`: a file that is not
+//! SQLite, is too short, is visibly truncated, or carries another schema version is refused
+//! without SQLite ever opening it, and is therefore left exactly as it was.
+
+use crate::error::StoreError;
+use crate::schema::SCHEMA_VERSION;
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+const HEADER_LEN: usize = 100;
+
+/// Who is asking, for error messages.
+pub(crate) struct Ctx<'a> {
+    pub run: &'a str,
+    pub file: &'a str,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn corrupt(&self, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            run: self.run.to_string(),
+            file: self.file.to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn io(&self, op: &'static str, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Io {
+            run: self.run.to_string(),
+            file: self.file.to_string(),
+            op,
+            detail: e.to_string(),
+        }
+    }
+
+    pub(crate) fn unsupported(&self, found: impl Into<String>) -> StoreError {
+        StoreError::SchemaUnsupported {
+            run: self.run.to_string(),
+            file: self.file.to_string(),
+            found: found.into(),
+            supported: SCHEMA_VERSION,
+        }
+    }
+}
+
+/// Refuse anything in the store's place that is not a regular file (checked on `lstat`
+/// metadata, so a symlink is seen as a symlink and never followed).
+pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Metadata) -> Result<(), StoreError> {
+    let ft = meta.file_type();
+    if ft.is_file() {
+        return Ok(());
+    }
+    let what = if ft.is_symlink() {
+        "a symbolic link (store files are never reached through a symlink)"
+    } else if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(ctx.corrupt(format!("it is {what}")))
+}
+
+/// Read and check the header of the file `meta` describes (its `lstat` result). The
+/// descriptor opened here is closed again before SQLite opens the file; the caller holds
+/// the process registry entry, so no SQLite lock of this process can be dropped by it.
+pub(crate) fn check(
+    ctx: &Ctx<'_>,
+    path: &Path,
+    meta: &Metadata,
+    wal_is_empty: bool,
+) -> Result<(), StoreError> {
+    let mut f = File::open(path).map_err(|e| ctx.io("open (header check)", e))?;
+    let fmeta = f.metadata().map_err(|e| ctx.io("fstat", e))?;
+    if (fmeta.dev(), fmeta.ino()) != (meta.dev(), meta.ino()) {
+        return Err(ctx.corrupt(
+            "the file was replaced while it was being opened (a symlink or another file took its place)",
+        ));
+    }
+    let len = fmeta.len();
+    if len == 0 {
+        return Err(ctx.corrupt(
+            "the file is empty (0 bytes); stores are created whole and then linked into place, so an empty file was never one",
+        ));
+    }
+    let mut head = Vec::with_capacity(HEADER_LEN);
+    (&mut f)
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| ctx.io("read (header check)", e))?;
+    drop(f);
+    if head.len() < MAGIC.len() || &head[..MAGIC.len()] != MAGIC {
+        return Err(ctx.corrupt("it is not an SQLite database (no SQLite header)"));
+    }
+    if head.len() < HEADER_LEN {
+        return Err(ctx.corrupt(format!(
+            "it is truncated: {len} bytes, shorter than the 100-byte SQLite header"
+        )));
+    }
+    let be16 = |at: usize| u16::from_be_bytes([head[at], head[at + 1]]);
+    let be32 = |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let page_size: u64 = match be16(16) {
+        1 => 65_536,
+        n if n >= 512 && n.is_power_of_two() => u64::from(n),
+        n => return Err(ctx.corrupt(format!("its header has an invalid page size {n}"))),
+    };
+    if !matches!(head[18], 1 | 2) || !matches!(head[19], 1 | 2) {
+        return Err(ctx.corrupt(format!(
+            "its header has unknown file format versions {}/{}",
+            head[18], head[19]
+        )));
+    }
+    if head[21..24] != [64, 32, 32] {
+        return Err(ctx.corrupt("its header has invalid payload fractions"));
+    }
+    let user_version = be32(60);
+    if user_version != SCHEMA_VERSION {
+        return Err(ctx.unsupported(if user_version == 0 {
+            "0 (no runlease schema: not a runlease store)".to_string()
+        } else {
+            user_version.to_string()
+        }));
+    }
+    // Without a WAL holding newer pages, the main file alone must be whole: a length that is
+    // a multiple of the page size and, when the header's page count is valid (its change
+    // counter equals "version valid for"), exactly that many pages. With a non-empty WAL the
+    // file may legitimately differ until the WAL is replayed; SQLite's quick_check decides.
+    if wal_is_empty {
+        if len % page_size != 0 {
+            return Err(ctx.corrupt(format!(
+                "it is truncated or damaged: {len} bytes is not a whole number of {page_size}-byte pages"
+            )));
+        }
+        let pages = u64::from(be32(28));
+        if be32(24) == be32(92) && pages != 0 && pages * page_size != len {
+            return Err(ctx.corrupt(format!(
+                "it is truncated or damaged: its header says {pages} pages of {page_size} bytes ({} bytes), the file has {len} bytes",
+                pages * page_size
+            )));
+        }
+    }
+    Ok(())
+}
