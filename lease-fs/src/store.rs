@@ -130,10 +130,25 @@ pub fn run_id_of(path: &Path) -> Result<RunId, FsError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // `.` or a trailing `..` have no usable name: resolve it.
-    let name = if name.is_empty() || name == "." || name == ".." {
-        std::path::absolute(path)
-            .ok()
+    // `.` or a trailing `..` have no usable name: resolve it (through the file system when
+    // the folder exists, else lexically: `std::path::absolute` keeps `..`).
+    let name = if name.is_empty() || name == "." || name == ".." || path.ends_with("..") {
+        let resolved = std::fs::canonicalize(path).ok().or_else(|| {
+            std::path::absolute(path).ok().map(|abs| {
+                let mut out = PathBuf::new();
+                for c in abs.components() {
+                    match c {
+                        std::path::Component::ParentDir => {
+                            out.pop();
+                        }
+                        std::path::Component::CurDir => {}
+                        other => out.push(other),
+                    }
+                }
+                out
+            })
+        });
+        resolved
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_default()
     } else {

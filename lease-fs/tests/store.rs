@@ -591,3 +591,21 @@ fn orphan_temp_files_change_nothing_a_reader_sees_and_are_cleaned() {
         Authority::Authoritative
     ));
 }
+
+#[test]
+fn the_run_id_of_a_path_ending_in_dot_or_dotdot_is_its_real_folder_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("myrun");
+    std::fs::create_dir_all(run.join("sub")).unwrap();
+    assert_eq!(
+        lease_fs::run_id_of(&run.join("sub/..")).unwrap().as_str(),
+        "myrun"
+    );
+    assert_eq!(
+        lease_fs::run_id_of(&run.join(".")).unwrap().as_str(),
+        "myrun"
+    );
+    // Not existing yet (runlease run creates it): resolved lexically.
+    let missing = dir.path().join("newrun/x/..");
+    assert_eq!(lease_fs::run_id_of(&missing).unwrap().as_str(), "newrun");
+}
