@@ -140,24 +140,51 @@ struct Gate {
 
 impl Gate {
     fn new(run: &RunId, head: Option<&Head>, by: &Identity, now: Timestamp, then: Request) -> Gate {
-        let finalize = head.and_then(|h| {
-            h.epoch.retired.as_ref().map(|r| {
-                Finalize::new(
-                    run.clone(),
-                    r.generation,
-                    r.owner_id.clone(),
-                    h.generation(),
-                    by.clone(),
-                    now,
-                )
-                .lazy()
-            })
-        });
         Gate {
-            finalize,
+            finalize: head.and_then(|h| retired_cutoff(run, &h.epoch, by, now)),
             then: Some(then),
         }
     }
+}
+
+/// The lazy finalization of the cutoff of the generation `epoch` superseded, if any.
+fn retired_cutoff(
+    run: &RunId,
+    epoch: &EpochRecord,
+    by: &Identity,
+    now: Timestamp,
+) -> Option<Finalize> {
+    epoch.retired.as_ref().map(|r| {
+        Finalize::new(
+            run.clone(),
+            r.generation,
+            r.owner_id.clone(),
+            epoch.generation,
+            by.clone(),
+            now,
+        )
+        .lazy()
+    })
+}
+
+/// Adoption on retry: when the head is the caller's own active epoch (same owner id and
+/// holder: an earlier attempt of this very process created it and then failed with an I/O
+/// error after the commit), its record, hash and the lazy finalization of the cutoff it
+/// may not have written. A retry never wedges the run behind a lease nobody uses.
+fn own_epoch(
+    run: &RunId,
+    head: Option<&Head>,
+    owner: &Identity,
+    holder: &Holder,
+    now: Timestamp,
+) -> Option<(EpochRecord, Digest, Option<Finalize>)> {
+    let h =
+        head.filter(|h| h.is_active() && &h.epoch.owner_id == owner && &h.epoch.holder == holder)?;
+    Some((
+        h.epoch.clone(),
+        h.hash.clone(),
+        retired_cutoff(run, &h.epoch, owner, now),
+    ))
 }
 
 impl Operation for Gate {
@@ -260,33 +287,22 @@ impl Operation for Claim {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(o)) => o,
                     };
-                    if let Some(h) = &observed.head {
-                        if h.is_active()
-                            && h.epoch.owner_id == self.p.owner_id
-                            && h.epoch.holder == self.p.holder
-                        {
-                            // Our own epoch: an earlier attempt of this very process created
-                            // it and then failed (I/O error after the commit). Adopt it, so a
-                            // retry never wedges the run behind a lease nobody uses.
-                            let rec = h.epoch.clone();
-                            let hash = h.hash.clone();
-                            match rec.retired.clone() {
-                                Some(r) => {
-                                    let f = Finalize::new(
-                                        run.clone(),
-                                        r.generation,
-                                        r.owner_id,
-                                        rec.generation,
-                                        self.p.owner_id.clone(),
-                                        self.p.now,
-                                    )
-                                    .lazy();
-                                    self.st = ClaimState::Finalize(Box::new(rec), hash, f);
-                                    continue;
-                                }
-                                None => return Step::Done(Ok(self.lease(&rec, hash))),
+                    if let Some((rec, hash, fin)) = own_epoch(
+                        &run,
+                        observed.head.as_ref(),
+                        &self.p.owner_id,
+                        &self.p.holder,
+                        self.p.now,
+                    ) {
+                        match fin {
+                            Some(f) => {
+                                self.st = ClaimState::Finalize(Box::new(rec), hash, f);
+                                continue;
                             }
+                            None => return Step::Done(Ok(self.lease(&rec, hash))),
                         }
+                    }
+                    if let Some(h) = &observed.head {
                         if h.is_active() {
                             let held = Box::new(h.held_by());
                             return Step::Done(Err(match freshness(h, self.p.now) {
@@ -800,6 +816,17 @@ impl Takeover {
             st: TakeoverState::Observe(obs),
         }
     }
+
+    fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
+        OwnedLease {
+            run_id: self.p.run_id.clone(),
+            generation: rec.generation,
+            owner_id: self.p.owner_id.clone(),
+            holder: self.p.holder.clone(),
+            policy: self.p.policy,
+            epoch_hash: hash,
+        }
+    }
 }
 
 impl Operation for Takeover {
@@ -817,39 +844,19 @@ impl Operation for Takeover {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(o)) => o,
                     };
-                    if let Some(h) = observed.head.as_ref().filter(|h| {
-                        h.is_active()
-                            && h.epoch.owner_id == self.p.owner_id
-                            && h.epoch.holder == self.p.holder
-                    }) {
-                        // Our own epoch from an earlier attempt that failed after its commit:
-                        // adopt it (finalizing the cutoff it may not have written).
-                        let rec = h.epoch.clone();
-                        let hash = h.hash.clone();
-                        match rec.retired.clone() {
-                            Some(r) => {
-                                let f = Finalize::new(
-                                    run.clone(),
-                                    r.generation,
-                                    r.owner_id,
-                                    rec.generation,
-                                    self.p.owner_id.clone(),
-                                    self.p.now,
-                                )
-                                .lazy();
+                    if let Some((rec, hash, fin)) = own_epoch(
+                        &run,
+                        observed.head.as_ref(),
+                        &self.p.owner_id,
+                        &self.p.holder,
+                        self.p.now,
+                    ) {
+                        match fin {
+                            Some(f) => {
                                 self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
                                 continue;
                             }
-                            None => {
-                                return Step::Done(Ok(OwnedLease {
-                                    run_id: run,
-                                    generation: rec.generation,
-                                    owner_id: self.p.owner_id.clone(),
-                                    holder: self.p.holder.clone(),
-                                    policy: self.p.policy,
-                                    epoch_hash: hash,
-                                }));
-                            }
+                            None => return Step::Done(Ok(self.lease(&rec, hash))),
                         }
                     }
                     let head = match observed.head {
@@ -1068,14 +1075,7 @@ impl Operation for Takeover {
                         Step::Done(Ok(_)) => {}
                     }
                     let (rec, hash) = *b;
-                    return Step::Done(Ok(OwnedLease {
-                        run_id: run,
-                        generation: rec.generation,
-                        owner_id: self.p.owner_id.clone(),
-                        holder: self.p.holder.clone(),
-                        policy: self.p.policy,
-                        epoch_hash: hash,
-                    }));
+                    return Step::Done(Ok(self.lease(&rec, hash)));
                 }
                 TakeoverState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));

@@ -1,6 +1,8 @@
 //! The event log: append with a fencing post-check, authoritative reads, chain verification.
 
-use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
+use super::observe::{
+    Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+};
 use super::{Operation, OwnedLease, Request, Response, Step, sub_step, violation};
 use crate::canonical::{decode_for, encode};
 use crate::error::{LeaseError, RecordKind};
@@ -603,13 +605,7 @@ impl Operation for ReadEvents {
                     let Some(Response::Listing(l)) = input.take() else {
                         return Step::Done(Err(violation("Listing", &input)));
                     };
-                    let top = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Checkpoint(g) => Some(g),
-                            _ => None,
-                        })
-                        .max();
+                    let top = newest_checkpoint(l);
                     match top {
                         Some(g) => {
                             self.st = ReadState::ReadCheckpoint(g);
@@ -723,13 +719,7 @@ impl Operation for ReadEvents {
                     let Some(Response::Listing(l)) = input.take() else {
                         return Step::Done(Err(violation("Listing", &input)));
                     };
-                    let top = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Checkpoint(g) => Some(g),
-                            _ => None,
-                        })
-                        .max();
+                    let top = newest_checkpoint(l);
                     let read = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
                     if top != read {
                         self.restarts += 1;

@@ -199,6 +199,17 @@ pub(crate) fn epochs_of(listing: Vec<FileRef>) -> Vec<Generation> {
     v
 }
 
+/// The floor generation of the newest checkpoint in a listing of `lease/checkpoints`.
+pub(crate) fn newest_checkpoint(listing: Vec<FileRef>) -> Option<Generation> {
+    listing
+        .into_iter()
+        .filter_map(|f| match f {
+            FileRef::Checkpoint(g) => Some(g),
+            _ => None,
+        })
+        .max()
+}
+
 pub(crate) fn decode_epoch(
     run: &RunId,
     g: Generation,
@@ -559,13 +570,7 @@ impl Operation for Finalize {
                 },
                 FinalizeState::ListCheckpoints => match input.take() {
                     Some(Response::Listing(l)) => {
-                        let top = l
-                            .into_iter()
-                            .filter_map(|f| match f {
-                                FileRef::Checkpoint(g) => Some(g),
-                                _ => None,
-                            })
-                            .max();
+                        let top = newest_checkpoint(l);
                         match top {
                             Some(floor) if floor > self.generation => {
                                 self.st = FinalizeState::ReadCheckpoint(floor);

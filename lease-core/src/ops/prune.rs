@@ -2,7 +2,9 @@
 //! that changes owner many times stays small, keeping the chain verifiable from the floor.
 
 use super::log::{ChainView, decode_checkpoint, decode_event, judge_event};
-use super::observe::{Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of};
+use super::observe::{
+    Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+};
 use super::{Operation, Request, Response, Step, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
@@ -145,13 +147,7 @@ impl Operation for Prune {
                     let Some(Response::Listing(l)) = input.take() else {
                         return Step::Done(Err(violation("Listing", &input)));
                     };
-                    let top = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Checkpoint(g) => Some(g),
-                            _ => None,
-                        })
-                        .max();
+                    let top = newest_checkpoint(l);
                     if let Some(g) = top {
                         self.st = PruneState::ReadCheckpoint(g);
                         return Step::Io(Request::Read(FileRef::Checkpoint(g)));
