@@ -348,8 +348,7 @@ impl Operation for Claim {
                     self.st = ClaimState::Gate(Box::new((observed.head, rec, hash)), gate);
                 }
                 ClaimState::Gate(b, gate) => {
-                    let (b, v) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
-                    let create = v;
+                    let (b, create) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
                     self.st = ClaimState::Create(b);
                     return Step::Io(create);
                 }
@@ -616,8 +615,8 @@ impl Operation for Release {
                     self.st = ReleaseState::Gate(rec.generation, gate);
                 }
                 ReleaseState::Gate(g, gate) => {
-                    let (g, v) = sub_step!(self.st, ReleaseState::Gate, [g], gate, input.take());
-                    let create = v;
+                    let (g, create) =
+                        sub_step!(self.st, ReleaseState::Gate, [g], gate, input.take());
                     self.st = ReleaseState::Create(g);
                     return Step::Io(create);
                 }
@@ -1018,8 +1017,8 @@ impl Operation for Takeover {
                     self.st = TakeoverState::Gate(Box::new((head, rec, hash)), gate);
                 }
                 TakeoverState::Gate(b, gate) => {
-                    let (b, v) = sub_step!(self.st, TakeoverState::Gate, [b], gate, input.take());
-                    let create = v;
+                    let (b, create) =
+                        sub_step!(self.st, TakeoverState::Gate, [b], gate, input.take());
                     self.st = TakeoverState::Create(b);
                     return Step::Io(create);
                 }
@@ -1280,8 +1279,8 @@ impl Operation for Retire {
                     self.st = RetireState::Gate(Box::new((head, rec)), gate);
                 }
                 RetireState::Gate(b, gate) => {
-                    let (b, v) = sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
-                    let create = v;
+                    let (b, create) =
+                        sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
                     self.st = RetireState::Create(b);
                     return Step::Io(create);
                 }
