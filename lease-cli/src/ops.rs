@@ -171,10 +171,14 @@ fn read_cutoff(run: &RunDir, g: Generation) -> Option<u64> {
     }
 }
 
-/// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
-/// owner for an instant and releases at once, so the run is free for the next `run`.
-pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+/// Read the status (probing liveness) for an operation that replaces the owner: an invalid
+/// record is refused (nothing may replace the owner until it is repaired), a free run is a
+/// race (`free_why` says what there is not to do).
+fn active_owner(
+    run: &RunDir,
+    dir: &Path,
+    free_why: &str,
+) -> Result<(StatusView, lease_core::ops::Head), CliError> {
     let view = run.status(wall_now()?, true)?;
     if let Status::Invalid(e) = &view.status {
         return Err(CliError::from(e.clone()).with_hint(format!(
@@ -186,12 +190,21 @@ pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError>
         return Err(CliError::new(
             "TAKEOVER_RACE",
             75,
-            format!(
-                "run {} is free: there is no owner to take over (claim it with runlease run)",
-                run.run_id()
-            ),
+            format!("run {} is free: {free_why}", run.run_id()),
         ));
     };
+    Ok((view, head))
+}
+
+/// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
+/// owner for an instant and releases at once, so the run is free for the next `run`.
+pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError> {
+    let run = RunDir::open(dir)?;
+    let (view, head) = active_owner(
+        &run,
+        dir,
+        "there is no owner to take over (claim it with runlease run)",
+    )?;
     let (desc, held) = held_description(&view);
     if !out.json {
         out.info(&format!("observed {}: {desc}", dir.display()));
@@ -312,20 +325,7 @@ pub fn retire(dir: &Path, out: Out) -> Result<i32, CliError> {
     if lock.is_some() {
         run.set_liveness(Arc::new(ProcLiveness::new(dir).holding_lock()));
     }
-    let view = run.status(wall_now()?, true)?;
-    if let Status::Invalid(e) = &view.status {
-        return Err(CliError::from(e.clone()).with_hint(format!(
-            "nothing may replace the owner until the record is repaired: runlease doctor {}",
-            shell_path(dir)
-        )));
-    }
-    let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
-        return Err(CliError::new(
-            "TAKEOVER_RACE",
-            75,
-            format!("run {} is free: there is no owner to retire", run.run_id()),
-        ));
-    };
+    let (view, head) = active_owner(&run, dir, "there is no owner to retire")?;
     let retired = run
         .retire(
             new_owner_id()?,
