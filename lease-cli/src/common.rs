@@ -101,6 +101,31 @@ impl From<LeaseError> for CliError {
     }
 }
 
+/// Name the run folder argument in a `RUN_ID_INVALID` error (the run id is the folder's
+/// last path component, so the message alone would not say which argument was wrong).
+fn name_folder(dir: &Path, e: FsError) -> CliError {
+    let code = e.code();
+    let err = CliError::from(e);
+    if code == "RUN_ID_INVALID" {
+        err.with_hint(format!(
+            "run folder {}: the run id is the folder's name",
+            dir.display()
+        ))
+    } else {
+        err
+    }
+}
+
+/// Open an existing run folder (`RUN_NOT_FOUND`, 64, if missing; never created).
+pub fn open_run(dir: &Path) -> Result<lease_fs::RunDir, CliError> {
+    lease_fs::RunDir::open(dir).map_err(|e| name_folder(dir, e))
+}
+
+/// Open a run folder, creating it if missing (`runlease run`).
+pub fn create_run(dir: &Path) -> Result<lease_fs::RunDir, CliError> {
+    lease_fs::RunDir::create(dir).map_err(|e| name_folder(dir, e))
+}
+
 /// Where output goes: human text, or one JSON object per line (`--json`).
 #[derive(Debug, Clone, Copy)]
 pub struct Out {

@@ -24,7 +24,7 @@ const TEMP_MIN_AGE_SECS: u64 = 60;
 
 /// Read one run's status (liveness probed).
 fn read_status(dir: &Path) -> Result<(RunDir, StatusView), CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let view = run.status(wall_now()?, true)?;
     Ok((run, view))
 }
@@ -199,7 +199,7 @@ fn active_owner(
 /// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
 /// owner for an instant and releases at once, so the run is free for the next `run`.
 pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let (view, head) = active_owner(
         &run,
         dir,
@@ -314,7 +314,7 @@ pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError>
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
 pub fn retire(dir: &Path, out: Out) -> Result<i32, CliError> {
-    let mut run = RunDir::open(dir)?;
+    let mut run = crate::common::open_run(dir)?;
     let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
         CliError::new(
             "IO_ERROR",
@@ -380,13 +380,143 @@ pub fn retire(dir: &Path, out: Out) -> Result<i32, CliError> {
     Ok(0)
 }
 
-/// `runlease release`: not implemented (an owner's lease lives in its own process).
-pub fn release() -> Result<i32, CliError> {
-    Err(CliError::new(
-        "NOT_IMPLEMENTED",
-        EX_SOFTWARE,
-        "`runlease release` is not implemented yet: a lease can only be released by the process that holds it (`runlease run` releases when its command exits); a hand-over from another process needs the lease-run layer (issue #7)",
-    ))
+/// Options of `runlease release`.
+#[derive(Debug, Clone)]
+pub struct ReleaseOpts {
+    /// `--generation` / `RUNLEASE_GENERATION`.
+    pub generation: Option<u64>,
+    /// `--owner` / `RUNLEASE_OWNER`.
+    pub owner: Option<String>,
+    /// How long to wait for a `runlease run` owner to release on request.
+    pub timeout: Duration,
+}
+
+/// The parent pid of `pid` (from `/proc/PID/stat`), if readable.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 4 (ppid) follows the command name, which is in parentheses and may hold
+    // spaces or parentheses itself: parse after the LAST ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is a proper ancestor of this process (walks the parent chain).
+fn is_ancestor(pid: u32) -> bool {
+    let mut p = std::process::id();
+    for _ in 0..64 {
+        match parent_of(p) {
+            Some(parent) if parent == pid => return true,
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// `runlease release [DIR]`: the owner hands the run over cleanly (the token comes from
+/// `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`, or the flags).
+///
+/// * The token must name the current, active head: a superseded, released or foreign
+///   generation is `FENCED` (75) and nothing is written; release never touches someone
+///   else's generation.
+/// * **Under `runlease run`** (the head's holder is this host and boot and an ancestor of
+///   this process, i.e. the `runlease run` running this command): send it SIGUSR1 and
+///   wait (`--timeout`) until the head shows the generation released by that owner. The
+///   owner releases from its heartbeat thread, so no heartbeat follows the release; the
+///   command runs on without the lease. If someone else supersedes the generation first:
+///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75).
+/// * **Otherwise** (an owner that claimed without `runlease run` and handed its token to
+///   this process): release directly, as that owner. If the owner process still
+///   heartbeats, it is fenced at its next heartbeat (a `runlease run` owner then kills its
+///   command and exits 75).
+pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
+    let (generation, owner) = token(o.generation, o.owner.as_ref())?;
+    let run = crate::common::open_run(dir)?;
+    let (lease, head) = owned_head(&run, generation, &owner, "nothing was released")?;
+    let me = this_holder()?;
+    let holder = &head.epoch.holder;
+    let via_run = holder.host == me.host && holder.boot_id == me.boot_id && is_ancestor(holder.pid);
+    let released_as = if via_run {
+        let pid = i32::try_from(holder.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| CliError::new("INTERNAL", EX_SOFTWARE, "holder pid out of range"))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
+            CliError::new(
+                "IO_ERROR",
+                74,
+                format!("cannot signal the owner (pid {}): {e}", holder.pid),
+            )
+        })?;
+        let t = std::time::Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let view = run.status(wall_now()?, false)?;
+            if let Status::Invalid(e) = view.status {
+                return Err(e.into());
+            }
+            match view.head {
+                Some(h) if h.generation() > generation => {
+                    let next = Generation::new(generation.get() + 1);
+                    if Some(h.generation()) == next
+                        && !h.is_active()
+                        && h.epoch.state == lease_core::EpochState::Released
+                        && h.epoch.owner_id == owner
+                    {
+                        break h.generation();
+                    }
+                    return Err(CliError::new(
+                        "FENCED",
+                        75,
+                        format!(
+                            "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
+                            run.run_id(),
+                            h.generation(),
+                            h.epoch.owner_id
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+            if t.elapsed() > o.timeout {
+                return Err(CliError::new(
+                    "RELEASE_TIMEOUT",
+                    75,
+                    format!(
+                        "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
+                        run.run_id(),
+                        holder.pid,
+                        human_ms(i64::try_from(o.timeout.as_millis()).unwrap_or(i64::MAX))
+                    ),
+                ));
+            }
+        }
+    } else {
+        run.release(&lease, wall_now()?, None)?
+    };
+    let how = if via_run { "owner" } else { "direct" };
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/release/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "generation": generation.get(),
+            "released_as": released_as.get(),
+            "how": how,
+            "state": "free",
+        }));
+    } else {
+        out.line(&format!(
+            "released {} (generation {generation}) as generation {released_as}{}: the run is free",
+            dir.display(),
+            if via_run {
+                " by its runlease run owner"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(0)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -405,12 +535,12 @@ pub struct AppendOpts {
     pub owner: Option<String>,
 }
 
-/// `runlease append DIR --type T`: append one event as the current owner (the token comes
-/// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
-/// authoritative; 75 when the generation is fenced.
-pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
-    let generation = o
-        .generation
+/// The owner's token (generation and owner id) from the flags or the environment.
+fn token(
+    generation: Option<u64>,
+    owner: Option<&String>,
+) -> Result<(Generation, Identity), CliError> {
+    let generation = generation
         .ok_or_else(|| {
             CliError::usage(
                 "no generation: pass --generation or run under `runlease run` (RUNLEASE_GENERATION)",
@@ -419,17 +549,22 @@ pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
         .and_then(|g| {
             Generation::new(g).ok_or_else(|| CliError::usage("--generation must be at least 1"))
         })?;
-    let owner = o.owner.clone().ok_or_else(|| {
+    let owner = owner.cloned().ok_or_else(|| {
         CliError::usage("no owner: pass --owner or run under `runlease run` (RUNLEASE_OWNER)")
     })?;
-    let owner = Identity::arg("owner id", owner)?;
-    let event_type = Identity::arg("event type", o.event_type.clone())?;
-    let payload: Value = match &o.payload {
-        None => Value::Null,
-        Some(text) => serde_json::from_str(text)
-            .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
-    };
-    let run = RunDir::open(dir)?;
+    Ok((generation, Identity::arg("owner id", owner)?))
+}
+
+/// Check that `(generation, owner)` is the run's current, active head and return the
+/// lease that owner holds (its identity is the epoch on disk). A generation that does not
+/// exist is a usage error (64); a superseded, released or foreign generation is `FENCED`
+/// (75), with `nothing` saying what was not done.
+fn owned_head(
+    run: &RunDir,
+    generation: Generation,
+    owner: &Identity,
+    nothing: &str,
+) -> Result<(OwnedLease, lease_core::ops::Head), CliError> {
     let view = run.status(wall_now()?, false)?;
     if let Status::Invalid(e) = view.status {
         return Err(e.into());
@@ -439,7 +574,7 @@ pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
             "FENCED",
             75,
             format!(
-                "run {}: generation {generation} is fenced: {detail}; nothing was appended",
+                "run {}: generation {generation} is fenced: {detail}; {nothing}",
                 run.run_id()
             ),
         )
@@ -466,24 +601,39 @@ pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
         Some(h) if !h.is_active() => {
             return Err(fenced("it was released".into()));
         }
-        Some(h) if h.epoch.owner_id != owner => {
+        Some(h) if h.epoch.owner_id != *owner => {
             return Err(fenced(format!(
                 "its owner is {}, not {owner}",
                 h.epoch.owner_id
             )));
         }
-        Some(h) => h,
+        Some(h) => h.clone(),
     };
-    // Act as that owner: the lease's identity is the epoch on disk (the append's own
-    // pre- and post-checks decide whether the event counts).
     let lease = OwnedLease {
         run_id: run.run_id().clone(),
         generation,
-        owner_id: owner,
+        owner_id: owner.clone(),
         holder: head.epoch.holder.clone(),
         policy: head.epoch.policy,
         epoch_hash: head.hash.clone(),
     };
+    Ok((lease, head))
+}
+
+/// `runlease append DIR --type T`: append one event as the current owner (the token comes
+/// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
+/// authoritative; 75 when the generation is fenced.
+pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
+    let (generation, owner) = token(o.generation, o.owner.as_ref())?;
+    let event_type = Identity::arg("event type", o.event_type.clone())?;
+    let payload: Value = match &o.payload {
+        None => Value::Null,
+        Some(text) => serde_json::from_str(text)
+            .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
+    };
+    let run = crate::common::open_run(dir)?;
+    // Act as that owner: the append's own pre- and post-checks decide whether it counts.
+    let (lease, _) = owned_head(&run, generation, &owner, "nothing was appended")?;
     let appended = run.append(&lease, event_type.clone(), payload, wall_now()?)?;
     if let Some(by) = appended.superseded_by {
         eprintln!(
@@ -569,7 +719,7 @@ fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
 /// events are shown, marked `!`, never hidden). Read-only: pending cutoffs are not
 /// finalized.
 pub fn events(dir: &Path, follow: bool, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let view = run.read_events(None)?;
     let mut last = 0u64;
     for je in &view.events {
@@ -609,7 +759,7 @@ pub fn events(dir: &Path, follow: bool, out: Out) -> Result<i32, CliError> {
 /// `runlease verify DIR`: both hash chains; 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
 /// records.
 pub fn verify(dir: &Path, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let r = run.verify()?;
     let strays: Vec<u64> = r.strays.iter().map(|g| g.get()).collect();
     if out.json {
@@ -690,7 +840,7 @@ fn count_temp_files(root: &Path) -> (usize, usize) {
 /// `runlease doctor DIR [--clean-temp]`: findings with stable codes and one next step each.
 /// Exit 0 unless a finding is a data error (`INVALID_RECORD`, `BROKEN_CHAIN`: 65).
 pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let d = shell_path(dir);
     let mut findings = Vec::new();
 
@@ -863,7 +1013,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
 
 /// `runlease prune DIR [--keep N]`.
 pub fn prune(dir: &Path, keep: u64, out: Out) -> Result<i32, CliError> {
-    let run = RunDir::open(dir)?;
+    let run = crate::common::open_run(dir)?;
     let r = run.prune(keep, cli_identity("prune"), wall_now()?)?;
     if out.json {
         out.json_line(&json!({

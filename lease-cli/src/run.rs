@@ -18,6 +18,11 @@
 //!    SIGKILLs the command's process group (and keeps doing so until it is reaped); runlease
 //!    then exits 75 without writing anything more (a fenced owner must not write).
 //! 4. SIGINT, SIGTERM and SIGHUP received by runlease are forwarded to the group.
+//!    SIGUSR1 is a *release request* (sent by `runlease release` run from the command):
+//!    the heartbeat thread, the only writer, stops beating and releases the lease at
+//!    once (unless the owner is already fenced or self-fenced); the command keeps
+//!    running without the lease (its later `runlease append` exit 75) and runlease exits
+//!    with its code when it ends. A SIGUSR1 before the command started is ignored.
 //! 5. When the command exits: anything it left in its process group is SIGKILLed, the
 //!    heartbeat stops (barrier), the lease is released, the lock dropped, and runlease exits
 //!    with the command's exit code (128+N if it was killed by signal N).
@@ -34,6 +39,7 @@ use crate::common::{
     CliError, Out, held_description, human_ms, is_stale, new_nonce, new_owner_id, policy_json,
     wall_now,
 };
+use lease_cli::cli::WaitFor;
 use lease_core::ops::{Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
 use lease_core::{HeartbeatDurability, TimingPolicy, must_self_fence};
 use lease_fs::lock::OwnerLock;
@@ -44,7 +50,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,38 +60,6 @@ const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
 const WATCHDOG_TICK: Duration = Duration::from_millis(100);
 /// Longest pause between two attempts while waiting (`--wait`).
 const MAX_WAIT_POLL: Duration = Duration::from_secs(1);
-
-/// How long `--wait` waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitFor {
-    /// Until the run is free, however long.
-    Forever,
-    /// At most this long.
-    For(Duration),
-}
-
-/// Parse a `--wait` value: `500ms`, `30s`, `5m`, `1h`, a plain number of seconds, or
-/// `forever`.
-pub fn parse_wait(s: &str) -> Result<WaitFor, String> {
-    let s = s.trim();
-    if s.is_empty() || s == "forever" {
-        return Ok(WaitFor::Forever);
-    }
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: use e.g. 500ms, 30s, 5m, 1h or forever"))?;
-    let ms = match unit {
-        "ms" => Some(n),
-        "" | "s" => n.checked_mul(1000),
-        "m" | "min" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => None,
-    }
-    .ok_or_else(|| format!("invalid duration {s:?}: use e.g. 500ms, 30s, 5m, 1h or forever"))?;
-    Ok(WaitFor::For(Duration::from_millis(ms)))
-}
 
 /// Options of `runlease run`.
 #[derive(Debug, Clone)]
@@ -133,6 +107,10 @@ struct Shared {
     fenced: Mutex<Option<String>>,
     /// Set to stop the heartbeat and the watchdog.
     stop: Mutex<bool>,
+    /// A release was requested (SIGUSR1); set while holding `stop` so no wake-up is lost.
+    release_requested: AtomicBool,
+    /// The generation the lease was released as, once released on request.
+    released: Mutex<Option<lease_core::Generation>>,
     wake: Condvar,
     child: Mutex<ChildState>,
 }
@@ -147,6 +125,30 @@ impl Shared {
             Ok((g, _)) => *g,
             Err(_) => true,
         }
+    }
+
+    /// Like [`Shared::sleep`], but also wakes at once on a release request.
+    fn sleep_or_release(&self, d: Duration) -> bool {
+        let Ok(guard) = self.stop.lock() else {
+            return true;
+        };
+        match self.wake.wait_timeout_while(guard, d, |s| {
+            !*s && !self.release_requested.load(Ordering::SeqCst)
+        }) {
+            Ok((g, _)) => *g,
+            Err(_) => true,
+        }
+    }
+
+    fn request_release(&self) {
+        if let Ok(_s) = self.stop.lock() {
+            self.release_requested.store(true, Ordering::SeqCst);
+        }
+        self.wake.notify_all();
+    }
+
+    fn released(&self) -> Option<lease_core::Generation> {
+        self.released.lock().ok().and_then(|r| *r)
     }
 
     fn request_stop(&self) {
@@ -242,6 +244,8 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         last_ok_started: Mutex::new(Instant::now()),
         fenced: Mutex::new(None),
         stop: Mutex::new(false),
+        release_requested: AtomicBool::new(false),
+        released: Mutex::new(None),
         wake: Condvar::new(),
         child: Mutex::new(ChildState::NotStarted),
     });
@@ -252,6 +256,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGUSR1,
     ])
     .map_err(|e| CliError::new("IO_ERROR", 74, format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
@@ -259,6 +264,15 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         let shared = Arc::clone(&shared);
         std::thread::spawn(move || {
             for sig in signals.forever() {
+                if sig == signal_hook::consts::SIGUSR1 {
+                    // A release request; only meaningful while the command runs.
+                    let running =
+                        matches!(shared.child.lock().map(|c| *c), Ok(ChildState::Running(_)));
+                    if running {
+                        shared.request_release();
+                    }
+                    continue;
+                }
                 let Ok(c) = shared.child.lock() else { return };
                 match *c {
                     ChildState::Running(pgid) => {
@@ -280,7 +294,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         });
     }
 
-    let mut run = RunDir::create(&opts.dir)?;
+    let mut run = crate::common::create_run(&opts.dir)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
@@ -456,8 +470,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
 
+    let released_on_request = shared.released();
     let fenced = shared.fenced().or_else(|| {
-        shared.self_fenced_at(Instant::now()).then(|| {
+        (released_on_request.is_none() && shared.self_fenced_at(Instant::now())).then(|| {
             format!(
                 "self-fence: the last successful heartbeat started more than {} ms ago",
                 policy.self_fence_after_ms()
@@ -477,7 +492,11 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .with_extra(json!({"generation": lease.generation.get(), "command_exit": code})));
     }
 
-    let released = run.release(&lease, wall_now()?, None);
+    let released = match released_on_request {
+        // Released while the command ran (SIGUSR1): nothing more to write.
+        Some(g) => Ok(g),
+        None => run.release(&lease, wall_now()?, None),
+    };
     drop(lock);
     match released {
         Ok(g) => {
@@ -489,12 +508,17 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
                     "generation": lease.generation.get(),
                     "released_as": g.get(),
                     "command_exit": code,
+                    "on_request": released_on_request.is_some(),
                 }));
-            } else {
+            } else if released_on_request.is_none() {
                 out.info(&format!(
                     "released {} (generation {}); the command exited with {code}",
                     opts.dir.display(),
                     g
+                ));
+            } else {
+                out.info(&format!(
+                    "the command exited with {code} (the run was released as generation {g} on its request)"
                 ));
             }
             Ok(code)
@@ -515,7 +539,11 @@ fn heartbeat_loop(shared: &Shared, run: &RunDir, lease: &OwnedLease, claim_start
     let mut next = claim_started + interval;
     loop {
         let wait = next.saturating_duration_since(Instant::now());
-        if shared.sleep(wait) || shared.fenced().is_some() {
+        if shared.sleep_or_release(wait) || shared.fenced().is_some() {
+            return;
+        }
+        if shared.release_requested.load(Ordering::SeqCst) {
+            release_on_request(shared, run, lease);
             return;
         }
         // Read the monotonic start and the wall time together, before the write (§10).
@@ -561,12 +589,48 @@ fn heartbeat_loop(shared: &Shared, run: &RunDir, lease: &OwnedLease, claim_start
     }
 }
 
+/// Release the lease on the command's request (SIGUSR1), from the heartbeat thread (the
+/// only writer, so no heartbeat can follow the release). A fenced or self-fenced owner
+/// writes nothing: it fences instead and the watchdog kills the command. On an error that
+/// is not `FENCED`, the owner keeps the lease (the watchdog then enforces the self-fence
+/// rule, since no heartbeat follows) and the requester times out.
+fn release_on_request(shared: &Shared, run: &RunDir, lease: &OwnedLease) {
+    if shared.self_fenced_at(Instant::now()) {
+        shared.fence(format!(
+            "self-fence: the last successful heartbeat started more than {} ms ago",
+            shared.policy.self_fence_after_ms()
+        ));
+        return;
+    }
+    let now = match wall_now() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("runlease: warning: release request failed: {}", e.message);
+            return;
+        }
+    };
+    match run.release(lease, now, None) {
+        Ok(g) => {
+            if let Ok(mut r) = shared.released.lock() {
+                *r = Some(g);
+            }
+            eprintln!(
+                "runlease: released generation {} as generation {g} on request; the command runs on without the lease",
+                lease.generation
+            );
+        }
+        Err(e) if e.code() == "FENCED" => shared.fence(e.to_string()),
+        Err(e) => eprintln!("runlease: warning: release request failed: {e}"),
+    }
+}
+
 /// The watchdog OS thread: every 100 ms, if the owner is fenced (a FENCED heartbeat) or
 /// past its self-fence deadline, SIGKILL the command's group; keep doing it until the main
 /// thread has reaped the command.
 fn watchdog_loop(shared: &Shared) {
     loop {
-        if shared.sleep(WATCHDOG_TICK) {
+        if shared.sleep(WATCHDOG_TICK) || shared.released().is_some() {
+            // Released on request: there is no lease left to lose.
             return;
         }
         let now = Instant::now();
@@ -911,24 +975,5 @@ fn watch_and_take_over(
             Ok(Attempt::Again)
         }
         Err(e) => Err(e.into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wait_durations_parse() {
-        assert_eq!(
-            parse_wait("500ms"),
-            Ok(WaitFor::For(Duration::from_millis(500)))
-        );
-        assert_eq!(parse_wait("30s"), Ok(WaitFor::For(Duration::from_secs(30))));
-        assert_eq!(parse_wait("5m"), Ok(WaitFor::For(Duration::from_secs(300))));
-        assert_eq!(parse_wait("2"), Ok(WaitFor::For(Duration::from_secs(2))));
-        assert_eq!(parse_wait("forever"), Ok(WaitFor::Forever));
-        assert!(parse_wait("./run").is_err());
-        assert!(parse_wait("5x").is_err());
     }
 }

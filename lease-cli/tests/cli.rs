@@ -1,81 +1,12 @@
 //! End-to-end tests of the `runlease` binary: real processes, real run folders.
 
-use rustix::process::{Pid, Signal};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::*;
+use rustix::process::Signal;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runlease");
-
-fn runlease(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("RUNLEASE_GENERATION")
-        .env_remove("RUNLEASE_OWNER")
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn runlease")
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn runlease")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn json_lines(o: &Output) -> Vec<Value> {
-    text(&o.stdout)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
-        .collect()
-}
-
-fn status_json(dir: &Path) -> Value {
-    let o = runlease(&["status", "--json", dir.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    json_lines(&o).remove(0)
-}
-
-/// Poll `status` until the run is in `state` (or panic after `within`).
-fn wait_for_state(dir: &Path, state: &str, within: Duration) -> Value {
-    let t = Instant::now();
-    loop {
-        // The folder may not exist yet while a spawned `run` starts.
-        let o = runlease(&["status", "--json", dir.to_str().unwrap()]);
-        let s = json_lines(&o).pop().unwrap_or_default();
-        if o.status.code() == Some(0) && s["state"] == state {
-            return s;
-        }
-        assert!(t.elapsed() < within, "run never became {state}: {s}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn signal(pid: u32, sig: Signal) {
-    let pid = Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
-    rustix::process::kill_process(pid, sig).expect("signal");
-}
-
-fn path_with_binary() -> String {
-    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
-    format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default())
-}
-
-fn scratch() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("demo-run");
-    (tmp, dir)
-}
 
 #[test]
 fn readme_main_job_prints_and_leaves_the_run_free() {
@@ -427,8 +358,8 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
     }
     assert!(h.contains("runlease run ./demo-run --"));
     for sub in [
-        "run", "status", "takeover", "retire", "append", "events", "verify", "doctor", "prune",
-        "list",
+        "run", "status", "takeover", "retire", "release", "append", "events", "verify", "doctor",
+        "prune", "list",
     ] {
         let o = runlease(&[sub, "--help"]);
         assert_eq!(o.status.code(), Some(0));
@@ -438,13 +369,6 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
         );
     }
     assert_eq!(runlease(&["--version"]).status.code(), Some(0));
-}
-
-#[test]
-fn release_is_not_implemented_yet() {
-    let o = runlease(&["release", "x", "--owner", "o", "--generation", "1"]);
-    assert_eq!(o.status.code(), Some(70));
-    assert!(text(&o.stderr).contains("NOT_IMPLEMENTED"));
 }
 
 #[test]

@@ -1,0 +1,371 @@
+//! The command line of `runlease`: the clap definition, shared by the binary and by
+//! `cargo xtask dist` (shell completions and the man page).
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long `--wait` waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// Until the run is free, however long.
+    Forever,
+    /// At most this long.
+    For(Duration),
+}
+
+/// Parse a duration: `500ms`, `30s`, `5m`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match parse_wait(s)? {
+        WaitFor::For(d) => Ok(d),
+        WaitFor::Forever => Err(format!(
+            "invalid duration {s:?}: use e.g. 500ms, 30s, 5m, 1h"
+        )),
+    }
+}
+
+/// Parse a `--wait` value: `500ms`, `30s`, `5m`, `1h`, a plain number of seconds, or
+/// `forever`.
+pub fn parse_wait(s: &str) -> Result<WaitFor, String> {
+    let s = s.trim();
+    if s.is_empty() || s == "forever" {
+        return Ok(WaitFor::Forever);
+    }
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: use e.g. 500ms, 30s, 5m, 1h or forever"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1000),
+        "m" | "min" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(|| format!("invalid duration {s:?}: use e.g. 500ms, 30s, 5m, 1h or forever"))?;
+    Ok(WaitFor::For(Duration::from_millis(ms)))
+}
+
+/// Top-level help appended after the subcommand list.
+pub const AFTER_HELP: &str = "\
+Exit codes (ARCHITECTURE.md section 6):
+  0    ok; for `run`, the command's own exit code
+  1    other failure: a takeover not confirmed at the prompt, a wall clock before 1970
+  64   usage error: bad arguments, unknown subcommand, run folder not found, bad run id
+  65   data error: invalid record, broken hash chain, event log gap, symlinked run folder
+  69   authority unavailable (reserved: there is no remote authority yet, never returned)
+  70   internal error, or a record schema this build does not read (a newer runlease)
+  74   I/O error
+  75   fenced, a race lost, or a release not answered in time (temporary: observe
+       again, then retry)
+  76   held: a live owner (on this host or another) holds the run
+  126  `run`: the command could not be started
+  127  `run`: the command was not found
+  128+N  `run`: the command was killed by signal N (also: runlease was interrupted by
+       signal N before the command started)
+
+Examples:
+  runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
+  runlease status ./demo-run
+  runlease takeover ./demo-run --expect-owner ID --expect-heartbeat 2026-01-01T00:00:00.000Z
+  runlease retire ./demo-run
+  runlease append \"$RUNLEASE_RUN\" --type step.done --payload '{\"n\":1}'
+  runlease release
+  runlease events ./demo-run --follow
+  runlease verify ./demo-run
+  runlease doctor ./demo-run --clean-temp
+  runlease prune ./demo-run --keep 8
+  runlease list ./runs
+
+--json output: docs/cli-json.md (one object per line, each with a versioned `schema`).
+
+Status: on lease-fs alone. Not yet in `run`: run.json, command records and reaping a dead
+incarnation's leftover commands, cgroup/subreaper containment, the store and its seal,
+CLOCK_BOOTTIME (the self-fence uses CLOCK_MONOTONIC).";
+
+/// Exclusive, fenced ownership of a durable run folder.
+#[derive(Debug, Parser)]
+#[command(
+    name = "runlease",
+    version,
+    about = "runlease - exclusive, fenced ownership of a durable run folder",
+    after_help = AFTER_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Print one JSON object per line on stdout instead of human text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No informational lines on stderr (errors and warnings are still printed).
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Own a run (creating its folder) and run a command under the lease.
+    #[command(after_help = "\
+The command runs in its own process group with RUNLEASE_RUN (absolute run folder),
+RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its environment. SIGINT,
+SIGTERM and SIGHUP are forwarded to it. When it exits, whatever it left running in its
+process group is killed, the run is released and runlease exits with the command's code.
+If the lease is lost (a newer owner, or no successful heartbeat for --self-fence-after),
+the process group is killed with SIGKILL and runlease exits 75 without releasing.
+The command does not get the terminal (it is not the foreground process group): when
+runlease's stdin is a terminal the command's stdin is /dev/null, and a command stopped by
+SIGTTIN/SIGTTOU is terminated with a message. Interactive commands: not yet.
+Put --wait after RUN_DIR (or write --wait=30s): a bare word after --wait is read as its
+duration. While waiting, runlease retries at least every second.
+Partial: no run.json, no command records, a command that leaves its process group (setsid,
+double fork) is not killed, and --retire-dead does not kill commands a dead runlease left.
+
+Examples:
+  runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
+  runlease run ./job --wait 5m --takeover-stale -- ./train.sh --resume")]
+    Run(RunArgs),
+    /// Show who owns each run, how fresh it is, and the one safe next step.
+    #[command(after_help = "\
+States: free, active, stale, dead (proven: same boot, process gone, owner lock free),
+invalid. Exit 0 when every status could be read (an invalid run is printed, not a failure);
+otherwise the exit code of the first run that could not be read (64 for a missing folder).
+With --json, expect_owner and expect_heartbeat are ready for `runlease takeover`.
+
+Example:
+  runlease status ./demo-run --json")]
+    Status {
+        /// Run folders.
+        #[arg(required = true, value_name = "RUN_DIR")]
+        dirs: Vec<PathBuf>,
+    },
+    /// Exact takeover of a stale owner; the run is then released (free).
+    #[command(after_help = "\
+On a terminal without expectations it asks for confirmation. In scripts pass exactly what
+`runlease status --json` printed (expect_owner, expect_heartbeat); any change in between
+refuses with TAKEOVER_RACE (75). A fresh owner is refused (76). --yes takes over exactly
+what is observed now, without asking. The old owner is fenced: its later writes never count.
+
+Example:
+  runlease takeover ./demo-run --expect-owner 0b9e...-... --expect-heartbeat 2026-01-01T12:00:00.000Z")]
+    Takeover(TakeoverArgs),
+    /// Retire a definitely-dead owner (same boot, process gone, owner lock free).
+    #[command(after_help = "\
+Exit 76 (RETIRE_REFUSED_NOT_DEAD) names the missing evidence; a stale owner on another host
+or boot is never proven dead: use takeover.
+
+Example:
+  runlease retire ./demo-run")]
+    Retire {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+    },
+    /// Hand the run over cleanly: release the current owner's generation (its token).
+    #[command(after_help = "\
+The token (generation and owner) comes from RUNLEASE_GENERATION and RUNLEASE_OWNER, as
+set for a command run under `runlease run`, or from --generation/--owner; RUN_DIR defaults
+to RUNLEASE_RUN. It must name the current, active generation: a superseded, released or
+foreign generation is refused with FENCED (75) and nothing is written.
+Under `runlease run` (its holder is an ancestor of this process) the request goes to that
+owner (SIGUSR1), which stops heartbeating and releases; the command runs on without the
+lease (its later appends exit 75) and `runlease run` still exits with its code. Otherwise
+the release is written directly as that owner; an owner process that still heartbeats is
+fenced at its next heartbeat. Exit 0 once the run is free.
+
+Example:
+  runlease run ./demo-run -- sh -c 'runlease append \"$RUNLEASE_RUN\" --type done && runlease release && ./cleanup.sh'")]
+    Release(ReleaseArgs),
+    /// Append an event as the current owner (exit 0 only if it counts, 75 if fenced).
+    #[command(after_help = "\
+Meant for commands run under `runlease run`: the generation and owner come from
+RUNLEASE_GENERATION and RUNLEASE_OWNER. Prints the event's sequence number.
+
+Example:
+  runlease run ./demo-run -- sh -c 'runlease append \"$RUNLEASE_RUN\" --type step.done --payload \"{\\\"n\\\":1}\"'")]
+    Append(AppendArgs),
+    /// The event log, each event with its authority (non-counting events are shown, marked).
+    #[command(after_help = "\
+Human output marks events that do not count with `!` and says why. Read-only: pending
+cutoffs are not finalized. --follow polls every 500 ms until interrupted.
+
+Example:
+  runlease events ./demo-run --json")]
+    Events {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Keep printing new events (polls every 500 ms).
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Check the epoch and event hash chains (exit 65 when broken).
+    #[command(after_help = "\
+Example:
+  runlease verify ./demo-run")]
+    Verify {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+    },
+    /// Findings with stable codes and one next step each.
+    #[command(after_help = "\
+Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
+STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT (and TEMP_FILES_REMOVED with --clean-temp).
+Exit 65 when a finding is a data error (INVALID_RECORD, BROKEN_CHAIN), else 0.
+Not yet: run.json, command records, store behind seal (they need lease-run).
+
+Example:
+  runlease doctor ./demo-run --clean-temp")]
+    Doctor {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Remove orphan temp files older than 60 s.
+        #[arg(long)]
+        clean_temp: bool,
+    },
+    /// Compact old epochs, cutoffs, heartbeats and intents (events stay).
+    #[command(after_help = "\
+Example:
+  runlease prune ./demo-run --keep 8")]
+    Prune {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Generations to keep (at least 2).
+        #[arg(long, default_value_t = 8)]
+        keep: u64,
+    },
+    /// One row per run below a folder (its subfolders that hold a `lease/` folder).
+    #[command(after_help = "\
+Example:
+  runlease list ./runs")]
+    List {
+        /// The folder holding run folders.
+        #[arg(value_name = "FOLDER")]
+        folder: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The run folder (created if missing).
+    #[arg(value_name = "RUN_DIR")]
+    pub dir: PathBuf,
+    /// Heartbeat interval in ms.
+    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    pub heartbeat: u64,
+    /// Others may call the owner stale after this many ms without a heartbeat.
+    #[arg(long, value_name = "MS", default_value_t = 20000)]
+    pub stale_after: u64,
+    /// The owner kills its command after this many ms without a successful heartbeat.
+    #[arg(long, value_name = "MS", default_value_t = 15000)]
+    pub self_fence_after: u64,
+    /// fsync every heartbeat (for shared disks; costs two fsyncs per beat).
+    #[arg(long)]
+    pub durable_heartbeats: bool,
+    /// Wait while the run is held: forever, or at most DURATION (500ms, 30s, 5m, 1h).
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "forever",
+          value_parser = parse_wait)]
+    pub wait: Option<WaitFor>,
+    /// Replace a stale owner after watching its record unchanged for its stale_after.
+    #[arg(long)]
+    pub takeover_stale: bool,
+    /// Retire a definitely-dead owner (same boot, process gone, owner lock free) first.
+    #[arg(long)]
+    pub retire_dead: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct TakeoverArgs {
+    /// The run folder.
+    #[arg(value_name = "RUN_DIR")]
+    pub dir: PathBuf,
+    /// The owner id you observed (expect_owner of `status --json`).
+    #[arg(long, value_name = "ID", requires = "expect_heartbeat")]
+    pub expect_owner: Option<String>,
+    /// The heartbeat time you observed (expect_heartbeat of `status --json`).
+    #[arg(long, value_name = "TS", requires = "expect_owner")]
+    pub expect_heartbeat: Option<String>,
+    /// The generation you observed (optional, checked if given).
+    #[arg(long, value_name = "G")]
+    pub expect_generation: Option<u64>,
+    /// The heartbeat count you observed (optional, checked if given).
+    #[arg(long, value_name = "N")]
+    pub expect_count: Option<u64>,
+    /// Do not ask; without --expect-* take over exactly what is observed now.
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The run folder (default: RUNLEASE_RUN).
+    #[arg(value_name = "RUN_DIR", env = "RUNLEASE_RUN")]
+    pub dir: PathBuf,
+    /// The owner's generation (fencing token).
+    #[arg(long, value_name = "G", env = "RUNLEASE_GENERATION")]
+    pub generation: Option<u64>,
+    /// The owner id.
+    #[arg(long, value_name = "ID", env = "RUNLEASE_OWNER")]
+    pub owner: Option<String>,
+    /// How long to wait for a `runlease run` owner to release.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct AppendArgs {
+    /// The run folder.
+    #[arg(value_name = "RUN_DIR")]
+    pub dir: PathBuf,
+    /// Event type.
+    #[arg(long = "type", value_name = "T")]
+    pub event_type: String,
+    /// Event payload (JSON; default null).
+    #[arg(long, value_name = "JSON")]
+    pub payload: Option<String>,
+    /// The owner's generation (fencing token).
+    #[arg(long, value_name = "G", env = "RUNLEASE_GENERATION")]
+    pub generation: Option<u64>,
+    /// The owner id.
+    #[arg(long, value_name = "ID", env = "RUNLEASE_OWNER")]
+    pub owner: Option<String>,
+}
+
+/// The clap `Command` of `runlease` (for parsing, completions and the man page).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn wait_durations_parse() {
+        assert_eq!(
+            parse_wait("500ms"),
+            Ok(WaitFor::For(Duration::from_millis(500)))
+        );
+        assert_eq!(parse_wait("30s"), Ok(WaitFor::For(Duration::from_secs(30))));
+        assert_eq!(parse_wait("5m"), Ok(WaitFor::For(Duration::from_secs(300))));
+        assert_eq!(parse_wait("2"), Ok(WaitFor::For(Duration::from_secs(2))));
+        assert_eq!(parse_wait("forever"), Ok(WaitFor::Forever));
+        assert!(parse_wait("./run").is_err());
+        assert!(parse_wait("5x").is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! Helpers shared by the end-to-end tests of the `runlease` binary (real processes, real
+//! run folders in private temp folders).
+#![allow(dead_code)] // each test file uses a different subset
+
+use rustix::process::{Pid, Signal};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_runlease");
+
+/// A short but safe timing policy for tests (heartbeat 100 ms).
+pub const FAST: [&str; 6] = [
+    "--heartbeat",
+    "100",
+    "--self-fence-after",
+    "500",
+    "--stale-after",
+    "1000",
+];
+
+/// A `runlease` command with no owner token inherited and no terminal stdin.
+pub fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env_remove("RUNLEASE_RUN")
+        .env_remove("RUNLEASE_GENERATION")
+        .env_remove("RUNLEASE_OWNER")
+        .env("PATH", path_with_binary())
+        .stdin(Stdio::null());
+    c
+}
+
+/// Run `runlease` to completion.
+pub fn runlease(args: &[&str]) -> Output {
+    cmd(args).output().expect("spawn runlease")
+}
+
+/// Start `runlease` in the background, stdout and stderr piped.
+pub fn spawn(args: &[&str]) -> Child {
+    cmd(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn runlease")
+}
+
+/// Bytes as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every stdout line that is a JSON object with a `schema` (the command's own output, for
+/// `run`, is skipped).
+pub fn json_lines(o: &Output) -> Vec<Value> {
+    text(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("schema").is_some())
+        .collect()
+}
+
+/// `status --json` of one run (must succeed).
+pub fn status_json(dir: &Path) -> Value {
+    let o = runlease(&["status", "--json", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    json_lines(&o).remove(0)
+}
+
+/// Poll `status` until the run is in `state` (or panic after `within`).
+pub fn wait_for_state(dir: &Path, state: &str, within: Duration) -> Value {
+    let t = Instant::now();
+    loop {
+        // The folder may not exist yet while a spawned `run` starts.
+        let o = runlease(&["status", "--json", dir.to_str().unwrap()]);
+        let s = json_lines(&o).pop().unwrap_or_default();
+        if o.status.code() == Some(0) && s["state"] == state {
+            return s;
+        }
+        assert!(t.elapsed() < within, "run never became {state}: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Wait for a child to exit (or panic after `within`).
+pub fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t.elapsed() < within, "process {} did not exit", child.id());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Send a signal to a process.
+pub fn signal(pid: u32, sig: Signal) {
+    let pid = Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    rustix::process::kill_process(pid, sig).expect("signal");
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+/// PATH with the binary's folder first (so commands under `run` find `runlease`).
+pub fn path_with_binary() -> String {
+    let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
+    format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+/// A private temp folder and a run folder path inside it (not created).
+pub fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo-run");
+    (tmp, dir)
+}
+
+/// Wait until `file` holds a pid (written by a command under `run`).
+pub fn read_pid(file: &Path) -> u32 {
+    let t = Instant::now();
+    loop {
+        if let Some(p) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return p;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "child never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything below `root`: relative path -> file bytes, `dir`, or `symlink -> target`.
+/// Symlinks are recorded, never followed.
+pub fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                out.insert(rel, format!("symlink -> {}", t.display()).into_bytes());
+            } else if m.is_dir() {
+                out.insert(rel, b"dir".to_vec());
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// The path of epoch record `g` of a run.
+pub fn epoch_file(dir: &Path, g: u64) -> PathBuf {
+    dir.join("lease/epochs").join(format!("{g:020}.json"))
+}
