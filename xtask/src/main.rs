@@ -1,9 +1,10 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `fuzz-smoke [--seconds N]`. The other
+//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `dist`, `fuzz-smoke [--seconds N]`. The other
 //! subcommands are honest placeholders that say so and exit with code 2.
 
 mod bench;
+mod dist;
 mod fuzz;
 mod purity;
 
@@ -26,6 +27,7 @@ Commands:
   test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
   bench         criterion benchmarks of lease-fs and lease-sqlite, then figures and ratios vs raw baselines
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
+  dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
                 run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
   loom          not implemented yet (issue #8)
@@ -49,7 +51,8 @@ fn main() -> ExitCode {
             [flag] if flag == "--deep" => test(true),
             _ => return usage(&format!("unexpected arguments to `test`: {rest:?}")),
         },
-        Some(name @ ("ci" | "purity")) => {
+        Some("dist") if rest.is_empty() => dist::run(&workspace_root()),
+        Some(name @ ("ci" | "purity" | "dist")) => {
             return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
         }
         Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
