@@ -1014,6 +1014,11 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
 /// `runlease prune DIR [--keep N]`.
 pub fn prune(dir: &Path, keep: u64, out: Out) -> Result<i32, CliError> {
     let run = crate::common::open_run(dir)?;
+    // Refuse an invalid head up front, even when there would be nothing to prune: bad
+    // input on disk is reported, never passed over with exit 0.
+    if let Status::Invalid(e) = run.status(wall_now()?, false)?.status {
+        return Err(e.into());
+    }
     let r = run.prune(keep, cli_identity("prune"), wall_now()?)?;
     if out.json {
         out.json_line(&json!({

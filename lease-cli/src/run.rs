@@ -295,6 +295,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     }
 
     let mut run = crate::common::create_run(&opts.dir)?;
+    preflight_layout(&run)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
@@ -527,6 +528,16 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     }
 }
 
+/// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
+/// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
+/// at the release, after the command ran, with the run left claimed.
+fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
+    for d in lease_core::Dir::ALL {
+        run.perform(lease_core::ops::Request::List(d))?;
+    }
+    Ok(())
+}
+
 fn poisoned() -> CliError {
     CliError::new("INTERNAL", 70, "internal lock poisoned")
 }
@@ -711,15 +722,28 @@ fn acquire(
     let poll = policy.heartbeat().min(MAX_WAIT_POLL);
     let mut progress = Progress::new(out);
     let mut lock_timeout = LOCK_TIMEOUT;
+    let mut held_once = false;
     loop {
         check_pending_signal()?;
         match attempt(run, abs, opts, policy, lock_timeout, &mut progress)? {
-            Attempt::Owned(a) => return Ok(*a),
+            Attempt::Owned(a) => {
+                if held_once {
+                    // The one line a non-terminal stderr gets about the wait.
+                    progress.clear();
+                    out.info(&format!(
+                        "waited {} for {}",
+                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
+                        opts.dir.display()
+                    ));
+                }
+                return Ok(*a);
+            }
             Attempt::Again => continue,
             Attempt::Held { err, waited } => {
                 let Some(deadline) = deadline else {
                     return Err(err);
                 };
+                held_once = true;
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(err.with_hint(format!(
