@@ -111,6 +111,9 @@ struct Shared {
     release_requested: AtomicBool,
     /// The generation the lease was released as, once released on request.
     released: Mutex<Option<lease_core::Generation>>,
+    /// The kernel owner lock once the command runs: dropped right after a release (on
+    /// request, by the heartbeat thread; else by the main thread at the end).
+    owner_lock: Mutex<Option<OwnerLock>>,
     wake: Condvar,
     child: Mutex<ChildState>,
 }
@@ -145,6 +148,12 @@ impl Shared {
             self.release_requested.store(true, Ordering::SeqCst);
         }
         self.wake.notify_all();
+    }
+
+    /// Drop the kernel owner lock (after a release, or when runlease stops owning).
+    fn drop_owner_lock(&self) {
+        let lock = self.owner_lock.lock().ok().and_then(|mut l| l.take());
+        drop(lock);
     }
 
     fn released(&self) -> Option<lease_core::Generation> {
@@ -246,6 +255,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         stop: Mutex::new(false),
         release_requested: AtomicBool::new(false),
         released: Mutex::new(None),
+        owner_lock: Mutex::new(None),
         wake: Condvar::new(),
         child: Mutex::new(ChildState::NotStarted),
     });
@@ -398,6 +408,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         }
     }
 
+    if let Ok(mut l) = shared.owner_lock.lock() {
+        *l = lock;
+    }
     let heartbeat = {
         let shared = Arc::clone(&shared);
         let run = Arc::clone(&run);
@@ -481,7 +494,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         })
     });
     if let Some(why) = fenced {
-        drop(lock);
+        shared.drop_owner_lock();
         return Err(CliError::new(
             "FENCED",
             75,
@@ -498,7 +511,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         Some(g) => Ok(g),
         None => run.release(&lease, wall_now()?, None),
     };
-    drop(lock);
+    shared.drop_owner_lock();
     match released {
         Ok(g) => {
             if out.json {
@@ -625,6 +638,8 @@ fn release_on_request(shared: &Shared, run: &RunDir, lease: &OwnedLease) {
             if let Ok(mut r) = shared.released.lock() {
                 *r = Some(g);
             }
+            // A clean hand-over: the next owner on this host need not wait for our exit.
+            shared.drop_owner_lock();
             eprintln!(
                 "runlease: released generation {} as generation {g} on request; the command runs on without the lease",
                 lease.generation
