@@ -342,7 +342,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
             if lock.is_some() {
                 ""
             } else {
-                " (without the kernel owner lock: the replaced owner still holds it)"
+                " (without the kernel owner lock: a stopping or replaced owner still holds it)"
             }
         ));
     }
@@ -839,10 +839,24 @@ fn attempt(
     run.set_liveness(Arc::new(liveness));
     let holder = this_holder()?;
 
-    if lock.is_none() {
+    // Without the lock: a free run is claimed anyway (the exclusive creation of the next
+    // epoch decides between racers; the lock only serves to prove a dead owner dead). The
+    // lock is then held by a process that is stopping, or by a stopped owner that was
+    // taken over: waiting for it would block every new owner until that process exits.
+    let free_without_lock = lock.is_none() && {
+        let view = run.status(wall_now()?, false)?;
+        if let Status::Invalid(e) = view.status {
+            return Err(e.into());
+        }
+        view.status == Status::Free
+    };
+    if lock.is_none() && !free_without_lock {
         let view = run.status(wall_now()?, true)?;
         if let Status::Invalid(e) = view.status {
             return Err(e.into());
+        }
+        if view.status == Status::Free {
+            return Ok(Attempt::Again);
         }
         if view.status == Status::Stale && opts.takeover_stale {
             return watch_and_take_over(run, &view, opts, policy, None, progress);

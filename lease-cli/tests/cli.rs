@@ -4,7 +4,6 @@ mod common;
 
 use common::*;
 use rustix::process::Signal;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -207,38 +206,19 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
     let (tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
     let pidfile = tmp.path().join("child.pid");
-    let script = format!("echo $$ > '{}'; exec sleep 30", pidfile.display());
-    let mut owner = spawn(&[
-        "run",
-        d,
-        "--heartbeat",
-        "200",
-        "--self-fence-after",
-        "600",
-        "--stale-after",
-        "1000",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    wait_for_state(&dir, "active", Duration::from_secs(5));
-    let t = Instant::now();
-    let child_pid: u32 = loop {
-        if let Some(p) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            break p;
-        }
-        assert!(t.elapsed() < Duration::from_secs(5), "child never started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // The command appends `old` events in a loop, ignoring refusals: it is in its own
+    // process group, so it keeps running (and trying) while its owner is stopped.
+    let script = format!(
+        r#"echo $$ > '{}'; while :; do runlease append "$RUNLEASE_RUN" --type old >/dev/null 2>&1; sleep 0.05; done"#,
+        pidfile.display()
+    );
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let child_pid = read_pid(&pidfile);
     std::thread::sleep(Duration::from_millis(300));
 
     signal(owner.id(), Signal::STOP);
-    std::thread::sleep(Duration::from_millis(1200));
-    let s = wait_for_state(&dir, "stale", Duration::from_secs(5));
+    let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
     let expect_owner = s["expect_owner"].as_str().unwrap().to_string();
     let expect_hb = s["expect_heartbeat"].as_str().unwrap().to_string();
     // Without expectations and without a terminal: refused as a usage error.
@@ -257,69 +237,188 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
     assert_eq!(r["state"], "free");
     assert_eq!(r["generation"], 2);
     assert_eq!(r["released_as"], 3);
+    assert_eq!(r["taken_over"]["owner_id"], expect_owner.as_str());
+    let cutoff = r["cutoff"].as_u64().expect("a cutoff");
+
+    // A new owner writes its events while the old command is still trying.
+    let o = runlease(&[
+        "run",
+        "--json",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"for i in 1 2 3; do runlease append "$RUNLEASE_RUN" --type new --payload "$i" >/dev/null || exit 9; done"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let new_gen = json_lines(&o)[0]["generation"].as_u64().unwrap();
+    assert_eq!(new_gen, 4);
 
     let resumed = Instant::now();
     signal(owner.id(), Signal::CONT);
-    let status = loop {
-        if let Some(st) = owner.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            resumed.elapsed() < Duration::from_secs(3),
-            "the fenced owner did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_exit(&mut owner, Duration::from_secs(15));
     assert_eq!(status.code(), Some(75));
-    assert!(resumed.elapsed() < Duration::from_millis(2500));
     let mut err = String::new();
     std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(err.contains("runlease: FENCED: "), "{err}");
+    assert!(resumed.elapsed() < Duration::from_secs(15));
     assert!(
-        !Path::new(&format!("/proc/{child_pid}")).exists(),
+        !alive(child_pid),
         "the fenced owner's command is still alive"
     );
-    // The fenced owner wrote nothing: the run stays free at generation 3.
+
+    // The new owner's events are intact and count; no `old` event past the cutoff counts.
+    let ev = json_lines(&runlease(&["events", "--json", d]));
+    let new: Vec<_> = ev.iter().filter(|e| e["type"] == "new").collect();
+    assert_eq!(new.len(), 3, "{ev:?}");
+    for (i, e) in new.iter().enumerate() {
+        assert_eq!(e["authoritative"], true, "{e}");
+        assert_eq!(e["generation"], new_gen);
+        assert_eq!(e["payload"], i as u64 + 1);
+    }
+    assert!(
+        ev.iter().any(|e| e["type"] == "old"),
+        "the old command never appended"
+    );
+    for e in ev.iter().filter(|e| e["type"] == "old") {
+        assert_eq!(e["generation"], 1, "{e}");
+        let counts = e["authoritative"] == true;
+        assert_eq!(counts, e["sequence"].as_u64().unwrap() <= cutoff, "{e}");
+    }
+    assert_eq!(runlease(&["verify", d]).status.code(), Some(0));
+    // The fenced owner wrote nothing after resuming: free at generation 5.
     let s = status_json(&dir);
     assert_eq!(s["state"], "free");
-    assert_eq!(s["generation"], 3);
+    assert_eq!(s["generation"], 5);
 }
 
+/// The README's 60-second tour, step by step.
 #[test]
 fn tour_kill9_status_dead_retire_run_again() {
     let (tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
+    // `runlease run ./demo-run -- sleep 600 &` (its pid noted, to clean up the orphan).
     let pidfile = tmp.path().join("child.pid");
-    let script = format!("echo $$ > '{}'; exec sleep 30", pidfile.display());
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
     let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
-    wait_for_state(&dir, "active", Duration::from_secs(5));
-    let t = Instant::now();
-    while !pidfile.exists() {
-        assert!(t.elapsed() < Duration::from_secs(5), "child never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    signal(owner.id(), Signal::KILL);
-    owner.wait().unwrap();
-    // The command survives its killed owner (no command records or reaping yet: lease-run);
-    // this test cleans it up itself.
-    let child: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    signal(child, Signal::KILL);
-    let s = wait_for_state(&dir, "dead", Duration::from_secs(5));
-    assert!(s["next_step"].as_str().unwrap().contains("runlease retire"));
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let child = read_pid(&pidfile);
+    // `runlease run ./demo-run -- true`: 76, naming the holder.
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("--retire-dead"));
-    let o = runlease(&["retire", "--json", d]);
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for part in [
+        format!("pid {}", owner.id()),
+        "host ".into(),
+        "since ".into(),
+        "generation 1".into(),
+    ] {
+        assert!(err.contains(&part), "lacks {part}: {err}");
+    }
+    // `kill -9 %1`.
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    // `runlease status ./demo-run`: dead, and the next step is retire.
+    let t = Instant::now();
+    let human = loop {
+        let o = runlease(&["status", d]);
+        let h = text(&o.stdout);
+        if h.contains(": dead") {
+            break h;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never dead: {h}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(human.contains("definitely dead"), "{human}");
+    assert!(human.contains(&format!("runlease retire {d}")), "{human}");
+    // `runlease retire ./demo-run`.
+    let o = runlease(&["retire", d]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert_eq!(json_lines(&o)[0]["retired_generation"], 1);
-    let o = runlease(&["run", d, "--", "true"]);
+    assert!(text(&o.stdout).contains("the run is free"));
+    // `runlease run ./demo-run -- sh -c 'runlease append "$RUNLEASE_RUN" --type step.done'`.
+    let o = runlease(&[
+        "run",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"runlease append "$RUNLEASE_RUN" --type step.done"#,
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert_eq!(status_json(&dir)["state"], "free");
+    // `runlease events ./demo-run`: the event, counting.
+    let o = runlease(&["events", d]);
+    let ev = text(&o.stdout);
+    assert!(ev.contains("step.done") && ev.contains("[counts]"), "{ev}");
+    // `runlease verify ./demo-run && runlease doctor ./demo-run`.
+    assert_eq!(runlease(&["verify", d]).status.code(), Some(0));
+    let o = runlease(&["doctor", d]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o.stdout).starts_with("OK"), "{}", text(&o.stdout));
+    // The dead owner's command outlived it (no command records yet: partial).
+    assert!(alive(child));
+    signal(child, Signal::KILL);
+}
+
+#[test]
+fn wait_2s_gets_the_run_once_the_holder_exits_and_gives_up_otherwise() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let mut holder = spawn(&["run", d, "--", "sleep", "1"]);
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let o = runlease(&["run", d, "--wait", "2s", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        holder.try_wait().unwrap().is_some(),
+        "got the run before the holder exited"
+    );
+    // Not a terminal: no progress line, only the final one.
+    assert!(!err.contains('\r') && !err.contains("\x1b["), "{err:?}");
+    assert!(err.contains("runlease: waited "), "{err}");
+    assert!(holder.wait().unwrap().success());
+
+    let mut holder = spawn(&["run", d, "--", "sleep", "30"]);
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let o = runlease(&["run", d, "--wait", "300ms", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(76), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("gave up after waiting"), "{err}");
+    signal(holder.id(), Signal::TERM);
+    assert_eq!(
+        wait_exit(&mut holder, Duration::from_secs(10)).code(),
+        Some(128 + 15)
+    );
+}
+
+#[test]
+fn run_forwards_sigint_and_sigterm_to_the_command() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    for (sig, code) in [(Signal::INT, 9), (Signal::TERM, 10)] {
+        let ready = tmp.path().join(format!("ready-{code}"));
+        let script = format!(
+            "trap 'exit 9' INT; trap 'exit 10' TERM; touch '{}'; while :; do sleep 0.05; done",
+            ready.display()
+        );
+        let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
+        let t = Instant::now();
+        while !ready.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "command never started"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(owner.id(), sig);
+        // The command's trap decides the exit code; runlease exits with it and releases.
+        assert_eq!(
+            wait_exit(&mut owner, Duration::from_secs(10)).code(),
+            Some(code)
+        );
+        assert_eq!(status_json(&dir)["state"], "free");
+    }
 }
 
 #[test]
