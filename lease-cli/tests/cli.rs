@@ -221,6 +221,22 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
     let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
     let expect_owner = s["expect_owner"].as_str().unwrap().to_string();
     let expect_hb = s["expect_heartbeat"].as_str().unwrap().to_string();
+    assert!(
+        s["next_step"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("--expect-owner {expect_owner}")),
+        "{s}"
+    );
+    let f = json_lines(&runlease(&["doctor", "--json", d]));
+    assert!(
+        f.iter().any(|f| f["code"] == "STALE_OWNER"
+            && f["next_step"]
+                .as_str()
+                .unwrap()
+                .starts_with("runlease takeover")),
+        "{f:?}"
+    );
     // Without expectations and without a terminal: refused as a usage error.
     assert_eq!(runlease(&["takeover", d]).status.code(), Some(64));
     let o = runlease(&[
@@ -332,6 +348,12 @@ fn tour_kill9_status_dead_retire_run_again() {
     };
     assert!(human.contains("definitely dead"), "{human}");
     assert!(human.contains(&format!("runlease retire {d}")), "{human}");
+    let f = json_lines(&runlease(&["doctor", "--json", d]));
+    assert!(
+        f.iter().any(|f| f["code"] == "DEAD_OWNER"
+            && f["next_step"] == format!("runlease retire {d}").as_str()),
+        "{f:?}"
+    );
     // `runlease retire ./demo-run`.
     let o = runlease(&["retire", d]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -385,6 +407,22 @@ fn wait_2s_gets_the_run_once_the_holder_exits_and_gives_up_otherwise() {
     assert_eq!(o.status.code(), Some(76), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("gave up after waiting"), "{err}");
+    // On a terminal (`script` provides one), a progress line is shown while waiting.
+    let o = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{BIN} run {d} --wait 1s -- true"),
+            "/dev/null",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("`script` (util-linux) runs a command on a terminal");
+    let shown = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(76), "{shown}");
+    assert!(
+        shown.contains("\rrunlease: waiting ") || shown.contains("\r\x1b[Krunlease: waiting "),
+        "{shown:?}"
+    );
     signal(holder.id(), Signal::TERM);
     assert_eq!(
         wait_exit(&mut holder, Duration::from_secs(10)).code(),
