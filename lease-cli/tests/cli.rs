@@ -565,3 +565,65 @@ fn doctor_list_and_prune_on_healthy_runs() {
         Some(0)
     );
 }
+
+#[test]
+fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    // Dead (SIGKILLed, its command killed too): --retire-dead retires it and owns the run.
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 30", pidfile.display());
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    let child = read_pid(&pidfile);
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    signal(child, Signal::KILL);
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+    let o = runlease(&["run", d, "--retire-dead", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("retired dead owner"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // Stale (SIGSTOPped): without the flag 76, with --takeover-stale it watches the record
+    // unchanged for the owner's stale_after, takes over and runs; the old owner is fenced.
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    signal(owner.id(), Signal::STOP);
+    wait_for_state(&dir, "stale", Duration::from_secs(10));
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--takeover-stale"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = runlease(&[
+        "run",
+        "--json",
+        d,
+        "--takeover-stale",
+        "--",
+        "sh",
+        "-c",
+        "echo in=$RUNLEASE_GENERATION",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let owned = &json_lines(&o)[0];
+    assert!(
+        owned["how"]
+            .as_str()
+            .unwrap()
+            .starts_with("took over from stale owner"),
+        "{owned}"
+    );
+    assert!(text(&o.stdout).contains(&format!("in={}", owned["generation"])));
+    signal(owner.id(), Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(15)).code(),
+        Some(75)
+    );
+    assert_eq!(status_json(&dir)["state"], "free");
+}
