@@ -112,7 +112,11 @@ pub enum Cmd {
 The command runs in its own process group with RUNLEASE_RUN (absolute run folder),
 RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its environment. SIGINT,
 SIGTERM and SIGHUP are forwarded to it. When it exits, whatever it left running in its
-process group is killed, the run is released and runlease exits with the command's code.
+process group is killed, the run is released and runlease exits with the command's code
+(128+N if signal N killed it). SIGUSR1 (sent by `runlease release` from the command) makes
+runlease release at once while the command runs on without the lease.
+A run held by a live owner is refused (exit 76) with one line naming its host, pid, since
+when and generation; --wait waits for it (a progress line on a terminal only).
 If the lease is lost (a newer owner, or no successful heartbeat for --self-fence-after),
 the process group is killed with SIGKILL and runlease exits 75 without releasing.
 The command does not get the terminal (it is not the foreground process group): when

@@ -413,6 +413,17 @@ fn is_ancestor(pid: u32) -> bool {
     false
 }
 
+/// Whether process `pid` runs the same executable file as this process.
+fn same_executable(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/exe")),
+        std::fs::read_link("/proc/self/exe"),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// `runlease release [DIR]`: the owner hands the run over cleanly (the token comes from
 /// `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`, or the flags).
 ///
@@ -424,7 +435,8 @@ fn is_ancestor(pid: u32) -> bool {
 ///   wait (`--timeout`) until the head shows the generation released by that owner. The
 ///   owner releases from its heartbeat thread, so no heartbeat follows the release; the
 ///   command runs on without the lease. If someone else supersedes the generation first:
-///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75).
+///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75). An ancestor holder that is
+///   not this runlease binary is not signalled (`RELEASE_NOT_DELIVERED`, 76).
 /// * **Otherwise** (an owner that claimed without `runlease run` and handed its token to
 ///   this process): release directly, as that owner. If the owner process still
 ///   heartbeats, it is fenced at its next heartbeat (a `runlease run` owner then kills its
@@ -436,6 +448,19 @@ pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
     let me = this_holder()?;
     let holder = &head.epoch.holder;
     let via_run = holder.host == me.host && holder.boot_id == me.boot_id && is_ancestor(holder.pid);
+    if via_run && !same_executable(holder.pid) {
+        // SIGUSR1 would terminate a process that does not handle it: only a runlease of
+        // this very binary is asked; a direct release would fence (and so kill) our owner.
+        return Err(CliError::new(
+            "RELEASE_NOT_DELIVERED",
+            76,
+            format!(
+                "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
+                run.run_id(),
+                holder.pid
+            ),
+        ));
+    }
     let released_as = if via_run {
         let pid = i32::try_from(holder.pid)
             .ok()
