@@ -156,6 +156,9 @@ fn exit_76_held() {
     wait_for_state(&dir, "active", Duration::from_secs(10));
     let o = runlease(&["run", d, "--", "true"]);
     expect(&o, 76, "RUN_ALREADY_ACTIVE");
+    // A fresh owner is never taken over, even with --yes.
+    let o = runlease(&["takeover", d, "--yes"]);
+    expect(&o, 76, "TAKEOVER_ACTIVE_REFUSED");
     signal(owner.id(), Signal::TERM);
     assert_eq!(
         wait_exit(&mut owner, Duration::from_secs(10)).code(),

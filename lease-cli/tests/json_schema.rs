@@ -300,3 +300,51 @@ fn every_subcommand_prints_exactly_its_documented_fields() {
         "schemas never printed by this test: {missing:?}"
     );
 }
+
+/// The doctor finding codes of the doc's table.
+fn documented_doctor_codes() -> Vec<String> {
+    let doc = include_str!("../../docs/cli-json.md");
+    let table = doc
+        .split("## Doctor finding codes")
+        .nth(1)
+        .expect("doc has a doctor code table");
+    table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| code") && !l.starts_with("|---"))
+        .map(|l| l.split('|').nth(1).unwrap().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn doctor_codes_in_help_json_and_doc_agree() {
+    let codes = documented_doctor_codes();
+    assert!(codes.len() >= 10, "{codes:?}");
+    let help = text(&runlease(&["doctor", "--help"]).stdout);
+    for c in &codes {
+        assert!(help.contains(c.as_str()), "`doctor --help` lacks {c}");
+    }
+    // The doctor schema's `code` field lists the same codes.
+    let doc = include_str!("../../docs/cli-json.md");
+    let code_row = doc
+        .lines()
+        .find(|l| l.starts_with("| `code` | yes | string | `OK`"))
+        .expect("doctor/1 code row");
+    for c in &codes {
+        assert!(
+            code_row.contains(&format!("`{c}`")),
+            "doctor/1 `code` lacks {c}"
+        );
+    }
+    // Every code doctor prints on a run with findings is documented.
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    std::fs::write(dir.join("lease/epochs/.tmp-1-1-000000001"), b"x").unwrap();
+    std::fs::write(dir.join("lease/epochs/notes.txt"), b"x").unwrap();
+    let printed = json_lines(&runlease(&["doctor", "--json", d]));
+    assert!(printed.len() >= 2, "{printed:?}");
+    for f in printed {
+        let c = f["code"].as_str().unwrap();
+        assert!(codes.iter().any(|x| x == c), "undocumented doctor code {c}");
+    }
+}
