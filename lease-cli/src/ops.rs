@@ -447,7 +447,12 @@ pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
     let (lease, head) = owned_head(&run, generation, &owner, "nothing was released")?;
     let me = this_holder()?;
     let holder = &head.epoch.holder;
-    let via_run = holder.host == me.host && holder.boot_id == me.boot_id && is_ancestor(holder.pid);
+    // The recorded start time rules out a reused pid.
+    let via_run = holder.host == me.host
+        && holder.boot_id == me.boot_id
+        && is_ancestor(holder.pid)
+        && lease_fs::probe::live_process_start_time(holder.pid)
+            .is_ok_and(|t| t == Some(holder.start_time));
     if via_run && !same_executable(holder.pid) {
         // SIGUSR1 would terminate a process that does not handle it: only a runlease of
         // this very binary is asked; a direct release would fence (and so kill) our owner.
