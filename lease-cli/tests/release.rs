@@ -131,3 +131,50 @@ fn a_direct_release_with_the_token_fences_a_running_owner() {
         (Some("free"), Some(2))
     );
 }
+
+#[test]
+fn a_release_request_to_a_stopped_owner_times_out_with_75() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let go = tmp.path().join("go");
+    let result = tmp.path().join("result");
+    let script = format!(
+        "while [ ! -e '{go}' ]; do sleep 0.02; done; runlease release --timeout 500ms; echo \"rel=$?\" > '{result}'",
+        go = go.display(),
+        result = result.display()
+    );
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    // The owner cannot answer while stopped; its command (own process group) runs on.
+    signal(owner.id(), rustix::process::Signal::STOP);
+    std::fs::write(&go, b"").unwrap();
+    let t = Instant::now();
+    let r = loop {
+        if let Ok(r) = std::fs::read_to_string(&result) {
+            if r.ends_with('\n') {
+                break r;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "release never returned"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(r.trim(), "rel=75");
+    // Resumed past its self-fence deadline, the owner releases nothing: it is fenced.
+    signal(owner.id(), rustix::process::Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(15)).code(),
+        Some(75)
+    );
+    let o = owner.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert!(err.contains("runlease: RELEASE_TIMEOUT: "), "{err}");
+    assert!(err.contains("runlease: FENCED: "), "{err}");
+    let s = status_json(&dir);
+    assert_eq!(
+        (s["generation"].as_u64(), s["epoch_state"].as_str()),
+        (Some(1), Some("active"))
+    );
+}
