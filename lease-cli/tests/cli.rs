@@ -428,6 +428,9 @@ fn wait_2s_gets_the_run_once_the_holder_exits_and_gives_up_otherwise() {
         wait_exit(&mut holder, Duration::from_secs(10)).code(),
         Some(128 + 15)
     );
+    // `--wait` with no value waits forever; on a free run it just runs.
+    let o = runlease(&["run", d, "--wait", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
 #[test]
