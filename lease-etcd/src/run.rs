@@ -19,11 +19,14 @@
 //! | `Replace(f)` / `Remove(f)` | put / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
 //! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there |
 //!
-//! The **epoch guard**: the creation of epoch `g` (every change of owner) is in the same
-//! transaction also conditioned on the liveness key of `g - 1`: absent (the owner of `g - 1`
-//! is gone: its etcd lease expired or was revoked), or attached to *this handle's* lease
-//! (the owner releasing its own generation). So a taker can never create `g` while the
-//! owner of `g - 1` still holds its etcd lease, whatever wall clocks say. When the epoch
+//! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
+//! owner of `g - 1` is in the same transaction also conditioned on the liveness key of
+//! `g - 1` being absent (that owner's etcd lease expired or was revoked). So a taker can
+//! never create `g` while the owner of `g - 1` still holds its etcd lease, whatever wall
+//! clocks say. The owner of `g - 1` itself (releasing) needs no such condition: a liveness
+//! key is created only once, by the transaction that created its epoch, so nobody else can
+//! hold `g - 1`'s. (As on the file system, an owner that is stale but not superseded may
+//! still release; its heartbeats, though, are `FENCED` once its etcd lease expired.) When the epoch
 //! created is `active`, the same transaction puts the new owner's liveness key with a fresh
 //! etcd lease of time to live `ceil(stale_after)`: epoch and liveness appear together.
 //!
@@ -470,18 +473,20 @@ impl EtcdRun {
         let key = self.key(f);
         let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
         let mut then = vec![TxnOp::put(key.clone(), bytes.clone(), None)];
-        // (generation below, whether this handle owns it)
-        let mut guard: Option<(Generation, bool)> = None;
+        // The generation whose owner's liveness key must be absent (module docs).
+        let mut guard: Option<Generation> = None;
         let mut granted: Option<(Generation, i64)> = None;
         if let FileRef::Epoch(g) = f {
             if let Some(prev) = Generation::new(g.get() - 1) {
-                let lk = self.live_key(prev);
-                let ours = self.owned.lock().ok().and_then(|o| o.get(&prev).copied());
-                compares.push(match ours {
-                    Some(id) => Compare::lease(lk, CompareOp::Equal, id),
-                    None => Compare::create_revision(lk, CompareOp::Equal, 0),
-                });
-                guard = Some((prev, ours.is_some()));
+                let ours = self.owned.lock().is_ok_and(|o| o.contains_key(&prev));
+                if !ours {
+                    compares.push(Compare::create_revision(
+                        self.live_key(prev),
+                        CompareOp::Equal,
+                        0,
+                    ));
+                    guard = Some(prev);
+                }
             }
             // The operation built these bytes; a record that does not decode gets no
             // liveness key (and will be refused by every reader anyway).
@@ -529,10 +534,16 @@ impl EtcdRun {
         let resp = match result {
             Ok(r) => r,
             Err(e) => {
-                // Outcome unknown: the lease is left to expire (if the epoch was created,
-                // it is this very attempt's and a retry adopts it; its liveness key then
-                // lapses with the lease, which only makes the owner look gone sooner
-                // than its record says: never longer).
+                // Outcome unknown. The granted lease is remembered for `g` all the same: if
+                // the epoch was created it is this very attempt's, and a retry of the
+                // operation adopts it (lease-core's adoption on retry), after which this
+                // handle must be able to keep that lease alive and release. If it was not
+                // created, the entry is inert: only an `OwnedLease` of `g`, which exists
+                // only if `g` is ours, is ever heartbeated, and the release guard compares
+                // against the lease actually attached in etcd. Unused, it simply expires.
+                if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
+                    o.insert(g, id);
+                }
                 return Err(e);
             }
         };
@@ -553,17 +564,7 @@ impl EtcdRun {
             return Ok(Response::AlreadyExists);
         }
         match guard {
-            Some((prev, true)) => {
-                if let Ok(mut o) = self.owned.lock() {
-                    o.remove(&prev);
-                }
-                Err(fenced(
-                    &self.run_id,
-                    prev,
-                    "its etcd lease expired (the cluster stopped hearing its keep-alives for stale_after): it must already have fenced itself",
-                ))
-            }
-            Some((prev, false)) => Err(EtcdError::Lease(LeaseError::TakeoverRace {
+            Some(prev) => Err(EtcdError::Lease(LeaseError::TakeoverRace {
                 run: self.run_id.to_string(),
                 detail: format!(
                     "the owner of generation {prev} still holds its etcd lease; generation {} can be created only after it expires",
@@ -755,7 +756,8 @@ impl EtcdRun {
     }
 
     /// Release the lease (with the store's seal, if any), then revoke its etcd lease.
-    /// `FENCED` (a no-op) if superseded or if its etcd lease already expired.
+    /// `FENCED` (a no-op) if superseded. As on the file system, an owner that is stale but
+    /// not superseded (here: its etcd lease expired) may still release.
     pub fn release(
         &self,
         lease: &OwnedLease,

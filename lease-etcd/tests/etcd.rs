@@ -519,6 +519,92 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
 }
 
 #[test]
+fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("guard").unwrap();
+    let owner = cluster.authority(&[0], "t", opts()).run(run_id.clone());
+    let lease = owner
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .unwrap();
+    owner.heartbeat(&lease, now_ts(), 1).unwrap();
+
+    // A taker whose wall clock runs 60 s ahead: lease-core judges the owner stale, but the
+    // owner's etcd lease is alive. The high-level takeover refuses up front (76) ...
+    let taker = cluster.authority(&[1, 2], "t", opts()).run(run_id.clone());
+    let skewed = now_ts().plus_millis(60_000);
+    let head = taker.status(skewed, false).unwrap().head.unwrap();
+    let e = taker
+        .takeover(
+            id("owner-b"),
+            holder(2),
+            policy,
+            skewed,
+            Expectation::of(&head),
+            TakeoverTrigger::Operator,
+            1,
+        )
+        .unwrap_err();
+    assert!(matches!(e, EtcdError::OwnerLeaseAlive { .. }), "{e}");
+    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_ACTIVE_REFUSED", 76));
+    // ... and the bare step machine, past that check, is stopped by the epoch guard in the
+    // creating transaction: no generation 2.
+    let raced = taker
+        .drive(&mut lease_core::ops::Takeover::new(
+            lease_core::ops::TakeoverParams {
+                run_id: run_id.clone(),
+                owner_id: id("owner-b"),
+                holder: holder(2),
+                policy,
+                now: skewed,
+                expect: Expectation::of(&head),
+                trigger: TakeoverTrigger::Operator,
+                nonce: 2,
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(raced.code(), "TAKEOVER_RACE", "{raced}");
+    assert!(raced.to_string().contains("etcd lease"), "{raced}");
+    assert_eq!(
+        owner
+            .status(now_ts(), false)
+            .unwrap()
+            .head
+            .unwrap()
+            .generation(),
+        lease.generation
+    );
+    owner
+        .heartbeat(&lease, now_ts(), 2)
+        .expect("the owner is untouched");
+
+    // An owner that stopped heartbeating past its lease is fenced by the cluster: its
+    // heartbeat is refused, and the run shows `dead` (liveness is the etcd lease).
+    std::thread::sleep(policy.stale_after() + Duration::from_millis(1_200));
+    assert_eq!(owner.owner_lease_ttl(lease.generation).unwrap(), None);
+    let hb = owner.heartbeat(&lease, now_ts(), 3).unwrap_err();
+    assert_eq!((hb.code(), hb.exit_code()), ("FENCED", 75), "{hb}");
+    assert!(hb.to_string().contains("etcd lease expired"), "{hb}");
+    let view = taker.status(now_ts(), true).unwrap();
+    assert_eq!(view.head.unwrap().generation(), lease.generation);
+    assert_eq!(
+        view.status.name(),
+        "dead",
+        "lease gone = dead for the etcd authority"
+    );
+    // As on the file system, a stale owner nobody replaced may still release (with its
+    // seal); nobody else can hold its generation's liveness key.
+    let g = owner.release(&lease, now_ts(), None).expect("release");
+    assert_eq!(g.get(), 2);
+    let next = taker
+        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .unwrap();
+    assert_eq!(next.generation.get(), 3);
+}
+
+#[test]
 fn unreachable_cluster_is_unavailable_within_the_deadline() {
     // Nothing listens on this port (bound and released): every call fails fast or times
     // out, and the operation ends by its deadline with UNAVAILABLE (69), never a hang.
