@@ -42,6 +42,19 @@
 //! least one heartbeat before anyone may create the next epoch (clock *rates* assumed
 //! comparable, as for the file system; leader changes only extend etcd leases).
 //!
+//! # Crash points
+//!
+//! Each request is one atomic etcd write (a put, a delete, or one transaction), so a crash
+//! falls between requests, where lease-core guarantees a recoverable state. The etcd-only
+//! steps, in order, for an active epoch: (1) grant a lease, (2) one transaction creating
+//! the epoch *and* its liveness key; at release, (3) the release's requests, then (4)
+//! revoke. A crash after (1) leaves an unused lease that expires; after (2), a retry by
+//! the same owner and process adopts the epoch and takes its etcd lease from the liveness
+//! key (`a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry`), or, with no
+//! retry, the lease expires and the owner is `dead`; before (4), the liveness key lingers
+//! until its lease expires, which blocks nothing (the guard only looks one generation
+//! back, at the released epoch, which has none).
+//!
 //! # Deadlines
 //!
 //! Every etcd call has a per-attempt deadline ([`EtcdOptions::call_timeout`]) and every
@@ -678,14 +691,68 @@ impl EtcdRun {
         policy: TimingPolicy,
         now: Timestamp,
     ) -> Result<OwnedLease, EtcdError> {
-        self.drive(&mut Claim::new(ClaimParams {
+        let lease = self.drive(&mut Claim::new(ClaimParams {
             run_id: self.run_id.clone(),
             owner_id,
             holder,
             policy,
             now,
             store_floor: None,
-        }))
+        }))?;
+        self.adopt_liveness(&lease)?;
+        Ok(lease)
+    }
+
+    /// Make sure this handle can keep `lease`'s etcd lease alive. A claim or takeover
+    /// returns an epoch this handle did not create when it adopts the epoch of an earlier
+    /// attempt of the same owner and process (lease-core's adoption on retry, e.g. after
+    /// that attempt's handle died right after the creating transaction). The etcd lease is
+    /// then taken over from the epoch's liveness key, which must hold this very holder;
+    /// if the key is gone the lease already expired and the adopted epoch is `FENCED`.
+    fn adopt_liveness(&self, lease: &OwnedLease) -> Result<(), EtcdError> {
+        let g = lease.generation;
+        if self.owned.lock().is_ok_and(|o| o.contains_key(&g)) {
+            return Ok(());
+        }
+        let deadline = self.deadline();
+        let lk = self.live_key(g);
+        let found = self.inner.rt.block_on(async {
+            let k = lk.clone();
+            let resp = self
+                .call("range", &lk, deadline, true, move |mut c| {
+                    let k = k.clone();
+                    async move { c.get(k, None).await }
+                })
+                .await?;
+            Ok::<_, EtcdError>(
+                resp.kvs()
+                    .first()
+                    .map(|kv| (kv.lease(), kv.value().to_vec())),
+            )
+        })?;
+        let Some((id, value)) = found else {
+            return Err(fenced(
+                &self.run_id,
+                g,
+                "the adopted epoch's etcd lease already expired",
+            ));
+        };
+        let h: Holder = serde_json::from_slice(&value).map_err(|e| EtcdError::LivenessInvalid {
+            run: self.run_id.to_string(),
+            key: lk.clone(),
+            detail: format!("not a holder record: {e}"),
+        })?;
+        if h != lease.holder {
+            return Err(EtcdError::LivenessInvalid {
+                run: self.run_id.to_string(),
+                key: lk,
+                detail: "the liveness key names another holder than the epoch".into(),
+            });
+        }
+        if let Ok(mut o) = self.owned.lock() {
+            o.insert(g, id);
+        }
+        Ok(())
     }
 
     /// One heartbeat within the operation deadline; see [`EtcdRun::heartbeat_until`].
@@ -815,7 +882,7 @@ impl EtcdRun {
                 });
             }
         }
-        self.drive(&mut Takeover::new(TakeoverParams {
+        let lease = self.drive(&mut Takeover::new(TakeoverParams {
             run_id: self.run_id.clone(),
             owner_id,
             holder,
@@ -824,7 +891,9 @@ impl EtcdRun {
             expect,
             trigger,
             nonce,
-        }))
+        }))?;
+        self.adopt_liveness(&lease)?;
+        Ok(lease)
     }
 
     /// Seconds left of the etcd lease of generation `g`'s owner, `None` when its

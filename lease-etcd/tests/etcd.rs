@@ -610,6 +610,74 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     assert_eq!(next.generation.get(), 3);
 }
 
+/// A claim whose process died right after the creating transaction (every later request
+/// of the operation undone) is recovered by a retry of the same owner and process on a new
+/// handle: lease-core adopts the epoch, the handle adopts its etcd lease from the liveness
+/// key, and the lease heartbeats and releases as usual. Each etcd request is one atomic
+/// write, so "crash between requests" is the only crash there is.
+#[test]
+fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
+    use lease_core::ops::{Claim, ClaimParams, Operation, Request, Step};
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("adopt").unwrap();
+    // A first, released generation so that the claim has a cutoff to finalize after its
+    // creation: the crash then skips real work.
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    {
+        let first = auth.run(run_id.clone());
+        let l = first
+            .claim(id("owner-0"), holder(9), policy, now_ts())
+            .unwrap();
+        first.release(&l, now_ts(), None).unwrap();
+    }
+    {
+        let dying = auth.run(run_id.clone());
+        let mut op = Claim::new(ClaimParams {
+            run_id: run_id.clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        });
+        let mut input = None;
+        loop {
+            match op.next(input.take()) {
+                Step::Io(req) => {
+                    let is_epoch = matches!(req, Request::CreateExclusive(FileRef::Epoch(_), _));
+                    let resp = dying.perform_request(req).unwrap();
+                    if is_epoch {
+                        assert_eq!(resp, lease_core::ops::Response::Created);
+                        break; // the process dies here
+                    }
+                    input = Some(resp);
+                }
+                Step::Done(r) => panic!("the claim finished before its epoch: {r:?}"),
+            }
+        }
+    }
+    let retry = auth.run(run_id.clone());
+    let lease = retry
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .expect("the retry adopts its own epoch");
+    assert_eq!(lease.generation.get(), 3);
+    retry
+        .heartbeat(&lease, now_ts(), 1)
+        .expect("and keeps its etcd lease alive");
+    // Another owner is still refused while it lives.
+    let other = auth.run(run_id.clone());
+    let e = other
+        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .unwrap_err();
+    assert_eq!(e.code(), "RUN_ALREADY_ACTIVE", "{e}");
+    assert_eq!(retry.release(&lease, now_ts(), None).unwrap().get(), 4);
+    assert_eq!(retry.owner_lease_ttl(lease.generation).unwrap(), None);
+    retry.verify().expect("chains verify");
+}
+
 #[test]
 fn unreachable_cluster_is_unavailable_within_the_deadline() {
     // Nothing listens on this port (bound and released): every call fails fast or times
