@@ -710,3 +710,39 @@ fn unreachable_cluster_is_unavailable_within_the_deadline() {
         "took {took:?} with a 1 s deadline"
     );
 }
+
+/// lease-run calls the authority from `tokio::task::spawn_blocking` (as it calls
+/// `RunDir`); the private runtime of `EtcdAuthority` must work there, and be dropped there.
+#[test]
+fn the_blocking_api_works_inside_spawn_blocking_of_another_runtime() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = rt.block_on(async move {
+        tokio::task::spawn_blocking(move || {
+            let addr = AuthorityAddr::parse(&format!("etcd://127.0.0.1:{port}/t")).unwrap();
+            let o = EtcdOptions {
+                call_timeout: Duration::from_millis(100),
+                op_timeout: Duration::from_millis(300),
+                connect_timeout: Duration::from_millis(100),
+            };
+            match EtcdAuthority::connect(&addr, o) {
+                Err(e) => e.code(),
+                Ok(auth) => {
+                    let run = auth.run(RunId::new("inside").unwrap());
+                    run.status(now_ts(), false).unwrap_err().code()
+                }
+            }
+        })
+        .await
+        .expect("no panic inside spawn_blocking")
+    });
+    assert_eq!(code, "UNAVAILABLE");
+}
