@@ -1,0 +1,173 @@
+//! The typed error of lease-etcd: protocol errors from lease-core plus the failures of
+//! talking to an etcd cluster, each naming the run and the key.
+
+use lease_core::{HeldBy, LeaseError};
+
+/// Every failure of the etcd authority.
+///
+/// Codes shared with the file-system authority keep their meaning and exit code
+/// (`TAKEOVER_ACTIVE_REFUSED` 76, every [`LeaseError`] code); the etcd-specific ones are in
+/// [`ETCD_ERROR_CODES`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// A protocol outcome (held, fenced, invalid record, ...), see [`LeaseError`].
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// The cluster could not be reached, or did not answer before the deadline (no
+    /// leader, member stopped, network cut). Nothing is known about whether a write that
+    /// failed this way took effect; the operation may be retried (lease-core's operations
+    /// adopt their own earlier half-done attempt).
+    #[error("UNAVAILABLE: run {run}: etcd {op} {key}: {detail}")]
+    Unavailable {
+        /// The run.
+        run: String,
+        /// The etcd call (`range`, `txn`, `put`, `delete`, `lease grant`, `keep-alive`...).
+        op: &'static str,
+        /// The key (or key prefix) it was about.
+        key: String,
+        /// What failed, with the deadline when it expired.
+        detail: String,
+    },
+    /// etcd refused a request for a reason that retrying will not fix (permission
+    /// denied, request too large, invalid argument).
+    #[error("ETCD_REFUSED: run {run}: etcd {op} {key}: {detail}")]
+    Refused {
+        /// The run.
+        run: String,
+        /// The etcd call.
+        op: &'static str,
+        /// The key.
+        key: String,
+        /// etcd's answer.
+        detail: String,
+    },
+    /// An `etcd://host:port[,host:port...]/prefix` authority address is not valid.
+    #[error("AUTHORITY_INVALID: {value:?}: {reason}")]
+    AuthorityInvalid {
+        /// The address as given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A liveness key of the run does not hold a holder record: reported, never treated
+    /// as "dead".
+    #[error("LIVENESS_INVALID: run {run}: key {key}: {detail}")]
+    LivenessInvalid {
+        /// The run.
+        run: String,
+        /// The key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A takeover was refused because the owner's etcd lease is still alive: it may still
+    /// be heartbeating through another member, or it has not yet been silent for its
+    /// `stale_after` (the lease's time to live). Same code and exit code as the file-system
+    /// refusal of a fresh owner.
+    #[error(
+        "TAKEOVER_ACTIVE_REFUSED: run {run}: {held}: its etcd lease is still alive ({ttl_s} s left of the lease that expires {stale_after_ms} ms after its last keep-alive); retry after it expires"
+    )]
+    OwnerLeaseAlive {
+        /// The run.
+        run: String,
+        /// The owner.
+        held: Box<HeldBy>,
+        /// Seconds left of its etcd lease, as etcd reports them.
+        ttl_s: i64,
+        /// The owner's stale_after (the lease's time to live).
+        stale_after_ms: u64,
+    },
+}
+
+impl EtcdError {
+    /// Stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            EtcdError::Lease(e) => e.code(),
+            EtcdError::Unavailable { .. } => "UNAVAILABLE",
+            EtcdError::Refused { .. } => "ETCD_REFUSED",
+            EtcdError::AuthorityInvalid { .. } => "AUTHORITY_INVALID",
+            EtcdError::LivenessInvalid { .. } => "LIVENESS_INVALID",
+            EtcdError::OwnerLeaseAlive { .. } => "TAKEOVER_ACTIVE_REFUSED",
+        }
+    }
+
+    /// sysexits-style exit code: 69 (`EX_UNAVAILABLE`) when the cluster cannot be reached,
+    /// so scripts can tell "authority down" from 75 "you were fenced"; 70 for a refusal by
+    /// etcd; 64 for a bad address; 65 for bad data in a liveness key; 76 for a held run.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            EtcdError::Lease(e) => e.exit_code(),
+            EtcdError::Unavailable { .. } => 69,
+            EtcdError::Refused { .. } => 70,
+            EtcdError::AuthorityInvalid { .. } => 64,
+            EtcdError::LivenessInvalid { .. } => 65,
+            EtcdError::OwnerLeaseAlive { .. } => 76,
+        }
+    }
+
+    /// The protocol error inside, if this is one.
+    pub fn lease(&self) -> Option<&LeaseError> {
+        match self {
+            EtcdError::Lease(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the cluster being unreachable (the owner's cue to count towards its
+    /// self-fence deadline, and a caller's cue to retry).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, EtcdError::Unavailable { .. })
+    }
+}
+
+/// Every lease-etcd specific code with its exit code (protocol codes are in
+/// [`lease_core::ERROR_CODES`]; `TAKEOVER_ACTIVE_REFUSED` 76 is shared with them).
+pub const ETCD_ERROR_CODES: &[(&str, i32)] = &[
+    ("UNAVAILABLE", 69),
+    ("ETCD_REFUSED", 70),
+    ("AUTHORITY_INVALID", 64),
+    ("LIVENESS_INVALID", 65),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_table_matches_the_variants() {
+        let e = |err: EtcdError| (err.code(), err.exit_code());
+        let cases = [
+            e(EtcdError::Unavailable {
+                run: "r".into(),
+                op: "range",
+                key: "k".into(),
+                detail: "d".into(),
+            }),
+            e(EtcdError::Refused {
+                run: "r".into(),
+                op: "put",
+                key: "k".into(),
+                detail: "d".into(),
+            }),
+            e(EtcdError::AuthorityInvalid {
+                value: "v".into(),
+                reason: "r".into(),
+            }),
+            e(EtcdError::LivenessInvalid {
+                run: "r".into(),
+                key: "k".into(),
+                detail: "d".into(),
+            }),
+        ];
+        assert_eq!(cases.as_slice(), ETCD_ERROR_CODES);
+        // No etcd-specific code collides with a protocol code.
+        for (code, _) in ETCD_ERROR_CODES {
+            assert!(
+                lease_core::ERROR_CODES.iter().all(|(c, _)| c != code),
+                "{code}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1043 @@
+//! The etcd authority: lease-core's requests executed as etcd calls, and the run
+//! operations of lease-fs's `RunDir` on top of them.
+//!
+//! # Key layout
+//!
+//! Every file of the run folder becomes one key, `/<prefix>/<run id>/<FileRef::path()>`
+//! (`.../lease/epochs/00000000000000000003.json`, `.../events/...`); a listing is a
+//! keys-only range over `/<prefix>/<run id>/<dir>/` whose names are parsed exactly as on
+//! disk. Liveness keys `/<prefix>/<run id>/live/<generation:020>` hold the owner's
+//! [`Holder`] and are attached to the owner's etcd lease.
+//!
+//! # Requests
+//!
+//! | request | etcd |
+//! |---|---|
+//! | `List(dir)` | range, keys only |
+//! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
+//! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
+//! | `Replace(f)` / `Remove(f)` | put / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
+//! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there |
+//!
+//! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
+//! owner of `g - 1` is in the same transaction also conditioned on the liveness key of
+//! `g - 1` being absent (that owner's etcd lease expired or was revoked). So a taker can
+//! never create `g` while the owner of `g - 1` still holds its etcd lease, whatever wall
+//! clocks say. The owner of `g - 1` itself (releasing) needs no such condition: a liveness
+//! key is created only once, by the transaction that created its epoch, so nobody else can
+//! hold `g - 1`'s. (As on the file system, an owner that is stale but not superseded may
+//! still release; its heartbeats, though, are `FENCED` once its etcd lease expired.) When the epoch
+//! created is `active`, the same transaction puts the new owner's liveness key with a fresh
+//! etcd lease of time to live `ceil(stale_after)`: epoch and liveness appear together.
+//!
+//! # Liveness and fencing
+//!
+//! The fencing token stays the generation. The etcd lease is kept alive only by
+//! [`EtcdRun::heartbeat_until`] (one keep-alive per heartbeat, no background keeper), so
+//! the cluster stops hearing the owner exactly when its heartbeats stop succeeding. The
+//! owner self-fences when its last successful heartbeat *started* `self_fence_after` ago
+//! ([`lease_core::must_self_fence`]); the cluster can drop its etcd lease no earlier than
+//! `ttl >= stale_after >= self_fence_after + heartbeat` after that keep-alive was
+//! *received*, which is after the heartbeat started. So the owner has fenced itself at
+//! least one heartbeat before anyone may create the next epoch (clock *rates* assumed
+//! comparable, as for the file system; leader changes only extend etcd leases).
+//!
+//! # Crash points
+//!
+//! Each request is one atomic etcd write (a put, a delete, or one transaction), so a crash
+//! falls between requests, where lease-core guarantees a recoverable state. The etcd-only
+//! steps, in order, for an active epoch: (1) grant a lease, (2) one transaction creating
+//! the epoch *and* its liveness key; at release, (3) the release's requests, then (4)
+//! revoke. A crash after (1) leaves an unused lease that expires; after (2), a retry by
+//! the same owner and process adopts the epoch and takes its etcd lease from the liveness
+//! key (`a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry`), or, with no
+//! retry, the lease expires and the owner is `dead`; before (4), the liveness key lingers
+//! until its lease expires, which blocks nothing (the guard only looks one generation
+//! back, at the released epoch, which has none).
+//!
+//! # Deadlines
+//!
+//! Every etcd call has a per-attempt deadline ([`EtcdOptions::call_timeout`]) and every
+//! operation an overall one ([`EtcdOptions::op_timeout`], or the caller's for
+//! heartbeats). Idempotent calls (reads, put, delete, keep-alive, lease grant) are retried
+//! within the operation deadline after an availability error; a transaction is never
+//! retried (its outcome is unknown): the operation fails with `UNAVAILABLE` and may be
+//! retried as a whole (lease-core adopts its own half-done attempt).
+
+use crate::addr::AuthorityAddr;
+use crate::error::EtcdError;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use lease_core::ops::{
+    Append, AppendParams, Appended, Claim, ClaimParams, EventLogView, Expectation, Heartbeat,
+    LivenessEvidence, Operation, OwnedLease, OwnerLock, ProcessState, Prune, PruneParams,
+    PruneReport, ReadEvents, Release, ReleaseParams, Request, Response, Retire, RetireParams,
+    Retired, Status, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
+    VerifyReport,
+};
+use lease_core::{
+    Digest, EpochRecord, EpochState, FileRef, Generation, Holder, Identity, LeaseError, RunId,
+    Seal, Sequence, Timestamp, TimingPolicy,
+};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Deadlines of the etcd authority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdOptions {
+    /// Deadline of one attempt of one etcd call (default 1 s).
+    pub call_timeout: Duration,
+    /// Deadline of a whole operation (claim, release, status, ...), retries included
+    /// (default 10 s). Heartbeats take their deadline from the caller.
+    pub op_timeout: Duration,
+    /// Deadline of establishing a connection to one member (default 1 s).
+    pub connect_timeout: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            call_timeout: Duration::from_secs(1),
+            op_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+struct Inner {
+    // Field order matters: the client (and its connection tasks) drops before the runtime.
+    client: Client,
+    prefix: String,
+    opts: EtcdOptions,
+    rt: tokio::runtime::Runtime,
+}
+
+/// A connection to an etcd cluster under one key prefix; opens [`EtcdRun`]s.
+///
+/// It owns a small private tokio runtime (one worker thread) that drives the gRPC
+/// connections; the API is blocking, like lease-fs's `RunDir`. Call it from plain threads
+/// or from `tokio::task::spawn_blocking`, never directly from async code (blocking on the
+/// private runtime inside another runtime's worker panics). Drop it outside async code too.
+#[derive(Clone)]
+pub struct EtcdAuthority {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EtcdAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdAuthority")
+            .field("prefix", &self.inner.prefix)
+            .field("opts", &self.inner.opts)
+            .finish()
+    }
+}
+
+impl EtcdAuthority {
+    /// Connect to the cluster at `addr`. Connections are made lazily and re-made as members
+    /// come and go; an unreachable cluster shows as `UNAVAILABLE` on the first operation.
+    pub fn connect(addr: &AuthorityAddr, opts: EtcdOptions) -> Result<EtcdAuthority, EtcdError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("lease-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| EtcdError::Unavailable {
+                run: "?".into(),
+                op: "start runtime",
+                key: String::new(),
+                detail: e.to_string(),
+            })?;
+        let options = ConnectOptions::new()
+            .with_connect_timeout(opts.connect_timeout)
+            .with_timeout(opts.call_timeout)
+            // gRPC keep-alive pings find a dead or stopped member's connection.
+            .with_keep_alive(opts.call_timeout, opts.call_timeout)
+            .with_keep_alive_while_idle(true)
+            // A member cut off from the leader answers at once instead of waiting.
+            .with_require_leader(true);
+        let endpoints = addr.endpoints.clone();
+        let prefix_key = format!("/{}/", addr.prefix);
+        let client = rt
+            .block_on(async {
+                tokio::time::timeout(
+                    opts.op_timeout,
+                    Client::connect(endpoints.clone(), Some(options)),
+                )
+                .await
+            })
+            .map_err(|_| EtcdError::Unavailable {
+                run: "?".into(),
+                op: "connect",
+                key: prefix_key.clone(),
+                detail: format!(
+                    "no connection to {} within {} ms",
+                    endpoints.join(","),
+                    opts.op_timeout.as_millis()
+                ),
+            })?
+            .map_err(|e| classify(e, "?", "connect", &prefix_key))?;
+        Ok(EtcdAuthority {
+            inner: Arc::new(Inner {
+                client,
+                prefix: addr.prefix.clone(),
+                opts,
+                rt,
+            }),
+        })
+    }
+
+    /// The handle of one run under this authority's prefix.
+    pub fn run(&self, run_id: RunId) -> EtcdRun {
+        EtcdRun {
+            base: format!("/{}/{}/", self.inner.prefix, run_id),
+            inner: self.inner.clone(),
+            run_id,
+            owned: Mutex::new(BTreeMap::new()),
+            tail: Mutex::new(None),
+        }
+    }
+
+    /// The deadlines in force.
+    pub fn options(&self) -> EtcdOptions {
+        self.inner.opts
+    }
+}
+
+/// A run whose authority is an etcd cluster: the operations of lease-fs's `RunDir`, by the
+/// same lease-core step machines, with each request executed as etcd calls (module docs).
+///
+/// The handle remembers the etcd leases it was granted for the epochs it created; only the
+/// handle that claimed (or took over) a generation can heartbeat or release it. Dropping
+/// the handle without releasing behaves like a crash: the etcd lease runs out.
+pub struct EtcdRun {
+    inner: Arc<Inner>,
+    run_id: RunId,
+    base: String,
+    /// etcd lease id per generation this handle owns.
+    owned: Mutex<BTreeMap<Generation, i64>>,
+    /// Tail of the event log (a hint, verified on use).
+    tail: Mutex<Option<(Sequence, Digest)>>,
+}
+
+impl std::fmt::Debug for EtcdRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdRun")
+            .field("run_id", &self.run_id)
+            .field("base", &self.base)
+            .finish()
+    }
+}
+
+/// Map an etcd-client error to `UNAVAILABLE` (try again: the cluster or a member is not
+/// answering) or `ETCD_REFUSED` (it answered no).
+fn classify(e: etcd_client::Error, run: &str, op: &'static str, key: &str) -> EtcdError {
+    use etcd_client::Error as E;
+    let unavailable = match &e {
+        E::TransportError(_) | E::IoError(_) | E::LeaseKeepAliveError(_) => true,
+        // gRPC status codes by their fixed numbers (the gRPC spec), so this crate needs
+        // no direct tonic dependency: CANCELLED 1, UNKNOWN 2 (tonic's transport failures),
+        // DEADLINE_EXCEEDED 4, RESOURCE_EXHAUSTED 8, ABORTED 10, UNAVAILABLE 14 (etcd's
+        // "no leader" / "request timed out" / "leader changed").
+        E::GRpcStatus(s) => matches!(s.code() as i32, 1 | 2 | 4 | 8 | 10 | 14),
+        _ => false,
+    };
+    let detail = e.to_string();
+    if unavailable {
+        EtcdError::Unavailable {
+            run: run.to_string(),
+            op,
+            key: key.to_string(),
+            detail,
+        }
+    } else {
+        EtcdError::Refused {
+            run: run.to_string(),
+            op,
+            key: key.to_string(),
+            detail,
+        }
+    }
+}
+
+/// Whether the call certainly never reached a member: somewhere in the error's cause
+/// chain the TCP connection was refused.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = match e {
+        E::GRpcStatus(s) => std::error::Error::source(s),
+        E::TransportError(t) => std::error::Error::source(t),
+        E::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// etcd lease time to live for `stale_after`: whole seconds, rounded up (never shorter
+/// than `stale_after`, see the module docs for why that direction is the safe one).
+pub fn lease_ttl_secs(policy: &TimingPolicy) -> i64 {
+    let ms = policy.stale_after_ms();
+    i64::try_from(ms.div_ceil(1000)).unwrap_or(i64::MAX).max(1)
+}
+
+/// The instant by which an owner whose last successful heartbeat started at
+/// `last_ok_started` must have fenced itself: pass it to [`EtcdRun::heartbeat_until`] so a
+/// heartbeat never outlives the self-fence deadline.
+pub fn self_fence_deadline(policy: &TimingPolicy, last_ok_started: Instant) -> Instant {
+    last_ok_started + policy.self_fence_after()
+}
+
+fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> EtcdError {
+    EtcdError::Lease(LeaseError::Fenced {
+        run: run.to_string(),
+        generation,
+        detail: detail.into(),
+    })
+}
+
+impl EtcdRun {
+    /// The run id.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// The key prefix of this run (`/<prefix>/<run id>/`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The key of a run file.
+    pub fn key(&self, f: FileRef) -> String {
+        format!("{}{}", self.base, f.path())
+    }
+
+    /// The liveness key of generation `g`.
+    pub fn live_key(&self, g: Generation) -> String {
+        format!("{}live/{:020}", self.base, g.get())
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.opts.op_timeout
+    }
+
+    /// One etcd call with deadlines: each attempt ends by `min(deadline, now +
+    /// call_timeout)`; with `retry`, availability errors are retried until `deadline`.
+    async fn call<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        deadline: Instant,
+        retry: bool,
+        mut f: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let run = self.run_id.as_str();
+        let mut last: Option<EtcdError> = None;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(last.unwrap_or_else(|| EtcdError::Unavailable {
+                    run: run.to_string(),
+                    op,
+                    key: key.to_string(),
+                    detail: "the operation's deadline passed before the call".into(),
+                }));
+            }
+            let attempt_end = deadline.min(now + self.inner.opts.call_timeout);
+            let mut may_retry = retry;
+            let err = match tokio::time::timeout_at(
+                tokio::time::Instant::from_std(attempt_end),
+                f(self.inner.client.clone()),
+            )
+            .await
+            {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => {
+                    // A request that never left (the member refused the connection: the
+                    // client's balancer still picks a crashed member until it notices) is
+                    // safe to retry even when it is a transaction.
+                    may_retry |= never_sent(&e);
+                    classify(e, run, op, key)
+                }
+                Err(_) => EtcdError::Unavailable {
+                    run: run.to_string(),
+                    op,
+                    key: key.to_string(),
+                    detail: format!(
+                        "no answer within {} ms{}",
+                        attempt_end.saturating_duration_since(now).as_millis(),
+                        if retry {
+                            ""
+                        } else {
+                            " (the write may or may not have taken effect)"
+                        }
+                    ),
+                },
+            };
+            if !may_retry || !err.is_unavailable() {
+                return Err(err);
+            }
+            last = Some(err);
+            let pause = tokio::time::Instant::from_std(
+                deadline.min(Instant::now() + Duration::from_millis(50)),
+            );
+            tokio::time::sleep_until(pause).await;
+        }
+    }
+
+    async fn get_one(
+        &self,
+        key: String,
+        keys_only: bool,
+        deadline: Instant,
+    ) -> Result<Option<Vec<u8>>, EtcdError> {
+        let k = key.clone();
+        let resp = self
+            .call("range", &key, deadline, true, move |mut c| {
+                let k = k.clone();
+                async move {
+                    let opts = keys_only.then(|| GetOptions::new().with_keys_only());
+                    c.get(k, opts).await
+                }
+            })
+            .await?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// Perform one request of a lease-core operation, finishing by `deadline`.
+    async fn perform(&self, req: Request, deadline: Instant) -> Result<Response, EtcdError> {
+        match req {
+            Request::List(dir) => {
+                let p = format!("{}{}/", self.base, dir.path());
+                let pk = p.clone();
+                let resp = self
+                    .call("range", &p, deadline, true, move |mut c| {
+                        let pk = pk.clone();
+                        async move {
+                            c.get(pk, Some(GetOptions::new().with_prefix().with_keys_only()))
+                                .await
+                        }
+                    })
+                    .await?;
+                // Names are parsed exactly as on disk: anything that is not a name the
+                // layout produces (deeper keys, strays) is not a listed entry.
+                let names = resp
+                    .kvs()
+                    .iter()
+                    .filter_map(|kv| kv.key().strip_prefix(p.as_bytes()))
+                    .filter_map(|n| std::str::from_utf8(n).ok())
+                    .filter_map(|n| dir.parse_name(n))
+                    .collect();
+                Ok(Response::Listing(names))
+            }
+            Request::Read(f) => Ok(Response::Content(
+                self.get_one(self.key(f), false, deadline).await?,
+            )),
+            Request::Exists(f) => Ok(Response::Exists(
+                self.get_one(self.key(f), true, deadline).await?.is_some(),
+            )),
+            Request::CreateExclusive(f, bytes) => self.create(f, bytes, deadline).await,
+            Request::Replace(f, bytes, _durability) => {
+                let key = self.key(f);
+                let k = key.clone();
+                self.call("put", &key, deadline, true, move |mut c| {
+                    let (k, b) = (k.clone(), bytes.clone());
+                    async move { c.put(k, b, None).await }
+                })
+                .await?;
+                Ok(Response::Done)
+            }
+            Request::Remove(f, _durability) => {
+                let key = self.key(f);
+                let k = key.clone();
+                self.call("delete", &key, deadline, true, move |mut c| {
+                    let k = k.clone();
+                    async move { c.delete(k, None).await }
+                })
+                .await?;
+                Ok(Response::Done)
+            }
+            Request::ProbeLiveness(holder) => self.probe(&holder, deadline).await,
+        }
+    }
+
+    /// Exclusive create as one transaction (module docs: the epoch guard and the liveness
+    /// key of a new active owner).
+    async fn create(
+        &self,
+        f: FileRef,
+        bytes: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Response, EtcdError> {
+        let key = self.key(f);
+        let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+        let mut then = vec![TxnOp::put(key.clone(), bytes.clone(), None)];
+        // The generation whose owner's liveness key must be absent (module docs).
+        let mut guard: Option<Generation> = None;
+        let mut granted: Option<(Generation, i64)> = None;
+        if let FileRef::Epoch(g) = f {
+            if let Some(prev) = Generation::new(g.get() - 1) {
+                let ours = self.owned.lock().is_ok_and(|o| o.contains_key(&prev));
+                if !ours {
+                    compares.push(Compare::create_revision(
+                        self.live_key(prev),
+                        CompareOp::Equal,
+                        0,
+                    ));
+                    guard = Some(prev);
+                }
+            }
+            // The operation built these bytes; a record that does not decode gets no
+            // liveness key (and will be refused by every reader anyway).
+            if let Ok(rec) = lease_core::decode_for::<EpochRecord>(&self.run_id, &bytes) {
+                if rec.state == EpochState::Active {
+                    let ttl = lease_ttl_secs(&rec.policy);
+                    let lk = self.live_key(g);
+                    let id = self
+                        .call(
+                            "lease grant",
+                            &lk,
+                            deadline,
+                            true,
+                            move |mut c| async move { c.lease_grant(ttl, None).await },
+                        )
+                        .await?
+                        .id();
+                    let holder = serde_json::to_vec(&rec.holder).map_err(|e| {
+                        EtcdError::Lease(LeaseError::ProtocolViolation {
+                            detail: format!("holder does not encode: {e}"),
+                        })
+                    })?;
+                    then.push(TxnOp::put(
+                        lk,
+                        holder,
+                        Some(PutOptions::new().with_lease(id)),
+                    ));
+                    granted = Some((g, id));
+                }
+            }
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(then)
+            .or_else(vec![TxnOp::get(
+                key.clone(),
+                Some(GetOptions::new().with_keys_only()),
+            )]);
+        let result = self
+            .call("txn", &key, deadline, false, move |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await;
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // Outcome unknown. The granted lease is remembered for `g` all the same: if
+                // the epoch was created it is this very attempt's, and a retry of the
+                // operation adopts it (lease-core's adoption on retry), after which this
+                // handle must be able to keep that lease alive and release. If it was not
+                // created, the entry is inert: only an `OwnedLease` of `g`, which exists
+                // only if `g` is ours, is ever heartbeated, and the release guard compares
+                // against the lease actually attached in etcd. Unused, it simply expires.
+                if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
+                    o.insert(g, id);
+                }
+                return Err(e);
+            }
+        };
+        if resp.succeeded() {
+            if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
+                o.insert(g, id);
+            }
+            return Ok(Response::Created);
+        }
+        if let Some((_, id)) = granted {
+            self.revoke_quietly(id).await;
+        }
+        let exists = resp.op_responses().into_iter().any(|r| match r {
+            TxnOpResponse::Get(g) => !g.kvs().is_empty(),
+            _ => false,
+        });
+        if exists {
+            return Ok(Response::AlreadyExists);
+        }
+        match guard {
+            Some(prev) => Err(EtcdError::Lease(LeaseError::TakeoverRace {
+                run: self.run_id.to_string(),
+                detail: format!(
+                    "the owner of generation {prev} still holds its etcd lease; generation {} can be created only after it expires",
+                    prev.get() + 1
+                ),
+            })),
+            None => Err(EtcdError::Lease(LeaseError::ProtocolViolation {
+                detail: format!("etcd refused the exclusive create of {key} without a reason"),
+            })),
+        }
+    }
+
+    /// Revoke an etcd lease, best effort within one call timeout (an unrevoked lease
+    /// simply expires).
+    async fn revoke_quietly(&self, id: i64) {
+        let deadline = Instant::now() + self.inner.opts.call_timeout;
+        let _ = self
+            .call(
+                "lease revoke",
+                "",
+                deadline,
+                false,
+                move |mut c| async move { c.lease_revoke(id).await },
+            )
+            .await;
+    }
+
+    /// Liveness as the cluster sees it: a liveness key holding `holder` exists while that
+    /// owner's etcd lease is alive.
+    ///
+    /// The evidence is filled so that `lease_core::ops::definitely_dead` judges exactly
+    /// "its etcd lease is gone": the cluster is the observer (same boot id as the holder),
+    /// the process counts as gone and the owner lock as free once the lease expired or was
+    /// revoked, and as running and held while it is alive. This is sound because the owner
+    /// fenced itself before its lease could expire (module docs).
+    async fn probe(&self, holder: &Holder, deadline: Instant) -> Result<Response, EtcdError> {
+        let p = format!("{}live/", self.base);
+        let pk = p.clone();
+        let resp = self
+            .call("range", &p, deadline, true, move |mut c| {
+                let pk = pk.clone();
+                async move { c.get(pk, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        let mut alive = false;
+        for kv in resp.kvs() {
+            let h: Holder =
+                serde_json::from_slice(kv.value()).map_err(|e| EtcdError::LivenessInvalid {
+                    run: self.run_id.to_string(),
+                    key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    detail: format!("not a holder record: {e}"),
+                })?;
+            alive |= &h == holder;
+        }
+        Ok(Response::Liveness(LivenessEvidence {
+            observer_boot_id: holder.boot_id.clone(),
+            process: if alive {
+                ProcessState::Running {
+                    start_time: holder.start_time,
+                }
+            } else {
+                ProcessState::Gone
+            },
+            owner_lock: if alive {
+                OwnerLock::Held
+            } else {
+                OwnerLock::Free
+            },
+        }))
+    }
+
+    async fn drive_async<O: Operation>(
+        &self,
+        op: &mut O,
+        deadline: Instant,
+    ) -> Result<O::Output, EtcdError> {
+        let mut input = None;
+        loop {
+            match op.next(input.take()) {
+                Step::Io(req) => input = Some(self.perform(req, deadline).await?),
+                Step::Done(r) => return r.map_err(EtcdError::from),
+            }
+        }
+    }
+
+    /// Run a lease-core operation to completion within the operation deadline.
+    pub fn drive<O: Operation>(&self, op: &mut O) -> Result<O::Output, EtcdError> {
+        self.drive_until(op, self.deadline())
+    }
+
+    /// Run a lease-core operation to completion, failing with `UNAVAILABLE` by `deadline`.
+    pub fn drive_until<O: Operation>(
+        &self,
+        op: &mut O,
+        deadline: Instant,
+    ) -> Result<O::Output, EtcdError> {
+        self.inner.rt.block_on(self.drive_async(op, deadline))
+    }
+
+    /// Perform one request (for adapters and tests), within the operation deadline.
+    pub fn perform_request(&self, req: Request) -> Result<Response, EtcdError> {
+        let deadline = self.deadline();
+        self.inner.rt.block_on(self.perform(req, deadline))
+    }
+
+    /// Claim the run for a new owner.
+    pub fn claim(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedLease, EtcdError> {
+        let lease = self.drive(&mut Claim::new(ClaimParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            store_floor: None,
+        }))?;
+        self.adopt_liveness(&lease)?;
+        Ok(lease)
+    }
+
+    /// Make sure this handle can keep `lease`'s etcd lease alive. A claim or takeover
+    /// returns an epoch this handle did not create when it adopts the epoch of an earlier
+    /// attempt of the same owner and process (lease-core's adoption on retry, e.g. after
+    /// that attempt's handle died right after the creating transaction). The etcd lease is
+    /// then taken over from the epoch's liveness key, which must hold this very holder;
+    /// if the key is gone the lease already expired and the adopted epoch is `FENCED`.
+    fn adopt_liveness(&self, lease: &OwnedLease) -> Result<(), EtcdError> {
+        let g = lease.generation;
+        if self.owned.lock().is_ok_and(|o| o.contains_key(&g)) {
+            return Ok(());
+        }
+        let deadline = self.deadline();
+        let lk = self.live_key(g);
+        let found = self.inner.rt.block_on(async {
+            let k = lk.clone();
+            let resp = self
+                .call("range", &lk, deadline, true, move |mut c| {
+                    let k = k.clone();
+                    async move { c.get(k, None).await }
+                })
+                .await?;
+            Ok::<_, EtcdError>(
+                resp.kvs()
+                    .first()
+                    .map(|kv| (kv.lease(), kv.value().to_vec())),
+            )
+        })?;
+        let Some((id, value)) = found else {
+            return Err(fenced(
+                &self.run_id,
+                g,
+                "the adopted epoch's etcd lease already expired",
+            ));
+        };
+        let h: Holder = serde_json::from_slice(&value).map_err(|e| EtcdError::LivenessInvalid {
+            run: self.run_id.to_string(),
+            key: lk.clone(),
+            detail: format!("not a holder record: {e}"),
+        })?;
+        if h != lease.holder {
+            return Err(EtcdError::LivenessInvalid {
+                run: self.run_id.to_string(),
+                key: lk,
+                detail: "the liveness key names another holder than the epoch".into(),
+            });
+        }
+        if let Ok(mut o) = self.owned.lock() {
+            o.insert(g, id);
+        }
+        Ok(())
+    }
+
+    /// One heartbeat within the operation deadline; see [`EtcdRun::heartbeat_until`].
+    pub fn heartbeat(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+    ) -> Result<(), EtcdError> {
+        self.heartbeat_until(lease, now, count, self.deadline())
+    }
+
+    /// One heartbeat (`count` = 1, 2, ...) that returns by `deadline` at the latest: a
+    /// keep-alive of the owner's etcd lease, then lease-core's heartbeat (write the beat
+    /// record, check no higher generation exists).
+    ///
+    /// The caller reads its monotonic clock *before* the call and, on `Ok`, records that
+    /// reading as the start of its last successful heartbeat; it passes
+    /// [`self_fence_deadline`] of the previous one as `deadline`, so a cut-off cluster
+    /// costs it at most until the instant it must fence itself anyway.
+    ///
+    /// `FENCED` if the etcd lease has expired (the cluster may already have let another
+    /// owner in) or a higher generation exists; `UNAVAILABLE` if the cluster did not answer.
+    pub fn heartbeat_until(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        deadline: Instant,
+    ) -> Result<(), EtcdError> {
+        let g = lease.generation;
+        let Some(id) = self.owned.lock().ok().and_then(|o| o.get(&g).copied()) else {
+            return Err(fenced(
+                &self.run_id,
+                g,
+                "this handle holds no etcd lease for it (it was never claimed here, or the lease expired or was released)",
+            ));
+        };
+        let mut op = Heartbeat::new(lease, now, count)?;
+        self.inner.rt.block_on(async {
+            let lk = self.live_key(g);
+            let alive = self
+                .call("keep-alive", &lk, deadline, true, move |mut c| async move {
+                    match c.lease_keep_alive(id).await {
+                        Ok(_) => Ok(true),
+                        // etcd-client's answer to a keep-alive with TTL <= 0.
+                        Err(etcd_client::Error::LeaseKeepAliveError(m))
+                            if m == "lease not found" =>
+                        {
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
+                    }
+                })
+                .await?;
+            if !alive {
+                if let Ok(mut o) = self.owned.lock() {
+                    o.remove(&g);
+                }
+                return Err(fenced(
+                    &self.run_id,
+                    g,
+                    "its etcd lease expired (the cluster stopped hearing its keep-alives for stale_after)",
+                ));
+            }
+            self.drive_async(&mut op, deadline).await
+        })
+    }
+
+    /// Release the lease (with the store's seal, if any), then revoke its etcd lease.
+    /// `FENCED` (a no-op) if superseded. As on the file system, an owner that is stale but
+    /// not superseded (here: its etcd lease expired) may still release.
+    pub fn release(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        seal: Option<Seal>,
+    ) -> Result<Generation, EtcdError> {
+        let r = self.drive(&mut Release::new(ReleaseParams {
+            lease: lease.clone(),
+            now,
+            seal,
+        }));
+        // After the next epoch exists (or the lease was superseded) the liveness key is
+        // no longer needed; on an availability error it is kept (the release may be
+        // retried, which needs it) and otherwise expires by itself.
+        let done = match &r {
+            Ok(_) => true,
+            Err(e) => e.lease().is_some_and(|l| l.code() == "FENCED"),
+        };
+        if done {
+            let id = self
+                .owned
+                .lock()
+                .ok()
+                .and_then(|mut o| o.remove(&lease.generation));
+            if let Some(id) = id {
+                self.inner.rt.block_on(self.revoke_quietly(id));
+            }
+        }
+        r
+    }
+
+    /// Exact takeover of a stale owner. Besides lease-core's checks (wall-clock
+    /// staleness, the exact expectation), it is refused with `TAKEOVER_ACTIVE_REFUSED` (76)
+    /// while the owner's etcd lease is alive; the epoch guard enforces the same inside
+    /// the creating transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn takeover(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Expectation,
+        trigger: TakeoverTrigger,
+        nonce: u64,
+    ) -> Result<OwnedLease, EtcdError> {
+        let view = self.status(now, false)?;
+        if let Some(head) = view.head.as_ref().filter(|h| h.is_active()) {
+            if let Some(ttl_s) = self.owner_lease_ttl(head.generation())? {
+                return Err(EtcdError::OwnerLeaseAlive {
+                    run: self.run_id.to_string(),
+                    held: Box::new(head.held_by()),
+                    ttl_s,
+                    stale_after_ms: head.epoch.policy.stale_after_ms(),
+                });
+            }
+        }
+        let lease = self.drive(&mut Takeover::new(TakeoverParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            expect,
+            trigger,
+            nonce,
+        }))?;
+        self.adopt_liveness(&lease)?;
+        Ok(lease)
+    }
+
+    /// Seconds left of the etcd lease of generation `g`'s owner, `None` when its
+    /// liveness key is gone (lease expired or revoked, or never an active epoch).
+    pub fn owner_lease_ttl(&self, g: Generation) -> Result<Option<i64>, EtcdError> {
+        let deadline = self.deadline();
+        let lk = self.live_key(g);
+        self.inner.rt.block_on(async {
+            let k = lk.clone();
+            let resp = self
+                .call("range", &lk, deadline, true, move |mut c| {
+                    let k = k.clone();
+                    async move { c.get(k, None).await }
+                })
+                .await?;
+            let Some(kv) = resp.kvs().first() else {
+                return Ok(None);
+            };
+            let id = kv.lease();
+            let ttl = self
+                .call("lease ttl", &lk, deadline, true, move |mut c| async move {
+                    c.lease_time_to_live(id, None).await
+                })
+                .await?
+                .ttl();
+            // The key can outlive its lease by the leader's expiry sweep; report 0 then.
+            Ok(Some(ttl.max(0)))
+        })
+    }
+
+    /// Retire a definitely-dead owner (its etcd lease is gone); the run becomes free.
+    pub fn retire(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Option<Expectation>,
+        nonce: u64,
+    ) -> Result<Retired, EtcdError> {
+        self.drive(&mut Retire::new(RetireParams {
+            run_id: self.run_id.clone(),
+            owner_id,
+            holder,
+            policy,
+            now,
+            expect,
+            nonce,
+        }))
+    }
+
+    /// Status of the run; with `probe`, an active owner's etcd lease decides `dead`.
+    pub fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, EtcdError> {
+        self.drive(&mut StatusView::read(self.run_id.clone(), now, probe))
+    }
+
+    /// Whether the run is held by a live owner (status `active`), for quick checks.
+    pub fn is_active(&self, now: Timestamp) -> Result<bool, EtcdError> {
+        Ok(matches!(self.status(now, false)?.status, Status::Active))
+    }
+
+    /// Append an event as the owner of `lease`: `FENCED` when it does not count.
+    pub fn append(
+        &self,
+        lease: &OwnedLease,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Appended, EtcdError> {
+        let hint = self.tail.lock().ok().and_then(|t| t.clone());
+        let result = self.drive(&mut Append::new(
+            lease,
+            AppendParams {
+                event_type,
+                payload,
+                now,
+                tail_hint: hint,
+            },
+        ));
+        if let (Ok(a), Ok(mut t)) = (&result, self.tail.lock()) {
+            *t = Some((a.sequence, a.hash.clone()));
+        }
+        result
+    }
+
+    /// Read and judge the whole event log (with `finalize_as`, pending cutoffs are
+    /// finalized).
+    pub fn read_events(
+        &self,
+        finalize_as: Option<(Identity, Timestamp)>,
+    ) -> Result<EventLogView, EtcdError> {
+        self.drive(&mut ReadEvents::new(self.run_id.clone(), finalize_as))
+    }
+
+    /// Walk both hash chains.
+    pub fn verify(&self) -> Result<VerifyReport, EtcdError> {
+        self.drive(&mut Verify::new(self.run_id.clone()))
+    }
+
+    /// Compact old epochs, cutoffs, heartbeats and intents, keeping the newest `keep`.
+    pub fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, EtcdError> {
+        self.drive(&mut Prune::new(PruneParams {
+            run_id: self.run_id.clone(),
+            keep,
+            by,
+            now,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ttl_rounds_stale_after_up_to_whole_seconds() {
+        let p = |s| TimingPolicy::from_millis(250, 500, s, lease_core::HeartbeatDurability::Local);
+        assert_eq!(lease_ttl_secs(&p(1_000).unwrap()), 1);
+        assert_eq!(lease_ttl_secs(&p(1_001).unwrap()), 2);
+        assert_eq!(lease_ttl_secs(&TimingPolicy::default()), 20);
+    }
+
+    #[test]
+    fn a_refused_connection_is_recognized_as_never_sent() {
+        // A port nothing listens on: the call fails before any byte of it is sent, which is
+        // what allows even a transaction to be retried on another member.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt.block_on(async {
+            let mut c = Client::connect(
+                [format!("http://127.0.0.1:{port}")],
+                Some(ConnectOptions::new().with_connect_timeout(Duration::from_millis(500))),
+            )
+            .await?;
+            c.get("k", None).await.map(|_| ())
+        });
+        let err = err.unwrap_err();
+        assert!(never_sent(&err), "{err:?}");
+        assert!(classify(err, "r", "range", "k").is_unavailable());
+    }
+}

@@ -1,0 +1,237 @@
+//! A real 3-member etcd cluster for tests: Debian's `etcd` binary on free loopback ports,
+//! data in a temporary folder, every member killed and the folder removed on drop.
+
+use lease_core::ops::{Request, Response};
+use lease_core::{Dir, RunId};
+use lease_etcd::{AuthorityAddr, EtcdAuthority, EtcdOptions};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Tests that start a cluster run one at a time (they stop and kill members; parallel
+/// clusters would also compete for the two cores and blur the timing bounds).
+pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The `etcd` binary, or `None` (with a message) when it is absent outside CI. In CI
+/// (env `CI` set) a missing binary fails the test: `.ci/run` installs it.
+pub fn etcd_binary() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("etcd"))
+            .find(|p| p.is_file())
+    });
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var_os("CI").is_some() => {
+            panic!("etcd binary not found on PATH; CI must install Debian's etcd-server (.ci/run)")
+        }
+        None => {
+            eprintln!(
+                "SKIPPED: etcd binary not found on PATH (apt-get install etcd-server); this test fails instead when CI is set"
+            );
+            None
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
+/// One member of the cluster.
+pub struct Member {
+    /// Its name (`m0`..`m2`).
+    pub name: String,
+    /// Client port on 127.0.0.1.
+    pub client_port: u16,
+    child: Option<Child>,
+    stopped: bool,
+}
+
+impl Member {
+    /// `etcd://`-style endpoint `127.0.0.1:port`.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    fn pid(&self) -> Option<rustix::process::Pid> {
+        self.child
+            .as_ref()
+            .and_then(|c| rustix::process::Pid::from_raw(c.id() as i32))
+    }
+}
+
+/// A running 3-member cluster.
+pub struct Cluster {
+    /// The members.
+    pub members: Vec<Member>,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Start 3 members with fast elections (50 ms heartbeat, 500 ms election timeout) and
+    /// wait until a leader answers linearizable reads.
+    pub fn start(bin: &PathBuf) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let peers: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let initial: Vec<String> = peers
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
+            .collect();
+        let initial = initial.join(",");
+        let token = format!("lease-etcd-test-{}-{}", std::process::id(), free_port());
+        let mut members = Vec::new();
+        for (i, (c, p)) in peers.iter().enumerate() {
+            let name = format!("m{i}");
+            let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+            let child = Command::new(bin)
+                .args(["--name", &name])
+                .arg("--data-dir")
+                .arg(dir.path().join(&name))
+                .args(["--listen-client-urls", &format!("http://127.0.0.1:{c}")])
+                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{c}")])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}")])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{p}"),
+                ])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-token", &token])
+                .args(["--initial-cluster-state", "new"])
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                .args(["--logger", "zap", "--log-level", "warn"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .expect("start etcd");
+            members.push(Member {
+                name,
+                client_port: *c,
+                child: Some(child),
+                stopped: false,
+            });
+        }
+        let cluster = Cluster { members, dir };
+        cluster.wait_ready(Duration::from_secs(30));
+        cluster
+    }
+
+    /// `etcd://` address of the given members under `prefix`.
+    pub fn addr(&self, which: &[usize], prefix: &str) -> AuthorityAddr {
+        let eps: Vec<String> = which.iter().map(|&i| self.members[i].endpoint()).collect();
+        AuthorityAddr::parse(&format!("etcd://{}/{prefix}", eps.join(","))).unwrap()
+    }
+
+    /// An authority connected to the given members.
+    pub fn authority(&self, which: &[usize], prefix: &str, opts: EtcdOptions) -> EtcdAuthority {
+        EtcdAuthority::connect(&self.addr(which, prefix), opts).expect("connect")
+    }
+
+    fn wait_ready(&self, within: Duration) {
+        let start = Instant::now();
+        let auth = self.authority(&[0, 1, 2], "ready", EtcdOptions::default());
+        let run = auth.run(RunId::new("probe").unwrap());
+        loop {
+            match run.perform_request(Request::List(Dir::Epochs)) {
+                Ok(Response::Listing(_)) => return,
+                other if start.elapsed() > within => {
+                    panic!(
+                        "etcd cluster not ready after {within:?}: {other:?}\n{}",
+                        self.logs()
+                    )
+                }
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The members' logs (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for m in &self.members {
+            let p = self.dir.path().join(format!("{}.log", m.name));
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            out += &format!("--- {} (last lines) ---\n", m.name);
+            for l in tail.into_iter().rev() {
+                out += l;
+                out += "\n";
+            }
+        }
+        out
+    }
+
+    /// SIGSTOP member `i` (it keeps its sockets but answers nothing).
+    pub fn stop(&mut self, i: usize) {
+        let pid = self.members[i].pid().expect("member running");
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP");
+        self.members[i].stopped = true;
+    }
+
+    /// SIGCONT member `i`.
+    pub fn resume(&mut self, i: usize) {
+        let pid = self.members[i].pid().expect("member running");
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).expect("SIGCONT");
+        self.members[i].stopped = false;
+    }
+
+    /// SIGKILL member `i` (a crash) and reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The index of the current leader, asked of member `ask` through etcd's JSON gateway
+    /// (`POST /v3/maintenance/status`): its `leader` against each member's `member_id`.
+    pub fn leader(&self) -> Option<usize> {
+        let ids: Vec<Option<u64>> = (0..self.members.len())
+            .map(|i| self.status(i).map(|(me, _)| me))
+            .collect();
+        let leader = (0..self.members.len()).find_map(|i| self.status(i).map(|(_, l)| l))?;
+        ids.iter().position(|id| *id == Some(leader))
+    }
+
+    fn status(&self, i: usize) -> Option<(u64, u64)> {
+        let m = &self.members[i];
+        if m.child.is_none() || m.stopped {
+            return None;
+        }
+        let mut s = TcpStream::connect(("127.0.0.1", m.client_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let body = "{}";
+        write!(
+            s,
+            "POST /v3/maintenance/status HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .ok()?;
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).ok()?;
+        let json = &resp[resp.find("\r\n\r\n")? + 4..];
+        let v: serde_json::Value = serde_json::from_str(json.trim()).ok()?;
+        // uint64 fields are strings in the gateway's JSON.
+        let num = |x: &serde_json::Value| x.as_str().and_then(|s| s.parse::<u64>().ok());
+        Some((num(&v["header"]["member_id"])?, num(&v["leader"])?))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                // SIGKILL also ends a stopped process.
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

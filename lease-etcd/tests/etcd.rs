@@ -1,0 +1,748 @@
+//! The lease over a real 3-member etcd cluster: exclusive claims among 8 clients, an owner
+//! cut off from the cluster (self-fence, then a takeover only after its etcd lease
+//! expired, and its late store commit refused by token), a member crash during
+//! heartbeats, and an unreachable cluster reported as `UNAVAILABLE` within the deadline.
+
+mod cluster;
+
+use cluster::{Cluster, SERIAL, etcd_binary};
+use lease_core::ops::{Expectation, TakeoverTrigger};
+use lease_core::{
+    EpochRecord, EpochState, FileRef, Generation, HeartbeatDurability, Holder, Identity, RunId,
+    Timestamp, TimingPolicy, must_self_fence,
+};
+use lease_etcd::{AuthorityAddr, EtcdAuthority, EtcdError, EtcdOptions, EtcdRun};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn now_ts() -> Timestamp {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    Timestamp::from_unix_millis(ms).unwrap()
+}
+
+fn id(s: &str) -> Identity {
+    Identity::new(s).unwrap()
+}
+
+fn holder(n: u32) -> Holder {
+    Holder {
+        host: id(&format!("host-{n}")),
+        boot_id: id(&format!("boot-{n}")),
+        pid: 1000 + n,
+        start_time: 77,
+    }
+}
+
+/// Short timings so the cut-off scenario takes seconds: beat 300 ms, self-fence after
+/// 900 ms, stale after 2 s (the etcd lease's time to live).
+fn fast_policy() -> TimingPolicy {
+    TimingPolicy::from_millis(300, 900, 2_000, HeartbeatDurability::Local).unwrap()
+}
+
+fn opts() -> EtcdOptions {
+    EtcdOptions {
+        call_timeout: Duration::from_millis(500),
+        op_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_millis(500),
+    }
+}
+
+fn lock_serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An owner's heartbeat loop, as lease-run runs it: read the monotonic clock, heartbeat
+/// with the self-fence instant as deadline, on success move the reference; fence when
+/// `must_self_fence` says so or when the authority says FENCED.
+struct Beater {
+    fenced_at: Arc<Mutex<Option<(Instant, String)>>>,
+    last_ok: Arc<Mutex<Instant>>,
+    ok_after_mark: Arc<AtomicU64>,
+    failures: Arc<AtomicU64>,
+    mark: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Beater {
+    fn start(run: Arc<EtcdRun>, lease: lease_core::ops::OwnedLease) -> Beater {
+        let base = Instant::now();
+        let fenced_at = Arc::new(Mutex::new(None));
+        let last_ok = Arc::new(Mutex::new(base));
+        let ok_after_mark = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(AtomicU64::new(0));
+        let mark = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (f, l, o, fl, m, s) = (
+            fenced_at.clone(),
+            last_ok.clone(),
+            ok_after_mark.clone(),
+            failures.clone(),
+            mark.clone(),
+            stop.clone(),
+        );
+        let handle = std::thread::spawn(move || {
+            let policy = lease.policy;
+            let mut count = 0;
+            while !s.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                let last = *l.lock().unwrap();
+                if must_self_fence(&policy, last - base, started - base) {
+                    *f.lock().unwrap() = Some((Instant::now(), "self-fence deadline".into()));
+                    return;
+                }
+                count += 1;
+                let deadline = lease_etcd::self_fence_deadline(&policy, last);
+                match run.heartbeat_until(&lease, now_ts(), count, deadline) {
+                    Ok(()) => {
+                        *l.lock().unwrap() = started;
+                        if m.load(Ordering::SeqCst) {
+                            o.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    Err(e) if e.code() == "FENCED" => {
+                        *f.lock().unwrap() = Some((Instant::now(), e.to_string()));
+                        return;
+                    }
+                    Err(e) => {
+                        assert_eq!(
+                            (e.code(), e.exit_code()),
+                            ("UNAVAILABLE", 69),
+                            "unexpected heartbeat error: {e}"
+                        );
+                        fl.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                // Sleep to the next beat, waking at the self-fence instant at the latest.
+                let next = started + policy.heartbeat();
+                let fence_at = lease_etcd::self_fence_deadline(&policy, *l.lock().unwrap())
+                    + Duration::from_millis(1);
+                std::thread::sleep(next.min(fence_at).saturating_duration_since(Instant::now()));
+            }
+        });
+        Beater {
+            fenced_at,
+            last_ok,
+            ok_after_mark,
+            failures,
+            mark,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn join(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            h.join().expect("beater thread");
+        }
+    }
+}
+
+impl Drop for Beater {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn exclusive_claim_among_8_clients() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    const CLIENTS: usize = 8;
+    const CLAIMS: u64 = 40;
+    let run_id = RunId::new("race").unwrap();
+    let holders = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let claims = Arc::new(AtomicU64::new(0));
+    let won: Arc<Mutex<Vec<(Generation, usize)>>> = Arc::new(Mutex::new(Vec::new()));
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let auth = cluster.authority(&[0, 1, 2], "t", opts());
+            let run = auth.run(run_id.clone());
+            let (holders, overlaps, claims, won, barrier) = (
+                holders.clone(),
+                overlaps.clone(),
+                claims.clone(),
+                won.clone(),
+                barrier.clone(),
+            );
+            std::thread::spawn(move || {
+                barrier.wait();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut lost = 0u64;
+                while claims.load(Ordering::SeqCst) < CLAIMS {
+                    assert!(Instant::now() < deadline, "claims did not finish in 60 s");
+                    let owner = id(&format!("client-{c}"));
+                    match run.claim(owner, holder(c as u32), TimingPolicy::default(), now_ts()) {
+                        Ok(lease) => {
+                            if holders.fetch_add(1, Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            won.lock().unwrap().push((lease.generation, c));
+                            claims.fetch_add(1, Ordering::SeqCst);
+                            run.append(
+                                &lease,
+                                id("work.done"),
+                                serde_json::json!({ "client": c, "generation": lease.generation.get() }),
+                                now_ts(),
+                            )
+                            .expect("the owner's append counts");
+                            std::thread::sleep(Duration::from_millis(2));
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            run.release(&lease, now_ts(), None).expect("release");
+                        }
+                        Err(e) => {
+                            assert!(
+                                matches!(e.code(), "RUN_ALREADY_ACTIVE" | "TAKEOVER_RACE"),
+                                "client {c}: unexpected {e}"
+                            );
+                            lost += 1;
+                            std::thread::sleep(Duration::from_millis(1 + (c as u64 % 3)));
+                        }
+                    }
+                }
+                (run, auth, lost)
+            })
+        })
+        .collect();
+    let mut lost_total = 0;
+    let mut keep = Vec::new();
+    for t in threads {
+        let (run, auth, lost) = t.join().expect("client thread");
+        lost_total += lost;
+        keep.push((run, auth));
+    }
+    let won = won.lock().unwrap().clone();
+    let n = won.len() as u64;
+    let overlaps = overlaps.load(Ordering::SeqCst);
+    println!("etcd: members=3 claims={n} overlaps={overlaps}");
+    assert!(n >= CLAIMS, "{n} claims");
+    assert_eq!(overlaps, 0, "two clients held the run at once");
+    assert!(
+        lost_total > 0,
+        "8 racing clients never lost a claim: no race was exercised"
+    );
+    // Exactly one winner per generation, and the chain agrees with who won.
+    let gens: BTreeSet<Generation> = won.iter().map(|(g, _)| *g).collect();
+    assert_eq!(gens.len(), won.len(), "a generation was won twice: {won:?}");
+    let (run, _auth) = &keep[0];
+    for (g, c) in &won {
+        let bytes = match run.perform_request(lease_core::ops::Request::Read(FileRef::Epoch(*g))) {
+            Ok(lease_core::ops::Response::Content(Some(b))) => b,
+            other => panic!("epoch {g}: {other:?}"),
+        };
+        let rec: EpochRecord = lease_core::decode_for(&run_id, &bytes).unwrap();
+        assert_eq!(rec.state, EpochState::Active);
+        assert_eq!(rec.owner_id.as_str(), format!("client-{c}"));
+    }
+    let report = run.verify().expect("both chains verify");
+    let events = run.read_events(None).expect("events");
+    let counted = events
+        .events
+        .iter()
+        .filter(|e| e.authority == lease_core::ops::Authority::Authoritative)
+        .count() as u64;
+    assert_eq!(
+        counted, n,
+        "every owner's acknowledged event counts: {report:?}"
+    );
+    // The run is free again and can be claimed once more.
+    assert!(!run.is_active(now_ts()).unwrap());
+}
+
+#[test]
+fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let mut cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("cutoff").unwrap();
+    let store_dir = tempfile::tempdir().unwrap();
+    let store_path = store_dir.path().join("store/run.sqlite");
+
+    // The owner talks to member 0 only; the taker to members 1 and 2.
+    let owner_auth = cluster.authority(&[0], "t", opts());
+    let owner = Arc::new(owner_auth.run(run_id.clone()));
+    let lease = owner
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .expect("claim");
+    assert_eq!(lease.generation.get(), 1);
+    {
+        let mut store = lease_sqlite::Store::open(
+            &run_id,
+            &store_path,
+            lease_sqlite::OpenOptions {
+                create: true,
+                expect: None,
+            },
+        )
+        .unwrap()
+        .check_seal(None, None)
+        .unwrap();
+        store
+            .commit(lease.generation, &lease_sqlite::Batch::new().put("k", "a"))
+            .expect("owner commits with its token");
+        store.close().unwrap();
+    }
+    let mut beater = Beater::start(owner.clone(), lease.clone());
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert!(
+        beater.fenced_at.lock().unwrap().is_none(),
+        "fenced while healthy"
+    );
+    assert!(owner.owner_lease_ttl(lease.generation).unwrap().is_some());
+
+    cluster.stop(0);
+    let stopped_at = Instant::now();
+
+    let taker_auth = cluster.authority(&[1, 2], "t", opts());
+    let taker = taker_auth.run(run_id.clone());
+    let mut lease_alive_refusals = 0;
+    let mut other_refusals = Vec::new();
+    let (new_lease, took_at) = loop {
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(20),
+            "no takeover 20 s after the owner was cut off ({lease_alive_refusals} refusals, {other_refusals:?})\n{}",
+            cluster.logs()
+        );
+        let view = match taker.status(now_ts(), false) {
+            Ok(v) => v,
+            Err(e) if e.is_unavailable() => continue, // the election after member 0 left
+            Err(e) => panic!("status: {e}"),
+        };
+        let head = view.head.expect("a head exists");
+        match taker.takeover(
+            id("owner-b"),
+            holder(2),
+            policy,
+            now_ts(),
+            Expectation::of(&head),
+            TakeoverTrigger::Operator,
+            0x5eed_0000 + lease_alive_refusals + other_refusals.len() as u64,
+        ) {
+            Ok(l) => break (l, Instant::now()),
+            Err(EtcdError::OwnerLeaseAlive { .. }) => lease_alive_refusals += 1,
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e.code(),
+                        "TAKEOVER_ACTIVE_REFUSED" | "TAKEOVER_RACE" | "UNAVAILABLE"
+                    ),
+                    "{e}"
+                );
+                other_refusals.push(e.code());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let last_ok = *beater.last_ok.lock().unwrap();
+    let (fenced_at, why) = beater
+        .fenced_at
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the cut-off owner fenced itself before the taker got in (no double owner)");
+    beater.join();
+    // Self-fence within self_fence_after of the start of the last good heartbeat (plus
+    // scheduling slack), before the taker became owner; the taker waited for the etcd
+    // lease, which runs stale_after from a keep-alive received after that start.
+    assert!(why.contains("self-fence"), "{why}");
+    let fence_delay = fenced_at - last_ok;
+    assert!(
+        fence_delay <= policy.self_fence_after() + Duration::from_millis(400),
+        "self-fenced {fence_delay:?} after the last good heartbeat started"
+    );
+    assert!(
+        fenced_at < took_at,
+        "double owner: the taker got in before the owner fenced"
+    );
+    assert!(
+        took_at - last_ok >= policy.stale_after(),
+        "takeover {:?} after the last good heartbeat: before the etcd lease could expire",
+        took_at - last_ok
+    );
+    assert!(
+        lease_alive_refusals > 0,
+        "the taker was never held back by the etcd lease"
+    );
+    assert_eq!(new_lease.generation.get(), 2);
+    eprintln!(
+        "cut-off owner fenced {fence_delay:?} after its last good heartbeat; taker in after {:?} ({lease_alive_refusals} etcd-lease refusals)",
+        took_at - last_ok
+    );
+
+    // The new owner commits with its token.
+    {
+        let mut store = lease_sqlite::Store::open(&run_id, &store_path, Default::default())
+            .unwrap()
+            .check_seal(None, None)
+            .unwrap();
+        store
+            .commit(
+                new_lease.generation,
+                &lease_sqlite::Batch::new().put("k", "b"),
+            )
+            .expect("new owner commits");
+        store.close().unwrap();
+    }
+
+    // The cut-off owner comes back: everything it tries is fenced.
+    cluster.resume(0);
+    let hb = owner.heartbeat(&lease, now_ts(), 99).unwrap_err();
+    assert_eq!((hb.code(), hb.exit_code()), ("FENCED", 75), "{hb}");
+    let ap = owner
+        .append(&lease, id("late.write"), serde_json::json!({}), now_ts())
+        .unwrap_err();
+    assert_eq!(ap.code(), "FENCED", "{ap}");
+    let rel = owner.release(&lease, now_ts(), None).unwrap_err();
+    assert_eq!(rel.code(), "FENCED", "{rel}");
+    let mut store = lease_sqlite::Store::open(&run_id, &store_path, Default::default())
+        .unwrap()
+        .check_seal(None, None)
+        .unwrap();
+    let refused = store
+        .commit(
+            lease.generation,
+            &lease_sqlite::Batch::new().put("k", "late"),
+        )
+        .unwrap_err();
+    assert_eq!((refused.code(), refused.exit_code()), ("FENCED", 75));
+    assert_eq!(store.get("k").unwrap().unwrap().value, b"b");
+    store.close().unwrap();
+    // The new owner is the only one: it heartbeats and releases.
+    taker
+        .heartbeat(&new_lease, now_ts(), 1)
+        .expect("new owner heartbeats");
+    taker
+        .release(&new_lease, now_ts(), None)
+        .expect("new owner releases");
+}
+
+#[test]
+fn member_crash_during_heartbeats_keeps_the_lease() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let mut cluster = Cluster::start(&bin);
+    // A leader crash makes writes wait for an election (up to 2 x the 500 ms election
+    // timeout, plus a call timeout for the request that went to the dead leader): the
+    // self-fence deadline must exceed that, or a member crash fences the owner.
+    let policy = TimingPolicy::from_millis(400, 2_400, 3_200, HeartbeatDurability::Local).unwrap();
+    let run_id = RunId::new("crash").unwrap();
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    let run = Arc::new(auth.run(run_id.clone()));
+    let lease = run
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .expect("claim");
+    let mut beater = Beater::start(run.clone(), lease.clone());
+    std::thread::sleep(Duration::from_millis(800));
+    // Crash the leader: the hardest member to lose (an election must follow).
+    let leader = cluster.leader();
+    let victim = leader.unwrap_or(0);
+    cluster.kill(victim);
+    beater.mark.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(3_000));
+    let ok_after = beater.ok_after_mark.load(Ordering::SeqCst);
+    let failures = beater.failures.load(Ordering::SeqCst);
+    let fenced = beater.fenced_at.lock().unwrap().clone();
+    beater.join();
+    assert!(
+        fenced.is_none(),
+        "the owner fenced after member {victim} crashed: {fenced:?}"
+    );
+    assert!(
+        ok_after >= 3,
+        "only {ok_after} heartbeats succeeded in 3 s after the crash ({failures} failed)"
+    );
+    eprintln!(
+        "killed member m{victim} ({}): {ok_after} heartbeats ok after it, {failures} unavailable",
+        if leader.is_some() {
+            "the leader"
+        } else {
+            "leader unknown"
+        }
+    );
+    // Still the owner: its etcd lease is alive, status active, appends and release work.
+    assert!(run.owner_lease_ttl(lease.generation).unwrap().is_some());
+    assert!(run.is_active(now_ts()).unwrap());
+    run.append(&lease, id("after.crash"), serde_json::json!({}), now_ts())
+        .expect("append after a member crash");
+    let g = run.release(&lease, now_ts(), None).expect("release");
+    assert_eq!(g.get(), 2);
+    assert_eq!(run.owner_lease_ttl(lease.generation).unwrap(), None);
+}
+
+#[test]
+fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("retire").unwrap();
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    let (lease, crashed_at) = {
+        let owner = auth.run(run_id.clone());
+        let l = owner
+            .claim(id("owner-a"), holder(1), policy, now_ts())
+            .unwrap();
+        owner.heartbeat(&l, now_ts(), 1).unwrap();
+        (l, Instant::now())
+        // The handle is dropped without release: a crash.
+    };
+    let other = auth.run(run_id.clone());
+    let refused = other
+        .retire(id("janitor"), holder(3), policy, now_ts(), None, 7)
+        .unwrap_err();
+    assert_eq!(
+        (refused.code(), refused.exit_code()),
+        ("RETIRE_REFUSED_NOT_DEAD", 76),
+        "{refused}"
+    );
+    let retired = loop {
+        assert!(
+            crashed_at.elapsed() < Duration::from_secs(10),
+            "never retired"
+        );
+        match other.retire(id("janitor"), holder(3), policy, now_ts(), None, 8) {
+            Ok(r) => break r,
+            Err(e) => assert_eq!(e.code(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(crashed_at.elapsed() >= policy.stale_after() - Duration::from_millis(100));
+    assert_eq!(retired.generation.get(), lease.generation.get() + 1);
+    let next = other
+        .claim(id("owner-c"), holder(4), policy, now_ts())
+        .unwrap();
+    assert_eq!(next.generation.get(), lease.generation.get() + 2);
+}
+
+#[test]
+fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("guard").unwrap();
+    let owner = cluster.authority(&[0], "t", opts()).run(run_id.clone());
+    let lease = owner
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .unwrap();
+    owner.heartbeat(&lease, now_ts(), 1).unwrap();
+
+    // A taker whose wall clock runs 60 s ahead: lease-core judges the owner stale, but the
+    // owner's etcd lease is alive. The high-level takeover refuses up front (76) ...
+    let taker = cluster.authority(&[1, 2], "t", opts()).run(run_id.clone());
+    let skewed = now_ts().plus_millis(60_000);
+    let head = taker.status(skewed, false).unwrap().head.unwrap();
+    let e = taker
+        .takeover(
+            id("owner-b"),
+            holder(2),
+            policy,
+            skewed,
+            Expectation::of(&head),
+            TakeoverTrigger::Operator,
+            1,
+        )
+        .unwrap_err();
+    assert!(matches!(e, EtcdError::OwnerLeaseAlive { .. }), "{e}");
+    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_ACTIVE_REFUSED", 76));
+    // ... and the bare step machine, past that check, is stopped by the epoch guard in the
+    // creating transaction: no generation 2.
+    let raced = taker
+        .drive(&mut lease_core::ops::Takeover::new(
+            lease_core::ops::TakeoverParams {
+                run_id: run_id.clone(),
+                owner_id: id("owner-b"),
+                holder: holder(2),
+                policy,
+                now: skewed,
+                expect: Expectation::of(&head),
+                trigger: TakeoverTrigger::Operator,
+                nonce: 2,
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(raced.code(), "TAKEOVER_RACE", "{raced}");
+    assert!(raced.to_string().contains("etcd lease"), "{raced}");
+    assert_eq!(
+        owner
+            .status(now_ts(), false)
+            .unwrap()
+            .head
+            .unwrap()
+            .generation(),
+        lease.generation
+    );
+    owner
+        .heartbeat(&lease, now_ts(), 2)
+        .expect("the owner is untouched");
+
+    // An owner that stopped heartbeating past its lease is fenced by the cluster: its
+    // heartbeat is refused, and the run shows `dead` (liveness is the etcd lease).
+    std::thread::sleep(policy.stale_after() + Duration::from_millis(1_200));
+    assert_eq!(owner.owner_lease_ttl(lease.generation).unwrap(), None);
+    let hb = owner.heartbeat(&lease, now_ts(), 3).unwrap_err();
+    assert_eq!((hb.code(), hb.exit_code()), ("FENCED", 75), "{hb}");
+    assert!(hb.to_string().contains("etcd lease expired"), "{hb}");
+    let view = taker.status(now_ts(), true).unwrap();
+    assert_eq!(view.head.unwrap().generation(), lease.generation);
+    assert_eq!(
+        view.status.name(),
+        "dead",
+        "lease gone = dead for the etcd authority"
+    );
+    // As on the file system, a stale owner nobody replaced may still release (with its
+    // seal); nobody else can hold its generation's liveness key.
+    let g = owner.release(&lease, now_ts(), None).expect("release");
+    assert_eq!(g.get(), 2);
+    let next = taker
+        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .unwrap();
+    assert_eq!(next.generation.get(), 3);
+}
+
+/// A claim whose process died right after the creating transaction (every later request
+/// of the operation undone) is recovered by a retry of the same owner and process on a new
+/// handle: lease-core adopts the epoch, the handle adopts its etcd lease from the liveness
+/// key, and the lease heartbeats and releases as usual. Each etcd request is one atomic
+/// write, so "crash between requests" is the only crash there is.
+#[test]
+fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
+    use lease_core::ops::{Claim, ClaimParams, Operation, Request, Step};
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("adopt").unwrap();
+    // A first, released generation so that the claim has a cutoff to finalize after its
+    // creation: the crash then skips real work.
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    {
+        let first = auth.run(run_id.clone());
+        let l = first
+            .claim(id("owner-0"), holder(9), policy, now_ts())
+            .unwrap();
+        first.release(&l, now_ts(), None).unwrap();
+    }
+    {
+        let dying = auth.run(run_id.clone());
+        let mut op = Claim::new(ClaimParams {
+            run_id: run_id.clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        });
+        let mut input = None;
+        loop {
+            match op.next(input.take()) {
+                Step::Io(req) => {
+                    let is_epoch = matches!(req, Request::CreateExclusive(FileRef::Epoch(_), _));
+                    let resp = dying.perform_request(req).unwrap();
+                    if is_epoch {
+                        assert_eq!(resp, lease_core::ops::Response::Created);
+                        break; // the process dies here
+                    }
+                    input = Some(resp);
+                }
+                Step::Done(r) => panic!("the claim finished before its epoch: {r:?}"),
+            }
+        }
+    }
+    let retry = auth.run(run_id.clone());
+    let lease = retry
+        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .expect("the retry adopts its own epoch");
+    assert_eq!(lease.generation.get(), 3);
+    retry
+        .heartbeat(&lease, now_ts(), 1)
+        .expect("and keeps its etcd lease alive");
+    // Another owner is still refused while it lives.
+    let other = auth.run(run_id.clone());
+    let e = other
+        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .unwrap_err();
+    assert_eq!(e.code(), "RUN_ALREADY_ACTIVE", "{e}");
+    assert_eq!(retry.release(&lease, now_ts(), None).unwrap().get(), 4);
+    assert_eq!(retry.owner_lease_ttl(lease.generation).unwrap(), None);
+    retry.verify().expect("chains verify");
+}
+
+#[test]
+fn unreachable_cluster_is_unavailable_within_the_deadline() {
+    // Nothing listens on this port (bound and released): every call fails fast or times
+    // out, and the operation ends by its deadline with UNAVAILABLE (69), never a hang.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = AuthorityAddr::parse(&format!("etcd://127.0.0.1:{port}/t")).unwrap();
+    let o = EtcdOptions {
+        call_timeout: Duration::from_millis(200),
+        op_timeout: Duration::from_millis(1_000),
+        connect_timeout: Duration::from_millis(200),
+    };
+    let start = Instant::now();
+    let err = match EtcdAuthority::connect(&addr, o) {
+        Err(e) => e,
+        Ok(auth) => {
+            let run = auth.run(RunId::new("nowhere").unwrap());
+            run.claim(id("owner-a"), holder(1), fast_policy(), now_ts())
+                .unwrap_err()
+        }
+    };
+    let took = start.elapsed();
+    assert_eq!((err.code(), err.exit_code()), ("UNAVAILABLE", 69), "{err}");
+    assert!(err.to_string().contains("nowhere") || err.to_string().contains("connect"));
+    assert!(
+        took < Duration::from_secs(3),
+        "took {took:?} with a 1 s deadline"
+    );
+}
+
+/// lease-run calls the authority from `tokio::task::spawn_blocking` (as it calls
+/// `RunDir`); the private runtime of `EtcdAuthority` must work there, and be dropped there.
+#[test]
+fn the_blocking_api_works_inside_spawn_blocking_of_another_runtime() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = rt.block_on(async move {
+        tokio::task::spawn_blocking(move || {
+            let addr = AuthorityAddr::parse(&format!("etcd://127.0.0.1:{port}/t")).unwrap();
+            let o = EtcdOptions {
+                call_timeout: Duration::from_millis(100),
+                op_timeout: Duration::from_millis(300),
+                connect_timeout: Duration::from_millis(100),
+            };
+            match EtcdAuthority::connect(&addr, o) {
+                Err(e) => e.code(),
+                Ok(auth) => {
+                    let run = auth.run(RunId::new("inside").unwrap());
+                    run.status(now_ts(), false).unwrap_err().code()
+                }
+            }
+        })
+        .await
+        .expect("no panic inside spawn_blocking")
+    });
+    assert_eq!(code, "UNAVAILABLE");
+}
