@@ -1356,6 +1356,43 @@ mod tests {
         assert!(parse_history("append slot=0 round=1\n").is_err());
     }
 
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments_parse_and_bad_ones_are_refused() {
+        match parse_args(&args(&["--procs", "8", "--seconds", "600", "--seed", "7"])) {
+            Ok(Mode::Drive(o)) => {
+                assert_eq!(
+                    (o.procs, o.seconds, o.seed, o.inject_lost),
+                    (8, 600, 7, false)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_args(&args(&["--procs", "0"])).is_err());
+        assert!(parse_args(&args(&["--seconds", "x"])).is_err());
+        assert!(parse_args(&args(&["--procs"])).is_err());
+        assert!(parse_args(&args(&["--bogus"])).is_err());
+        assert!(
+            parse_args(&args(&["--worker", "--slot", "1"])).is_err(),
+            "worker needs all"
+        );
+        let w = args(&[
+            "--worker",
+            "--slot",
+            "1",
+            "--round",
+            "2",
+            "--history",
+            "h",
+            "--runlease",
+            "r",
+        ]);
+        assert!(matches!(parse_args(&w), Ok(Mode::Worker(_))));
+    }
+
     #[test]
     fn events_json_parses() {
         let line = r#"{"authoritative":false,"authority":"past_cutoff","cutoff":3,"generation":1,"owner_id":"A","payload":{"slot":2,"round":4,"n":5},"sequence":7}"#;
