@@ -328,7 +328,7 @@ impl RunDir {
     /// Read and decode epoch `generation` (`None` if absent: never created, or pruned).
     pub fn read_epoch(&self, generation: Generation) -> Result<Option<EpochRecord>, FsError> {
         let f = FileRef::Epoch(generation);
-        match self.perform(Request::Read(f.clone()))? {
+        match self.perform(Request::Read(f))? {
             Response::Content(None) => Ok(None),
             Response::Content(Some(bytes)) => Ok(Some(
                 lease_core::decode_for(&self.run_id, &bytes)

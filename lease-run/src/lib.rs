@@ -1,9 +1,11 @@
-//! # lease-run — the run lifecycle for runlease on tokio (first slice of issue #6)
+//! # lease-run — the run lifecycle for runlease on tokio (issue #6)
 //!
-//! [`Run::open`] owns a run folder (composed from `lease-core` and `lease-fs`): it takes
-//! the kernel owner lock, claims the lease, writes `run.json`, heartbeats, self-fences on
-//! `CLOCK_BOOTTIME`, runs a watchdog OS thread that kills the commands even when the tokio
-//! runtime is blocked, reaps a killed incarnation's commands, and [`Run::release`]s.
+//! [`Run::open`] owns a run folder (composed from `lease-core`, `lease-fs` and
+//! `lease-sqlite`): it takes the kernel owner lock, claims the lease, writes `run.json`,
+//! heartbeats, self-fences on `CLOCK_BOOTTIME`, runs a watchdog OS thread that kills the
+//! commands even when the tokio runtime is blocked, reaps a killed incarnation's commands,
+//! opens the run's store and checks it against the seal and floor of the lease chain, and
+//! [`Run::release`]s (sealing the store).
 //!
 //! ## Open, in order (each step timed: [`OpenOptions::on_step`] and a `lease_run.step` span)
 //!
@@ -11,18 +13,47 @@
 //!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76).
 //! 2. `read-status`: the previous `run.json`; an invalid one is `RECORD_INVALID` (65) and is
 //!    never overwritten (nothing is claimed).
-//! 3. `claim`: claim the lease; with [`OpenOptions::retire_dead`], a definitely-dead owner
-//!    (judged with the owner lock held) is retired first.
+//! 3. `claim`: claim the lease; with [`OpenOptions::takeover`], an exact takeover of a
+//!    stale owner instead (the caller's observation: owner id, heartbeat time and count);
+//!    with [`OpenOptions::retire_dead`], a definitely-dead owner (judged with the owner lock
+//!    held) is retired first.
 //! 4. `run.json`: status `running`, the new generation and holder, the previous seal kept.
 //! 5. `heartbeat`: the heartbeat task, the async self-fence timer and the watchdog thread.
 //! 6. `layout`: `store/`, `work/`, `tmp/` (0700).
 //! 7. `commands`: reap or refuse older generations' commands (below).
-//! 8. `store`, 9. `seal`: calls to the optional [`StoreHook`] only (**Not yet**).
+//! 8. `store`: read this generation's epoch and the one the claim replaced; from them
+//!    [`lease_core::seal::requirements`] gives the seal (of a clean release: store id,
+//!    sequence, generation) and the floor (the highest store head any change of owner
+//!    recorded, including the head a crashed or stale owner last reported in a heartbeat).
+//!    Open `store/run.sqlite` (`lease_sqlite::Store::open`) expecting the sealed store id;
+//!    a new store is created only when the chain names none (no seal, floor absent or 0);
+//!    otherwise a missing store is `STORE_MISSING` (65), never recreated.
+//! 9. `seal`: `OpenedStore::check_seal(seal, floor)`: another store id is
+//!    `STORE_IDENTITY_MISMATCH` (65), a head below the seal or the floor `STORE_BEHIND_SEAL`
+//!    (65). The commit gate (the self-fence rule) is installed; the store is live.
 //! 10. `live`: `run.json` rewritten with the seal cleared.
 //!
-//! A failure after the claim undoes the open: tasks stopped; unless fenced, `run.json` is
-//! written `failed` with `detail` = the error code and the lease is released; the owner
-//! lock is dropped; the watchdog thread ends.
+//! A failure after the claim undoes the open: tasks stopped; unless fenced, the store is
+//! sealed if it was opened (else the seal the chain required is re-issued, stamped with
+//! this generation, which committed nothing: a failed open never drops the identity
+//! binding), `run.json` is written `failed` with `detail` = the error's code and message,
+//! and the lease is released with that seal; the owner lock is dropped; the watchdog thread
+//! ends.
+//!
+//! ## The store ([`Run::store`], [`RunStore`])
+//!
+//! One `lease_sqlite::Store` per run, behind a mutex (the store is `Send`, not `Sync`).
+//! Every commit is stamped with the run's generation as its fencing token, and the store's
+//! commit gate applies the self-fence rule before the transaction starts, so no commit
+//! begins after the deadline (PROTOCOL §7.11); the store itself refuses a token below the
+//! highest it accepted (`FENCED`). Each heartbeat reports the head after the last
+//! acknowledged commit (read before the beat starts) in `lease/beats/<g>.json`; whoever
+//! takes over or retires this owner records it as the next epoch's `store_floor`. **Limit:**
+//! commits acknowledged after the start of the last heartbeat a replacer read are not
+//! covered by the floor (PROTOCOL §7.12). Once fenced, the store is closed (by the
+//! watchdog, the release, or the next call), so the next owner in another process can
+//! open it; a process stuck while holding it keeps it locked (the next owner gets
+//! `STORE_BUSY`, 75, and retries) until it dies.
 //!
 //! Every `run.json` write (open, [`Run::set_status`], release) first re-reads the lease
 //! head and writes only if it is still this owner's active generation and the run is not
@@ -63,10 +94,14 @@
 //!
 //! ## Release, in order ([`Run::release`])
 //!
-//! `stop-commands` (TERM, grace, KILL; records of this generation removed) → `stop-heartbeat`
-//! → `barrier` (store hook head, else `null`) → `final-status` (`paused`/`done`/`failed`) →
-//! `release-lease` → `unlock`. Each step has its own deadline. A fenced run: release waits
-//! (bounded) for the kill to be confirmed, writes nothing and returns `FENCED`.
+//! `stop-commands` (TERM, grace, KILL; records of this generation removed) → `barrier` (the
+//! store is taken from every handle after the commit in flight, if any; no commit starts
+//! after it) → `seal-store` (`Store::seal`: sealed sequence = the head, bound to the store
+//! id and this generation; the store's highest token is raised to it, the WAL checkpointed,
+//! the store closed) → `final-status` (`paused`/`done`/`failed`, `sealed_sequence`) →
+//! `stop-heartbeat` → `release-lease` (the release epoch carries the seal) → `unlock`. Each
+//! step has its own deadline. A fenced run: release waits (bounded) for the kill to be
+//! confirmed, writes nothing and returns `FENCED`.
 //!
 //! ## Escapes (what the kill reaches)
 //!
@@ -85,11 +120,13 @@
 //!
 //! ## Not yet
 //!
-//! - **Store and seal** (needs lease-sqlite, issue #5): [`StoreHook`] is called at the
-//!   `store`, `seal` and `barrier` steps, but no implementation exists; the seal is not bound
-//!   to the store identity; no `store()` accessor. Without a hook `sealed_sequence` is `null`.
-//! - **cgroup v2** subtree for commands: not done (subreaper + /proc scan only).
-//! - Exact takeover of a *stale* (not dead) owner at open: not offered (`retire_dead` only).
+//! - **cgroup v2** subtree for commands: not done (subreaper + /proc scan only), even where
+//!   a cgroup v2 hierarchy is writable.
+//! - The store is opened by path (`<run>/store/run.sqlite`), not beneath the run's held
+//!   root descriptor like the lease files: a run folder renamed while open is not noticed by
+//!   the store.
+//! - A `store` or `seal` step that times out keeps running in the blocking pool; if it
+//!   finishes after the undo, the store stays open in this process until it exits.
 //! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at
 //!   `running`/`live`/status changes, not on every beat.
 //! - Orphaned descendants reparented to the subreaper owner are reaped only when they are
@@ -104,14 +141,15 @@
 //!   two simultaneous opens racing (the test opens one, then tries the second), the
 //!   `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for double-forked daemons.
 //! - `RUN_COMMANDS_SURVIVE` from release reports `pid: 0` (the group, not the survivor pid).
-//! - Invalid options: a relative path, zero deadlines are refused before anything is
-//!   touched (the timing policy is validated by [`lease_core::TimingPolicy`] itself); no
-//!   other checks.
+//! - Invalid options ([`OpenOptions::validate`], before anything is touched): a relative
+//!   path, zero deadlines, `stale_after − self_fence_after` below [`MIN_FENCE_MARGIN`],
+//!   `retire_dead` with `takeover`; the timing policy's own rules are enforced by
+//!   [`lease_core::TimingPolicy`]'s constructor.
 //!
 //! # Example
 //!
 //! ```
-//! use lease_run::{FinalStatus, OpenOptions, Run};
+//! use lease_run::{Batch, FinalStatus, OpenOptions, Run};
 //! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //! # rt.block_on(async {
 //! let dir = tempfile::tempdir()?;
@@ -119,8 +157,22 @@
 //! let run = Run::open(&path, OpenOptions::default()).await?;
 //! let mut cmd = run.spawn(&["true".to_string()], &[]).await?;
 //! assert!(cmd.wait().await?.success());
-//! run.check_live()?;
+//!
+//! // Commit to the run's store as this generation (blocking: `Run::commit` runs it off
+//! // the runtime; `run.store()` gives the blocking handle).
+//! let seq = run.commit(Batch::new().put("step/1", "done").log("step 1")).await?;
+//! assert_eq!(seq, 1);
+//! assert_eq!(run.store().get("step/1")?.unwrap().value, b"done");
 //! run.release(FinalStatus::Done).await?;
+//!
+//! // The release sealed the store at its head; the next owner checks that seal.
+//! let status: lease_core::RunStatus =
+//!     lease_core::decode(&std::fs::read(path.join("run.json"))?)?;
+//! assert_eq!(status.sealed_sequence, Some(1));
+//! let run = Run::open(&path, OpenOptions::default()).await?;
+//! assert!(run.generation().get() > 1);
+//! assert_eq!(run.store().head()?, 1);
+//! run.release(FinalStatus::Paused { wake_at: None }).await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -132,6 +184,8 @@ pub mod procs;
 mod run;
 
 pub use error::RunError;
+pub use lease_sqlite::{Batch, Commit, Document};
 pub use run::{
-    FinalStatus, OpenOptions, Run, RunCommand, StepCallback, StepName, StoreHook, WATCHDOG_TICK,
+    FinalStatus, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore, StepCallback, StepName,
+    WATCHDOG_TICK,
 };

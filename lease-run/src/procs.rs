@@ -71,15 +71,34 @@ pub fn state_of(pid: u32) -> Option<char> {
     line[line.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// Whether `pid` (or group `pid`) may be signalled at all: never 0 or 1 (`kill(-1)` would
+/// signal every process; 1 is init), never this process or its own group (a record naming
+/// us is refused by the survivor check instead of killing the owner).
+fn signallable(pid: u32, own: u32) -> bool {
+    pid > 1 && pid != own && i32::try_from(pid).is_ok()
+}
+
 /// Send `sig` to process group `pgid` (errors ignored: ESRCH when it is gone, EPERM).
+/// Group 0, 1 and this process's own group are never signalled.
 pub fn kill_group(pgid: u32, sig: Signal) {
+    let own = rustix::process::getpgrp()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    if !signallable(pgid, own) || pgid == std::process::id() {
+        return;
+    }
     if let Some(p) = Pid::from_raw(i32::try_from(pgid).unwrap_or(0)) {
         let _ = rustix::process::kill_process_group(p, sig);
     }
 }
 
-/// Send `sig` to process `pid` (errors ignored).
+/// Send `sig` to process `pid` (errors ignored). Pid 0, 1 and this process are never
+/// signalled.
 pub fn kill_pid(pid: u32, sig: Signal) {
+    if !signallable(pid, std::process::id()) {
+        return;
+    }
     if let Some(p) = Pid::from_raw(i32::try_from(pid).unwrap_or(0)) {
         let _ = rustix::process::kill_process(p, sig);
     }

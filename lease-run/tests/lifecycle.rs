@@ -116,7 +116,7 @@ fn open_writes_running_steps_in_order_and_release_writes_done() {
     });
     let names: Vec<&str> = steps.lock().unwrap().iter().map(|s| s.as_str()).collect();
     assert_eq!(
-        &names[..16],
+        &names[..17],
         [
             "owner-lock",
             "read-status",
@@ -129,9 +129,10 @@ fn open_writes_running_steps_in_order_and_release_writes_done() {
             "seal",
             "live",
             "stop-commands",
-            "stop-heartbeat",
             "barrier",
+            "seal-store",
             "final-status",
+            "stop-heartbeat",
             "release-lease",
             "unlock"
         ]
