@@ -65,8 +65,9 @@
 //! heartbeat) is kept in an atomic as `CLOCK_BOOTTIME` nanoseconds. Once it is more than
 //! `self_fence_after` old ([`lease_core::must_self_fence`]), or a heartbeat returns
 //! `FENCED`, the run is fenced (sticky). [`Run::check_live`] fails from then on; call it
-//! before every commit. The watchdog thread (`std::thread`, 100 ms tick, atomics and short
-//! std mutexes only) applies the same rule on its own, and once fenced SIGKILLs every
+//! before every commit (the store's commit gate does). The watchdog thread (`std::thread`,
+//! 100 ms tick, and it also wakes right at the self-fence deadline; atomics and short std
+//! mutexes only) applies the same rule on its own, and once fenced SIGKILLs every
 //! tracked process on every tick until none is left; only then is the fence *confirmed*
 //! ([`Run::fenced`] resolves; with [`OpenOptions::exit_on_fence`] the thread exits the
 //! process with 75).
@@ -135,11 +136,11 @@
 //!   lease; the watchdog SIGKILLs them once the lease lapses.
 //! - Terminal handling (foreground process group), signal forwarding: not done.
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
-//! - Not covered by tests yet: the refusal path (`RUN_COMMANDS_SURVIVE`, 76, record kept),
-//!   `exit_on_fence` (exit 75 from a child process), a `FENCED` heartbeat after a live
-//!   takeover (the fence test stops the heartbeat and self-fences first), `set_status`,
-//!   two simultaneous opens racing (the test opens one, then tries the second), the
-//!   `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for double-forked daemons.
+//! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
+//!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
+//!   blocked runtime), the `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for
+//!   double-forked daemons, the retirement path's floor in lease-run (covered in
+//!   lease-core's scenario test), a store that disappears (`STORE_MISSING`) at open.
 //! - `RUN_COMMANDS_SURVIVE` from release reports `pid: 0` (the group, not the survivor pid).
 //! - Invalid options ([`OpenOptions::validate`], before anything is touched): a relative
 //!   path, zero deadlines, `stale_after − self_fence_after` below [`MIN_FENCE_MARGIN`],

@@ -278,6 +278,12 @@ impl Shared {
         )
     }
 
+    /// Time left until the self-fence deadline (zero once past it).
+    fn until_lapse(&self, now_ns: u64) -> Duration {
+        let age = Duration::from_nanos(now_ns.saturating_sub(self.beat_ns.load(Ordering::SeqCst)));
+        self.policy.self_fence_after().saturating_sub(age)
+    }
+
     /// Record the first fence (sticky).
     fn fence(&self, reason: String) {
         if !self.fenced.swap(true, Ordering::SeqCst) {
@@ -344,7 +350,14 @@ impl Shared {
 /// process until all are gone; then confirm the fence (and exit 75 if asked).
 fn watchdog(shared: Arc<Shared>) {
     loop {
-        std::thread::sleep(WATCHDOG_TICK);
+        // Wake at the next tick, or right at the self-fence deadline if that comes first,
+        // so the kill starts as soon as the deadline passes, not up to a tick later.
+        let nap = if shared.fenced.load(Ordering::SeqCst) {
+            WATCHDOG_TICK
+        } else {
+            WATCHDOG_TICK.min(shared.until_lapse(boottime_ns()) + Duration::from_millis(1))
+        };
+        std::thread::sleep(nap);
         let fenced = shared.fenced.load(Ordering::SeqCst);
         if !fenced && shared.stop.load(Ordering::SeqCst) {
             return;
@@ -1106,11 +1119,7 @@ impl Run {
     /// How long until the self-fence deadline (zero once past it): `self_fence_after`
     /// minus the age of the start of the last successful heartbeat (CLOCK_BOOTTIME).
     pub fn time_to_self_fence(&self) -> Duration {
-        let age = boottime_ns().saturating_sub(self.shared.beat_ns.load(Ordering::SeqCst));
-        self.shared
-            .policy
-            .self_fence_after()
-            .saturating_sub(Duration::from_nanos(age))
+        self.shared.until_lapse(boottime_ns())
     }
 
     /// The last `run.json` this run wrote.
