@@ -18,9 +18,12 @@
 //!    with [`OpenOptions::retire_dead`], a definitely-dead owner (judged with the owner lock
 //!    held) is retired first.
 //! 4. `run.json`: status `running`, the new generation and holder, the previous seal kept.
-//! 5. `heartbeat`: the heartbeat task, the async self-fence timer and the watchdog thread.
+//! 5. `heartbeat`: the cgroup v2 directory for the commands (when one can be created, see
+//!    "Escapes"), the child subreaper, the heartbeat task, the async self-fence timer and
+//!    the watchdog thread.
 //! 6. `layout`: `store/`, `work/`, `tmp/` (0700).
-//! 7. `commands`: reap or refuse older generations' commands (below).
+//! 7. `commands`: reap or refuse older generations' commands, by their records and by
+//!    their cgroups (below).
 //! 8. `store`: read this generation's epoch and the one the claim replaced; from them
 //!    [`lease_core::seal::requirements`] gives the seal (of a clean release: store id,
 //!    sequence, generation) and the floor (the highest store head any change of owner
@@ -106,23 +109,46 @@
 //!
 //! ## Escapes (what the kill reaches)
 //!
-//! Tracked: every recorded process group; every process whose session id equals a recorded
-//! group (a command that itself called `setsid`); every descendant seen by a watchdog scan of
-//! `/proc` (by parent pid, remembered with its start time), scanned every 100 ms while
-//! commands are tracked. The owner is made a child subreaper (`PR_SET_CHILD_SUBREAPER`,
-//! [`OpenOptions::subreaper`], process-wide) so double-forked orphans are reparented to it
-//! instead of init. **What can still escape:** a descendant that leaves the group and session
-//! (setsid / setpgid) and whose parent chain is broken (double fork) *before* any 100 ms scan
-//! saw it; any process in another pid namespace or otherwise invisible in our `/proc`;
+//! **With a cgroup v2 subtree** ([`OpenOptions::cgroup`], default on; [`cgroup`] module):
+//! at open the owner creates `runlease-<key>-<generation>` below its own cgroup (`<key>`:
+//! 16 hex digits of SHA-256 over the run's path and id). Each command is moved into it
+//! while its spawn gate is stopped, so everything it ever starts is born inside, whatever
+//! it does with process groups, sessions or forks. A kill writes `cgroup.kill` (the kernel
+//! kills every member, including ones forked meanwhile) besides the signals below; a member
+//! counts as alive until it leaves `cgroup.procs`. The release removes the emptied
+//! directory. The next open finds a killed incarnation's cgroups through `/proc/*/cgroup`
+//! (wherever in the tree they are) and kills their members: TERM, grace, `cgroup.kill`;
+//! a survivor refuses the open (76). **What can still escape then:** only a process
+//! privileged enough to move itself to another cgroup (root, or an owner of a delegated
+//! subtree) or to signal-proof itself; and processes in a cgroup subtree another tool
+//! manages under ours. An empty directory left by a crashed owner stays until the next
+//! open of the same run (on this cgroup tree) removes it.
+//!
+//! **Without one** (no cgroup2 mount, or no permission to create a directory below our
+//! cgroup: usual for an unprivileged owner without systemd delegation; the reason is logged
+//! at `info`): tracked are every recorded process group; every process whose session id
+//! equals a recorded group (a command that itself called `setsid`); every descendant seen by
+//! a watchdog scan of `/proc` (by parent pid, remembered with its start time), scanned every
+//! 100 ms while commands are tracked. The owner is made a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`, [`OpenOptions::subreaper`], process-wide) so double-forked
+//! orphans are reparented to it instead of init. **What can still escape:** a descendant
+//! that leaves the group and session (setsid / setpgid) and whose parent chain is broken
+//! (double fork) *before* any 100 ms scan saw it; after a crash of the owner, any
+//! descendant outside its command's group and session (the next open knows only the
+//! records); any process in another pid namespace or otherwise invisible in our `/proc`;
 //! processes we may not signal (setuid helpers: EPERM); a descendant of another run in the
-//! same owner process is never confused with ours, but with the subreaper it is reparented to
-//! the shared owner process. The pgid of a group whose last process vanished between two
+//! same owner process is never confused with ours, but with the subreaper it is reparented
+//! to the shared owner process. The pgid of a group whose last process vanished between two
 //! scans could in theory be reused before the next kill.
+//!
+//! In both cases nothing is ever sent to pid or group 0 or 1, nor to the owner process or
+//! its own group.
 //!
 //! ## Not yet
 //!
-//! - **cgroup v2** subtree for commands: not done (subreaper + /proc scan only), even where
-//!   a cgroup v2 hierarchy is writable.
+//! - cgroup v2: no controllers (memory, pids limits) are set; the directory is containment
+//!   and kill only. A cgroup that cannot be joined at spawn fails the spawn
+//!   (`SPAWN_FAILED`), it never silently falls back for one command.
 //! - The store is opened by path (`<run>/store/run.sqlite`), not beneath the run's held
 //!   root descriptor like the lease files: a run folder renamed while open is not noticed by
 //!   the store.
@@ -180,6 +206,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod error;
 pub mod procs;
 mod run;

@@ -112,6 +112,9 @@ pub struct Tracked {
     pub groups: BTreeSet<u32>,
     /// Descendants seen by a scan: pid → start time.
     pub known: BTreeMap<u32, u64>,
+    /// The run incarnation's cgroup v2 directory, if one could be created: every member
+    /// is tracked, and a SIGKILL goes through `cgroup.kill` too.
+    pub cgroup: Option<std::path::PathBuf>,
 }
 
 impl Tracked {
@@ -122,6 +125,13 @@ impl Tracked {
     pub fn refresh(&mut self, procs: &[ProcInfo]) {
         self.known
             .retain(|pid, st| procs.iter().any(|p| p.pid == *pid && p.start_time == *st));
+        if let Some(cg) = &self.cgroup {
+            for pid in crate::cgroup::pids_in(cg) {
+                if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
+                    self.known.insert(p.pid, p.start_time);
+                }
+            }
+        }
         loop {
             let mut added = false;
             for p in procs {
@@ -154,6 +164,12 @@ impl Tracked {
     /// SIGKILL (or `sig`) every recorded group and every known descendant that still has
     /// its recorded start time.
     pub fn signal_all(&self, sig: Signal, procs: &[ProcInfo]) {
+        if sig == Signal::KILL {
+            if let Some(cg) = &self.cgroup {
+                // Every member, including any forked since the scan.
+                let _ = std::fs::write(cg.join("cgroup.kill"), "1");
+            }
+        }
         for g in &self.groups {
             kill_group(*g, sig);
         }
@@ -170,6 +186,12 @@ impl Tracked {
     /// Whether a process that can still act (not a zombie) is tracked: in a recorded group
     /// or session, or a known descendant.
     pub fn any_alive(&self, procs: &[ProcInfo]) -> bool {
+        if let Some(cg) = &self.cgroup {
+            let members = crate::cgroup::pids_in(cg);
+            if procs.iter().any(|p| !p.zombie && members.contains(&p.pid)) {
+                return true;
+            }
+        }
         procs.iter().any(|p| {
             !p.zombie
                 && (self.groups.contains(&p.pgrp)

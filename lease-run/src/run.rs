@@ -124,6 +124,10 @@ pub struct OpenOptions {
     /// Make this process a child subreaper (`PR_SET_CHILD_SUBREAPER`, process-wide) at the
     /// `heartbeat` step, so orphaned descendants are reparented to it (default true).
     pub subreaper: bool,
+    /// Put the commands in a cgroup v2 directory of their own when one can be created
+    /// below this process's cgroup (default true); otherwise, or when false, they are
+    /// tracked by process group, session and /proc scans only (see the crate docs).
+    pub cgroup: bool,
     /// Step timings.
     pub on_step: Option<StepCallback>,
 }
@@ -141,6 +145,7 @@ impl Default for OpenOptions {
             kill_wait: Duration::from_secs(2),
             exit_on_fence: false,
             subreaper: true,
+            cgroup: true,
             on_step: None,
         }
     }
@@ -159,6 +164,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("kill_wait", &self.kill_wait)
             .field("exit_on_fence", &self.exit_on_fence)
             .field("subreaper", &self.subreaper)
+            .field("cgroup", &self.cgroup)
             .finish_non_exhaustive()
     }
 }
@@ -386,6 +392,9 @@ fn watchdog(shared: Arc<Shared>) {
             // slot: it finds the run fenced afterwards and drops the store itself.
             if let Ok(mut slot) = shared.store.try_lock() {
                 slot.take();
+            }
+            if let Some(cg) = shared.tracked().cgroup.clone() {
+                crate::cgroup::Cgroup::at(cg).remove();
             }
             let reason = shared.fence_reason().unwrap_or_default();
             shared
@@ -870,6 +879,17 @@ impl Run {
         // (5) heartbeat task, self-fence timer task, watchdog OS thread.
         let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
         let subreaper = opts.subreaper;
+        if opts.cgroup {
+            let key = crate::cgroup::run_key(path, lease.run_id.as_str());
+            match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
+                Ok(cg) => shared.tracked().cgroup = Some(cg.path().to_path_buf()),
+                Err(reason) => tracing::info!(
+                    run = %name,
+                    %reason,
+                    "no cgroup v2 subtree: commands are tracked by group, session and /proc scans"
+                ),
+            }
+        }
         let tasks = timed(cb, StepName::Heartbeat, async move {
             if subreaper {
                 if let Err(e) =
@@ -921,14 +941,18 @@ impl Run {
         // (7) reap or refuse the previous incarnations' commands.
         let dir = st.dir.clone();
         let (gen_, grace, kill_wait) = (lease.generation, opts.term_grace, opts.kill_wait);
+        let key = crate::cgroup::run_key(path, lease.run_id.as_str());
         timed(
             cb,
             StepName::Commands,
             blocking(
                 &name,
                 StepName::Commands,
-                deadline + grace + kill_wait,
-                move || reap_or_refuse(&dir, gen_, grace, kill_wait),
+                deadline + 2 * (grace + kill_wait),
+                move || {
+                    reap_or_refuse(&dir, gen_, grace, kill_wait)?;
+                    reap_cgroups(dir.run_id().as_str(), &key, gen_, grace, kill_wait)
+                },
             ),
         )
         .await?;
@@ -1073,6 +1097,10 @@ impl Run {
                     }
                 }
             }
+            // No command ran yet: the cgroup (if any) is empty and can go.
+            if let Some(cg) = shared.tracked().cgroup.clone() {
+                crate::cgroup::Cgroup::at(cg).remove();
+            }
             // The watchdog ends once nothing is tracked (no command ran yet).
             shared.stop.store(true, Ordering::SeqCst);
         }
@@ -1092,6 +1120,12 @@ impl Run {
     /// The run folder.
     pub fn dir(&self) -> &RunDir {
         &self.dir
+    }
+
+    /// The cgroup v2 directory holding this incarnation's commands, if one could be
+    /// created (see [`OpenOptions::cgroup`]).
+    pub fn cgroup(&self) -> Option<PathBuf> {
+        self.shared.tracked().cgroup.clone()
     }
 
     /// The run folder's path.
@@ -1240,6 +1274,7 @@ impl Run {
         }
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
+        let cgroup = self.shared.tracked().cgroup.clone();
         let recorded = blocking(
             &run,
             StepName::Commands,
@@ -1257,6 +1292,14 @@ impl Run {
                         }
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
+                }
+                if let Some(cg) = &cgroup {
+                    // Before the program starts: all it ever forks is born inside.
+                    crate::cgroup::Cgroup::at(cg.clone())
+                        .add(pid)
+                        .map_err(|e| {
+                            RunError::Io(format!("cannot move {pid} into {}: {e}", cg.display()))
+                        })?;
                 }
                 let start_time = probe::process_start_time(pid)
                     .map_err(|e| RunError::Io(format!("/proc/{pid}/stat: {e}")))?
@@ -1334,6 +1377,7 @@ impl Run {
                 move || {
                     let mut t = sh.tracked().clone();
                     let gone = procs::terminate(&mut t, grace, kill_wait);
+                    let cg = t.cgroup.clone();
                     *sh.tracked() = t;
                     if !gone {
                         return Err(RunError::CommandsSurvive {
@@ -1342,6 +1386,9 @@ impl Run {
                             pgid: sh.tracked().groups.iter().next().copied().unwrap_or(0),
                             generation: g.get(),
                         });
+                    }
+                    if let Some(cg) = cg {
+                        crate::cgroup::Cgroup::at(cg).remove();
                     }
                     remove_own_records(&dir, g)
                 },
@@ -1631,6 +1678,64 @@ fn reap_or_refuse(
             });
         }
         primitives::remove(&**dir.fs(), &p, true).map_err(|e| io("remove", &p, e))?;
+    }
+    Ok(())
+}
+
+/// Kill what older incarnations of this run left in their cgroups (descendants that left
+/// their process group and session escape the records; they cannot leave a cgroup):
+/// SIGTERM to each member, `grace`, `cgroup.kill`, up to `kill_wait`; a member that
+/// survives refuses the open (`RUN_COMMANDS_SURVIVE`, 76). Emptied directories are removed.
+fn reap_cgroups(
+    run: &str,
+    key: &str,
+    ours: Generation,
+    grace: Duration,
+    kill_wait: Duration,
+) -> Result<(), RunError> {
+    for cg in crate::cgroup::leftovers(key, ours.get()) {
+        let gone = |within: Duration, kill: bool| {
+            let end = Instant::now() + within;
+            loop {
+                let live: Vec<u32> = cg
+                    .pids()
+                    .into_iter()
+                    .filter(|p| !matches!(procs::state_of(*p), None | Some('Z') | Some('X')))
+                    .collect();
+                if live.is_empty() {
+                    return None;
+                }
+                if Instant::now() >= end {
+                    return live.first().copied();
+                }
+                if kill {
+                    cg.kill();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        for pid in cg.pids() {
+            procs::kill_pid(pid, Signal::TERM);
+        }
+        let survivor = gone(grace, false).and_then(|_| {
+            cg.kill();
+            gone(kill_wait, true)
+        });
+        if let Some(pid) = survivor {
+            return Err(RunError::CommandsSurvive {
+                run: run.to_string(),
+                pid,
+                pgid: 0,
+                generation: cg
+                    .path()
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.rsplit('-').next())
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(0),
+            });
+        }
+        cg.remove();
     }
     Ok(())
 }

@@ -174,6 +174,14 @@ fn helper_process() {
                 println!("READY");
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
+            "owner-with-daemon" => {
+                let run = Run::open(&path, fast()).await.unwrap();
+                let pidfile = path.parent().unwrap().join("daemon.pid");
+                let mut cmd = run.spawn(&daemon_argv(&pidfile), &[]).await.unwrap();
+                assert!(cmd.wait().await.unwrap().success());
+                println!("DAEMON {}", wait_for_pid(&pidfile));
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
             "owner-with-command" => {
                 let run = Run::open(&path, fast()).await.unwrap();
                 let argv: Vec<String> = ["sh", "-c", "trap '' TERM; sleep 30"]
@@ -284,6 +292,14 @@ fn second_open_from_another_process_is_refused_76() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The helper exited without releasing: its owner is dead. Retire it and release,
+        // which also removes the (empty) cgroup it left.
+        let opts = OpenOptions {
+            retire_dead: true,
+            ..fast()
+        };
+        let run = Run::open(&path, opts).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
     });
 }
 
@@ -903,6 +919,105 @@ fn a_recorded_command_that_cannot_be_killed_refuses_the_open_76_and_its_record_i
         drop(frozen); // thawed: the pending SIGKILL ends it
         let run = Run::open(&path, opts).await.unwrap();
         assert!(!path.join(f.path()).exists(), "reaped and removed");
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+/// A command that double-forks a daemon into a new session and process group, writes its
+/// pid to `pidfile`, and exits at once: it escapes process-group and session tracking.
+fn daemon_argv(pidfile: &Path) -> Vec<String> {
+    let script = format!(
+        "(setsid sh -c 'echo $$ > {p}.tmp && mv {p}.tmp {p}; exec sleep 30' &) ; exit 0",
+        p = pidfile.display()
+    );
+    args(&["sh", "-c", &script])
+}
+
+fn wait_for_pid(pidfile: &Path) -> u32 {
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(t) = std::fs::read_to_string(pidfile) {
+            if let Ok(p) = t.trim().parse() {
+                return p;
+            }
+        }
+        assert!(Instant::now() < end, "the daemon never wrote its pid");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn cgroup_available(path: &Path) -> bool {
+    let probe = rt().block_on(async {
+        let run = Run::open(path, fast()).await.unwrap();
+        let cg = run.cgroup();
+        run.release(FinalStatus::Done).await.unwrap();
+        cg
+    });
+    if probe.is_none() {
+        eprintln!(
+            "SKIPPED: no cgroup v2 subtree can be created here; commands fall back to group/session tracking"
+        );
+    }
+    probe.is_some()
+}
+
+#[test]
+fn a_double_forked_daemon_stays_in_the_runs_cgroup_and_dies_at_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-n");
+    if !cgroup_available(&path) {
+        return;
+    }
+    let pidfile = dir.path().join("daemon.pid");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        let cg = run.cgroup().unwrap();
+        let mut cmd = run.spawn(&daemon_argv(&pidfile), &[]).await.unwrap();
+        assert!(cmd.wait().await.unwrap().success());
+        let daemon = wait_for_pid(&pidfile);
+        let info = lease_run::procs::proc_info(daemon).unwrap();
+        assert_ne!(info.pgrp, cmd.pid(), "left the command's group");
+        assert_ne!(info.session, cmd.pid(), "and its session");
+        let its = std::fs::read_to_string(format!("/proc/{daemon}/cgroup")).unwrap();
+        let name = cg.file_name().unwrap().to_str().unwrap();
+        assert!(its.contains(name), "born inside the run's cgroup: {its}");
+        run.release(FinalStatus::Done).await.unwrap();
+        assert!(!alive(daemon), "the daemon died with the run");
+        assert!(!cg.exists(), "the emptied cgroup is removed");
+    });
+}
+
+#[test]
+fn a_killed_owners_escaped_daemon_is_reaped_through_its_cgroup_by_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-o");
+    if !cgroup_available(&path) {
+        return;
+    }
+    let mut owner = helper_cmd("owner-with-daemon", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    let daemon: u32 = loop {
+        let l = lines.next().expect("helper output").unwrap();
+        if let Some(p) = l.split("DAEMON ").nth(1) {
+            break p.trim().parse().unwrap();
+        }
+    };
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(alive(daemon), "the daemon outlives its owner");
+    // Its command exited, so the record names a group and session it is not in.
+    let mut opts = fast();
+    opts.retire_dead = true;
+    rt().block_on(async {
+        let run = Run::open(&path, opts).await.unwrap();
+        assert!(
+            !alive(daemon),
+            "reaped through the old incarnation's cgroup"
+        );
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
