@@ -122,6 +122,32 @@ impl Cgroup {
     }
 }
 
+/// Hand a run incarnation's members over to the cgroup above it (this owner's own, where
+/// the directory was created) and remove the emptied directory, so that processes handed
+/// over on purpose ([`crate::Run::release_detached`]) are not taken for a killed
+/// incarnation's leftovers by the next open. (cgroup v2 forbids renaming a directory.)
+/// Each member is moved by writing its pid to the parent's `cgroup.procs`, repeated until
+/// the directory is empty (a member forking meanwhile) or 100 rounds passed. Best effort:
+/// members left behind are logged at `warn` (the next open of the run kills them).
+pub fn detach(dir: &Path) {
+    let Some(parent) = dir.parent() else { return };
+    for _ in 0..100 {
+        let pids = pids_in(dir);
+        if pids.is_empty() {
+            let _ = std::fs::remove_dir(dir);
+            return;
+        }
+        for pid in pids {
+            let _ = std::fs::write(parent.join("cgroup.procs"), pid.to_string());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    tracing::warn!(
+        cgroup = %dir.display(),
+        "cannot move every detached command out of the run's cgroup: the next open of the run kills the rest"
+    );
+}
+
 /// The pids listed in `<dir>/cgroup.procs` (empty if unreadable).
 pub(crate) fn pids_in(dir: &Path) -> Vec<u32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))

@@ -110,6 +110,11 @@ pub struct OpenOptions {
     /// first as always, so a stale owner still running on this host must end (or be
     /// fenced and release its lock) before this open can proceed. Default `None`.
     pub takeover: Option<Expectation>,
+    /// With [`OpenOptions::takeover`]: the caller watched that observation unchanged for
+    /// this long on its own `CLOCK_BOOTTIME`, so the takeover is `automatic` (PROTOCOL
+    /// §7.4: refused unless this exceeds the owner's `stale_after`; skew-immune) instead of
+    /// `operator`. Default `None` (operator).
+    pub takeover_watched: Option<Duration>,
     /// How long to retry the kernel owner lock (default 200 ms).
     pub lock_timeout: Duration,
     /// Deadline of every single open/release step (default 10 s).
@@ -139,6 +144,7 @@ impl Default for OpenOptions {
             create: true,
             retire_dead: false,
             takeover: None,
+            takeover_watched: None,
             lock_timeout: Duration::from_millis(200),
             step_deadline: Duration::from_secs(10),
             term_grace: Duration::from_secs(2),
@@ -158,6 +164,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("create", &self.create)
             .field("retire_dead", &self.retire_dead)
             .field("takeover", &self.takeover)
+            .field("takeover_watched", &self.takeover_watched)
             .field("lock_timeout", &self.lock_timeout)
             .field("step_deadline", &self.step_deadline)
             .field("term_grace", &self.term_grace)
@@ -786,6 +793,12 @@ impl Run {
         let dir = st.dir.clone();
         let (policy, retire_dead) = (opts.policy, opts.retire_dead);
         let takeover = opts.takeover.clone();
+        let trigger = match opts.takeover_watched {
+            None => TakeoverTrigger::Operator,
+            Some(d) => TakeoverTrigger::Automatic {
+                watched_unchanged_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            },
+        };
         let claim_started = boottime_ns();
         let lease = timed(
             cb,
@@ -799,7 +812,7 @@ impl Run {
                         policy,
                         wall_now()?,
                         expect,
-                        TakeoverTrigger::Operator,
+                        trigger,
                         random_u64()?,
                     )?);
                 }
@@ -1352,7 +1365,35 @@ impl Run {
     /// final-status (`run.json` as `final_status`, `sealed_sequence` = the sealed head) →
     /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock.
     /// A fenced run reports the fence and writes nothing.
-    pub async fn release(mut self, final_status: FinalStatus) -> Result<(), RunError> {
+    pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, false).await
+    }
+
+    /// Release the run like [`Run::release`], except that its commands are **detached**
+    /// instead of stopped: for a command that asked its owner to hand the run over and
+    /// goes on without the lease (`runlease release` under `runlease run`).
+    ///
+    /// In place of stop-commands: the watchdog stops tracking this generation's processes
+    /// (they are no longer killed on a fence or at release), their command records are
+    /// removed durably (so the next owner does not reap them), and the members of the
+    /// incarnation's cgroup v2 directory, if any, are moved up into the owner's own cgroup
+    /// and the directory removed ([`crate::cgroup::detach`]; a member that cannot be moved
+    /// is logged, and the next open of the run kills it). All
+    /// this happens before the barrier, the seal and the lease release, so a crash in
+    /// between leaves a held run whose next owner finds no record (the commands are not
+    /// reaped: they were handed over on purpose). What a detached command still holds:
+    /// nothing that counts: the store is sealed and closed at the barrier that follows, and
+    /// once the lease is released its generation is fenced everywhere (lease-fs appends
+    /// answer `FENCED`).
+    pub async fn release_detached(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, true).await
+    }
+
+    async fn release_with(
+        mut self,
+        final_status: FinalStatus,
+        detach: bool,
+    ) -> Result<(), RunError> {
         let name = self.shared.run.clone();
         let cb = self.opts.on_step.clone();
         let deadline = self.opts.step_deadline;
@@ -1375,6 +1416,18 @@ impl Run {
                 StepName::StopCommands,
                 grace + kill_wait + deadline,
                 move || {
+                    if detach {
+                        let cg = {
+                            let mut t = sh.tracked();
+                            t.groups.clear();
+                            t.known.clear();
+                            t.cgroup.take()
+                        };
+                        if let Some(cg) = cg {
+                            crate::cgroup::detach(&cg);
+                        }
+                        return remove_own_records(&dir, g);
+                    }
                     let mut t = sh.tracked().clone();
                     let gone = procs::terminate(&mut t, grace, kill_wait);
                     let cg = t.cgroup.clone();

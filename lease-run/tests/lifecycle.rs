@@ -1021,3 +1021,93 @@ fn a_killed_owners_escaped_daemon_is_reaped_through_its_cgroup_by_the_next_open(
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
+
+#[test]
+fn release_detached_hands_over_while_the_command_runs_on_and_the_next_open_spares_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-detach");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        let g = run.generation().get();
+        let mut cmd = run.spawn(&args(&["sleep", "30"]), &[]).await.unwrap();
+        let pid = cmd.pid();
+        let cg = run.cgroup();
+        run.release_detached(FinalStatus::Done).await.unwrap();
+        if let Some(cg) = cg {
+            // Moved up into the owner's cgroup; the incarnation's directory is gone.
+            assert!(!cg.exists(), "{}", cg.display());
+            let its = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+            assert!(!its.contains("runlease-"), "{its}");
+        } else {
+            eprintln!("no cgroup v2 subtree here: only the group/session path is checked");
+        }
+        // Handed over: released, its record gone, the command untouched.
+        let s = read_status(&path);
+        assert_eq!(s.status, RunState::Done);
+        assert_eq!(std::fs::read_dir(path.join("commands")).unwrap().count(), 0);
+        assert!(alive(pid), "a detached command was stopped");
+        // The next owner claims and does not reap it; past the old generation's self-fence
+        // deadline nothing kills it either (the watchdog no longer tracks it).
+        let next = Run::open(&path, fast()).await.unwrap();
+        assert!(next.generation().get() > g);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            alive(pid),
+            "the next open or the old watchdog killed a detached command: {:?} {:?}",
+            lease_run::procs::state_of(pid),
+            cmd.wait().await
+        );
+        next.release(FinalStatus::Done).await.unwrap();
+        procs_kill(pid);
+        let _ = cmd.wait().await;
+    });
+}
+
+fn procs_kill(pid: u32) {
+    lease_run::procs::kill_group(pid, Signal::KILL);
+}
+
+#[test]
+fn a_watched_takeover_is_recorded_as_automatic_and_refused_when_watched_too_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-auto");
+    // A stale owner from another "host": claim with lease-fs and never beat again.
+    let d = RunDir::create(&path).unwrap();
+    let lease = d
+        .claim(
+            Identity::new("gone-owner").unwrap(),
+            lease_fs::this_holder().unwrap(),
+            fast().policy,
+            now_ts(),
+        )
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let head = loop {
+        let v = d.status(now_ts(), false).unwrap();
+        if v.status == Status::Stale {
+            break v.head.unwrap();
+        }
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    rt().block_on(async {
+        // Watched for less than the owner's stale_after: refused (76), nothing claimed.
+        let brief = OpenOptions {
+            takeover: Some(Expectation::of(&head)),
+            takeover_watched: Some(Duration::from_millis(10)),
+            ..fast()
+        };
+        let e = Run::open(&path, brief).await.unwrap_err();
+        assert_eq!(e.code(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
+        assert_eq!(e.exit_code(), 76, "{e}");
+        let watched = OpenOptions {
+            takeover: Some(Expectation::of(&head)),
+            takeover_watched: Some(Duration::from_millis(1500)),
+            ..fast()
+        };
+        let run = Run::open(&path, watched).await.unwrap();
+        let g = run.generation().get();
+        assert_eq!(g, lease.generation.get() + 1);
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
