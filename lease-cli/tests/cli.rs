@@ -256,20 +256,17 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
     assert_eq!(r["taken_over"]["owner_id"], expect_owner.as_str());
     let cutoff = r["cutoff"].as_u64().expect("a cutoff");
 
-    // A new owner writes its events while the old command is still trying.
-    let o = runlease(&[
-        "run",
-        "--json",
-        d,
-        "--",
-        "sh",
-        "-c",
-        r#"for i in 1 2 3; do runlease append "$RUNLEASE_RUN" --type new --payload "$i" >/dev/null || exit 9; done"#,
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let new_gen = json_lines(&o)[0]["generation"].as_u64().unwrap();
-    assert_eq!(new_gen, 4);
+    // The stopped owner still holds the kernel owner lock and the store: no new owner on
+    // this host until it resumes or ends (lease-run takes the lock first: never two live
+    // owners of one run on a host, and never a claim that would then fail at the store).
+    // Nothing is claimed by the refusal.
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("runlease: OWNER_LOCK_HELD: "), "{err}");
+    assert_eq!(status_json(&dir)["generation"], 3);
 
+    // Resumed, the old owner finds itself fenced: its command is killed, it exits 75.
     let resumed = Instant::now();
     signal(owner.id(), Signal::CONT);
     let status = wait_exit(&mut owner, Duration::from_secs(15));
@@ -282,6 +279,20 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
         !alive(child_pid),
         "the fenced owner's command is still alive"
     );
+
+    // A new owner writes its events.
+    let o = runlease(&[
+        "run",
+        "--json",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"for i in 1 2 3; do runlease append "$RUNLEASE_RUN" --type new --payload "$i" >/dev/null || exit 9; done"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let new_gen = json_lines(&o)[0]["generation"].as_u64().unwrap();
+    assert_eq!(new_gen, 4);
 
     // The new owner's events are intact and count; no `old` event past the cutoff counts.
     let ev = json_lines(&runlease(&["events", "--json", d]));
@@ -377,9 +388,16 @@ fn tour_kill9_status_dead_retire_run_again() {
     let o = runlease(&["doctor", d]);
     assert_eq!(o.status.code(), Some(0));
     assert!(text(&o.stdout).starts_with("OK"), "{}", text(&o.stdout));
-    // The dead owner's command outlived it (no command records yet: partial).
-    assert!(alive(child));
-    signal(child, Signal::KILL);
+    // The dead owner's command outlived it only until the next run: that run found its
+    // command record (same boot) and killed it before starting its own command.
+    let t = Instant::now();
+    while alive(child) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the dead owner's command survived the next run"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -603,16 +621,37 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
         "{}",
         text(&o.stderr)
     );
-    let o = runlease(&[
+    // A stopped owner on this host still holds the kernel owner lock (and the store):
+    // --takeover-stale alone is refused (76) and says how to unwedge it.
+    let o = runlease(&["run", d, "--takeover-stale", "--", "true"]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("kill -CONT {}", owner.id())),
+        "{}",
+        text(&o.stderr)
+    );
+    // With --wait it takes over as soon as the stopped owner is resumed (it fences itself,
+    // kills its command and exits 75, writing nothing): the head it left is unchanged,
+    // watched for the owner's stale_after, then taken over automatically.
+    let taker = spawn(&[
         "run",
         "--json",
         d,
         "--takeover-stale",
+        "--wait",
+        "20s",
         "--",
         "sh",
         "-c",
         "echo in=$RUNLEASE_GENERATION",
     ]);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(owner.id(), Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(15)).code(),
+        Some(75)
+    );
+    let o = taker.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let owned = &json_lines(&o)[0];
     assert!(
@@ -623,10 +662,5 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
         "{owned}"
     );
     assert!(text(&o.stdout).contains(&format!("in={}", owned["generation"])));
-    signal(owner.id(), Signal::CONT);
-    assert_eq!(
-        wait_exit(&mut owner, Duration::from_secs(15)).code(),
-        Some(75)
-    );
     assert_eq!(status_json(&dir)["state"], "free");
 }
