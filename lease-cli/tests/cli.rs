@@ -664,3 +664,96 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
     assert!(text(&o.stdout).contains(&format!("in={}", owned["generation"])));
     assert_eq!(status_json(&dir)["state"], "free");
 }
+
+/// The main gain of `run` on lease-run: after `kill -9` of `runlease run`, its command
+/// runs on only until the next `runlease run --retire-dead` on this boot, which kills it
+/// (through its durable command record) before starting its own; `run.json` says how
+/// each run ended, and `status` and `doctor` show it.
+#[test]
+fn retire_dead_after_kill9_reaps_the_old_command_and_run_json_says_how_runs_ended() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let child = read_pid(&pidfile);
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "running", "{s}");
+    assert_eq!(s["run_status"]["generation"], s["generation"], "{s}");
+    // Its record is in commands/ while it runs.
+    let records = std::fs::read_dir(dir.join("commands")).unwrap().count();
+    assert_eq!(records, 1);
+
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+    assert!(alive(child), "the command died with its owner");
+    // After the crash run.json still says running: the last record written.
+    assert_eq!(status_json(&dir)["run_status"]["status"], "running");
+
+    let o = runlease(&["run", d, "--retire-dead", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("retired dead owner"),
+        "{}",
+        text(&o.stderr)
+    );
+    let t = Instant::now();
+    while alive(child) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the killed run's command survived the next run"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_dir(dir.join("commands")).unwrap().count(), 0);
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free");
+    assert_eq!(s["run_status"]["status"], "failed", "{s}");
+    assert_eq!(
+        s["run_status"]["detail"], "the command exited with code 7",
+        "{s}"
+    );
+    assert_eq!(s["run_status"]["sealed_sequence"], 0, "{s}");
+    let o = runlease(&["run", d, "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(o.status.code(), Some(128 + 9));
+    let s = status_json(&dir);
+    assert_eq!(
+        s["run_status"]["detail"], "the command was killed by signal 9",
+        "{s}"
+    );
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "done", "{s}");
+    assert!(s["run_status"]["detail"].is_null(), "{s}");
+    let human = text(&runlease(&["status", d]).stdout);
+    assert!(human.contains("run.json   done (generation"), "{human}");
+
+    // A run.json edited by hand: reported by status and doctor (65), refused by run (65),
+    // never rewritten.
+    std::fs::write(dir.join("run.json"), b"{not json").unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "invalid", "{s}");
+    assert!(
+        s["run_status"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("run.json"),
+        "{s}"
+    );
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        json_lines(&o)
+            .iter()
+            .any(|f| f["code"] == "INVALID_RECORD"
+                && f["detail"].as_str().unwrap().contains("run.json")),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("run.json"), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("run.json")).unwrap(), b"{not json");
+}
