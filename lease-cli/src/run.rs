@@ -200,6 +200,15 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     if argv.first().is_none_or(|p| p.is_empty()) {
         return Err(CliError::usage("no command given after `--`"));
     }
+    // lease-run's own checks of the options (e.g. the stale_after - self_fence_after
+    // margin its watchdog needs), before anything is created.
+    let abs_guess = std::path::absolute(&opts.dir).unwrap_or_else(|_| opts.dir.clone());
+    OpenOptions {
+        policy,
+        ..OpenOptions::default()
+    }
+    .validate(&abs_guess)
+    .map_err(|e| CliError::usage(run_err(e).message))?;
 
     let fwd = Arc::new(Fwd {
         child: Mutex::new(ChildState::NotStarted),

@@ -486,6 +486,29 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
     assert_eq!(runlease(&[]).status.code(), Some(64));
     assert_eq!(runlease(&["status"]).status.code(), Some(64));
     assert_eq!(runlease(&["run", "x"]).status.code(), Some(64));
+    // A timing policy whose stale_after - self_fence_after margin is too small for the
+    // watchdog to confirm the kill in time: usage, and nothing is created.
+    let tmp = tempfile::tempdir().unwrap();
+    let unsafe_dir = tmp.path().join("never-created");
+    let o = runlease(&[
+        "run",
+        unsafe_dir.to_str().unwrap(),
+        "--heartbeat",
+        "100",
+        "--self-fence-after",
+        "850",
+        "--stale-after",
+        "1000",
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("unsafe timing"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!unsafe_dir.exists());
     assert_eq!(
         runlease(&["run", "x", "--wait", "soon", "--", "true"])
             .status
