@@ -780,3 +780,59 @@ fn retire_dead_after_kill9_reaps_the_old_command_and_run_json_says_how_runs_ende
     assert!(text(&o.stderr).contains("run.json"), "{}", text(&o.stderr));
     assert_eq!(std::fs::read(dir.join("run.json")).unwrap(), b"{not json");
 }
+
+/// A signal that arrives while `run` opens the run (here: while it reaps a killed run's
+/// command that ignores SIGTERM, which takes the 2 s grace) starts nothing: the run is
+/// released with `run.json` failed and runlease exits 128+N.
+#[test]
+fn sigint_while_opening_releases_the_run_and_starts_nothing() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let marker = tmp.path().join("ran");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    let child = read_pid(&pidfile);
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+
+    let touch = format!("touch '{}'", marker.display());
+    let mut next = spawn(
+        &[
+            &["run", d, "--retire-dead"][..],
+            &FAST,
+            &["--", "sh", "-c", &touch],
+        ]
+        .concat(),
+    );
+    // Claimed (generation 3: retired as 2, claimed as 3), now reaping the old command.
+    let t = Instant::now();
+    loop {
+        let s = status_json(&dir);
+        if s["state"] == "active" && s["generation"] == 3 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never claimed: {s}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(next.id(), Signal::INT);
+    let code = wait_exit(&mut next, Duration::from_secs(15)).code();
+    let o = next.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(code, Some(128 + 2), "{err}");
+    assert!(err.contains("runlease: INTERRUPTED: "), "{err}");
+    assert!(err.contains("the run was released"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+    assert!(!alive(child), "the old command survived the reaping");
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free", "{s}");
+    assert_eq!(s["run_status"]["status"], "failed", "{s}");
+    assert_eq!(
+        s["run_status"]["detail"],
+        "interrupted by signal 2 before the command started"
+    );
+}
