@@ -81,9 +81,9 @@ Examples:
 
 --json output: docs/cli-json.md (one object per line, each with a versioned `schema`).
 
-Status: on lease-fs alone. Not yet in `run`: run.json, command records and reaping a dead
-incarnation's leftover commands, cgroup/subreaper containment, the store and its seal,
-CLOCK_BOOTTIME (the self-fence uses CLOCK_MONOTONIC).";
+`run` is built on the lease-run lifecycle: run.json, command records (a killed run's
+command is killed by the next owner on the same boot), cgroup v2 or process-group
+containment, the self-fence on CLOCK_BOOTTIME, the store and its seal check.";
 
 /// Exclusive, fenced ownership of a durable run folder.
 #[derive(Debug, Parser)]
@@ -109,23 +109,29 @@ pub struct Cli {
 pub enum Cmd {
     /// Own a run (creating its folder) and run a command under the lease.
     #[command(after_help = "\
-The command runs in its own process group with RUNLEASE_RUN (absolute run folder),
-RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its environment. SIGINT,
-SIGTERM and SIGHUP are forwarded to it. When it exits, whatever it left running in its
-process group is killed, the run is released and runlease exits with the command's code
-(128+N if signal N killed it). SIGUSR1 (sent by `runlease release` from the command) makes
-runlease release at once while the command runs on without the lease.
+Before the command runs, its record (pid, start time, boot) is durable in commands/, and a
+command a killed runlease left running (same boot) is killed. The command runs in its own
+process group (and cgroup v2 subtree when one can be created) with RUNLEASE_RUN (absolute
+run folder), RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its
+environment. SIGINT, SIGTERM and SIGHUP are forwarded to it. When it exits, whatever it
+left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
+the run is released and runlease exits with the command's code (128+N if signal N killed
+it; 126/127 if the program is not executable / not found, then nothing is claimed).
+SIGUSR1 (sent by `runlease release` from the command) makes runlease release at once
+(run.json paused) while the command runs on without the lease.
 A run held by a live owner is refused (exit 76) with one line naming its host, pid, since
-when and generation; --wait waits for it (a progress line on a terminal only).
+when and generation; --wait waits for it (a progress line on a terminal only). A process
+on this host that still holds the run's kernel owner lock (a stopped owner, even one
+already replaced) also refuses the run (76) until it is resumed or ends.
 If the lease is lost (a newer owner, or no successful heartbeat for --self-fence-after),
-the process group is killed with SIGKILL and runlease exits 75 without releasing.
+the commands are killed with SIGKILL and, once they are gone, runlease exits 75 without
+releasing.
 The command does not get the terminal (it is not the foreground process group): when
 runlease's stdin is a terminal the command's stdin is /dev/null, and a command stopped by
 SIGTTIN/SIGTTOU is terminated with a message. Interactive commands: not yet.
 Put --wait after RUN_DIR (or write --wait=30s): a bare word after --wait is read as its
 duration. While waiting, runlease retries at least every second.
-Partial: no run.json, no command records, a command that leaves its process group (setsid,
-double fork) is not killed, and --retire-dead does not kill commands a dead runlease left.
+The command's arguments must be UTF-8 (they are recorded).
 
 Examples:
   runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
@@ -219,7 +225,8 @@ Example:
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
 STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT (and TEMP_FILES_REMOVED with --clean-temp).
 Exit 65 when a finding is a data error (INVALID_RECORD, BROKEN_CHAIN), else 0.
-Not yet: run.json, command records, store behind seal (they need lease-run).
+Not yet: the store behind its seal (the store is locked by its owner; `runlease run`
+checks it at every open and refuses a store behind its seal with 65).
 
 Example:
   runlease doctor ./demo-run --clean-temp")]

@@ -299,8 +299,58 @@ pub fn next_step(view: &StatusView, dir: &Path) -> String {
     }
 }
 
-/// The status of one run as a JSON object (schema `runlease/cli/status/1`).
-pub fn status_json(dir: &Path, run_id: &str, view: &StatusView) -> Value {
+/// What `run.json` says (written by `runlease run` through lease-run: `running`, `paused`,
+/// `done`, `failed` and the writer's generation), as the `run_status` JSON value: `null`
+/// when there is none; `status: "invalid"` with the error (naming the file) as `detail`
+/// when it cannot be read or decoded (reported, never repaired).
+pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
+    let p = lease_core::FileRef::RunStatus.path();
+    let invalid = |detail: String| {
+        json!({"status": "invalid", "generation": null, "detail": detail,
+               "sealed_sequence": null, "updated_at": null})
+    };
+    let bytes = match run.fs().read(&p, lease_core::canonical::MAX_RECORD_BYTES) {
+        Ok(None) => return Value::Null,
+        Ok(Some(b)) => b,
+        Err(e) => return invalid(format!("cannot read {p}: {e}")),
+    };
+    match lease_core::decode_for::<lease_core::RunStatus>(run.run_id(), &bytes) {
+        Ok(r) => json!({
+            "status": match r.status {
+                lease_core::RunState::Running => "running",
+                lease_core::RunState::Paused => "paused",
+                lease_core::RunState::Done => "done",
+                lease_core::RunState::Failed => "failed",
+            },
+            "generation": r.generation.get(),
+            "detail": r.detail,
+            "sealed_sequence": r.sealed_sequence,
+            "updated_at": r.updated_at.to_string(),
+        }),
+        Err(e) => invalid(e.in_file(&p).to_string()),
+    }
+}
+
+/// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).
+pub fn run_status_human(v: &Value) -> Option<String> {
+    let st = v.get("status")?.as_str()?;
+    let mut line = st.to_string();
+    if let Some(g) = v["generation"].as_u64() {
+        line.push_str(&format!(" (generation {g}"));
+        if let Some(seq) = v["sealed_sequence"].as_u64() {
+            line.push_str(&format!(", store sealed at {seq}"));
+        }
+        line.push(')');
+    }
+    if let Some(d) = v["detail"].as_str() {
+        line.push_str(&format!(": {d}"));
+    }
+    Some(line)
+}
+
+/// The status of one run as a JSON object (schema `runlease/cli/status/1`); `run_status`
+/// is [`run_status_json`]'s value.
+pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Value) -> Value {
     let head = view.head.as_ref();
     let active = head.is_some_and(Head::is_active);
     let expect = head.filter(|h| h.is_active()).map(Expectation::of);
@@ -339,13 +389,17 @@ pub fn status_json(dir: &Path, run_id: &str, view: &StatusView) -> Value {
         "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
         "next_step": next_step(view, dir),
         "error": error,
+        "run_status": run_status,
     })
 }
 
-/// The status of one run as aligned human lines.
-pub fn status_human(dir: &Path, view: &StatusView) -> Vec<String> {
+/// The status of one run as aligned human lines (`run_status`: [`run_status_json`]).
+pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<String> {
     let mut l = vec![format!("{}: {}", dir.display(), view.status.name())];
     let mut row = |k: &str, v: String| l.push(format!("  {k:<11}{v}"));
+    if let Some(line) = run_status_human(run_status) {
+        row("run.json", line);
+    }
     match &view.head {
         None => {
             if let Status::Invalid(e) = &view.status {

@@ -1,4 +1,4 @@
-//! `runlease` — the operator CLI of runlease (first version, built on lease-fs alone).
+//! `runlease` — the operator CLI of runlease.
 //!
 //! Every subcommand takes `--json` (one JSON object per line on stdout, each with a
 //! `schema` field such as `runlease/cli/status/1`); human output otherwise. Errors go to
@@ -6,11 +6,10 @@
 //! `runlease/cli/error/1` object on stdout); the exit code follows ARCHITECTURE.md §6
 //! (`FsError::exit_code`), and usage errors exit 64 (not clap's default 2).
 //!
-//! **Partial.** `run` drives the lease directly with lease-fs (threads, no tokio): there is
-//! no `run.json`, no command records, no reaping of a dead incarnation's commands, no store
-//! and no seal yet; those come with the lease-run layer. `release` is not implemented (exit
-//! 70). Shell completions, the man page and `docs/cli-json.md` are not generated yet. See
-//! `runlease --help`.
+//! `run` is built on the lease-run lifecycle (`run.json`, command records, reaping of a
+//! killed incarnation's commands, store and seal: see `run.rs`); the inspection and repair
+//! subcommands (`ops.rs`) use lease-fs directly and never open the store (it is locked
+//! exclusively by its owner). See `runlease --help`.
 
 mod common;
 mod ops;

@@ -3,7 +3,7 @@
 
 use crate::common::{
     CliError, EX_SOFTWARE, Out, cli_identity, held_description, human_ms, is_stale, new_nonce,
-    new_owner_id, shell_path, status_human, status_json, wall_now,
+    new_owner_id, run_status_json, shell_path, status_human, status_json, wall_now,
 };
 use lease_core::ops::{Authority, Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
 use lease_core::{Dir, FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
@@ -38,12 +38,17 @@ pub fn status(dirs: &[std::path::PathBuf], out: Out) -> Result<i32, CliError> {
         match read_status(dir) {
             Ok((run, view)) => {
                 if out.json {
-                    out.json_line(&status_json(dir, run.run_id().as_str(), &view));
+                    out.json_line(&status_json(
+                        dir,
+                        run.run_id().as_str(),
+                        &view,
+                        run_status_json(&run),
+                    ));
                 } else {
                     if i > 0 {
                         out.line("");
                     }
-                    for l in status_human(dir, &view) {
+                    for l in status_human(dir, &view, &run_status_json(&run)) {
                         out.line(&l);
                     }
                 }
@@ -101,7 +106,12 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
         match read_status(dir) {
             Ok((run, view)) => {
                 if out.json {
-                    out.json_line(&status_json(dir, run.run_id().as_str(), &view));
+                    out.json_line(&status_json(
+                        dir,
+                        run.run_id().as_str(),
+                        &view,
+                        run_status_json(&run),
+                    ));
                     continue;
                 }
                 let h = view.head.as_ref();
@@ -977,6 +987,17 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
                 return Err(e.into());
             }
         }
+    }
+
+    // run.json (written by `runlease run`): reported when unreadable, never repaired.
+    let rs = run_status_json(&run);
+    if rs["status"] == "invalid" {
+        findings.push(Finding {
+            code: "INVALID_RECORD",
+            severity: "error",
+            detail: rs["detail"].as_str().unwrap_or("run.json is invalid").to_string(),
+            next: "repair or restore the named file by hand (keep a copy); `runlease run` refuses the run until then".into(),
+        });
     }
 
     let strays = run.stray_names()?;

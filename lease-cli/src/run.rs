@@ -1,63 +1,68 @@
-//! `runlease run`: own a run and run one command under the lease.
+//! `runlease run`: own a run and run one command under the lease, on the lease-run
+//! lifecycle ([`lease_run::Run`]).
 //!
-//! # What this does (and what it does not do yet)
+//! # What this does
 //!
-//! 1. Create the run folder if missing; take the kernel owner lock (200 ms); claim the lease
-//!    with a fresh random owner id. A held run is refused (exit 76) or waited for
-//!    (`--wait`); a stale owner is replaced only with `--takeover-stale` (after watching
-//!    its record unchanged for its `stale_after` on our monotonic clock: an automatic
-//!    takeover), a dead one only with `--retire-dead`.
-//! 2. Spawn the command in its own process group with `RUNLEASE_RUN`,
-//!    `RUNLEASE_GENERATION` and `RUNLEASE_OWNER`; stdio inherited, except that a terminal
-//!    stdin is replaced by `/dev/null` (the group is not the terminal's foreground group, so
-//!    reading the terminal would stop the command; a command stopped by SIGTTIN/SIGTTOU is
-//!    terminated with a message). Handing the terminal over (tcsetpgrp, and restoring it,
-//!    which needs SIGTTOU blocked) is not done yet.
-//! 3. A heartbeat thread beats every `heartbeat` ms; a watchdog OS thread checks the
-//!    self-fence rule every 100 ms. On a `FENCED` heartbeat or a self-fence the watchdog
-//!    SIGKILLs the command's process group (and keeps doing so until it is reaped); runlease
-//!    then exits 75 without writing anything more (a fenced owner must not write).
-//! 4. SIGINT, SIGTERM and SIGHUP received by runlease are forwarded to the group.
-//!    SIGUSR1 is a *release request* (sent by `runlease release` run from the command):
-//!    the heartbeat thread, the only writer, stops beating and releases the lease at
-//!    once (unless the owner is already fenced or self-fenced); the command keeps
-//!    running without the lease (its later `runlease append` exit 75) and runlease exits
-//!    with its code when it ends. A SIGUSR1 before the command started is ignored.
-//! 5. When the command exits: anything it left in its process group is SIGKILLed, the
-//!    heartbeat stops (barrier), the lease is released, the lock dropped, and runlease exits
-//!    with the command's exit code (128+N if it was killed by signal N).
+//! 1. Create the run folder if missing and check its layout (a misplaced file or a
+//!    symlinked folder is refused, 65, before anything is written); check that the program
+//!    can be started (126 not executable, 127 not found: nothing is claimed).
+//! 2. Open the run with [`Run::open`] (its crate docs give the order): kernel owner lock,
+//!    `run.json`, claim (with `--retire-dead`, a definitely-dead owner is retired first;
+//!    with `--takeover-stale`, a stale owner's record is first watched unchanged for its
+//!    `stale_after` on `CLOCK_BOOTTIME`, then taken over as an `automatic` takeover),
+//!    heartbeat (reporting the store head), the self-fence on `CLOCK_BOOTTIME` and the
+//!    watchdog thread, the layout, reap-or-refuse of a killed incarnation's commands (so a
+//!    command left running by a `kill -9`ed `runlease run` is killed by the next owner on
+//!    this boot), the store and its seal check. A held run is refused (exit 76, the holder
+//!    named) or waited for (`--wait`; a progress line on a terminal only).
+//! 3. Spawn the command with [`Run::spawn`]: its command record is durable before it
+//!    runs; it gets `RUNLEASE_RUN` (the absolute run folder), `RUNLEASE_GENERATION` and
+//!    `RUNLEASE_OWNER`; its own process group; stdio inherited, except that a terminal
+//!    stdin is replaced by `/dev/null` in runlease itself before the spawn (the command
+//!    is not in the terminal's foreground group: reading the terminal would stop it). A
+//!    command stopped by SIGTTIN/SIGTTOU anyway is terminated with a message.
+//! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command's group (before it started
+//!    they abort the open: 128+N, and an open run is released `failed`). SIGUSR1 is a
+//!    *release request* (from `runlease release` run by the command):
+//!    [`Run::release_detached`] hands the run over (`run.json` `paused`, store sealed, lease
+//!    released) while the command runs on without the lease, untracked (its later
+//!    `runlease append` exits 75); runlease exits with its code when it ends.
+//! 5. On the command's exit: [`Run::release`] (anything left in its group is stopped, the
+//!    store sealed, `run.json` `done` for exit 0, else `failed` with the exit code or signal
+//!    as detail, the lease released) and runlease exits with the command's code (128+N if
+//!    it was killed by signal N).
+//! 6. On a fence (lost lease, or no successful heartbeat for `self_fence_after`): once
+//!    the watchdog has confirmed every command process dead, runlease exits 75 without
+//!    writing anything more.
 //!
-//! **Partial (issue #7 / lease-run):** no `run.json`, no command records before start, no
-//! reaping of a killed incarnation's commands, no cgroup or subreaper (a command that calls
-//! `setsid` or double-forks into another group escapes the kill), no store or seal. The
-//! clocks: the self-fence uses `std::time::Instant`, which is `CLOCK_MONOTONIC` on Linux;
-//! the protocol's target is `CLOCK_BOOTTIME` (counts suspend), which the lease-run layer will
-//! use. A suspended laptop therefore fences only on the first failed/late check after
-//! resume, not at once.
+//! **Semantics that changed with lease-run** (see the report's DECISIONS): the kernel
+//! owner lock is taken first, so while any process on this host holds it (a stopped or
+//! stuck owner, even one already replaced, which also still holds the store open) `run`
+//! refuses with 76 and says how to unwedge it, instead of claiming a free run without the
+//! lock. **Partial:** the command's arguments must be UTF-8 (they are recorded in the
+//! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
 use crate::common::{
-    CliError, Out, held_description, human_ms, is_stale, new_nonce, new_owner_id, policy_json,
-    wall_now,
+    CliError, Out, held_description, human_ms, is_stale, policy_json, shell_path, wall_now,
 };
 use lease_cli::cli::WaitFor;
-use lease_core::ops::{Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
-use lease_core::{HeartbeatDurability, TimingPolicy, must_self_fence};
-use lease_fs::lock::OwnerLock;
-use lease_fs::{ProcLiveness, RunDir, this_holder};
+use lease_core::ops::{Expectation, Head, Status, StatusView};
+use lease_core::{HeartbeatDurability, TimingPolicy};
+use lease_fs::RunDir;
+use lease_run::{FinalStatus, OpenOptions, Run, RunError};
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use serde_json::json;
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long `run` tries to take the kernel owner lock per attempt.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
-/// How often the watchdog checks the self-fence rule.
-const WATCHDOG_TICK: Duration = Duration::from_millis(100);
 /// Longest pause between two attempts while waiting (`--wait`).
 const MAX_WAIT_POLL: Duration = Duration::from_secs(1);
 
@@ -97,135 +102,74 @@ enum ChildState {
     Reaped,
 }
 
-/// State shared by the main thread, the heartbeat thread, the watchdog and the signal
-/// forwarder.
-struct Shared {
-    policy: TimingPolicy,
-    /// Monotonic reading at which the last successful heartbeat (or the claim) STARTED.
-    last_ok_started: Mutex<Instant>,
-    /// Why the owner is fenced, once it is.
-    fenced: Mutex<Option<String>>,
-    /// Set to stop the heartbeat and the watchdog.
-    stop: Mutex<bool>,
-    /// A release was requested (SIGUSR1); set while holding `stop` so no wake-up is lost.
-    release_requested: AtomicBool,
-    /// The generation the lease was released as, once released on request.
-    released: Mutex<Option<lease_core::Generation>>,
-    /// The kernel owner lock once the command runs: dropped right after a release (on
-    /// request, by the heartbeat thread; else by the main thread at the end).
-    owner_lock: Mutex<Option<OwnerLock>>,
-    wake: Condvar,
+/// State shared with the signal thread.
+struct Fwd {
     child: Mutex<ChildState>,
+    /// A release request (SIGUSR1) while the command runs.
+    release: tokio::sync::Notify,
 }
 
-impl Shared {
-    /// Sleep up to `d`; `true` if asked to stop.
-    fn sleep(&self, d: Duration) -> bool {
-        let Ok(guard) = self.stop.lock() else {
-            return true;
-        };
-        match self.wake.wait_timeout_while(guard, d, |s| !*s) {
-            Ok((g, _)) => *g,
-            Err(_) => true,
-        }
+impl Fwd {
+    fn set(&self, s: ChildState) {
+        *self.child.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
+}
 
-    /// Like [`Shared::sleep`], but also wakes at once on a release request.
-    fn sleep_or_release(&self, d: Duration) -> bool {
-        let Ok(guard) = self.stop.lock() else {
-            return true;
-        };
-        match self.wake.wait_timeout_while(guard, d, |s| {
-            !*s && !self.release_requested.load(Ordering::SeqCst)
-        }) {
-            Ok((g, _)) => *g,
-            Err(_) => true,
-        }
-    }
+/// A `RunError` as a CLI error (same code and exit code).
+fn run_err(e: RunError) -> CliError {
+    let code = e.code();
+    let msg = e.to_string();
+    let msg = msg
+        .strip_prefix(code)
+        .and_then(|m| m.strip_prefix(": "))
+        .map(str::to_string)
+        .unwrap_or(msg);
+    CliError::new(code, e.exit_code(), msg)
+}
 
-    fn request_release(&self) {
-        if let Ok(_s) = self.stop.lock() {
-            self.release_requested.store(true, Ordering::SeqCst);
-        }
-        self.wake.notify_all();
-    }
-
-    /// Drop the kernel owner lock (after a release, or when runlease stops owning).
-    fn drop_owner_lock(&self) {
-        let lock = self.owner_lock.lock().ok().and_then(|mut l| l.take());
-        drop(lock);
-    }
-
-    fn released(&self) -> Option<lease_core::Generation> {
-        self.released.lock().ok().and_then(|r| *r)
-    }
-
-    fn request_stop(&self) {
-        if let Ok(mut s) = self.stop.lock() {
-            *s = true;
-        }
-        self.wake.notify_all();
-    }
-
-    fn fence(&self, why: String) {
-        if let Ok(mut f) = self.fenced.lock() {
-            if f.is_none() {
-                *f = Some(why);
+/// Check that `program` can be started the way `/bin/sh`'s `exec` will (PATH lookup for a
+/// bare name): 127 when not found, 126 when found but not an executable file. Checked
+/// before anything is claimed; a program that vanishes between this check and the exec
+/// gets the same codes from the shell.
+fn check_program(program: &str) -> Result<(), CliError> {
+    let executable =
+        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let not_started = |exit: i32, why: &str| {
+        CliError::new(
+            "COMMAND_NOT_STARTED",
+            exit,
+            format!("cannot start {program}: {why}; nothing was claimed"),
+        )
+    };
+    if program.contains('/') {
+        return match executable(Path::new(program)) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(not_started(126, "not an executable file")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(not_started(127, "no such file"))
             }
-        }
-        self.wake.notify_all();
+            Err(e) => Err(not_started(126, &e.to_string())),
+        };
     }
-
-    fn fenced(&self) -> Option<String> {
-        self.fenced.lock().ok().and_then(|f| f.clone())
-    }
-
-    fn last_ok(&self) -> Instant {
-        self.last_ok_started
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|p| *p.into_inner())
-    }
-
-    /// Whether the self-fence deadline has passed at `now` (PROTOCOL.md §7.11).
-    fn self_fenced_at(&self, now: Instant) -> bool {
-        let start = self.last_ok();
-        // `must_self_fence` takes monotonic readings as durations from any common base.
-        let base = start.min(now);
-        must_self_fence(&self.policy, start - base, now - base)
-    }
-
-    /// Send `sig` to the command's process group, if it still exists (not yet reaped).
-    fn signal_group(&self, sig: Signal) {
-        if let Ok(c) = self.child.lock() {
-            if let ChildState::Running(pgid) = *c {
-                // ESRCH (already gone) is fine.
-                let _ = rustix::process::kill_process_group(pgid, sig);
-            }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut found_other = false;
+    for d in std::env::split_paths(&path) {
+        let d = if d.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            d
+        };
+        match executable(&d.join(program)) {
+            Ok(true) => return Ok(()),
+            Ok(false) => found_other = true,
+            Err(_) => {}
         }
     }
-}
-
-/// How the lease was obtained.
-struct Acquired {
-    lease: OwnedLease,
-    lock: Option<OwnerLock>,
-    /// Monotonic reading taken when the claim/takeover started (counts as a heartbeat
-    /// start, PROTOCOL.md §7.11 / OQ-16).
-    started: Instant,
-    how: String,
-}
-
-/// One attempt to own the run.
-enum Attempt {
-    Owned(Box<Acquired>),
-    /// The run is held; `waited` says the attempt already paused (waiting on the lock).
-    Held {
-        err: CliError,
-        waited: bool,
-    },
-    /// Something changed while watching; decide again at once.
-    Again,
+    if found_other {
+        Err(not_started(126, "found in PATH but not an executable file"))
+    } else {
+        Err(not_started(127, "not found in PATH"))
+    }
 }
 
 /// `runlease run`. Returns the exit code.
@@ -241,27 +185,37 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         opts.stale_after_ms,
         durability,
     )?;
-    let program = opts
+    let argv: Vec<String> = opts
         .command
-        .first()
-        .cloned()
-        .ok_or_else(|| CliError::usage("no command given after `--`"))?;
-
-    // The state shared with the threads; `last_ok_started` is set again once we own the run.
-    let shared = Arc::new(Shared {
+        .iter()
+        .map(|a| {
+            a.to_str().map(str::to_string).ok_or_else(|| {
+                CliError::usage(format!(
+                    "the command's arguments must be UTF-8 (they are recorded in the run's command record): {}",
+                    a.to_string_lossy()
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if argv.first().is_none_or(|p| p.is_empty()) {
+        return Err(CliError::usage("no command given after `--`"));
+    }
+    // lease-run's own checks of the options (e.g. the stale_after - self_fence_after
+    // margin its watchdog needs), before anything is created.
+    let abs_guess = std::path::absolute(&opts.dir).unwrap_or_else(|_| opts.dir.clone());
+    OpenOptions {
         policy,
-        last_ok_started: Mutex::new(Instant::now()),
-        fenced: Mutex::new(None),
-        stop: Mutex::new(false),
-        release_requested: AtomicBool::new(false),
-        released: Mutex::new(None),
-        owner_lock: Mutex::new(None),
-        wake: Condvar::new(),
-        child: Mutex::new(ChildState::NotStarted),
-    });
+        ..OpenOptions::default()
+    }
+    .validate(&abs_guess)
+    .map_err(|e| CliError::usage(run_err(e).message))?;
 
-    // Signals first, so a Ctrl-C while we claim is not lost: before the command starts it
-    // aborts the acquisition; after, it is forwarded to the command's group.
+    let fwd = Arc::new(Fwd {
+        child: Mutex::new(ChildState::NotStarted),
+        release: tokio::sync::Notify::new(),
+    });
+    // Signals first, so a Ctrl-C while we open is not lost: before the command starts it
+    // aborts the open; after, it is forwarded to the command's group.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -271,26 +225,22 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     .map_err(|e| CliError::new("IO_ERROR", 74, format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
     {
-        let shared = Arc::clone(&shared);
+        let fwd = Arc::clone(&fwd);
         std::thread::spawn(move || {
             for sig in signals.forever() {
-                if sig == signal_hook::consts::SIGUSR1 {
+                let c = *fwd.child.lock().unwrap_or_else(|p| p.into_inner());
+                match (sig, c) {
                     // A release request; only meaningful while the command runs.
-                    let running =
-                        matches!(shared.child.lock().map(|c| *c), Ok(ChildState::Running(_)));
-                    if running {
-                        shared.request_release();
+                    (signal_hook::consts::SIGUSR1, ChildState::Running(_)) => {
+                        fwd.release.notify_one();
                     }
-                    continue;
-                }
-                let Ok(c) = shared.child.lock() else { return };
-                match *c {
-                    ChildState::Running(pgid) => {
+                    (signal_hook::consts::SIGUSR1, _) => {}
+                    (_, ChildState::Running(pgid)) => {
                         if let Some(s) = Signal::from_named_raw(sig) {
                             let _ = rustix::process::kill_process_group(pgid, s);
                         }
                     }
-                    ChildState::NotStarted => {
+                    (_, ChildState::NotStarted) => {
                         let _ = PENDING_SIGNAL.compare_exchange(
                             0,
                             sig,
@@ -298,29 +248,63 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
                             Ordering::SeqCst,
                         );
                     }
-                    ChildState::Reaped => {}
+                    (_, ChildState::Reaped) => {}
                 }
             }
         });
     }
 
-    let mut run = crate::common::create_run(&opts.dir)?;
-    preflight_layout(&run)?;
+    let rundir = crate::common::create_run(&opts.dir)?;
+    preflight_layout(&rundir)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
+    check_program(&argv[0])?;
 
-    let Acquired {
-        lease,
-        lock,
-        started,
-        how,
-    } = acquire(&mut run, &abs, &opts, policy, out)?;
-    let run = Arc::new(run);
-    if let Ok(mut t) = shared.last_ok_started.lock() {
-        *t = started;
-    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new("IO_ERROR", 74, format!("cannot start the runtime: {e}")))?;
+    let r = rt.block_on(run_async(&rundir, &abs, &opts, policy, &argv, &fwd, out));
+    signal_handle.close();
+    // A blocking step past its deadline must not keep the process alive.
+    rt.shutdown_background();
+    r
+}
 
+/// How the run was obtained.
+enum How {
+    Claim,
+    Retire(Head),
+    Takeover(Head, Duration),
+}
+
+async fn run_async(
+    rundir: &RunDir,
+    abs: &Path,
+    opts: &RunOpts,
+    policy: TimingPolicy,
+    argv: &[String],
+    fwd: &Fwd,
+    out: Out,
+) -> Result<i32, CliError> {
+    let (run, how) = acquire(rundir, abs, opts, policy, out).await?;
+    let lease = run.lease().clone();
+    let how = match how {
+        How::Claim => "claimed".to_string(),
+        How::Retire(h) if lease.generation.get() > h.generation().get() + 1 => format!(
+            "retired dead owner {} (generation {}) and claimed",
+            h.epoch.owner_id,
+            h.generation()
+        ),
+        How::Retire(_) => "claimed".to_string(),
+        How::Takeover(h, watched) => format!(
+            "took over from stale owner {} (generation {}, unchanged for {}) and own",
+            h.epoch.owner_id,
+            h.generation(),
+            human_ms(i64::try_from(watched.as_millis()).unwrap_or(i64::MAX))
+        ),
+    };
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/run/1",
@@ -331,76 +315,74 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
             "owner_id": lease.owner_id.to_string(),
             "how": how,
             "policy": policy_json(&policy),
-            "owner_lock": lock.is_some(),
+            "owner_lock": true,
         }));
     } else {
         out.info(&format!(
-            "{how} {} at generation {} as owner {}{}",
+            "{how} {} at generation {} as owner {}",
             opts.dir.display(),
             lease.generation,
             lease.owner_id,
-            if lock.is_some() {
-                ""
-            } else {
-                " (without the kernel owner lock: a stopping or replaced owner still holds it)"
-            }
         ));
     }
 
-    // A fenced owner starts nothing (the claim itself counts as the first heartbeat).
-    if shared.self_fenced_at(Instant::now()) {
-        drop(lock);
+    // A signal that arrived while we opened: release (nothing ran) and stop.
+    let pending = PENDING_SIGNAL.load(Ordering::SeqCst);
+    if pending != 0 {
+        let detail = format!("interrupted by signal {pending} before the command started");
+        let released = run.release(FinalStatus::Failed { detail }).await;
         return Err(CliError::new(
-            "FENCED",
-            75,
+            "INTERRUPTED",
+            128 + pending,
             format!(
-                "run {}: generation {} self-fenced before the command could start (more than {} ms since the claim started); nothing was started or released",
-                lease.run_id,
-                lease.generation,
-                policy.self_fence_after_ms()
+                "interrupted by signal {pending} before the command started; {}",
+                match released {
+                    Ok(()) => "the run was released".to_string(),
+                    Err(e) => format!("releasing the run failed: {e}"),
+                }
             ),
         ));
     }
 
-    // Spawn the command in its own process group.
-    let mut cmd = std::process::Command::new(&program);
-    cmd.args(&opts.command[1..])
-        .env("RUNLEASE_RUN", &abs)
-        .env("RUNLEASE_GENERATION", lease.generation.get().to_string())
-        .env("RUNLEASE_OWNER", lease.owner_id.as_str())
-        .process_group(0);
     if std::io::stdin().is_terminal() {
         // The command is not in the terminal's foreground group: reading the terminal
-        // would stop it. It gets end-of-file instead (interactive commands: not yet).
-        cmd.stdin(std::process::Stdio::null());
+        // would stop it. It gets end-of-file instead (runlease itself reads no input).
+        if let Ok(null) = std::fs::File::open("/dev/null") {
+            let _ = rustix::stdio::dup2_stdin(&null);
+        }
     }
-    let mut child = match cmd.spawn() {
+    let env = vec![
+        ("RUNLEASE_RUN".to_string(), abs.display().to_string()),
+        (
+            "RUNLEASE_GENERATION".to_string(),
+            lease.generation.get().to_string(),
+        ),
+        ("RUNLEASE_OWNER".to_string(), lease.owner_id.to_string()),
+    ];
+    let mut cmd = match run.spawn(argv, &env).await {
         Ok(c) => c,
         Err(e) => {
-            // Nothing ran: hand the run back cleanly.
-            let _ = run.release(&lease, wall_now()?, None);
-            drop(lock);
-            let exit = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Err(CliError::new(
-                "COMMAND_NOT_STARTED",
-                exit,
-                format!(
-                    "cannot start {}: {e}; the run was released",
-                    program.to_string_lossy()
-                ),
-            ));
+            let e = run_err(e);
+            if e.code == "FENCED" {
+                drop(run);
+                return Err(e.with_hint("nothing was started or released"));
+            }
+            let released = run
+                .release(FinalStatus::Failed {
+                    detail: format!("{}: {}", e.code, e.message),
+                })
+                .await;
+            return Err(match released {
+                Ok(()) => e.with_hint("the run was released"),
+                Err(r) => e.with_hint(format!("releasing the run failed: {r}")),
+            });
         }
     };
-    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
+    let pgid = Pid::from_raw(i32::try_from(cmd.pid()).unwrap_or(i32::MAX))
         .ok_or_else(|| CliError::new("INTERNAL", 70, "the command has no valid pid"))?;
     {
-        // The signal forwarder and the watchdog see the group from now on; a signal that
-        // arrived before is forwarded now.
-        let mut c = shared.child.lock().map_err(|_| poisoned())?;
+        // The signal thread forwards from now on; a signal that arrived before is sent now.
+        let mut c = fwd.child.lock().unwrap_or_else(|p| p.into_inner());
         *c = ChildState::Running(pgid);
         let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
         if let Some(s) = Signal::from_named_raw(pending).filter(|_| pending != 0) {
@@ -408,33 +390,162 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         }
     }
 
-    if let Ok(mut l) = shared.owner_lock.lock() {
-        *l = lock;
+    // Wait for the command to exit WITHOUT reaping it (a blocking thread), so its pid (=
+    // the group id) stays reserved while the signal thread may still signal the group.
+    let (exit_tx, mut exit_rx) = tokio::sync::oneshot::channel::<Result<(), CliError>>();
+    {
+        let pid = pgid;
+        std::thread::spawn(move || {
+            let _ = exit_tx.send(wait_exited(pid));
+        });
     }
-    let heartbeat = {
-        let shared = Arc::clone(&shared);
-        let run = Arc::clone(&run);
-        let lease = lease.clone();
-        std::thread::spawn(move || heartbeat_loop(&shared, &run, &lease, started))
-    };
-    let watchdog = {
-        let shared = Arc::clone(&shared);
-        std::thread::spawn(move || watchdog_loop(&shared))
-    };
 
-    // Wait for the command to exit WITHOUT reaping it, so its pid (= the group id) stays
-    // reserved while anything may still signal the group. Stops are watched too: the
-    // command runs in a background process group, so touching the terminal stops it
-    // (SIGTTIN/SIGTTOU) and it would hang there holding the run.
+    enum Ended {
+        Exited(Result<(), CliError>),
+        Fenced(RunError),
+        ReleaseRequested,
+    }
+    let ended = tokio::select! {
+        r = &mut exit_rx => Ended::Exited(r.unwrap_or(Ok(()))),
+        e = run.fenced() => Ended::Fenced(e),
+        () = fwd.release.notified() => Ended::ReleaseRequested,
+    };
+    let mut on_request = None;
+    let mut release_error = None;
+    let run = match ended {
+        Ended::Exited(r) => {
+            r?;
+            Some(run)
+        }
+        Ended::Fenced(e) => {
+            // Every command process is confirmed dead; collect the exit code.
+            let code = reap(fwd, &mut cmd).await?;
+            drop(run);
+            return Err(fenced_error(&lease, e, code));
+        }
+        Ended::ReleaseRequested => {
+            // From here on the command runs without the lease.
+            match run
+                .release_detached(FinalStatus::Paused { wake_at: None })
+                .await
+            {
+                Ok(()) => {
+                    let g = released_as(rundir).unwrap_or(lease.generation.get());
+                    on_request = Some(g);
+                    eprintln!(
+                        "runlease: released generation {} as generation {g} on request; the command runs on without the lease",
+                        lease.generation
+                    );
+                }
+                Err(e @ RunError::Fenced { .. }) => {
+                    // The commands were killed before the fence was reported.
+                    let code = reap(fwd, &mut cmd).await?;
+                    return Err(fenced_error(&lease, e, code));
+                }
+                Err(e) => {
+                    eprintln!(
+                        "runlease: warning: the release request failed: {e}; the run self-fences once its heartbeat lapses"
+                    );
+                    release_error = Some(run_err(e));
+                }
+            }
+            let r = exit_rx.await.unwrap_or(Ok(()));
+            r?;
+            None
+        }
+    };
+    let code = reap(fwd, &mut cmd).await?;
+    if let Some(e) = release_error {
+        return Err(e.with_hint(format!("the command exited with {code}")));
+    }
+    let released = match (run, on_request) {
+        (Some(run), _) => {
+            let status = if code == 0 {
+                FinalStatus::Done
+            } else {
+                FinalStatus::Failed {
+                    detail: exit_detail(code),
+                }
+            };
+            match run.release(status).await {
+                Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
+                Err(e @ RunError::Fenced { .. }) => {
+                    return Err(fenced_error(&lease, e, code));
+                }
+                Err(e) => {
+                    return Err(run_err(e).with_hint(format!("the command exited with {code}")));
+                }
+            }
+        }
+        (None, Some(g)) => g,
+        (None, None) => lease.generation.get(),
+    };
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/run/1",
+            "event": "released",
+            "run": abs.display().to_string(),
+            "generation": lease.generation.get(),
+            "released_as": released,
+            "command_exit": code,
+            "on_request": on_request.is_some(),
+        }));
+    } else if on_request.is_none() {
+        out.info(&format!(
+            "released {} (generation {released}); the command exited with {code}",
+            opts.dir.display(),
+        ));
+    } else {
+        out.info(&format!(
+            "the command exited with {code} (the run was released as generation {released} on its request)"
+        ));
+    }
+    Ok(code)
+}
+
+/// `run.json`'s failure detail for a command's exit code.
+fn exit_detail(code: i32) -> String {
+    if code > 128 {
+        format!("the command was killed by signal {}", code - 128)
+    } else {
+        format!("the command exited with code {code}")
+    }
+}
+
+/// The generation of the release epoch at the head (after our release).
+fn released_as(rundir: &RunDir) -> Option<u64> {
+    let view = rundir.status(wall_now().ok()?, false).ok()?;
+    view.head.map(|h| h.generation().get())
+}
+
+fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> CliError {
+    let reason = match &e {
+        RunError::Fenced { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    };
+    CliError::new(
+        "FENCED",
+        75,
+        format!(
+            "run {}: generation {} is fenced ({reason}); the command's processes were killed (it exited with {code}); nothing was released or written",
+            lease.run_id, lease.generation
+        ),
+    )
+    .with_extra(json!({"generation": lease.generation.get(), "command_exit": code}))
+}
+
+/// Block until the command `pid` has exited, without reaping it. A stop by SIGTTIN or
+/// SIGTTOU (the command touched the terminal, which is not handed to it) terminates it.
+fn wait_exited(pid: Pid) -> Result<(), CliError> {
     loop {
         match rustix::process::waitid(
-            WaitId::Pid(pgid),
+            WaitId::Pid(pid),
             WaitIdOptions::EXITED | WaitIdOptions::STOPPED | WaitIdOptions::NOWAIT,
         ) {
             Ok(Some(st)) if st.stopped() => {
                 // Consume this stop report so the next wait blocks until something new.
                 let _ = rustix::process::waitid(
-                    WaitId::Pid(pgid),
+                    WaitId::Pid(pid),
                     WaitIdOptions::STOPPED | WaitIdOptions::NOHANG,
                 );
                 let sig = st.stopping_signal().unwrap_or(0);
@@ -447,12 +558,14 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
                             "SIGTTOU"
                         }
                     );
-                    shared.signal_group(Signal::TERM);
-                    shared.signal_group(Signal::CONT);
+                    let _ = rustix::process::kill_process_group(pid, Signal::TERM);
+                    let _ = rustix::process::kill_process_group(pid, Signal::CONT);
                 }
             }
-            Ok(_) => break,
+            Ok(_) => return Ok(()),
             Err(rustix::io::Errno::INTR) => continue,
+            // Already reaped elsewhere (cannot happen: only `reap` reaps it).
+            Err(rustix::io::Errno::CHILD) => return Ok(()),
             Err(e) => {
                 return Err(CliError::new(
                     "IO_ERROR",
@@ -462,213 +575,284 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
             }
         }
     }
+}
+
+/// Reap the command (it has exited, or is being killed) and return its exit code
+/// (128+N for signal N). The signal thread stops signalling its group first.
+async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliError> {
     let status = {
-        let mut c = shared.child.lock().map_err(|_| poisoned())?;
-        // Whatever the command left running in its group goes with it: nobody may act for
-        // this generation after the release.
-        let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
-        let status = child.wait().map_err(|e| {
+        fwd.set(ChildState::Reaped);
+        cmd.wait().await.map_err(|e| {
             CliError::new("IO_ERROR", 74, format!("reaping the command failed: {e}"))
-        })?;
-        *c = ChildState::Reaped;
-        status
+        })?
     };
-    signal_handle.close();
-
-    // Barrier: no heartbeat after this point.
-    shared.request_stop();
-    let _ = heartbeat.join();
-    let _ = watchdog.join();
-
-    let code = status
+    Ok(status
         .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
 
-    let released_on_request = shared.released();
-    let fenced = shared.fenced().or_else(|| {
-        (released_on_request.is_none() && shared.self_fenced_at(Instant::now())).then(|| {
-            format!(
-                "self-fence: the last successful heartbeat started more than {} ms ago",
-                policy.self_fence_after_ms()
-            )
-        })
-    });
-    if let Some(why) = fenced {
-        shared.drop_owner_lock();
-        return Err(CliError::new(
-            "FENCED",
-            75,
-            format!(
-                "run {}: generation {} is fenced ({why}); the command's process group was killed (it exited with {code}); nothing was released or written",
-                lease.run_id, lease.generation
-            ),
+/// The observation an automatic takeover watches: it must stay the same for the owner's
+/// `stale_after` on our `CLOCK_BOOTTIME`.
+type WatchKey = (u64, String, String, u64);
+
+fn watch_key(h: &Head) -> WatchKey {
+    (
+        h.generation().get(),
+        h.epoch.owner_id.to_string(),
+        h.heartbeat_at().to_string(),
+        h.heartbeat_count(),
+    )
+}
+
+/// One attempt's outcome.
+enum Attempt {
+    Owned(Box<(Run, How)>),
+    /// The run is held; `waited` says the attempt already paused (on the kernel lock).
+    Held {
+        err: CliError,
+        waited: bool,
+    },
+    /// Something changed (or an automatic takeover is still watching); decide again.
+    Again,
+}
+
+/// Own the run: open it with lease-run (claim, or as the flags allow retire a dead owner
+/// or take over a stale one); wait while it is held if `--wait` was given.
+async fn acquire(
+    rundir: &RunDir,
+    abs: &Path,
+    opts: &RunOpts,
+    policy: TimingPolicy,
+    out: Out,
+) -> Result<(Run, How), CliError> {
+    let began = Instant::now();
+    let deadline = match opts.wait {
+        None => None,
+        Some(WaitFor::Forever) => Some(None),
+        Some(WaitFor::For(d)) => Some(Some(began + d)),
+    };
+    let poll = policy.heartbeat().min(MAX_WAIT_POLL);
+    let mut progress = Progress::new(out);
+    let mut lock_timeout = LOCK_TIMEOUT;
+    let mut held_once = false;
+    let mut watch: Option<(WatchKey, u64)> = None;
+    loop {
+        check_pending_signal()?;
+        let attempt = attempt(
+            rundir,
+            abs,
+            opts,
+            policy,
+            lock_timeout,
+            &mut watch,
+            &mut progress,
         )
-        .with_extra(json!({"generation": lease.generation.get(), "command_exit": code})));
-    }
-
-    let released = match released_on_request {
-        // Released while the command ran (SIGUSR1): nothing more to write.
-        Some(g) => Ok(g),
-        None => run.release(&lease, wall_now()?, None),
-    };
-    shared.drop_owner_lock();
-    match released {
-        Ok(g) => {
-            if out.json {
-                out.json_line(&json!({
-                    "schema": "runlease/cli/run/1",
-                    "event": "released",
-                    "run": abs.display().to_string(),
-                    "generation": lease.generation.get(),
-                    "released_as": g.get(),
-                    "command_exit": code,
-                    "on_request": released_on_request.is_some(),
-                }));
-            } else if released_on_request.is_none() {
-                out.info(&format!(
-                    "released {} (generation {}); the command exited with {code}",
-                    opts.dir.display(),
-                    g
-                ));
-            } else {
-                out.info(&format!(
-                    "the command exited with {code} (the run was released as generation {g} on its request)"
-                ));
-            }
-            Ok(code)
-        }
-        Err(e) => Err(CliError::from(e).with_hint(format!("the command exited with {code}"))),
-    }
-}
-
-/// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
-/// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
-/// at the release, after the command ran, with the run left claimed.
-fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
-    for d in lease_core::Dir::ALL {
-        run.perform(lease_core::ops::Request::List(d))?;
-    }
-    Ok(())
-}
-
-fn poisoned() -> CliError {
-    CliError::new("INTERNAL", 70, "internal lock poisoned")
-}
-
-/// The heartbeat thread: beat every `heartbeat` ms, timed from the START of the previous
-/// beat; record the monotonic start of each successful beat.
-fn heartbeat_loop(shared: &Shared, run: &RunDir, lease: &OwnedLease, claim_started: Instant) {
-    let interval = shared.policy.heartbeat();
-    let mut count: u64 = 1;
-    let mut next = claim_started + interval;
-    loop {
-        let wait = next.saturating_duration_since(Instant::now());
-        if shared.sleep_or_release(wait) || shared.fenced().is_some() {
-            return;
-        }
-        if shared.release_requested.load(Ordering::SeqCst) {
-            release_on_request(shared, run, lease);
-            return;
-        }
-        // Read the monotonic start and the wall time together, before the write (§10).
-        let started = Instant::now();
-        if shared.self_fenced_at(started) {
-            // A self-fenced owner starts nothing; the watchdog kills the command.
-            shared.fence(format!(
-                "self-fence: the last successful heartbeat started more than {} ms ago",
-                shared.policy.self_fence_after_ms()
-            ));
-            return;
-        }
-        let now = match wall_now() {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("runlease: warning: heartbeat skipped: {}", e.message);
-                next = started + interval;
-                continue;
-            }
-        };
-        match run.heartbeat(lease, now, count) {
-            Ok(()) => {
-                if let Ok(mut t) = shared.last_ok_started.lock() {
-                    if started > *t {
-                        *t = started;
-                    }
+        .await?;
+        match attempt {
+            Attempt::Owned(owned) => {
+                let (run, how) = *owned;
+                if held_once {
+                    // The one line a non-terminal stderr gets about the wait.
+                    progress.clear();
+                    out.info(&format!(
+                        "waited {} for {}",
+                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
+                        opts.dir.display()
+                    ));
                 }
-                count += 1;
+                return Ok((run, how));
             }
-            Err(e) if e.code() == "FENCED" => {
-                shared.fence(e.to_string());
-                return;
-            }
-            Err(e) => {
-                // Not fatal by itself: the self-fence rule decides (PROTOCOL.md §7.2).
-                eprintln!(
-                    "runlease: warning: heartbeat #{count} failed: {e}; the owner self-fences {} ms after its last good heartbeat",
-                    shared.policy.self_fence_after_ms()
-                );
+            Attempt::Again => continue,
+            Attempt::Held { err, waited } => {
+                let Some(deadline) = deadline else {
+                    return Err(err);
+                };
+                held_once = true;
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(err.with_hint(format!(
+                        "gave up after waiting {}",
+                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX))
+                    )));
+                }
+                let who = match err.extra.as_ref().and_then(|x| x.get("holder")) {
+                    Some(h) => format!(
+                        "held by owner {} (pid {} on {}, generation {})",
+                        h["owner_id"].as_str().unwrap_or("?"),
+                        h["pid"],
+                        h["host"].as_str().unwrap_or("?"),
+                        h["generation"]
+                    ),
+                    None => "its owner lock is held".into(),
+                };
+                progress.show(&format!(
+                    "waiting {} for {}: {who}",
+                    human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
+                    opts.dir.display(),
+                ));
+                let remaining = deadline.map_or(poll, |d| d.saturating_duration_since(now));
+                let step = poll.min(remaining).max(Duration::from_millis(10));
+                if !waited {
+                    tokio::time::sleep(step).await;
+                }
+                // Next time, wait on the kernel lock itself: we get it within 10 ms of the
+                // holder's exit.
+                lock_timeout = step;
             }
         }
-        next = started + interval;
     }
 }
 
-/// Release the lease on the command's request (SIGUSR1), from the heartbeat thread (the
-/// only writer, so no heartbeat can follow the release). A fenced or self-fenced owner
-/// writes nothing: it fences instead and the watchdog kills the command. On an error that
-/// is not `FENCED`, the owner keeps the lease (the watchdog then enforces the self-fence
-/// rule, since no heartbeat follows) and the requester times out.
-fn release_on_request(shared: &Shared, run: &RunDir, lease: &OwnedLease) {
-    if shared.self_fenced_at(Instant::now()) {
-        shared.fence(format!(
-            "self-fence: the last successful heartbeat started more than {} ms ago",
-            shared.policy.self_fence_after_ms()
-        ));
-        return;
+/// The refusal for a held run: the claim's code (or, when only the owner lock told us,
+/// `RUN_STALE_REQUIRES_TAKEOVER` for a stale head, else `RUN_ALREADY_ACTIVE`), who holds
+/// it, and the next step.
+fn held_error(run: &RunDir, code: Option<&str>, view: &StatusView, hint: &str) -> CliError {
+    let (desc, extra) = held_description(view);
+    let code = code.unwrap_or(match view.status {
+        Status::Stale => "RUN_STALE_REQUIRES_TAKEOVER",
+        _ => "RUN_ALREADY_ACTIVE",
+    });
+    let lock_note =
+        if code == "RUN_ALREADY_ACTIVE" && view.head.as_ref().is_none_or(|h| !h.is_active()) {
+            " (a process on this host holds its owner lock: it is starting or stopping)"
+        } else {
+            ""
+        };
+    CliError::new(
+        code,
+        76,
+        format!("run {} is {desc}{lock_note}; {hint}", run.run_id()),
+    )
+    .with_extra(extra)
+}
+
+async fn attempt(
+    rundir: &RunDir,
+    abs: &Path,
+    opts: &RunOpts,
+    policy: TimingPolicy,
+    lock_timeout: Duration,
+    watch: &mut Option<(WatchKey, u64)>,
+    progress: &mut Progress,
+) -> Result<Attempt, CliError> {
+    // What the run looks like to an observer (the lock probed, not held).
+    let view = rundir.status(wall_now()?, true)?;
+    if let Status::Invalid(e) = view.status {
+        return Err(e.into());
     }
-    let now = match wall_now() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("runlease: warning: release request failed: {}", e.message);
-            return;
-        }
+    let mut o = OpenOptions {
+        policy,
+        lock_timeout,
+        ..OpenOptions::default()
     };
-    match run.release(lease, now, None) {
-        Ok(g) => {
-            if let Ok(mut r) = shared.released.lock() {
-                *r = Some(g);
+    let how = match (&view.status, &view.head) {
+        (Status::Dead, Some(h)) if opts.retire_dead => {
+            o.retire_dead = true;
+            How::Retire(h.clone())
+        }
+        (Status::Stale | Status::Dead, Some(h)) if opts.takeover_stale && is_stale(&view) => {
+            // Automatic takeover: the record must stay unchanged for the old owner's
+            // stale_after on our CLOCK_BOOTTIME (kept across attempts while unchanged).
+            let key = watch_key(h);
+            let now = lease_run::procs::boottime_ns();
+            let since = match watch {
+                Some((k, since)) if *k == key => *since,
+                _ => {
+                    *watch = Some((key, now));
+                    now
+                }
+            };
+            let watched = Duration::from_nanos(now.saturating_sub(since));
+            let stale_after = h.epoch.policy.stale_after();
+            if watched <= stale_after {
+                progress.show(&format!(
+                    "stale owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
+                    h.epoch.owner_id,
+                    opts.dir.display(),
+                    human_ms(i64::try_from(watched.as_millis()).unwrap_or(i64::MAX)),
+                    human_ms(i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX)),
+                ));
+                let poll = policy.heartbeat().min(h.epoch.policy.heartbeat());
+                tokio::time::sleep(
+                    poll.min(stale_after.saturating_sub(watched) + Duration::from_millis(1)),
+                )
+                .await;
+                return Ok(Attempt::Again);
             }
-            // A clean hand-over: the next owner on this host need not wait for our exit.
-            shared.drop_owner_lock();
-            eprintln!(
-                "runlease: released generation {} as generation {g} on request; the command runs on without the lease",
-                lease.generation
-            );
+            progress.clear();
+            o.takeover = Some(Expectation::of(h));
+            o.takeover_watched = Some(watched);
+            How::Takeover(h.clone(), watched)
         }
-        Err(e) if e.code() == "FENCED" => shared.fence(e.to_string()),
-        Err(e) => eprintln!("runlease: warning: release request failed: {e}"),
-    }
-}
-
-/// The watchdog OS thread: every 100 ms, if the owner is fenced (a FENCED heartbeat) or
-/// past its self-fence deadline, SIGKILL the command's group; keep doing it until the main
-/// thread has reaped the command.
-fn watchdog_loop(shared: &Shared) {
-    loop {
-        if shared.sleep(WATCHDOG_TICK) || shared.released().is_some() {
-            // Released on request: there is no lease left to lose.
-            return;
+        _ => How::Claim,
+    };
+    let err = match Run::open(abs, o).await {
+        Ok(run) => return Ok(Attempt::Owned(Box::new((run, how)))),
+        Err(e) => e,
+    };
+    match err.code() {
+        "OWNER_LOCK_HELD" => {
+            // Another process on this host holds the kernel lock: a live owner, or one
+            // that is starting, stopping, stopped or stuck (even if already replaced: it
+            // also still holds the store). Never claimed around it (DECISIONS).
+            let view = rundir.status(wall_now()?, false)?;
+            if let Status::Invalid(e) = view.status {
+                return Err(e.into());
+            }
+            if view.head.as_ref().is_none_or(|h| !h.is_active()) {
+                return Ok(Attempt::Held {
+                    err: CliError::new(
+                        "OWNER_LOCK_HELD",
+                        76,
+                        format!(
+                            "run {} is free, but a process on this host still holds its owner lock (an owner that is starting or stopping, or a stopped one already replaced, which also still holds the store); wait (--wait), or resume or end that process",
+                            rundir.run_id()
+                        ),
+                    )
+                    .with_extra(json!({"state": view.status.name()})),
+                    waited: true,
+                });
+            }
+            let hint = match (&view.status, &view.head) {
+                (Status::Stale, Some(h)) => {
+                    let pid = h.epoch.holder.pid;
+                    format!(
+                        "its process still holds the owner lock and the store (stopped or stuck?): if it runs on this host, resume it (`kill -CONT {pid}`: it fences itself, kills its command and exits 75) or end it, then add --takeover-stale (or --retire-dead once it is gone); --wait waits for it"
+                    )
+                }
+                _ => "wait (--wait), or ask the owner to release".into(),
+            };
+            Ok(Attempt::Held {
+                err: held_error(rundir, None, &view, &hint),
+                // Waiting on the kernel lock was the pause.
+                waited: true,
+            })
         }
-        let now = Instant::now();
-        if shared.fenced().is_none() && shared.self_fenced_at(now) {
-            shared.fence(format!(
-                "self-fence: the last successful heartbeat started more than {} ms ago",
-                shared.policy.self_fence_after_ms()
-            ));
+        "RUN_ALREADY_ACTIVE" | "RUN_STALE_REQUIRES_TAKEOVER" | "RETIRE_REFUSED_NOT_DEAD" => {
+            let view = rundir.status(wall_now()?, true)?;
+            if let Status::Invalid(e) = view.status {
+                return Err(e.into());
+            }
+            let hint = match view.status {
+                Status::Free => return Ok(Attempt::Again),
+                Status::Dead => format!(
+                    "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
+                    shell_path(&opts.dir)
+                ),
+                Status::Stale => "the owner is stale: add --takeover-stale, or see `runlease status` for an exact `runlease takeover`".into(),
+                _ => "wait (--wait), or ask the owner to release".into(),
+            };
+            Ok(Attempt::Held {
+                err: held_error(rundir, Some(err.code()), &view, &hint),
+                waited: false,
+            })
         }
-        if shared.fenced().is_some() {
-            shared.signal_group(Signal::KILL);
+        // The head changed under the watch: decide again.
+        "TAKEOVER_RACE" | "TAKEOVER_ACTIVE_REFUSED" => {
+            *watch = None;
+            Ok(Attempt::Again)
         }
+        _ => Err(run_err(err)),
     }
 }
 
@@ -719,314 +903,12 @@ impl Drop for Progress {
     }
 }
 
-/// Own the run: claim, or (as the flags allow) retire a dead owner or take over a stale
-/// one; wait while it is held if `--wait` was given.
-fn acquire(
-    run: &mut RunDir,
-    abs: &Path,
-    opts: &RunOpts,
-    policy: TimingPolicy,
-    out: Out,
-) -> Result<Acquired, CliError> {
-    let began = Instant::now();
-    let deadline = match opts.wait {
-        None => None,
-        Some(WaitFor::Forever) => Some(None),
-        Some(WaitFor::For(d)) => Some(Some(began + d)),
-    };
-    let poll = policy.heartbeat().min(MAX_WAIT_POLL);
-    let mut progress = Progress::new(out);
-    let mut lock_timeout = LOCK_TIMEOUT;
-    let mut held_once = false;
-    loop {
-        check_pending_signal()?;
-        match attempt(run, abs, opts, policy, lock_timeout, &mut progress)? {
-            Attempt::Owned(a) => {
-                if held_once {
-                    // The one line a non-terminal stderr gets about the wait.
-                    progress.clear();
-                    out.info(&format!(
-                        "waited {} for {}",
-                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
-                        opts.dir.display()
-                    ));
-                }
-                return Ok(*a);
-            }
-            Attempt::Again => continue,
-            Attempt::Held { err, waited } => {
-                let Some(deadline) = deadline else {
-                    return Err(err);
-                };
-                held_once = true;
-                let now = Instant::now();
-                if deadline.is_some_and(|d| now >= d) {
-                    return Err(err.with_hint(format!(
-                        "gave up after waiting {}",
-                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX))
-                    )));
-                }
-                let who = match err.extra.as_ref().and_then(|x| x.get("holder")) {
-                    Some(h) => format!(
-                        "held by owner {} (pid {} on {}, generation {})",
-                        h["owner_id"].as_str().unwrap_or("?"),
-                        h["pid"],
-                        h["host"].as_str().unwrap_or("?"),
-                        h["generation"]
-                    ),
-                    None => "its owner lock is held".into(),
-                };
-                progress.show(&format!(
-                    "waiting {} for {}: {who}",
-                    human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
-                    opts.dir.display(),
-                ));
-                let remaining = deadline.map_or(poll, |d| d.saturating_duration_since(now));
-                let step = poll.min(remaining).max(Duration::from_millis(10));
-                if !waited {
-                    std::thread::sleep(step);
-                }
-                // Next time, wait on the kernel lock itself: we get it within 10 ms of the
-                // holder's exit.
-                lock_timeout = step;
-            }
-        }
+/// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
+/// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
+/// at the release, after the command ran, with the run left claimed.
+fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
+    for d in lease_core::Dir::ALL {
+        run.perform(lease_core::ops::Request::List(d))?;
     }
-}
-
-/// The refusal for a held run: the claim's code (or `RUN_ALREADY_ACTIVE` when only the
-/// owner lock told us), who holds it, and the next step.
-fn held_error(run: &RunDir, code: Option<&str>, view: &StatusView, hint: &str) -> CliError {
-    let (desc, extra) = held_description(view);
-    let code = code.unwrap_or(match view.status {
-        Status::Stale => "RUN_STALE_REQUIRES_TAKEOVER",
-        _ => "RUN_ALREADY_ACTIVE",
-    });
-    let lock_note =
-        if code == "RUN_ALREADY_ACTIVE" && view.head.as_ref().is_none_or(|h| !h.is_active()) {
-            " (a process on this host holds its owner lock: it is starting or stopping)"
-        } else {
-            ""
-        };
-    CliError::new(
-        code,
-        76,
-        format!("run {} is {desc}{lock_note}; {hint}", run.run_id()),
-    )
-    .with_extra(extra)
-}
-
-fn attempt(
-    run: &mut RunDir,
-    abs: &Path,
-    opts: &RunOpts,
-    policy: TimingPolicy,
-    lock_timeout: Duration,
-    progress: &mut Progress,
-) -> Result<Attempt, CliError> {
-    let lock = OwnerLock::acquire_timeout(abs, lock_timeout).map_err(|e| {
-        CliError::new(
-            "IO_ERROR",
-            74,
-            format!("cannot take the owner lock of {}: {e}", abs.display()),
-        )
-    })?;
-    // Holding the lock proves no other live process on this boot holds it.
-    let liveness = match &lock {
-        Some(_) => ProcLiveness::new(abs).holding_lock(),
-        None => ProcLiveness::new(abs),
-    };
-    run.set_liveness(Arc::new(liveness));
-    let holder = this_holder()?;
-
-    // Without the lock: a free run is claimed anyway (the exclusive creation of the next
-    // epoch decides between racers; the lock only serves to prove a dead owner dead). The
-    // lock is then held by a process that is stopping, or by a stopped owner that was
-    // taken over: waiting for it would block every new owner until that process exits.
-    let free_without_lock = lock.is_none() && {
-        let view = run.status(wall_now()?, false)?;
-        if let Status::Invalid(e) = view.status {
-            return Err(e.into());
-        }
-        view.status == Status::Free
-    };
-    if lock.is_none() && !free_without_lock {
-        let view = run.status(wall_now()?, true)?;
-        if let Status::Invalid(e) = view.status {
-            return Err(e.into());
-        }
-        if view.status == Status::Free {
-            return Ok(Attempt::Again);
-        }
-        if view.status == Status::Stale && opts.takeover_stale {
-            return watch_and_take_over(run, &view, opts, policy, None, progress);
-        }
-        let hint = match view.status {
-            Status::Stale => {
-                "its process still holds the owner lock (stopped?): add --takeover-stale, or see `runlease status`"
-            }
-            _ => "wait (--wait), or ask the owner to release",
-        };
-        return Ok(Attempt::Held {
-            err: held_error(run, None, &view, hint),
-            // Waiting on the kernel lock was the pause.
-            waited: true,
-        });
-    }
-
-    let started = Instant::now();
-    let claimed = run.claim(new_owner_id()?, holder.clone(), policy, wall_now()?);
-    let err = match claimed {
-        Ok(lease) => {
-            return Ok(Attempt::Owned(Box::new(Acquired {
-                lease,
-                lock,
-                started,
-                how: "claimed".into(),
-            })));
-        }
-        Err(e)
-            if matches!(
-                e.code(),
-                "RUN_ALREADY_ACTIVE" | "RUN_STALE_REQUIRES_TAKEOVER"
-            ) =>
-        {
-            e
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let view = run.status(wall_now()?, true)?;
-    if let Status::Invalid(e) = view.status {
-        return Err(e.into());
-    }
-    match (&view.status, &view.head) {
-        (Status::Free, _) => Ok(Attempt::Again),
-        (Status::Dead, Some(head)) if opts.retire_dead => {
-            let retired = match run.retire(
-                new_owner_id()?,
-                holder.clone(),
-                policy,
-                wall_now()?,
-                Some(Expectation::of(head)),
-                new_nonce()?,
-            ) {
-                Ok(r) => r,
-                Err(e) if e.code() == "TAKEOVER_RACE" => return Ok(Attempt::Again),
-                Err(e) => return Err(e.into()),
-            };
-            let started = Instant::now();
-            match run.claim(new_owner_id()?, holder, policy, wall_now()?) {
-                Ok(lease) => Ok(Attempt::Owned(Box::new(Acquired {
-                    lease,
-                    lock,
-                    started,
-                    how: format!(
-                        "retired dead owner {} (generation {}, its events through {} count) and claimed",
-                        head.epoch.owner_id, retired.retired, retired.cutoff
-                    ),
-                }))),
-                Err(e) if matches!(e.code(), "RUN_ALREADY_ACTIVE" | "TAKEOVER_RACE") => {
-                    Ok(Attempt::Again)
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-        (Status::Stale | Status::Dead, Some(_)) if opts.takeover_stale && is_stale(&view) => {
-            watch_and_take_over(run, &view, opts, policy, lock, progress)
-        }
-        (status, _) => {
-            let hint = match status {
-                Status::Dead => format!(
-                    "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
-                    crate::common::shell_path(&opts.dir)
-                ),
-                Status::Stale => "the owner is stale: add --takeover-stale, or see `runlease status` for an exact `runlease takeover`".into(),
-                _ => "wait (--wait), or ask the owner to release".into(),
-            };
-            Ok(Attempt::Held {
-                err: held_error(run, Some(err.code()), &view, &hint),
-                waited: false,
-            })
-        }
-    }
-}
-
-/// Automatic takeover: watch the stale head's `(generation, owner, heartbeat_at, count)`
-/// on our monotonic clock, polling every heartbeat; once it has stayed unchanged for more
-/// than the old owner's `stale_after`, take over with `TakeoverTrigger::Automatic`.
-fn watch_and_take_over(
-    run: &RunDir,
-    first: &StatusView,
-    opts: &RunOpts,
-    policy: TimingPolicy,
-    lock: Option<OwnerLock>,
-    progress: &mut Progress,
-) -> Result<Attempt, CliError> {
-    let Some(head) = first.head.clone() else {
-        return Ok(Attempt::Again);
-    };
-    let key = |h: &lease_core::ops::Head| {
-        (
-            h.generation(),
-            h.epoch.owner_id.clone(),
-            h.heartbeat_at(),
-            h.heartbeat_count(),
-        )
-    };
-    let watched_key = key(&head);
-    let stale_after = head.epoch.policy.stale_after();
-    let poll = policy.heartbeat().min(head.epoch.policy.heartbeat());
-    let since = Instant::now();
-    loop {
-        let watched = since.elapsed();
-        if watched > stale_after {
-            break;
-        }
-        progress.show(&format!(
-            "stale owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
-            head.epoch.owner_id,
-            opts.dir.display(),
-            human_ms(i64::try_from(watched.as_millis()).unwrap_or(i64::MAX)),
-            human_ms(i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX)),
-        ));
-        std::thread::sleep(
-            poll.min(stale_after.saturating_sub(watched) + Duration::from_millis(1)),
-        );
-        check_pending_signal()?;
-        let view = run.status(wall_now()?, false)?;
-        if view.head.as_ref().map(key) != Some(watched_key.clone()) {
-            // It beat, released or was replaced: decide again.
-            return Ok(Attempt::Again);
-        }
-    }
-    progress.clear();
-    let watched_unchanged_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let started = Instant::now();
-    match run.takeover(
-        new_owner_id()?,
-        this_holder()?,
-        policy,
-        wall_now()?,
-        Expectation::of(&head),
-        TakeoverTrigger::Automatic {
-            watched_unchanged_ms,
-        },
-        new_nonce()?,
-    ) {
-        Ok(lease) => Ok(Attempt::Owned(Box::new(Acquired {
-            lease,
-            lock,
-            started,
-            how: format!(
-                "took over from stale owner {} (generation {}, unchanged for {}) and own",
-                head.epoch.owner_id,
-                head.generation(),
-                human_ms(i64::try_from(watched_unchanged_ms).unwrap_or(i64::MAX))
-            ),
-        }))),
-        Err(e) if matches!(e.code(), "TAKEOVER_RACE" | "TAKEOVER_ACTIVE_REFUSED") => {
-            Ok(Attempt::Again)
-        }
-        Err(e) => Err(e.into()),
-    }
+    Ok(())
 }

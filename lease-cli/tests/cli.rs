@@ -256,20 +256,17 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
     assert_eq!(r["taken_over"]["owner_id"], expect_owner.as_str());
     let cutoff = r["cutoff"].as_u64().expect("a cutoff");
 
-    // A new owner writes its events while the old command is still trying.
-    let o = runlease(&[
-        "run",
-        "--json",
-        d,
-        "--",
-        "sh",
-        "-c",
-        r#"for i in 1 2 3; do runlease append "$RUNLEASE_RUN" --type new --payload "$i" >/dev/null || exit 9; done"#,
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let new_gen = json_lines(&o)[0]["generation"].as_u64().unwrap();
-    assert_eq!(new_gen, 4);
+    // The stopped owner still holds the kernel owner lock and the store: no new owner on
+    // this host until it resumes or ends (lease-run takes the lock first: never two live
+    // owners of one run on a host, and never a claim that would then fail at the store).
+    // Nothing is claimed by the refusal.
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("runlease: OWNER_LOCK_HELD: "), "{err}");
+    assert_eq!(status_json(&dir)["generation"], 3);
 
+    // Resumed, the old owner finds itself fenced: its command is killed, it exits 75.
     let resumed = Instant::now();
     signal(owner.id(), Signal::CONT);
     let status = wait_exit(&mut owner, Duration::from_secs(15));
@@ -282,6 +279,20 @@ fn a_stopped_owner_taken_over_is_fenced_on_resume_and_its_command_dies() {
         !alive(child_pid),
         "the fenced owner's command is still alive"
     );
+
+    // A new owner writes its events.
+    let o = runlease(&[
+        "run",
+        "--json",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"for i in 1 2 3; do runlease append "$RUNLEASE_RUN" --type new --payload "$i" >/dev/null || exit 9; done"#,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let new_gen = json_lines(&o)[0]["generation"].as_u64().unwrap();
+    assert_eq!(new_gen, 4);
 
     // The new owner's events are intact and count; no `old` event past the cutoff counts.
     let ev = json_lines(&runlease(&["events", "--json", d]));
@@ -377,9 +388,16 @@ fn tour_kill9_status_dead_retire_run_again() {
     let o = runlease(&["doctor", d]);
     assert_eq!(o.status.code(), Some(0));
     assert!(text(&o.stdout).starts_with("OK"), "{}", text(&o.stdout));
-    // The dead owner's command outlived it (no command records yet: partial).
-    assert!(alive(child));
-    signal(child, Signal::KILL);
+    // The dead owner's command outlived it only until the next run: that run found its
+    // command record (same boot) and killed it before starting its own command.
+    let t = Instant::now();
+    while alive(child) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the dead owner's command survived the next run"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -468,6 +486,29 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
     assert_eq!(runlease(&[]).status.code(), Some(64));
     assert_eq!(runlease(&["status"]).status.code(), Some(64));
     assert_eq!(runlease(&["run", "x"]).status.code(), Some(64));
+    // A timing policy whose stale_after - self_fence_after margin is too small for the
+    // watchdog to confirm the kill in time: usage, and nothing is created.
+    let tmp = tempfile::tempdir().unwrap();
+    let unsafe_dir = tmp.path().join("never-created");
+    let o = runlease(&[
+        "run",
+        unsafe_dir.to_str().unwrap(),
+        "--heartbeat",
+        "100",
+        "--self-fence-after",
+        "850",
+        "--stale-after",
+        "1000",
+        "--",
+        "true",
+    ]);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("unsafe timing"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!unsafe_dir.exists());
     assert_eq!(
         runlease(&["run", "x", "--wait", "soon", "--", "true"])
             .status
@@ -603,16 +644,37 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
         "{}",
         text(&o.stderr)
     );
-    let o = runlease(&[
+    // A stopped owner on this host still holds the kernel owner lock (and the store):
+    // --takeover-stale alone is refused (76) and says how to unwedge it.
+    let o = runlease(&["run", d, "--takeover-stale", "--", "true"]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(&format!("kill -CONT {}", owner.id())),
+        "{}",
+        text(&o.stderr)
+    );
+    // With --wait it takes over as soon as the stopped owner is resumed (it fences itself,
+    // kills its command and exits 75, writing nothing): the head it left is unchanged,
+    // watched for the owner's stale_after, then taken over automatically.
+    let taker = spawn(&[
         "run",
         "--json",
         d,
         "--takeover-stale",
+        "--wait",
+        "20s",
         "--",
         "sh",
         "-c",
         "echo in=$RUNLEASE_GENERATION",
     ]);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(owner.id(), Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(15)).code(),
+        Some(75)
+    );
+    let o = taker.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let owned = &json_lines(&o)[0];
     assert!(
@@ -623,10 +685,154 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
         "{owned}"
     );
     assert!(text(&o.stdout).contains(&format!("in={}", owned["generation"])));
-    signal(owner.id(), Signal::CONT);
-    assert_eq!(
-        wait_exit(&mut owner, Duration::from_secs(15)).code(),
-        Some(75)
-    );
     assert_eq!(status_json(&dir)["state"], "free");
+}
+
+/// The main gain of `run` on lease-run: after `kill -9` of `runlease run`, its command
+/// runs on only until the next `runlease run --retire-dead` on this boot, which kills it
+/// (through its durable command record) before starting its own; `run.json` says how
+/// each run ended, and `status` and `doctor` show it.
+#[test]
+fn retire_dead_after_kill9_reaps_the_old_command_and_run_json_says_how_runs_ended() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let child = read_pid(&pidfile);
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "running", "{s}");
+    assert_eq!(s["run_status"]["generation"], s["generation"], "{s}");
+    // Its record is in commands/ while it runs.
+    let records = std::fs::read_dir(dir.join("commands")).unwrap().count();
+    assert_eq!(records, 1);
+
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+    assert!(alive(child), "the command died with its owner");
+    // After the crash run.json still says running: the last record written.
+    assert_eq!(status_json(&dir)["run_status"]["status"], "running");
+
+    let o = runlease(&["run", d, "--retire-dead", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("retired dead owner"),
+        "{}",
+        text(&o.stderr)
+    );
+    let t = Instant::now();
+    while alive(child) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the killed run's command survived the next run"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_dir(dir.join("commands")).unwrap().count(), 0);
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free");
+    assert_eq!(s["run_status"]["status"], "failed", "{s}");
+    assert_eq!(
+        s["run_status"]["detail"], "the command exited with code 7",
+        "{s}"
+    );
+    assert_eq!(s["run_status"]["sealed_sequence"], 0, "{s}");
+    let o = runlease(&["run", d, "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(o.status.code(), Some(128 + 9));
+    let s = status_json(&dir);
+    assert_eq!(
+        s["run_status"]["detail"], "the command was killed by signal 9",
+        "{s}"
+    );
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "done", "{s}");
+    assert!(s["run_status"]["detail"].is_null(), "{s}");
+    let human = text(&runlease(&["status", d]).stdout);
+    assert!(human.contains("run.json   done (generation"), "{human}");
+
+    // A run.json edited by hand: reported by status and doctor (65), refused by run (65),
+    // never rewritten.
+    std::fs::write(dir.join("run.json"), b"{not json").unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["run_status"]["status"], "invalid", "{s}");
+    assert!(
+        s["run_status"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("run.json"),
+        "{s}"
+    );
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        json_lines(&o)
+            .iter()
+            .any(|f| f["code"] == "INVALID_RECORD"
+                && f["detail"].as_str().unwrap().contains("run.json")),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("run.json"), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("run.json")).unwrap(), b"{not json");
+}
+
+/// A signal that arrives while `run` opens the run (here: while it reaps a killed run's
+/// command that ignores SIGTERM, which takes the 2 s grace) starts nothing: the run is
+/// released with `run.json` failed and runlease exits 128+N.
+#[test]
+fn sigint_while_opening_releases_the_run_and_starts_nothing() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let marker = tmp.path().join("ran");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; while :; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
+    let child = read_pid(&pidfile);
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+
+    let touch = format!("touch '{}'", marker.display());
+    let mut next = spawn(
+        &[
+            &["run", d, "--retire-dead"][..],
+            &FAST,
+            &["--", "sh", "-c", &touch],
+        ]
+        .concat(),
+    );
+    // Claimed (generation 3: retired as 2, claimed as 3), now reaping the old command.
+    let t = Instant::now();
+    loop {
+        let s = status_json(&dir);
+        if s["state"] == "active" && s["generation"] == 3 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never claimed: {s}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    signal(next.id(), Signal::INT);
+    let code = wait_exit(&mut next, Duration::from_secs(15)).code();
+    let o = next.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(code, Some(128 + 2), "{err}");
+    assert!(err.contains("runlease: INTERRUPTED: "), "{err}");
+    assert!(err.contains("the run was released"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+    assert!(!alive(child), "the old command survived the reaping");
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free", "{s}");
+    assert_eq!(s["run_status"]["status"], "failed", "{s}");
+    assert_eq!(
+        s["run_status"]["detail"],
+        "interrupted by signal 2 before the command started"
+    );
 }

@@ -35,6 +35,10 @@ exit 3"#,
     let s = status_json(&dir);
     assert_eq!(s["state"], "free", "{s}");
     assert_eq!(s["generation"], 2);
+    // Handed over, not finished: run.json says paused; the command's record is gone, so
+    // the next owner does not reap it.
+    assert_eq!(s["run_status"]["status"], "paused", "{s}");
+    assert_eq!(std::fs::read_dir(dir.join("commands")).unwrap().count(), 0);
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     std::fs::write(&go, b"").unwrap();
@@ -138,13 +142,25 @@ fn a_release_request_to_a_stopped_owner_times_out_with_75() {
     let d = dir.to_str().unwrap();
     let go = tmp.path().join("go");
     let result = tmp.path().join("result");
+    let started = tmp.path().join("started");
     let script = format!(
-        "while [ ! -e '{go}' ]; do sleep 0.02; done; runlease release --timeout 500ms; echo \"rel=$?\" > '{result}'",
+        "touch '{started}'; while [ ! -e '{go}' ]; do sleep 0.02; done; runlease release --timeout 500ms; echo \"rel=$?\" > '{result}'",
+        started = started.display(),
         go = go.display(),
         result = result.display()
     );
     let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
     wait_for_state(&dir, "active", Duration::from_secs(10));
+    // `active` is the claim; the command starts a few open steps later (run.json, store,
+    // seal): stop the owner only once its command runs.
+    let t = Instant::now();
+    while !started.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // The owner cannot answer while stopped; its command (own process group) runs on.
     signal(owner.id(), rustix::process::Signal::STOP);
     std::fs::write(&go, b"").unwrap();

@@ -188,6 +188,14 @@ pub struct HeartbeatRecord {
     pub heartbeat_at: Timestamp,
     /// Heartbeats written by this generation so far (>= 1).
     pub count: u64,
+    /// The owner's store head when this heartbeat started (its last acknowledged commit),
+    /// if the owner has a store. The creator of the next epoch by takeover or retirement
+    /// folds it into that epoch's `store_floor`, so a crash (which leaves no seal) still
+    /// leaves a floor. **Absent when `None`** (never `null`): the one field of the
+    /// protocol that is omitted when empty, so heartbeat records written before it existed
+    /// still decode, byte for byte (PROTOCOL.md §4). `"store_head":null` is not canonical.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_head: Option<u64>,
 }
 
 impl Record for HeartbeatRecord {

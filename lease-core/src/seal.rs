@@ -69,6 +69,31 @@ pub fn seal_of(epoch: &EpochRecord) -> (Option<&Seal>, Option<(u64, Generation)>
     )
 }
 
+/// The seal and floor a new owner must check its store against, from its own epoch and
+/// the epoch its claim or takeover replaced (`own.generation − 1`, if it could be read).
+///
+/// - The seal is the replaced epoch's (only a released epoch has one).
+/// - The floor is the highest of the own epoch's `store_floor` (which already folds in the
+///   replaced epoch's floor, its seal and, after a takeover or retirement, the store head
+///   the superseded owner reported in its last heartbeat; PROTOCOL.md §7.1) and the
+///   replaced epoch's own floor (for an epoch written by an older writer that did not fold).
+///
+/// A `replaced` epoch of another generation than `own − 1` is ignored.
+pub fn requirements<'a>(
+    own: &'a EpochRecord,
+    replaced: Option<&'a EpochRecord>,
+) -> (Option<&'a Seal>, Option<(u64, Generation)>) {
+    let replaced =
+        replaced.filter(|r| r.generation.get().checked_add(1) == Some(own.generation.get()));
+    let (seal, replaced_floor) = replaced.map_or((None, None), seal_of);
+    let own_floor = own.store_floor.map(|f| (f, own.generation));
+    let floor = match (own_floor, replaced_floor) {
+        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    };
+    (seal, floor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

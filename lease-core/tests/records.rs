@@ -300,14 +300,16 @@ fn heartbeat_record() -> impl Strategy<Value = HeartbeatRecord> {
         identity(),
         timestamp(),
         positive_u64(),
+        proptest::option::of(any::<u64>()),
     )
         .prop_map(
-            |(run_id, g, owner_id, heartbeat_at, count)| HeartbeatRecord {
+            |(run_id, g, owner_id, heartbeat_at, count, store_head)| HeartbeatRecord {
                 run_id,
                 generation: generation(g),
                 owner_id,
                 heartbeat_at,
                 count,
+                store_head,
             },
         )
 }
@@ -571,7 +573,7 @@ impl Subject for HeartbeatRecord {
         heartbeat_record().boxed()
     }
     const POSITIVE: Paths = &[&["generation"]];
-    const U64: Paths = &[&["count"]];
+    const U64: Paths = &[&["count"], &["store_head"]];
     const U32: Paths = &[];
     const TIMESTAMPS: Paths = &[&["heartbeat_at"]];
     const IDENTITIES: Paths = &[&["owner_id"]];
@@ -1128,10 +1130,15 @@ proptest! {
     }
 
     /// Every field is required (optional ones are written as `null`): removing any one field,
-    /// `version` included, is `RECORD_INVALID`.
+    /// `version` included, is `RECORD_INVALID`. The one exception is the heartbeat's
+    /// `store_head`, omitted when empty (PROTOCOL.md §4); its forms are checked by
+    /// `heartbeat_store_head_is_absent_when_empty_and_never_null`.
     #[test]
     fn missing_fields_are_rejected_in_every_record(s in any_sample(), at in any::<Index>()) {
-        let fields = schema_fields(&s.value);
+        let fields: Vec<Vec<String>> = schema_fields(&s.value)
+            .into_iter()
+            .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["store_head"]))
+            .collect();
         let path = &fields[at.index(fields.len())];
         let mut v = s.value.clone();
         let (last, parent) = path.split_last().ok_or_else(|| TestCaseError::fail("empty path"))?;
@@ -1558,4 +1565,32 @@ proptest! {
         let dir = f.dir().ok_or_else(|| TestCaseError::fail("no folder"))?;
         prop_assert_eq!(dir.parse_name(&f.file_name()), Some(f));
     }
+}
+
+/// The heartbeat's `store_head` has one form per value: absent for `None` (so beats written
+/// before the field existed decode byte for byte), a plain integer for `Some`; an explicit
+/// `null` is not canonical and is rejected.
+#[test]
+fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
+    let old_beat = b"{\"count\":3,\"generation\":2,\"heartbeat_at\":\"2026-12-02T00:00:00.000Z\",\"owner_id\":\"o\",\"run_id\":\"r\",\"version\":\"runlease/heartbeat/1\"}\n";
+    let rec: HeartbeatRecord = decode(old_beat).unwrap();
+    assert_eq!(rec.store_head, None);
+    assert_eq!(encode(&rec).unwrap(), old_beat.to_vec());
+
+    let with = HeartbeatRecord {
+        store_head: Some(17),
+        ..rec.clone()
+    };
+    let bytes = encode(&with).unwrap();
+    assert!(
+        String::from_utf8(bytes.clone())
+            .unwrap()
+            .contains("\"store_head\":17,")
+    );
+    assert_eq!(decode::<HeartbeatRecord>(&bytes).unwrap(), with);
+
+    let null = "{\"count\":3,\"generation\":2,\"heartbeat_at\":\"2026-12-02T00:00:00.000Z\",\"owner_id\":\"o\",\"run_id\":\"r\",\"store_head\":null,\"version\":\"runlease/heartbeat/1\"}\n";
+    assert!(null.contains("\"store_head\":null"), "{null}");
+    let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
+    assert_eq!((e.code(), e.exit_code()), ("RECORD_INVALID", 65));
 }

@@ -13,8 +13,8 @@ use lease_core::ops::{
     VerifyReport,
 };
 use lease_core::{
-    Digest, Dir, FileRef, Generation, Holder, Identity, RunId, Seal, Sequence, Timestamp,
-    TimingPolicy,
+    Digest, Dir, EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, RunId, Seal,
+    Sequence, Timestamp, TimingPolicy,
 };
 use std::collections::HashSet;
 use std::io;
@@ -310,6 +310,34 @@ impl RunDir {
     /// One heartbeat (`count` = 1, 2, ...). `FENCED` if a higher generation exists.
     pub fn heartbeat(&self, lease: &OwnedLease, now: Timestamp, count: u64) -> Result<(), FsError> {
         self.drive(&mut Heartbeat::new(lease, now, count)?)
+    }
+
+    /// One heartbeat that also reports the owner's store head (its last acknowledged
+    /// commit, read before the heartbeat started): whoever takes over or retires this
+    /// owner records it as a store floor (PROTOCOL.md §7.2).
+    pub fn heartbeat_with_store_head(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+    ) -> Result<(), FsError> {
+        self.drive(&mut Heartbeat::new(lease, now, count)?.with_store_head(store_head)?)
+    }
+
+    /// Read and decode epoch `generation` (`None` if absent: never created, or pruned).
+    pub fn read_epoch(&self, generation: Generation) -> Result<Option<EpochRecord>, FsError> {
+        let f = FileRef::Epoch(generation);
+        match self.perform(Request::Read(f))? {
+            Response::Content(None) => Ok(None),
+            Response::Content(Some(bytes)) => Ok(Some(
+                lease_core::decode_for(&self.run_id, &bytes)
+                    .map_err(|e| FsError::from(e.in_file(f.path())))?,
+            )),
+            other => Err(FsError::from(LeaseError::ProtocolViolation {
+                detail: format!("Read answered {other:?}"),
+            })),
+        }
     }
 
     /// Release the lease (with the store's seal, if any). `FENCED` (a no-op) if superseded.

@@ -2,6 +2,7 @@
 
 use lease_core::LeaseError;
 use lease_fs::FsError;
+use lease_sqlite::StoreError;
 
 /// Why a run operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +11,10 @@ pub enum RunError {
     /// A lease-fs error (I/O, layout, or a protocol error from lease-core).
     #[error(transparent)]
     Fs(#[from] FsError),
+    /// A store error (lease-sqlite): a refused seal or floor (`STORE_BEHIND_SEAL`,
+    /// `STORE_IDENTITY_MISMATCH`), a corrupt or missing store, a fenced commit, I/O.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// Bad options, refused before anything was touched.
     #[error("INVALID_ARGUMENT: {0}")]
     InvalidArgument(String),
@@ -76,6 +81,7 @@ impl RunError {
     pub fn code(&self) -> &'static str {
         match self {
             RunError::Fs(e) => e.code(),
+            RunError::Store(e) => e.code(),
             RunError::InvalidArgument(_) => "INVALID_ARGUMENT",
             RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
             RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
@@ -92,6 +98,7 @@ impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Fs(e) => e.exit_code(),
+            RunError::Store(e) => e.exit_code(),
             RunError::InvalidArgument(_) => 64,
             RunError::OwnerLockHeld { .. } | RunError::CommandsSurvive { .. } => 76,
             RunError::Fenced { .. } => 75,
@@ -104,6 +111,7 @@ impl RunError {
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
             RunError::Fs(e) => e.lease(),
+            RunError::Store(e) => e.lease(),
             _ => None,
         }
     }

@@ -1,9 +1,11 @@
-//! # lease-run — the run lifecycle for runlease on tokio (first slice of issue #6)
+//! # lease-run — the run lifecycle for runlease on tokio (issue #6)
 //!
-//! [`Run::open`] owns a run folder (composed from `lease-core` and `lease-fs`): it takes
-//! the kernel owner lock, claims the lease, writes `run.json`, heartbeats, self-fences on
-//! `CLOCK_BOOTTIME`, runs a watchdog OS thread that kills the commands even when the tokio
-//! runtime is blocked, reaps a killed incarnation's commands, and [`Run::release`]s.
+//! [`Run::open`] owns a run folder (composed from `lease-core`, `lease-fs` and
+//! `lease-sqlite`): it takes the kernel owner lock, claims the lease, writes `run.json`,
+//! heartbeats, self-fences on `CLOCK_BOOTTIME`, runs a watchdog OS thread that kills the
+//! commands even when the tokio runtime is blocked, reaps a killed incarnation's commands,
+//! opens the run's store and checks it against the seal and floor of the lease chain, and
+//! [`Run::release`]s (sealing the store).
 //!
 //! ## Open, in order (each step timed: [`OpenOptions::on_step`] and a `lease_run.step` span)
 //!
@@ -11,18 +13,50 @@
 //!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76).
 //! 2. `read-status`: the previous `run.json`; an invalid one is `RECORD_INVALID` (65) and is
 //!    never overwritten (nothing is claimed).
-//! 3. `claim`: claim the lease; with [`OpenOptions::retire_dead`], a definitely-dead owner
-//!    (judged with the owner lock held) is retired first.
+//! 3. `claim`: claim the lease; with [`OpenOptions::takeover`], an exact takeover of a
+//!    stale owner instead (the caller's observation: owner id, heartbeat time and count);
+//!    with [`OpenOptions::retire_dead`], a definitely-dead owner (judged with the owner lock
+//!    held) is retired first.
 //! 4. `run.json`: status `running`, the new generation and holder, the previous seal kept.
-//! 5. `heartbeat`: the heartbeat task, the async self-fence timer and the watchdog thread.
+//! 5. `heartbeat`: the cgroup v2 directory for the commands (when one can be created, see
+//!    "Escapes"), the child subreaper, the heartbeat task, the async self-fence timer and
+//!    the watchdog thread.
 //! 6. `layout`: `store/`, `work/`, `tmp/` (0700).
-//! 7. `commands`: reap or refuse older generations' commands (below).
-//! 8. `store`, 9. `seal`: calls to the optional [`StoreHook`] only (**Not yet**).
+//! 7. `commands`: reap or refuse older generations' commands, by their records and by
+//!    their cgroups (below).
+//! 8. `store`: read this generation's epoch and the one the claim replaced; from them
+//!    [`lease_core::seal::requirements`] gives the seal (of a clean release: store id,
+//!    sequence, generation) and the floor (the highest store head any change of owner
+//!    recorded, including the head a crashed or stale owner last reported in a heartbeat).
+//!    Open `store/run.sqlite` (`lease_sqlite::Store::open`) expecting the sealed store id;
+//!    a new store is created only when the chain names none (no seal, floor absent or 0);
+//!    otherwise a missing store is `STORE_MISSING` (65), never recreated.
+//! 9. `seal`: `OpenedStore::check_seal(seal, floor)`: another store id is
+//!    `STORE_IDENTITY_MISMATCH` (65), a head below the seal or the floor `STORE_BEHIND_SEAL`
+//!    (65). The commit gate (the self-fence rule) is installed; the store is live.
 //! 10. `live`: `run.json` rewritten with the seal cleared.
 //!
-//! A failure after the claim undoes the open: tasks stopped; unless fenced, `run.json` is
-//! written `failed` with `detail` = the error code and the lease is released; the owner
-//! lock is dropped; the watchdog thread ends.
+//! A failure after the claim undoes the open: tasks stopped; unless fenced, the store is
+//! sealed if it was opened (else the seal the chain required is re-issued, stamped with
+//! this generation, which committed nothing: a failed open never drops the identity
+//! binding), `run.json` is written `failed` with `detail` = the error's code and message,
+//! and the lease is released with that seal; the owner lock is dropped; the watchdog thread
+//! ends.
+//!
+//! ## The store ([`Run::store`], [`RunStore`])
+//!
+//! One `lease_sqlite::Store` per run, behind a mutex (the store is `Send`, not `Sync`).
+//! Every commit is stamped with the run's generation as its fencing token, and the store's
+//! commit gate applies the self-fence rule before the transaction starts, so no commit
+//! begins after the deadline (PROTOCOL §7.11); the store itself refuses a token below the
+//! highest it accepted (`FENCED`). Each heartbeat reports the head after the last
+//! acknowledged commit (read before the beat starts) in `lease/beats/<g>.json`; whoever
+//! takes over or retires this owner records it as the next epoch's `store_floor`. **Limit:**
+//! commits acknowledged after the start of the last heartbeat a replacer read are not
+//! covered by the floor (PROTOCOL §7.12). Once fenced, the store is closed (by the
+//! watchdog, the release, or the next call), so the next owner in another process can
+//! open it; a process stuck while holding it keeps it locked (the next owner gets
+//! `STORE_BUSY`, 75, and retries) until it dies.
 //!
 //! Every `run.json` write (open, [`Run::set_status`], release) first re-reads the lease
 //! head and writes only if it is still this owner's active generation and the run is not
@@ -34,8 +68,9 @@
 //! heartbeat) is kept in an atomic as `CLOCK_BOOTTIME` nanoseconds. Once it is more than
 //! `self_fence_after` old ([`lease_core::must_self_fence`]), or a heartbeat returns
 //! `FENCED`, the run is fenced (sticky). [`Run::check_live`] fails from then on; call it
-//! before every commit. The watchdog thread (`std::thread`, 100 ms tick, atomics and short
-//! std mutexes only) applies the same rule on its own, and once fenced SIGKILLs every
+//! before every commit (the store's commit gate does). The watchdog thread (`std::thread`,
+//! 100 ms tick, and it also wakes right at the self-fence deadline; atomics and short std
+//! mutexes only) applies the same rule on its own, and once fenced SIGKILLs every
 //! tracked process on every tick until none is left; only then is the fence *confirmed*
 //! ([`Run::fenced`] resolves; with [`OpenOptions::exit_on_fence`] the thread exits the
 //! process with 75).
@@ -63,33 +98,62 @@
 //!
 //! ## Release, in order ([`Run::release`])
 //!
-//! `stop-commands` (TERM, grace, KILL; records of this generation removed) → `stop-heartbeat`
-//! → `barrier` (store hook head, else `null`) → `final-status` (`paused`/`done`/`failed`) →
-//! `release-lease` → `unlock`. Each step has its own deadline. A fenced run: release waits
-//! (bounded) for the kill to be confirmed, writes nothing and returns `FENCED`.
+//! `stop-commands` (TERM, grace, KILL; records of this generation removed) → `barrier` (the
+//! store is taken from every handle after the commit in flight, if any; no commit starts
+//! after it) → `seal-store` (`Store::seal`: sealed sequence = the head, bound to the store
+//! id and this generation; the store's highest token is raised to it, the WAL checkpointed,
+//! the store closed) → `final-status` (`paused`/`done`/`failed`, `sealed_sequence`) →
+//! `stop-heartbeat` → `release-lease` (the release epoch carries the seal) → `unlock`. Each
+//! step has its own deadline. A fenced run: release waits (bounded) for the kill to be
+//! confirmed, writes nothing and returns `FENCED`.
 //!
 //! ## Escapes (what the kill reaches)
 //!
-//! Tracked: every recorded process group; every process whose session id equals a recorded
-//! group (a command that itself called `setsid`); every descendant seen by a watchdog scan of
-//! `/proc` (by parent pid, remembered with its start time), scanned every 100 ms while
-//! commands are tracked. The owner is made a child subreaper (`PR_SET_CHILD_SUBREAPER`,
-//! [`OpenOptions::subreaper`], process-wide) so double-forked orphans are reparented to it
-//! instead of init. **What can still escape:** a descendant that leaves the group and session
-//! (setsid / setpgid) and whose parent chain is broken (double fork) *before* any 100 ms scan
-//! saw it; any process in another pid namespace or otherwise invisible in our `/proc`;
+//! **With a cgroup v2 subtree** ([`OpenOptions::cgroup`], default on; [`cgroup`] module):
+//! at open the owner creates `runlease-<key>-<generation>` below its own cgroup (`<key>`:
+//! 16 hex digits of SHA-256 over the run's path and id). Each command is moved into it
+//! while its spawn gate is stopped, so everything it ever starts is born inside, whatever
+//! it does with process groups, sessions or forks. A kill writes `cgroup.kill` (the kernel
+//! kills every member, including ones forked meanwhile) besides the signals below; a member
+//! counts as alive until it leaves `cgroup.procs`. The release removes the emptied
+//! directory. The next open finds a killed incarnation's cgroups through `/proc/*/cgroup`
+//! (wherever in the tree they are) and kills their members: TERM, grace, `cgroup.kill`;
+//! a survivor refuses the open (76). **What can still escape then:** only a process
+//! privileged enough to move itself to another cgroup (root, or an owner of a delegated
+//! subtree) or to signal-proof itself; and processes in a cgroup subtree another tool
+//! manages under ours. An empty directory left by a crashed owner stays until the next
+//! open of the same run (on this cgroup tree) removes it.
+//!
+//! **Without one** (no cgroup2 mount, or no permission to create a directory below our
+//! cgroup: usual for an unprivileged owner without systemd delegation; the reason is logged
+//! at `info`): tracked are every recorded process group; every process whose session id
+//! equals a recorded group (a command that itself called `setsid`); every descendant seen by
+//! a watchdog scan of `/proc` (by parent pid, remembered with its start time), scanned every
+//! 100 ms while commands are tracked. The owner is made a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`, [`OpenOptions::subreaper`], process-wide) so double-forked
+//! orphans are reparented to it instead of init. **What can still escape:** a descendant
+//! that leaves the group and session (setsid / setpgid) and whose parent chain is broken
+//! (double fork) *before* any 100 ms scan saw it; after a crash of the owner, any
+//! descendant outside its command's group and session (the next open knows only the
+//! records); any process in another pid namespace or otherwise invisible in our `/proc`;
 //! processes we may not signal (setuid helpers: EPERM); a descendant of another run in the
-//! same owner process is never confused with ours, but with the subreaper it is reparented to
-//! the shared owner process. The pgid of a group whose last process vanished between two
+//! same owner process is never confused with ours, but with the subreaper it is reparented
+//! to the shared owner process. The pgid of a group whose last process vanished between two
 //! scans could in theory be reused before the next kill.
+//!
+//! In both cases nothing is ever sent to pid or group 0 or 1, nor to the owner process or
+//! its own group.
 //!
 //! ## Not yet
 //!
-//! - **Store and seal** (needs lease-sqlite, issue #5): [`StoreHook`] is called at the
-//!   `store`, `seal` and `barrier` steps, but no implementation exists; the seal is not bound
-//!   to the store identity; no `store()` accessor. Without a hook `sealed_sequence` is `null`.
-//! - **cgroup v2** subtree for commands: not done (subreaper + /proc scan only).
-//! - Exact takeover of a *stale* (not dead) owner at open: not offered (`retire_dead` only).
+//! - cgroup v2: no controllers (memory, pids limits) are set; the directory is containment
+//!   and kill only. A cgroup that cannot be joined at spawn fails the spawn
+//!   (`SPAWN_FAILED`), it never silently falls back for one command.
+//! - The store is opened by path (`<run>/store/run.sqlite`), not beneath the run's held
+//!   root descriptor like the lease files: a run folder renamed while open is not noticed by
+//!   the store.
+//! - A `store` or `seal` step that times out keeps running in the blocking pool; if it
+//!   finishes after the undo, the store stays open in this process until it exits.
 //! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at
 //!   `running`/`live`/status changes, not on every beat.
 //! - Orphaned descendants reparented to the subreaper owner are reaped only when they are
@@ -98,20 +162,21 @@
 //!   lease; the watchdog SIGKILLs them once the lease lapses.
 //! - Terminal handling (foreground process group), signal forwarding: not done.
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
-//! - Not covered by tests yet: the refusal path (`RUN_COMMANDS_SURVIVE`, 76, record kept),
-//!   `exit_on_fence` (exit 75 from a child process), a `FENCED` heartbeat after a live
-//!   takeover (the fence test stops the heartbeat and self-fences first), `set_status`,
-//!   two simultaneous opens racing (the test opens one, then tries the second), the
-//!   `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for double-forked daemons.
+//! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
+//!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
+//!   blocked runtime), the `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for
+//!   double-forked daemons, the retirement path's floor in lease-run (covered in
+//!   lease-core's scenario test), a store that disappears (`STORE_MISSING`) at open.
 //! - `RUN_COMMANDS_SURVIVE` from release reports `pid: 0` (the group, not the survivor pid).
-//! - Invalid options: a relative path, zero deadlines are refused before anything is
-//!   touched (the timing policy is validated by [`lease_core::TimingPolicy`] itself); no
-//!   other checks.
+//! - Invalid options ([`OpenOptions::validate`], before anything is touched): a relative
+//!   path, zero deadlines, `stale_after − self_fence_after` below [`MIN_FENCE_MARGIN`],
+//!   `retire_dead` with `takeover`; the timing policy's own rules are enforced by
+//!   [`lease_core::TimingPolicy`]'s constructor.
 //!
 //! # Example
 //!
 //! ```
-//! use lease_run::{FinalStatus, OpenOptions, Run};
+//! use lease_run::{Batch, FinalStatus, OpenOptions, Run};
 //! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 //! # rt.block_on(async {
 //! let dir = tempfile::tempdir()?;
@@ -119,19 +184,36 @@
 //! let run = Run::open(&path, OpenOptions::default()).await?;
 //! let mut cmd = run.spawn(&["true".to_string()], &[]).await?;
 //! assert!(cmd.wait().await?.success());
-//! run.check_live()?;
+//!
+//! // Commit to the run's store as this generation (blocking: `Run::commit` runs it off
+//! // the runtime; `run.store()` gives the blocking handle).
+//! let seq = run.commit(Batch::new().put("step/1", "done").log("step 1")).await?;
+//! assert_eq!(seq, 1);
+//! assert_eq!(run.store().get("step/1")?.unwrap().value, b"done");
 //! run.release(FinalStatus::Done).await?;
+//!
+//! // The release sealed the store at its head; the next owner checks that seal.
+//! let status: lease_core::RunStatus =
+//!     lease_core::decode(&std::fs::read(path.join("run.json"))?)?;
+//! assert_eq!(status.sealed_sequence, Some(1));
+//! let run = Run::open(&path, OpenOptions::default()).await?;
+//! assert!(run.generation().get() > 1);
+//! assert_eq!(run.store().head()?, 1);
+//! run.release(FinalStatus::Paused { wake_at: None }).await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
 
+pub mod cgroup;
 pub mod error;
 pub mod procs;
 mod run;
 
 pub use error::RunError;
+pub use lease_sqlite::{Batch, Commit, Document};
 pub use run::{
-    FinalStatus, OpenOptions, Run, RunCommand, StepCallback, StepName, StoreHook, WATCHDOG_TICK,
+    FinalStatus, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore, StepCallback, StepName,
+    WATCHDOG_TICK,
 };

@@ -71,15 +71,34 @@ pub fn state_of(pid: u32) -> Option<char> {
     line[line.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// Whether `pid` (or group `pid`) may be signalled at all: never 0 or 1 (`kill(-1)` would
+/// signal every process; 1 is init), never this process or its own group (a record naming
+/// us is refused by the survivor check instead of killing the owner).
+fn signallable(pid: u32, own: u32) -> bool {
+    pid > 1 && pid != own && i32::try_from(pid).is_ok()
+}
+
 /// Send `sig` to process group `pgid` (errors ignored: ESRCH when it is gone, EPERM).
+/// Group 0, 1 and this process's own group are never signalled.
 pub fn kill_group(pgid: u32, sig: Signal) {
+    let own = rustix::process::getpgrp()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs();
+    if !signallable(pgid, own) || pgid == std::process::id() {
+        return;
+    }
     if let Some(p) = Pid::from_raw(i32::try_from(pgid).unwrap_or(0)) {
         let _ = rustix::process::kill_process_group(p, sig);
     }
 }
 
-/// Send `sig` to process `pid` (errors ignored).
+/// Send `sig` to process `pid` (errors ignored). Pid 0, 1 and this process are never
+/// signalled.
 pub fn kill_pid(pid: u32, sig: Signal) {
+    if !signallable(pid, std::process::id()) {
+        return;
+    }
     if let Some(p) = Pid::from_raw(i32::try_from(pid).unwrap_or(0)) {
         let _ = rustix::process::kill_process(p, sig);
     }
@@ -93,6 +112,9 @@ pub struct Tracked {
     pub groups: BTreeSet<u32>,
     /// Descendants seen by a scan: pid → start time.
     pub known: BTreeMap<u32, u64>,
+    /// The run incarnation's cgroup v2 directory, if one could be created: every member
+    /// is tracked, and a SIGKILL goes through `cgroup.kill` too.
+    pub cgroup: Option<std::path::PathBuf>,
 }
 
 impl Tracked {
@@ -103,6 +125,13 @@ impl Tracked {
     pub fn refresh(&mut self, procs: &[ProcInfo]) {
         self.known
             .retain(|pid, st| procs.iter().any(|p| p.pid == *pid && p.start_time == *st));
+        if let Some(cg) = &self.cgroup {
+            for pid in crate::cgroup::pids_in(cg) {
+                if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
+                    self.known.insert(p.pid, p.start_time);
+                }
+            }
+        }
         loop {
             let mut added = false;
             for p in procs {
@@ -135,6 +164,12 @@ impl Tracked {
     /// SIGKILL (or `sig`) every recorded group and every known descendant that still has
     /// its recorded start time.
     pub fn signal_all(&self, sig: Signal, procs: &[ProcInfo]) {
+        if sig == Signal::KILL {
+            if let Some(cg) = &self.cgroup {
+                // Every member, including any forked since the scan.
+                let _ = std::fs::write(cg.join("cgroup.kill"), "1");
+            }
+        }
         for g in &self.groups {
             kill_group(*g, sig);
         }
@@ -151,6 +186,12 @@ impl Tracked {
     /// Whether a process that can still act (not a zombie) is tracked: in a recorded group
     /// or session, or a known descendant.
     pub fn any_alive(&self, procs: &[ProcInfo]) -> bool {
+        if let Some(cg) = &self.cgroup {
+            let members = crate::cgroup::pids_in(cg);
+            if procs.iter().any(|p| !p.zombie && members.contains(&p.pid)) {
+                return true;
+            }
+        }
         procs.iter().any(|p| {
             !p.zombie
                 && (self.groups.contains(&p.pgrp)

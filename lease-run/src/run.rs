@@ -3,13 +3,14 @@
 use crate::error::RunError;
 use crate::procs::{self, Tracked, boottime_ns};
 use lease_core::canonical::MAX_RECORD_BYTES;
-use lease_core::ops::{Expectation, OwnedLease, Status};
+use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
 use lease_core::{
-    CommandRecord, Dir, FileRef, Generation, Identity, RunState, RunStatus, Timestamp,
-    TimingPolicy, decode_for, encode, must_self_fence,
+    CommandRecord, Dir, FileRef, Generation, Identity, LeaseError, RunState, RunStatus, Seal,
+    Timestamp, TimingPolicy, decode_for, encode, must_self_fence,
 };
 use lease_fs::lock::OwnerLock;
 use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, primitives, probe, run_id_of, this_holder};
+use lease_sqlite::{Batch, Commit, Document, Expected, Store, StoreError};
 use rustix::process::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,9 +41,10 @@ pub enum StepName {
     Layout,
     /// Open: reap or refuse the previous incarnation's commands.
     Commands,
-    /// Open: open the store (hook only; see "Not yet").
+    /// Open: open the store `store/run.sqlite` (created only when the chain names no
+    /// store), after reading the seal and floor from the lease chain.
     Store,
-    /// Open: the seal check (hook only; see "Not yet").
+    /// Open: the seal check against the seal and floor ([`lease_core::seal::requirements`]).
     Seal,
     /// Open: write `run.json` live (seal cleared).
     Live,
@@ -50,8 +52,11 @@ pub enum StepName {
     StopCommands,
     /// Release: stop the heartbeat.
     StopHeartbeat,
-    /// Release: barrier (every write so far is durable).
+    /// Release: barrier: take the store away from every [`RunStore`] handle (waiting for a
+    /// commit in flight), so no commit can start after it.
     Barrier,
+    /// Release: seal the store (sealed sequence = its head, bound to its id and generation).
+    SealStore,
     /// Release: write the final `run.json`.
     FinalStatus,
     /// Release: release the lease.
@@ -77,6 +82,7 @@ impl StepName {
             StepName::StopCommands => "stop-commands",
             StepName::StopHeartbeat => "stop-heartbeat",
             StepName::Barrier => "barrier",
+            StepName::SealStore => "seal-store",
             StepName::FinalStatus => "final-status",
             StepName::ReleaseLease => "release-lease",
             StepName::Unlock => "unlock",
@@ -87,20 +93,6 @@ impl StepName {
 /// Called after each step with its duration (also after a step that failed).
 pub type StepCallback = Arc<dyn Fn(StepName, Duration) + Send + Sync>;
 
-/// The store seam, called at the `store` and `seal` steps of open and at the barrier and
-/// final status of release.
-///
-/// **Not yet (needs lease-sqlite, issue #5):** this crate ships no implementation; with no
-/// hook the `store` and `seal` steps do nothing and the release seals `null`.
-pub trait StoreHook: Send + Sync {
-    /// Open the store of the run (`<root>/store/`) as `generation`.
-    fn open_store(&self, root: &Path, generation: Generation) -> Result<(), RunError>;
-    /// Refuse a store behind `sealed` (the previous clean release's sealed sequence).
-    fn check_seal(&self, sealed: Option<u64>) -> Result<(), RunError>;
-    /// The store head to seal at release (after the barrier).
-    fn head(&self) -> Result<Option<u64>, RunError>;
-}
-
 /// Options of [`Run::open`].
 #[derive(Clone)]
 pub struct OpenOptions {
@@ -108,9 +100,21 @@ pub struct OpenOptions {
     pub policy: TimingPolicy,
     /// Create the run folder if it is missing (default: true).
     pub create: bool,
-    /// When the current owner is definitely dead (gone, or another boot), retire it and
-    /// claim (default: false: such a run is refused).
+    /// When the current owner is definitely dead (same boot, process gone, owner lock
+    /// free), retire it and claim (default: false: such a run is refused).
     pub retire_dead: bool,
+    /// Exact takeover of a stale owner instead of a claim (operator trigger): the owner id
+    /// and heartbeat observation (time, and count if given) the caller saw, e.g. from
+    /// `RunDir::status`; the takeover refuses a fresh owner (`TAKEOVER_ACTIVE_REFUSED`, 76)
+    /// and any other observation (`TAKEOVER_RACE`, 75). The kernel owner lock is taken
+    /// first as always, so a stale owner still running on this host must end (or be
+    /// fenced and release its lock) before this open can proceed. Default `None`.
+    pub takeover: Option<Expectation>,
+    /// With [`OpenOptions::takeover`]: the caller watched that observation unchanged for
+    /// this long on its own `CLOCK_BOOTTIME`, so the takeover is `automatic` (PROTOCOL
+    /// §7.4: refused unless this exceeds the owner's `stale_after`; skew-immune) instead of
+    /// `operator`. Default `None` (operator).
+    pub takeover_watched: Option<Duration>,
     /// How long to retry the kernel owner lock (default 200 ms).
     pub lock_timeout: Duration,
     /// Deadline of every single open/release step (default 10 s).
@@ -125,10 +129,12 @@ pub struct OpenOptions {
     /// Make this process a child subreaper (`PR_SET_CHILD_SUBREAPER`, process-wide) at the
     /// `heartbeat` step, so orphaned descendants are reparented to it (default true).
     pub subreaper: bool,
+    /// Put the commands in a cgroup v2 directory of their own when one can be created
+    /// below this process's cgroup (default true); otherwise, or when false, they are
+    /// tracked by process group, session and /proc scans only (see the crate docs).
+    pub cgroup: bool,
     /// Step timings.
     pub on_step: Option<StepCallback>,
-    /// The store seam (no implementation yet).
-    pub store: Option<Arc<dyn StoreHook>>,
 }
 
 impl Default for OpenOptions {
@@ -137,14 +143,16 @@ impl Default for OpenOptions {
             policy: TimingPolicy::default(),
             create: true,
             retire_dead: false,
+            takeover: None,
+            takeover_watched: None,
             lock_timeout: Duration::from_millis(200),
             step_deadline: Duration::from_secs(10),
             term_grace: Duration::from_secs(2),
             kill_wait: Duration::from_secs(2),
             exit_on_fence: false,
             subreaper: true,
+            cgroup: true,
             on_step: None,
-            store: None,
         }
     }
 }
@@ -155,13 +163,65 @@ impl std::fmt::Debug for OpenOptions {
             .field("policy", &self.policy)
             .field("create", &self.create)
             .field("retire_dead", &self.retire_dead)
+            .field("takeover", &self.takeover)
+            .field("takeover_watched", &self.takeover_watched)
             .field("lock_timeout", &self.lock_timeout)
             .field("step_deadline", &self.step_deadline)
             .field("term_grace", &self.term_grace)
             .field("kill_wait", &self.kill_wait)
             .field("exit_on_fence", &self.exit_on_fence)
             .field("subreaper", &self.subreaper)
+            .field("cgroup", &self.cgroup)
             .finish_non_exhaustive()
+    }
+}
+
+/// The smallest margin `stale_after − self_fence_after` lease-run accepts: the watchdog
+/// notices a lapse within one tick and confirms the kill at the next, so a self-fenced
+/// owner's commands are gone before anyone may call it stale.
+pub const MIN_FENCE_MARGIN: Duration = Duration::from_millis(2 * 100);
+
+impl OpenOptions {
+    /// Check the options (and that `path` is absolute) without touching anything:
+    /// `INVALID_ARGUMENT` (64) for a relative path, a zero `lock_timeout`, `step_deadline`
+    /// or `kill_wait`, a timing policy whose `stale_after − self_fence_after` is below
+    /// [`MIN_FENCE_MARGIN`] (unsafe: the kill could not be confirmed before the owner may be
+    /// called stale), or both `retire_dead` and `takeover`.
+    pub fn validate(&self, path: &Path) -> Result<(), RunError> {
+        if !path.is_absolute() {
+            return Err(RunError::InvalidArgument(format!(
+                "the run path {} must be absolute",
+                path.display()
+            )));
+        }
+        for (what, d) in [
+            ("lock_timeout", self.lock_timeout),
+            ("step_deadline", self.step_deadline),
+            ("kill_wait", self.kill_wait),
+        ] {
+            if d.is_zero() {
+                return Err(RunError::InvalidArgument(format!("{what} must be > 0")));
+            }
+        }
+        let margin = self
+            .policy
+            .stale_after()
+            .saturating_sub(self.policy.self_fence_after());
+        if margin < MIN_FENCE_MARGIN {
+            return Err(RunError::InvalidArgument(format!(
+                "unsafe timing: stale_after ({} ms) - self_fence_after ({} ms) must be at least {} ms so that a self-fenced owner's commands are killed before it may be called stale",
+                self.policy.stale_after_ms(),
+                self.policy.self_fence_after_ms(),
+                MIN_FENCE_MARGIN.as_millis()
+            )));
+        }
+        if self.retire_dead && self.takeover.is_some() {
+            return Err(RunError::InvalidArgument(
+                "retire_dead and takeover exclude each other: choose one way to replace the owner"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -207,6 +267,15 @@ struct Shared {
     tracked: Mutex<Tracked>,
     fence_tx: watch::Sender<FenceState>,
     exit_on_fence: bool,
+    /// The generation: the fencing token of every commit.
+    generation: Generation,
+    /// The store, from the `seal` step of open until the release barrier (or a fence,
+    /// which drops it: the connection closes and the next owner can open the file).
+    store: Mutex<Option<Store>>,
+    /// The store head after the last acknowledged commit (valid once `has_store`): each
+    /// heartbeat reports it, so a replacer can record it as the floor.
+    store_head: AtomicU64,
+    has_store: AtomicBool,
 }
 
 impl Shared {
@@ -220,6 +289,12 @@ impl Shared {
             Duration::from_nanos(self.beat_ns.load(Ordering::SeqCst)),
             Duration::from_nanos(now_ns),
         )
+    }
+
+    /// Time left until the self-fence deadline (zero once past it).
+    fn until_lapse(&self, now_ns: u64) -> Duration {
+        let age = Duration::from_nanos(now_ns.saturating_sub(self.beat_ns.load(Ordering::SeqCst)));
+        self.policy.self_fence_after().saturating_sub(age)
     }
 
     /// Record the first fence (sticky).
@@ -261,6 +336,26 @@ impl Shared {
     fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {
         self.tracked.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn store_slot(&self) -> std::sync::MutexGuard<'_, Option<Store>> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The head to report in the next heartbeat (read before it starts).
+    fn reported_store_head(&self) -> Option<u64> {
+        self.has_store
+            .load(Ordering::SeqCst)
+            .then(|| self.store_head.load(Ordering::SeqCst))
+    }
+
+    /// The error a commit gate or a closed handle reports once fenced.
+    fn fenced_lease_error(&self, detail: String) -> LeaseError {
+        LeaseError::Fenced {
+            run: self.run.clone(),
+            generation: self.generation,
+            detail,
+        }
+    }
 }
 
 /// The watchdog OS thread: every 100 ms, apply the self-fence rule on CLOCK_BOOTTIME,
@@ -268,7 +363,14 @@ impl Shared {
 /// process until all are gone; then confirm the fence (and exit 75 if asked).
 fn watchdog(shared: Arc<Shared>) {
     loop {
-        std::thread::sleep(WATCHDOG_TICK);
+        // Wake at the next tick, or right at the self-fence deadline if that comes first,
+        // so the kill starts as soon as the deadline passes, not up to a tick later.
+        let nap = if shared.fenced.load(Ordering::SeqCst) {
+            WATCHDOG_TICK
+        } else {
+            WATCHDOG_TICK.min(shared.until_lapse(boottime_ns()) + Duration::from_millis(1))
+        };
+        std::thread::sleep(nap);
         let fenced = shared.fenced.load(Ordering::SeqCst);
         if !fenced && shared.stop.load(Ordering::SeqCst) {
             return;
@@ -293,6 +395,14 @@ fn watchdog(shared: Arc<Shared>) {
             alive
         };
         if fenced && !alive {
+            // Close the store so the next owner can open it. A commit in flight holds the
+            // slot: it finds the run fenced afterwards and drops the store itself.
+            if let Ok(mut slot) = shared.store.try_lock() {
+                slot.take();
+            }
+            if let Some(cg) = shared.tracked().cgroup.clone() {
+                crate::cgroup::Cgroup::at(cg).remove();
+            }
             let reason = shared.fence_reason().unwrap_or_default();
             shared
                 .fence_tx
@@ -424,6 +534,89 @@ fn write_status_blocking(
     Ok(())
 }
 
+/// A handle on the run's store (`store/run.sqlite`), from [`Run::store`]. Cloneable and
+/// `Send + Sync`: the one `lease_sqlite::Store` (`Send`, not `Sync`) sits behind a mutex,
+/// so calls from several threads run one at a time.
+///
+/// Every call is **blocking** (a commit fsyncs the WAL): from async code call it inside
+/// `tokio::task::spawn_blocking`, or use [`Run::commit`].
+///
+/// Every commit is stamped with the run's generation as its fencing token, and before it
+/// starts it applies the self-fence rule ([`Run::check_live`], as the store's commit gate):
+/// no commit begins once the run is fenced or its last successful heartbeat started more
+/// than `self_fence_after` ago. Once the run is fenced every call answers `FENCED` and the
+/// store is closed; after [`Run::release`] every call answers `RUN_RELEASED`.
+#[derive(Clone)]
+pub struct RunStore {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RunStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStore")
+            .field("run", &self.shared.run)
+            .field("generation", &self.shared.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunStore {
+    fn with<T>(&self, f: impl FnOnce(&mut Store) -> Result<T, StoreError>) -> Result<T, RunError> {
+        let mut slot = self.shared.store_slot();
+        if self.shared.fenced.load(Ordering::SeqCst) {
+            slot.take();
+            self.shared.check_live()?;
+        }
+        let Some(store) = slot.as_mut() else {
+            self.shared.check_live()?;
+            return Err(RunError::Released {
+                run: self.shared.run.clone(),
+            });
+        };
+        let r = f(store);
+        if r.is_err() && self.shared.fenced.load(Ordering::SeqCst) {
+            // Fenced (by the gate or meanwhile): close the store for the next owner.
+            slot.take();
+        }
+        Ok(r?)
+    }
+
+    /// Commit `batch` as this run's generation; returns its sequence (durable when this
+    /// returns). `FENCED` (75) if the run is fenced or past its self-fence deadline, or if
+    /// the store has accepted a higher generation.
+    pub fn commit(&self, batch: &Batch) -> Result<u64, RunError> {
+        let g = self.shared.generation;
+        let seq = self.with(|s| s.commit(g, batch))?;
+        self.shared.store_head.fetch_max(seq, Ordering::SeqCst);
+        Ok(seq)
+    }
+
+    /// The document at `key`, if any.
+    pub fn get(&self, key: &str) -> Result<Option<Document>, RunError> {
+        self.with(|s| s.get(key))
+    }
+
+    /// Every document whose key starts with `prefix`, in key order.
+    pub fn scan_prefix(&self, prefix: &str) -> Result<Vec<Document>, RunError> {
+        self.with(|s| s.scan_prefix(prefix))
+    }
+
+    /// The commits after sequence `after`, in order, with their writes and log entries.
+    pub fn commits_since(&self, after: u64) -> Result<Vec<Commit>, RunError> {
+        self.with(|s| s.commits_since(after))
+    }
+
+    /// The last committed sequence (0 for an empty store).
+    pub fn head(&self) -> Result<u64, RunError> {
+        self.with(|s| s.head())
+    }
+
+    /// The store's identity (created with it).
+    pub fn store_id(&self) -> Result<String, RunError> {
+        self.with(|s| s.identity().map(|i| i.store_id))
+    }
+}
+
 /// A command started by [`Run::spawn`].
 #[derive(Debug)]
 pub struct RunCommand {
@@ -474,6 +667,10 @@ struct Opening {
     shared: Option<Arc<Shared>>,
     tasks: Vec<JoinHandle<()>>,
     current: Option<RunStatus>,
+    /// The seal the chain required at the `store` step (the replaced epoch's): re-issued
+    /// by the undo of an open that fails before the store is live, so the next opener
+    /// still checks the store's identity.
+    carry_seal: Arc<Mutex<Option<Seal>>>,
 }
 
 impl Run {
@@ -481,21 +678,7 @@ impl Run {
     /// owner-lock → read-status → claim → run.json → heartbeat → layout → commands →
     /// store → seal → live. A failure undoes what was done (see the crate docs).
     pub async fn open(path: &Path, opts: OpenOptions) -> Result<Run, RunError> {
-        if !path.is_absolute() {
-            return Err(RunError::InvalidArgument(format!(
-                "the run path {} must be absolute",
-                path.display()
-            )));
-        }
-        for (what, d) in [
-            ("lock_timeout", opts.lock_timeout),
-            ("step_deadline", opts.step_deadline),
-            ("kill_wait", opts.kill_wait),
-        ] {
-            if d.is_zero() {
-                return Err(RunError::InvalidArgument(format!("{what} must be > 0")));
-            }
-        }
+        opts.validate(path)?;
         let run_id = run_id_of(path)?;
         let name = path.display().to_string();
         let cb = opts.on_step.clone();
@@ -555,6 +738,7 @@ impl Run {
             shared: None,
             tasks: Vec::new(),
             current: None,
+            carry_seal: Arc::new(Mutex::new(None)),
         };
         match Run::open_steps(&mut st, path, &opts).await {
             Ok(()) => {}
@@ -604,15 +788,34 @@ impl Run {
         )
         .await?;
 
-        // (3) claim, or retire a definitely-dead owner and claim.
+        // (3) claim; or exact takeover of a stale owner; or retire a definitely-dead owner
+        // and claim.
         let dir = st.dir.clone();
         let (policy, retire_dead) = (opts.policy, opts.retire_dead);
+        let takeover = opts.takeover.clone();
+        let trigger = match opts.takeover_watched {
+            None => TakeoverTrigger::Operator,
+            Some(d) => TakeoverTrigger::Automatic {
+                watched_unchanged_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            },
+        };
         let claim_started = boottime_ns();
         let lease = timed(
             cb,
             StepName::Claim,
             blocking(&name, StepName::Claim, deadline, move || {
                 let holder = this_holder()?;
+                if let Some(expect) = takeover {
+                    return Ok(dir.takeover(
+                        new_owner_id()?,
+                        holder,
+                        policy,
+                        wall_now()?,
+                        expect,
+                        trigger,
+                        random_u64()?,
+                    )?);
+                }
                 match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
                     Ok(l) => Ok(l),
                     Err(e) if retire_dead && e.exit_code() == 76 => {
@@ -650,6 +853,10 @@ impl Run {
             tracked: Mutex::new(Tracked::default()),
             fence_tx,
             exit_on_fence: opts.exit_on_fence,
+            generation: lease.generation,
+            store: Mutex::new(None),
+            store_head: AtomicU64::new(0),
+            has_store: AtomicBool::new(false),
         });
         st.shared = Some(shared.clone());
 
@@ -685,6 +892,17 @@ impl Run {
         // (5) heartbeat task, self-fence timer task, watchdog OS thread.
         let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
         let subreaper = opts.subreaper;
+        if opts.cgroup {
+            let key = crate::cgroup::run_key(path, lease.run_id.as_str());
+            match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
+                Ok(cg) => shared.tracked().cgroup = Some(cg.path().to_path_buf()),
+                Err(reason) => tracing::info!(
+                    run = %name,
+                    %reason,
+                    "no cgroup v2 subtree: commands are tracked by group, session and /proc scans"
+                ),
+            }
+        }
         let tasks = timed(cb, StepName::Heartbeat, async move {
             if subreaper {
                 if let Err(e) =
@@ -736,37 +954,91 @@ impl Run {
         // (7) reap or refuse the previous incarnations' commands.
         let dir = st.dir.clone();
         let (gen_, grace, kill_wait) = (lease.generation, opts.term_grace, opts.kill_wait);
+        let key = crate::cgroup::run_key(path, lease.run_id.as_str());
         timed(
             cb,
             StepName::Commands,
             blocking(
                 &name,
                 StepName::Commands,
-                deadline + grace + kill_wait,
-                move || reap_or_refuse(&dir, gen_, grace, kill_wait),
+                deadline + 2 * (grace + kill_wait),
+                move || {
+                    reap_or_refuse(&dir, gen_, grace, kill_wait)?;
+                    reap_cgroups(dir.run_id().as_str(), &key, gen_, grace, kill_wait)
+                },
             ),
         )
         .await?;
         shared.check_live()?;
 
-        // (8) store and (9) seal: hooks only (Not yet: lease-sqlite, issue #5).
-        let hook = opts.store.clone();
-        let (root, g) = (path.to_path_buf(), lease.generation);
-        timed(cb, StepName::Store, async {
-            match &hook {
-                Some(h) => h.open_store(&root, g),
-                None => Ok(()),
-            }
-        })
+        // (8) store: the seal and floor from the lease chain (our epoch and the one our
+        // claim replaced), then open `store/run.sqlite`. A new store is created only when
+        // the chain names none (no seal, floor 0 or none); an expected store that is
+        // missing is STORE_MISSING, never recreated.
+        let dir = st.dir.clone();
+        let (rid, g, carry) = (
+            lease.run_id.clone(),
+            lease.generation,
+            st.carry_seal.clone(),
+        );
+        let store_path = path.join("store").join("run.sqlite");
+        let (opened, seal, floor) = timed(
+            cb,
+            StepName::Store,
+            blocking(&name, StepName::Store, deadline, move || {
+                let own = dir.read_epoch(g)?.ok_or_else(|| {
+                    RunError::Io(format!("epoch {g} vanished right after it was created"))
+                })?;
+                let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
+                    Some(prev) => dir.read_epoch(prev)?,
+                    None => None,
+                };
+                let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
+                let seal = seal.cloned();
+                *carry.lock().unwrap_or_else(|p| p.into_inner()) = seal.clone();
+                let create = seal.is_none() && floor.is_none_or(|(f, _)| f == 0);
+                let expect = seal.as_ref().map(|s| Expected {
+                    store_id: s.store_id.clone(),
+                });
+                let opened = Store::open(
+                    &rid,
+                    &store_path,
+                    lease_sqlite::OpenOptions { create, expect },
+                )?;
+                Ok((opened, seal, floor))
+            }),
+        )
         .await?;
-        let sealed = previous.as_ref().and_then(|p| p.sealed_sequence);
-        timed(cb, StepName::Seal, async {
-            match &hook {
-                Some(h) => h.check_seal(sealed),
-                None => Ok(()),
-            }
-        })
+
+        // (9) seal: the store must be the sealed one, at or past the seal and the floor.
+        // Then the commit gate (the self-fence rule) is installed and the store handed to
+        // `RunStore` handles.
+        let (sh, weak) = (shared.clone(), Arc::downgrade(&shared));
+        let (run_s, g) = (name.clone(), lease.generation);
+        timed(
+            cb,
+            StepName::Seal,
+            blocking(&name, StepName::Seal, deadline, move || {
+                let mut store = opened.check_seal(seal.as_ref(), floor)?;
+                let head = store.head()?;
+                store.set_commit_gate(Box::new(move || match weak.upgrade() {
+                    Some(sh) => sh
+                        .check_live()
+                        .map_err(|e| StoreError::from(sh.fenced_lease_error(e.to_string()))),
+                    None => Err(StoreError::from(LeaseError::Fenced {
+                        run: run_s.clone(),
+                        generation: g,
+                        detail: "the run is gone".into(),
+                    })),
+                }));
+                sh.store_head.store(head, Ordering::SeqCst);
+                *sh.store_slot() = Some(store);
+                sh.has_store.store(true, Ordering::SeqCst);
+                Ok(())
+            }),
+        )
         .await?;
+        shared.check_live()?;
 
         // (10) live: the seal is cleared while the run is live.
         let now = wall_now()?;
@@ -787,20 +1059,33 @@ impl Run {
         Ok(())
     }
 
-    /// Undo a failed open: stop the tasks; unless fenced, write `run.json` failed (detail
-    /// = the error code) and release the lease; drop the owner lock. Best effort, each
-    /// step under its deadline.
+    /// Undo a failed open: stop the tasks; unless fenced: seal the store if it was opened
+    /// (else re-issue the seal the chain required, stamped with this generation, which
+    /// committed nothing), write `run.json` `failed` with `detail` = the error (code and
+    /// message), and release the lease with that seal; drop the owner lock. Best effort,
+    /// each step under its deadline.
     async fn undo(mut st: Opening, opts: &OpenOptions, err: &RunError) {
         for t in st.tasks.drain(..) {
             t.abort();
         }
         let name = st.dir.root().display().to_string();
         if let (Some(lease), Some(shared)) = (st.lease.clone(), st.shared.clone()) {
+            shared.has_store.store(false, Ordering::SeqCst);
+            let store = shared.store_slot().take();
             if !shared.fenced.load(Ordering::SeqCst) {
                 if let Ok(now) = wall_now() {
+                    let carried = st
+                        .carry_seal
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone()
+                        .map(|s| Seal {
+                            generation: lease.generation,
+                            ..s
+                        });
                     let mut rec = st.current.clone().unwrap_or(record_fallback(&lease, now));
                     rec.status = RunState::Failed;
-                    rec.detail = Some(err.code().to_string());
+                    rec.detail = Some(failure_detail(err));
                     rec.wake_at = None;
                     rec.updated_at = now;
                     let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
@@ -809,8 +1094,13 @@ impl Run {
                         StepName::FinalStatus,
                         opts.step_deadline,
                         move || {
+                            let seal = match store {
+                                Some(s) => Some(s.seal(l.generation)?),
+                                None => carried,
+                            };
+                            rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
                             write_status_blocking(&dir, &sh, &l, &rec)?;
-                            dir.release(&l, wall_now()?, None)?;
+                            dir.release(&l, wall_now()?, seal)?;
                             Ok(())
                         },
                     )
@@ -819,6 +1109,10 @@ impl Run {
                         tracing::warn!(run = %name, error = %e, "undo of a failed open incomplete");
                     }
                 }
+            }
+            // No command ran yet: the cgroup (if any) is empty and can go.
+            if let Some(cg) = shared.tracked().cgroup.clone() {
+                crate::cgroup::Cgroup::at(cg).remove();
             }
             // The watchdog ends once nothing is tracked (no command ran yet).
             shared.stop.store(true, Ordering::SeqCst);
@@ -841,9 +1135,38 @@ impl Run {
         &self.dir
     }
 
+    /// The cgroup v2 directory holding this incarnation's commands, if one could be
+    /// created (see [`OpenOptions::cgroup`]).
+    pub fn cgroup(&self) -> Option<PathBuf> {
+        self.shared.tracked().cgroup.clone()
+    }
+
     /// The run folder's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A handle on the run's store (see [`RunStore`]): commits carry this generation and
+    /// none starts after the self-fence deadline.
+    pub fn store(&self) -> RunStore {
+        RunStore {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Commit `batch` to the store off the async runtime (`spawn_blocking`); see
+    /// [`RunStore::commit`].
+    pub async fn commit(&self, batch: Batch) -> Result<u64, RunError> {
+        let store = self.store();
+        tokio::task::spawn_blocking(move || store.commit(&batch))
+            .await
+            .map_err(|e| RunError::Io(format!("commit task failed: {e}")))?
+    }
+
+    /// How long until the self-fence deadline (zero once past it): `self_fence_after`
+    /// minus the age of the start of the last successful heartbeat (CLOCK_BOOTTIME).
+    pub fn time_to_self_fence(&self) -> Duration {
+        self.shared.until_lapse(boottime_ns())
     }
 
     /// The last `run.json` this run wrote.
@@ -964,6 +1287,7 @@ impl Run {
         }
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
+        let cgroup = self.shared.tracked().cgroup.clone();
         let recorded = blocking(
             &run,
             StepName::Commands,
@@ -981,6 +1305,14 @@ impl Run {
                         }
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
+                }
+                if let Some(cg) = &cgroup {
+                    // Before the program starts: all it ever forks is born inside.
+                    crate::cgroup::Cgroup::at(cg.clone())
+                        .add(pid)
+                        .map_err(|e| {
+                            RunError::Io(format!("cannot move {pid} into {}: {e}", cg.display()))
+                        })?;
                 }
                 let start_time = probe::process_start_time(pid)
                     .map_err(|e| RunError::Io(format!("/proc/{pid}/stat: {e}")))?
@@ -1026,10 +1358,42 @@ impl Run {
     }
 
     /// Release the run, in order, each step under its own deadline: stop-commands (TERM,
-    /// grace, KILL; then their records are removed) → stop-heartbeat → barrier →
-    /// final-status (`run.json` as `final_status`, sealed sequence from the store hook or
-    /// `null`) → release-lease → unlock. A fenced run reports the fence and writes nothing.
-    pub async fn release(mut self, final_status: FinalStatus) -> Result<(), RunError> {
+    /// grace, KILL; then their records are removed) → barrier (the store is taken from
+    /// every [`RunStore`] handle, after any commit in flight: no commit can start after
+    /// it) → seal-store (the seal: store id, head, this generation; the store's highest
+    /// token is raised to this generation, the WAL checkpointed, the store closed) →
+    /// final-status (`run.json` as `final_status`, `sealed_sequence` = the sealed head) →
+    /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock.
+    /// A fenced run reports the fence and writes nothing.
+    pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, false).await
+    }
+
+    /// Release the run like [`Run::release`], except that its commands are **detached**
+    /// instead of stopped: for a command that asked its owner to hand the run over and
+    /// goes on without the lease (`runlease release` under `runlease run`).
+    ///
+    /// In place of stop-commands: the watchdog stops tracking this generation's processes
+    /// (they are no longer killed on a fence or at release), their command records are
+    /// removed durably (so the next owner does not reap them), and the members of the
+    /// incarnation's cgroup v2 directory, if any, are moved up into the owner's own cgroup
+    /// and the directory removed ([`crate::cgroup::detach`]; a member that cannot be moved
+    /// is logged, and the next open of the run kills it). All
+    /// this happens before the barrier, the seal and the lease release, so a crash in
+    /// between leaves a held run whose next owner finds no record (the commands are not
+    /// reaped: they were handed over on purpose). What a detached command still holds:
+    /// nothing that counts: the store is sealed and closed at the barrier that follows, and
+    /// once the lease is released its generation is fenced everywhere (lease-fs appends
+    /// answer `FENCED`).
+    pub async fn release_detached(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, true).await
+    }
+
+    async fn release_with(
+        mut self,
+        final_status: FinalStatus,
+        detach: bool,
+    ) -> Result<(), RunError> {
         let name = self.shared.run.clone();
         let cb = self.opts.on_step.clone();
         let deadline = self.opts.step_deadline;
@@ -1052,8 +1416,21 @@ impl Run {
                 StepName::StopCommands,
                 grace + kill_wait + deadline,
                 move || {
+                    if detach {
+                        let cg = {
+                            let mut t = sh.tracked();
+                            t.groups.clear();
+                            t.known.clear();
+                            t.cgroup.take()
+                        };
+                        if let Some(cg) = cg {
+                            crate::cgroup::detach(&cg);
+                        }
+                        return remove_own_records(&dir, g);
+                    }
                     let mut t = sh.tracked().clone();
                     let gone = procs::terminate(&mut t, grace, kill_wait);
+                    let cg = t.cgroup.clone();
                     *sh.tracked() = t;
                     if !gone {
                         return Err(RunError::CommandsSurvive {
@@ -1062,6 +1439,9 @@ impl Run {
                             pgid: sh.tracked().groups.iter().next().copied().unwrap_or(0),
                             generation: g.get(),
                         });
+                    }
+                    if let Some(cg) = cg {
+                        crate::cgroup::Cgroup::at(cg).remove();
                     }
                     remove_own_records(&dir, g)
                 },
@@ -1076,25 +1456,40 @@ impl Run {
             return Err(e);
         }
 
-        timed(&cb, StepName::StopHeartbeat, async {
-            for t in self.tasks.drain(..) {
-                t.abort();
-                let _ = tokio::time::timeout(deadline, t).await;
-            }
-            Ok(())
-        })
+        // Barrier: take the store out of the shared slot. The slot's mutex is held by a
+        // commit for its whole duration, so this waits for one in flight; afterwards every
+        // `RunStore` call answers RUN_RELEASED.
+        let sh = self.shared.clone();
+        let store = timed(
+            &cb,
+            StepName::Barrier,
+            blocking(&name, StepName::Barrier, deadline, move || {
+                sh.has_store.store(false, Ordering::SeqCst);
+                Ok(sh.store_slot().take())
+            }),
+        )
         .await?;
 
-        // Every write of this crate is fsynced when it returns; the store's barrier is
-        // its hook's business (Not yet).
-        let hook = self.opts.store.clone();
-        let sealed = timed(&cb, StepName::Barrier, async {
-            match &hook {
-                Some(h) => h.head(),
-                None => Ok(None),
+        let sealed = timed(
+            &cb,
+            StepName::SealStore,
+            blocking(&name, StepName::SealStore, deadline, move || match store {
+                Some(s) => Ok(s.seal(g)?),
+                None => Err(RunError::Io(
+                    "the store was closed before the release (fenced?)".into(),
+                )),
+            }),
+        )
+        .await;
+        let seal = match sealed {
+            Ok(seal) => seal,
+            Err(e) => {
+                if self.check_live().is_err() || e.code() == "FENCED" {
+                    return Err(self.finish_fenced(e).await);
+                }
+                return Err(e);
             }
-        })
-        .await?;
+        };
 
         let now = wall_now()?;
         let mut rec = self.status();
@@ -1106,7 +1501,7 @@ impl Run {
         rec.status = state;
         rec.detail = detail;
         rec.wake_at = wake_at;
-        rec.sealed_sequence = sealed;
+        rec.sealed_sequence = Some(seal.sequence);
         rec.updated_at = now;
         let (dir, sh, l, r) = (
             self.dir.clone(),
@@ -1130,12 +1525,21 @@ impl Run {
         }
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
 
+        timed(&cb, StepName::StopHeartbeat, async {
+            for t in self.tasks.drain(..) {
+                t.abort();
+                let _ = tokio::time::timeout(deadline, t).await;
+            }
+            Ok(())
+        })
+        .await?;
+
         let (dir, l) = (self.dir.clone(), self.lease.clone());
         timed(
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
-                dir.release(&l, wall_now()?, None)?;
+                dir.release(&l, wall_now()?, Some(seal))?;
                 Ok(())
             }),
         )
@@ -1155,6 +1559,12 @@ impl Run {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        // Close the store (unless a commit holds it: it drops the store itself once it
+        // sees the fence), so the next owner can open it.
+        self.shared.has_store.store(false, Ordering::SeqCst);
+        if let Ok(mut slot) = self.shared.store.try_lock() {
+            slot.take();
+        }
         let wait = self.opts.kill_wait + WATCHDOG_TICK * 3;
         let confirmed = tokio::time::timeout(wait, self.fenced()).await;
         self.lock.take();
@@ -1170,6 +1580,24 @@ impl Drop for Run {
             t.abort();
         }
     }
+}
+
+/// `run.json`'s `detail` for a failure: the error's code and message (at most 4096 bytes).
+fn failure_detail(err: &RunError) -> String {
+    let msg = err.to_string();
+    let mut d = if msg.starts_with(err.code()) {
+        msg
+    } else {
+        format!("{}: {msg}", err.code())
+    };
+    if d.len() > lease_core::records::DETAIL_MAX_BYTES {
+        let mut cut = lease_core::records::DETAIL_MAX_BYTES;
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        d.truncate(cut);
+    }
+    d
 }
 
 fn record_fallback(lease: &OwnedLease, now: Timestamp) -> RunStatus {
@@ -1201,6 +1629,9 @@ async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease
         if shared.beats_suspended.load(Ordering::SeqCst) {
             continue;
         }
+        // The store head is read before the heartbeat starts: every commit acknowledged
+        // before this point is covered by the floor a replacer records from this beat.
+        let store_head = shared.reported_store_head();
         let started = boottime_ns();
         if shared.lapsed(started) {
             shared.fence(shared.lapse_reason());
@@ -1210,7 +1641,9 @@ async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease
         let (d, l) = (dir.clone(), lease.clone());
         let r = tokio::time::timeout(
             shared.policy.self_fence_after(),
-            tokio::task::spawn_blocking(move || d.heartbeat(&l, now, count)),
+            tokio::task::spawn_blocking(move || {
+                d.heartbeat_with_store_head(&l, now, count, store_head)
+            }),
         )
         .await;
         match r {
@@ -1284,6 +1717,8 @@ fn reap_or_refuse(
                 }
                 if leader_alive {
                     t.groups.insert(rec.pgid);
+                    // The leader itself, even if it has left its group since.
+                    t.known.insert(rec.pid, rec.start_time);
                 }
             }
         }
@@ -1296,6 +1731,64 @@ fn reap_or_refuse(
             });
         }
         primitives::remove(&**dir.fs(), &p, true).map_err(|e| io("remove", &p, e))?;
+    }
+    Ok(())
+}
+
+/// Kill what older incarnations of this run left in their cgroups (descendants that left
+/// their process group and session escape the records; they cannot leave a cgroup):
+/// SIGTERM to each member, `grace`, `cgroup.kill`, up to `kill_wait`; a member that
+/// survives refuses the open (`RUN_COMMANDS_SURVIVE`, 76). Emptied directories are removed.
+fn reap_cgroups(
+    run: &str,
+    key: &str,
+    ours: Generation,
+    grace: Duration,
+    kill_wait: Duration,
+) -> Result<(), RunError> {
+    for cg in crate::cgroup::leftovers(key, ours.get()) {
+        let gone = |within: Duration, kill: bool| {
+            let end = Instant::now() + within;
+            loop {
+                let live: Vec<u32> = cg
+                    .pids()
+                    .into_iter()
+                    .filter(|p| !matches!(procs::state_of(*p), None | Some('Z') | Some('X')))
+                    .collect();
+                if live.is_empty() {
+                    return None;
+                }
+                if Instant::now() >= end {
+                    return live.first().copied();
+                }
+                if kill {
+                    cg.kill();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        for pid in cg.pids() {
+            procs::kill_pid(pid, Signal::TERM);
+        }
+        let survivor = gone(grace, false).and_then(|_| {
+            cg.kill();
+            gone(kill_wait, true)
+        });
+        if let Some(pid) = survivor {
+            return Err(RunError::CommandsSurvive {
+                run: run.to_string(),
+                pid,
+                pgid: 0,
+                generation: cg
+                    .path()
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.rsplit('-').next())
+                    .and_then(|g| g.parse().ok())
+                    .unwrap_or(0),
+            });
+        }
+        cg.remove();
     }
     Ok(())
 }

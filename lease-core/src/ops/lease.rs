@@ -104,9 +104,12 @@ fn next_epoch(
         Some(h) => (
             h.generation().next(run)?,
             Some(h.hash.clone()),
+            // A takeover or retirement read the superseded owner's beat: the store head
+            // it reported there is a floor too (a crash leaves no seal).
             h.epoch
                 .store_floor
-                .max(h.epoch.seal.as_ref().map(|s| s.sequence)),
+                .max(h.epoch.seal.as_ref().map(|s| s.sequence))
+                .max(h.beat.as_ref().and_then(|b| b.store_head)),
         ),
     };
     let rec = EpochRecord {
@@ -430,6 +433,8 @@ fn race_claim(run: &RunId, g: Generation) -> LeaseError {
 #[derive(Debug, Clone)]
 pub struct Heartbeat {
     lease: OwnedLease,
+    heartbeat_at: Timestamp,
+    count: u64,
     bytes: Option<Vec<u8>>,
     recheck: Recheck,
     wrote: bool,
@@ -445,14 +450,35 @@ impl Heartbeat {
             owner_id: lease.owner_id.clone(),
             heartbeat_at: now,
             count: count.max(1),
+            store_head: None,
         };
         Ok(Heartbeat {
             lease: lease.clone(),
+            heartbeat_at: now,
+            count: rec.count,
             bytes: Some(encode(&rec)?),
             recheck: Recheck::new(lease.generation),
             wrote: false,
             rechecking: false,
         })
+    }
+}
+
+impl Heartbeat {
+    /// Report the owner's store head (its last acknowledged commit, read when the heartbeat
+    /// started) in the heartbeat record: whoever replaces this owner by takeover or
+    /// retirement records it as the new epoch's `store_floor` (PROTOCOL.md §7.2).
+    pub fn with_store_head(mut self, store_head: Option<u64>) -> Result<Heartbeat, LeaseError> {
+        let rec = HeartbeatRecord {
+            run_id: self.lease.run_id.clone(),
+            generation: self.lease.generation,
+            owner_id: self.lease.owner_id.clone(),
+            heartbeat_at: self.heartbeat_at,
+            count: self.count,
+            store_head,
+        };
+        self.bytes = Some(encode(&rec)?);
+        Ok(self)
     }
 }
 
