@@ -1,7 +1,7 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `fuzz-smoke [--seconds N]`. The other
-//! subcommands are honest placeholders that say so and exit with code 2.
+//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `fuzz-smoke [--seconds N]`, `loom`.
+//! The other subcommands are honest placeholders that say so and exit with code 2.
 
 mod bench;
 mod fuzz;
@@ -28,7 +28,8 @@ Commands:
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   fuzz-smoke [--seconds N]
                 run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
-  loom          not implemented yet (issue #8)
+  loom          loom models of lease-run's fence core (RUSTFLAGS=--cfg loom, release,
+                LOOM_MAX_PREEMPTIONS=3 unless set; own target dir target/loom)
   torture       not implemented yet (issue #8)
   help          print this text
 ";
@@ -64,7 +65,9 @@ fn main() -> ExitCode {
             [flag] if flag == "--deep" => model(true),
             _ => return usage(&format!("unexpected arguments to `model`: {rest:?}")),
         },
-        Some(name @ ("loom" | "torture")) => return not_implemented(name, 8),
+        Some("loom") if rest.is_empty() => loom(),
+        Some("loom") => return usage(&format!("unexpected arguments to `loom`: {rest:?}")),
+        Some(name @ "torture") => return not_implemented(name, 8),
         Some(other) => return usage(&format!("unknown command `{other}`")),
         None => return usage("no command given"),
     };
@@ -102,6 +105,34 @@ fn model(deep: bool) -> Result<(), String> {
         "--nocapture",
     ]);
     cmd.env("RUNLEASE_MODEL", if deep { "deep" } else { "ci" });
+    run_status(cmd)
+}
+
+/// `cargo xtask loom`: the loom models in lease-run/src/fence.rs, built with `--cfg loom`
+/// (the `sync` shim swaps in loom's primitives) in release mode, in `target/loom` so the
+/// normal build is not invalidated. Bounded by `LOOM_MAX_PREEMPTIONS` (default 3 here).
+fn loom() -> Result<(), String> {
+    let mut cmd = cargo(&[
+        "test",
+        "-p",
+        "lease-run",
+        "--release",
+        "--lib",
+        "fence::loom_models",
+        "--",
+        "--nocapture",
+    ]);
+    let mut flags = std::env::var("RUSTFLAGS").unwrap_or_default();
+    if !flags.split_whitespace().any(|f| f == "loom") {
+        flags.push_str(" --cfg loom");
+    }
+    cmd.env("RUSTFLAGS", flags.trim()).env(
+        "CARGO_TARGET_DIR",
+        workspace_root().join("target").join("loom"),
+    );
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        cmd.env("LOOM_MAX_PREEMPTIONS", "3");
+    }
     run_status(cmd)
 }
 
