@@ -1374,7 +1374,7 @@ impl Run {
                         });
                     }
                     if let Some(cg) = cg {
-                        crate::cgroup::Cgroup::at(cg).remove();
+                        crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_secs(1));
                     }
                     remove_own_records(&dir, g)
                 },
@@ -1717,7 +1717,7 @@ fn reap_cgroups(
                     .unwrap_or(0),
             });
         }
-        cg.remove();
+        cg.remove_within(Duration::from_secs(1));
     }
     Ok(())
 }
