@@ -1021,3 +1021,70 @@ fn a_killed_owners_escaped_daemon_is_reaped_through_its_cgroup_by_the_next_open(
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
+
+#[test]
+fn a_store_rewound_below_the_floor_recorded_by_a_retirement_is_refused_65() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-p");
+    let (old, good) = (dir.path().join("old"), dir.path().join("good"));
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+    });
+    copy_store(&path, &old);
+    // An owner commits 5 more, heartbeats, and is SIGKILLed: no seal, a dead owner.
+    let mut owner = helper_cmd("owner-commits", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    let acked: Vec<u64> = read_until(&mut lines, "READY")
+        .iter()
+        .filter_map(|l| l.split("ACK ").nth(1))
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let last = *acked.last().unwrap();
+    assert_eq!(last, 6);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    copy_store(&path, &good);
+    // Rewound to before the crash (head 1, the same store), then opened with retirement
+    // of the dead owner: the retirement records its last reported head as the floor.
+    put_store(&old, &path);
+    let opts = OpenOptions {
+        retire_dead: true,
+        ..fast()
+    };
+    rt().block_on(async {
+        let e = Run::open(&path, opts.clone()).await.unwrap_err();
+        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65), "{e}");
+        assert!(e.to_string().contains("floor"), "{e}");
+        let head = RunDir::open(&path)
+            .unwrap()
+            .status(now_ts(), false)
+            .unwrap()
+            .head
+            .unwrap()
+            .generation()
+            .get();
+        // retired (g+1) → claimed (g+2) → released by the undo (g+3): every one keeps 6.
+        for g in head - 2..=head {
+            assert_eq!(epoch(&path, g).store_floor, Some(last), "epoch {g}");
+        }
+        assert_eq!(
+            epoch(&path, head - 2).state,
+            lease_core::EpochState::Retired
+        );
+        put_store(&good, &path);
+        let run = Run::open(&path, opts).await.unwrap();
+        assert_eq!(
+            run.store().head().unwrap(),
+            last,
+            "every acknowledged commit"
+        );
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
