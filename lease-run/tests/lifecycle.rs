@@ -1088,3 +1088,28 @@ fn a_store_rewound_below_the_floor_recorded_by_a_retirement_is_refused_65() {
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
+
+#[test]
+fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-q");
+    let store = path.join("store").join("run.sqlite");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+        std::fs::remove_file(&store).unwrap();
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!((e.code(), e.exit_code()), ("STORE_MISSING", 65), "{e}");
+        assert!(!store.exists(), "an expected store is never recreated");
+        let st = read_status(&path);
+        assert_eq!(st.status, RunState::Failed);
+        assert!(st.detail.unwrap().starts_with("STORE_MISSING"));
+        // The failed open re-issued the seal: still refused, still not recreated.
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(e.code(), "STORE_MISSING");
+        assert!(!store.exists());
+    });
+}
