@@ -150,6 +150,82 @@ impl<S> FenceCore<S> {
     }
 }
 
+/// What the watchdog's kill hand-off needs from the tracked processes (implemented by
+/// `procs::Tracked` over `/proc`, and by a fake process table in the loom models).
+pub(crate) trait Tracking {
+    /// A snapshot of the system's processes.
+    type Scan;
+    /// Take a snapshot (slow: reads `/proc`).
+    fn scan(&self) -> Self::Scan;
+    /// Update what is tracked from `scan` (a recorded group with no process in it is
+    /// forgotten) and tell whether a tracked process can still act.
+    fn refresh_alive(&mut self, scan: &Self::Scan) -> bool;
+    /// SIGKILL everything tracked.
+    fn kill_all(&mut self, scan: &Self::Scan);
+}
+
+/// The outcome of one watchdog tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tick {
+    /// Not fenced.
+    Live,
+    /// Fenced; something tracked was still alive and was sent SIGKILL.
+    Killing,
+    /// Fenced and nothing tracked is alive: the fence may be reported.
+    Confirmed,
+}
+
+/// One tick of the watchdog's kill hand-off. The snapshot is taken **while holding the
+/// tracking lock**, the same lock `Run::spawn` holds while it starts a command and adds its
+/// group, so a command is either in the snapshot or not yet started: a snapshot taken
+/// before the lock could miss a command added meanwhile, and refreshing from it would
+/// forget that command's group for good (found by the loom model below).
+pub(crate) fn fence_tick<S, T: Tracking>(core: &FenceCore<S>, tracked: &Mutex<T>) -> Tick {
+    let fenced = core.is_fenced();
+    let mut t = lock(tracked);
+    let scan = t.scan();
+    let alive = t.refresh_alive(&scan);
+    if fenced && alive {
+        t.kill_all(&scan);
+    }
+    drop(t);
+    match (fenced, alive) {
+        (false, _) => Tick::Live,
+        (true, true) => Tick::Killing,
+        (true, false) => Tick::Confirmed,
+    }
+}
+
+/// Start a command and track it in one critical section of the tracking lock (see
+/// [`fence_tick`]); `Run::spawn` starts its stopped gate this way, then records it, then
+/// lets it run only if the run is still live ([`gate`]).
+pub(crate) fn start_tracked<T, C, E>(
+    tracked: &Mutex<T>,
+    start: impl FnOnce(&mut T) -> Result<C, E>,
+) -> Result<C, E> {
+    let mut t = lock(tracked);
+    start(&mut t)
+}
+
+/// The end of the spawn gate: the run's liveness is checked *after* the command is
+/// tracked and recorded; live → `run` (SIGCONT), else `kill`.
+pub(crate) fn gate<E>(
+    live: Result<(), E>,
+    run: impl FnOnce(),
+    kill: impl FnOnce(),
+) -> Result<(), E> {
+    match live {
+        Ok(()) => {
+            run();
+            Ok(())
+        }
+        Err(e) => {
+            kill();
+            Err(e)
+        }
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_models {
     //! Each model asserts something a wrong ordering breaks. Run: `cargo xtask loom`.
@@ -269,6 +345,94 @@ mod loom_models {
             assert_eq!(sealed, Some(ok), "a commit landed after the barrier");
             assert_eq!(drops.load(Ordering::SeqCst), 1);
             assert!(matches!(commit(&core), Err(Access::Closed)));
+        });
+    }
+
+    /// The system's processes in the spawn hand-off model: alive, and running its
+    /// program (continued past the gate).
+    #[derive(Default)]
+    struct Kernel {
+        procs: Mutex<Vec<(u32, bool, bool)>>,
+    }
+
+    /// Tracking over the fake kernel with `procs::Tracked`'s rule: a recorded group
+    /// missing from the snapshot is forgotten.
+    struct FakeTracked {
+        kernel: Arc<Kernel>,
+        groups: Vec<u32>,
+    }
+
+    impl Tracking for FakeTracked {
+        type Scan = Vec<(u32, bool, bool)>;
+        fn scan(&self) -> Self::Scan {
+            lock(&self.kernel.procs).clone()
+        }
+        fn refresh_alive(&mut self, scan: &Self::Scan) -> bool {
+            self.groups.retain(|g| scan.iter().any(|p| p.0 == *g));
+            scan.iter().any(|p| p.1 && self.groups.contains(&p.0))
+        }
+        fn kill_all(&mut self, _scan: &Self::Scan) {
+            for p in lock(&self.kernel.procs).iter_mut() {
+                if self.groups.contains(&p.0) {
+                    p.1 = false;
+                }
+            }
+        }
+    }
+
+    /// A spawn (start stopped and tracked → gate: run only if live) races a fence and the
+    /// watchdog's ticks: when the watchdog confirms the kill, no command is running its
+    /// program, and at the end nothing is alive. With the snapshot taken outside the
+    /// tracking lock this fails: the group added in between is forgotten.
+    #[test]
+    fn the_kill_hand_off_leaves_no_command_running_once_confirmed() {
+        loom::model(|| {
+            let core: Arc<FenceCore<FakeStore>> = Arc::new(FenceCore::new(0));
+            let kernel = Arc::new(Kernel::default());
+            let tracked = Arc::new(Mutex::new(FakeTracked {
+                kernel: kernel.clone(),
+                groups: Vec::new(),
+            }));
+            let (c, k, t) = (core.clone(), kernel.clone(), tracked.clone());
+            let spawner = thread::spawn(move || {
+                if c.is_fenced() {
+                    return;
+                }
+                let pid = start_tracked(&t, |t| {
+                    lock(&k.procs).push((7, true, false));
+                    t.groups.push(7);
+                    Ok::<u32, ()>(7)
+                })
+                .unwrap();
+                let live = if c.is_fenced() { Err(()) } else { Ok(()) };
+                let set = |alive: bool, running: bool| {
+                    for p in lock(&k.procs).iter_mut().filter(|p| p.0 == pid) {
+                        // SIGCONT does not revive a killed process.
+                        p.2 = running && p.1;
+                        p.1 = alive && p.1;
+                    }
+                };
+                let _ = gate(live, || set(true, true), || set(false, false));
+            });
+            // The tick before the fence: the watchdog keeps learning the commands.
+            assert_eq!(fence_tick(&core, &tracked), Tick::Live);
+            core.fence("lapsed".into());
+            loop {
+                match fence_tick(&core, &tracked) {
+                    Tick::Confirmed => {
+                        let running = lock(&kernel.procs).iter().any(|p| p.1 && p.2);
+                        assert!(!running, "confirmed while a command runs its program");
+                        break;
+                    }
+                    Tick::Killing => thread::yield_now(),
+                    Tick::Live => unreachable!("fenced"),
+                }
+            }
+            spawner.join().unwrap();
+            assert!(
+                lock(&kernel.procs).iter().all(|p| !p.1),
+                "a command outlived the fence"
+            );
         });
     }
 

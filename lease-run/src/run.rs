@@ -1,7 +1,7 @@
 //! The run: open, commands, self-fence and watchdog, reaping, release.
 
 use crate::error::RunError;
-use crate::fence::{Access, FenceCore};
+use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tracked};
 use crate::procs::{self, Tracked, boottime_ns};
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
@@ -361,23 +361,9 @@ fn watchdog(shared: Arc<Shared>) {
         if !fenced && shared.lapsed(boottime_ns()) {
             shared.fence(shared.lapse_reason());
         }
-        let fenced = shared.is_fenced();
-        let busy = {
-            let t = shared.tracked();
-            !t.groups.is_empty() || !t.known.is_empty()
-        };
-        let procs = if busy { procs::scan() } else { Vec::new() };
-        let alive = {
-            let mut t = shared.tracked();
-            t.refresh(&procs);
-            reap_orphans(&t, &procs);
-            let alive = t.any_alive(&procs);
-            if fenced && alive {
-                t.signal_all(Signal::KILL, &procs);
-            }
-            alive
-        };
-        if fenced && !alive {
+        // Learn the commands' descendants; once fenced, SIGKILL everything tracked (the
+        // snapshot is taken under the tracking lock: see `fence::fence_tick`).
+        if fence_tick(&shared.core, &shared.tracked) == Tick::Confirmed {
             // Close the store so the next owner can open it. A commit in flight holds the
             // slot: it finds the run fenced afterwards and drops the store itself.
             shared.core.drop_store_if_free();
@@ -397,6 +383,28 @@ fn watchdog(shared: Arc<Shared>) {
             }
             return;
         }
+    }
+}
+
+impl Tracking for Tracked {
+    type Scan = Vec<procs::ProcInfo>;
+
+    fn scan(&self) -> Self::Scan {
+        if self.groups.is_empty() && self.known.is_empty() {
+            Vec::new()
+        } else {
+            procs::scan()
+        }
+    }
+
+    fn refresh_alive(&mut self, scan: &Self::Scan) -> bool {
+        self.refresh(scan);
+        reap_orphans(self, scan);
+        self.any_alive(scan)
+    }
+
+    fn kill_all(&mut self, scan: &Self::Scan) {
+        self.signal_all(Signal::KILL, scan);
     }
 }
 
@@ -1244,20 +1252,18 @@ impl Run {
                 self.lease.generation.get().to_string(),
             )
             .envs(env.iter().map(|(k, v)| (k, v)));
-        // Hold the tracking lock across the spawn so the watchdog never sees the group
-        // untracked.
-        let mut child;
-        let pid;
-        {
-            let mut t = self.shared.tracked();
-            child = cmd
+        // Start and track in one critical section of the tracking lock, so the watchdog
+        // never takes a snapshot without the group (`fence::fence_tick`).
+        let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
+            let child = cmd
                 .spawn()
                 .map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
-            pid = child
+            let pid = child
                 .id()
                 .ok_or_else(|| spawn_err("the child has no pid".into()))?;
             t.groups.insert(pid);
-        }
+            Ok::<_, RunError>((child, pid))
+        })?;
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
         let cgroup = self.shared.tracked().cgroup.clone();
@@ -1317,16 +1323,21 @@ impl Run {
             },
         )
         .await;
+        // Liveness is checked after the command is tracked and recorded: live → SIGCONT
+        // (the program starts), else SIGKILL (it never ran).
         let live = recorded.and_then(|()| self.check_live());
-        if let Err(e) = live {
-            procs::kill_group(pid, Signal::KILL);
+        let gated = gate(
+            live,
+            || procs::kill_group(pid, Signal::CONT),
+            || procs::kill_group(pid, Signal::KILL),
+        );
+        if let Err(e) = gated {
             let _ = child.wait().await;
             return Err(match e {
                 RunError::Fenced { .. } => e,
                 other => spawn_err(other.to_string()),
             });
         }
-        procs::kill_group(pid, Signal::CONT);
         Ok(RunCommand { pid, child })
     }
 
