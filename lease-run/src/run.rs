@@ -367,13 +367,17 @@ fn watchdog(shared: Arc<Shared>) {
             // Close the store so the next owner can open it. A commit in flight holds the
             // slot: it finds the run fenced afterwards and drops the store itself.
             shared.core.drop_store_if_free();
-            if let Some(cg) = shared.tracked().cgroup.clone() {
-                crate::cgroup::Cgroup::at(cg).remove();
-            }
             let reason = shared.fence_reason().unwrap_or_default();
             shared
                 .fence_tx
                 .send_replace(FenceState::Confirmed(reason.clone()));
+            // After the fence is reported: a member just killed may stay listed for a
+            // moment while it exits (rmdir is busy then); an empty directory left anyway
+            // is removed by the next open of the run.
+            let cg = shared.tracked().cgroup.clone();
+            if let Some(cg) = cg {
+                crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_millis(250));
+            }
             if shared.exit_on_fence {
                 eprintln!(
                     "lease-run: fenced ({}): {reason}; commands killed, exiting 75",
