@@ -86,6 +86,22 @@ fn read_until(
     }
 }
 
+/// After a confirmed fence the watchdog removes the run's cgroup (if it had one): wait for
+/// it, so a test process that exits right after leaves nothing behind.
+fn cgroup_removed_after_fence(cg: Option<PathBuf>) {
+    if let Some(cg) = cg {
+        let end = Instant::now() + Duration::from_secs(3);
+        while cg.exists() {
+            assert!(
+                Instant::now() < end,
+                "{} not removed after the fence",
+                cg.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 fn read_status(path: &Path) -> RunStatus {
     decode(&std::fs::read(path.join("run.json")).unwrap()).unwrap()
 }
@@ -382,9 +398,11 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
             )
             .unwrap();
         let before = std::fs::read(path.join("run.json")).unwrap();
+        let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
         assert_eq!(e.code(), "FENCED");
         assert_eq!(std::fs::read(path.join("run.json")).unwrap(), before);
+        cgroup_removed_after_fence(cg);
     });
 }
 
@@ -422,8 +440,10 @@ fn watchdog_kills_commands_while_the_runtime_is_blocked() {
         );
         assert!(k >= deadline, "killed before the deadline: {k:?} < {deadline:?}");
         assert!(past <= Duration::from_millis(100), "{past:?} past the deadline");
+        let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
         assert_eq!(e.code(), "FENCED");
+        cgroup_removed_after_fence(cg);
     });
 }
 
