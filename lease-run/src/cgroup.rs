@@ -120,6 +120,23 @@ impl Cgroup {
     pub fn remove(&self) {
         let _ = std::fs::remove_dir(&self.path);
     }
+
+    /// Remove the directory, retrying for up to `within` while it is busy: a process
+    /// that was just killed can stay listed for a moment while it exits. Best effort; an
+    /// empty directory left behind is removed by the next open of the run.
+    pub fn remove_within(&self, within: std::time::Duration) {
+        let end = std::time::Instant::now() + within;
+        loop {
+            match std::fs::remove_dir(&self.path) {
+                Ok(()) => return,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(_) if std::time::Instant::now() < end => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => return,
+            }
+        }
+    }
 }
 
 /// Hand a run incarnation's members over to the cgroup above it (this owner's own, where

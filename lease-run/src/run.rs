@@ -1,6 +1,7 @@
 //! The run: open, commands, self-fence and watchdog, reaping, release.
 
 use crate::error::RunError;
+use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tracked};
 use crate::procs::{self, Tracked, boottime_ns};
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
@@ -13,7 +14,7 @@ use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, primitives, probe, run_id_
 use lease_sqlite::{Batch, Commit, Document, Expected, Store, StoreError};
 use rustix::process::Signal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
@@ -257,9 +258,8 @@ enum FenceState {
 struct Shared {
     run: String,
     policy: TimingPolicy,
-    /// CLOCK_BOOTTIME ns at the start of the last successful heartbeat-class write.
-    beat_ns: AtomicU64,
-    fenced: AtomicBool,
+    /// The beat, the fence flag and reason, the store slot and head ([`FenceCore`]).
+    core: FenceCore<Store>,
     /// Set when the release stopped every command: the watchdog may end.
     stop: AtomicBool,
     /// Test hook: heartbeats are skipped (a stuck heartbeat).
@@ -269,52 +269,48 @@ struct Shared {
     exit_on_fence: bool,
     /// The generation: the fencing token of every commit.
     generation: Generation,
-    /// The store, from the `seal` step of open until the release barrier (or a fence,
-    /// which drops it: the connection closes and the next owner can open the file).
-    store: Mutex<Option<Store>>,
-    /// The store head after the last acknowledged commit (valid once `has_store`): each
-    /// heartbeat reports it, so a replacer can record it as the floor.
-    store_head: AtomicU64,
-    has_store: AtomicBool,
 }
 
 impl Shared {
     fn note_beat(&self, started_ns: u64) {
-        self.beat_ns.fetch_max(started_ns, Ordering::SeqCst);
+        self.core.note_beat(started_ns);
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.core.is_fenced()
     }
 
     fn lapsed(&self, now_ns: u64) -> bool {
         must_self_fence(
             &self.policy,
-            Duration::from_nanos(self.beat_ns.load(Ordering::SeqCst)),
+            Duration::from_nanos(self.core.beat_ns()),
             Duration::from_nanos(now_ns),
         )
     }
 
     /// Time left until the self-fence deadline (zero once past it).
     fn until_lapse(&self, now_ns: u64) -> Duration {
-        let age = Duration::from_nanos(now_ns.saturating_sub(self.beat_ns.load(Ordering::SeqCst)));
+        let age = Duration::from_nanos(now_ns.saturating_sub(self.core.beat_ns()));
         self.policy.self_fence_after().saturating_sub(age)
     }
 
     /// Record the first fence (sticky).
     fn fence(&self, reason: String) {
-        if !self.fenced.swap(true, Ordering::SeqCst) {
+        if self.core.fence(reason.clone()) {
             tracing::warn!(run = %self.run, %reason, "run fenced");
             self.fence_tx.send_replace(FenceState::Fenced(reason));
         }
     }
 
+    /// The first fence's reason (from the core: whoever sees the flag finds it, even
+    /// before the watch channel is updated).
     fn fence_reason(&self) -> Option<String> {
-        match &*self.fence_tx.borrow() {
-            FenceState::Live => None,
-            FenceState::Fenced(r) | FenceState::Confirmed(r) => Some(r.clone()),
-        }
+        self.core.reason()
     }
 
     /// Errors once fenced or past the self-fence deadline (which fences).
     fn check_live(&self) -> Result<(), RunError> {
-        if !self.fenced.load(Ordering::SeqCst) && self.lapsed(boottime_ns()) {
+        if !self.is_fenced() && self.lapsed(boottime_ns()) {
             self.fence(self.lapse_reason());
         }
         match self.fence_reason() {
@@ -337,15 +333,9 @@ impl Shared {
         self.tracked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn store_slot(&self) -> std::sync::MutexGuard<'_, Option<Store>> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The head to report in the next heartbeat (read before it starts).
     fn reported_store_head(&self) -> Option<u64> {
-        self.has_store
-            .load(Ordering::SeqCst)
-            .then(|| self.store_head.load(Ordering::SeqCst))
+        self.core.reported_head()
     }
 
     /// The error a commit gate or a closed handle reports once fenced.
@@ -365,48 +355,36 @@ fn watchdog(shared: Arc<Shared>) {
     loop {
         // Wake at the next tick, or right at the self-fence deadline if that comes first,
         // so the kill starts as soon as the deadline passes, not up to a tick later.
-        let nap = if shared.fenced.load(Ordering::SeqCst) {
+        let nap = if shared.is_fenced() {
             WATCHDOG_TICK
         } else {
             WATCHDOG_TICK.min(shared.until_lapse(boottime_ns()) + Duration::from_millis(1))
         };
         std::thread::sleep(nap);
-        let fenced = shared.fenced.load(Ordering::SeqCst);
+        let fenced = shared.is_fenced();
         if !fenced && shared.stop.load(Ordering::SeqCst) {
             return;
         }
         if !fenced && shared.lapsed(boottime_ns()) {
             shared.fence(shared.lapse_reason());
         }
-        let fenced = shared.fenced.load(Ordering::SeqCst);
-        let busy = {
-            let t = shared.tracked();
-            !t.groups.is_empty() || !t.known.is_empty()
-        };
-        let procs = if busy { procs::scan() } else { Vec::new() };
-        let alive = {
-            let mut t = shared.tracked();
-            t.refresh(&procs);
-            reap_orphans(&t, &procs);
-            let alive = t.any_alive(&procs);
-            if fenced && alive {
-                t.signal_all(Signal::KILL, &procs);
-            }
-            alive
-        };
-        if fenced && !alive {
+        // Learn the commands' descendants; once fenced, SIGKILL everything tracked (the
+        // snapshot is taken under the tracking lock: see `fence::fence_tick`).
+        if fence_tick(&shared.core, &shared.tracked) == Tick::Confirmed {
             // Close the store so the next owner can open it. A commit in flight holds the
             // slot: it finds the run fenced afterwards and drops the store itself.
-            if let Ok(mut slot) = shared.store.try_lock() {
-                slot.take();
-            }
-            if let Some(cg) = shared.tracked().cgroup.clone() {
-                crate::cgroup::Cgroup::at(cg).remove();
-            }
+            shared.core.drop_store_if_free();
             let reason = shared.fence_reason().unwrap_or_default();
             shared
                 .fence_tx
                 .send_replace(FenceState::Confirmed(reason.clone()));
+            // After the fence is reported: a member just killed may stay listed for a
+            // moment while it exits (rmdir is busy then); an empty directory left anyway
+            // is removed by the next open of the run.
+            let cg = shared.tracked().cgroup.clone();
+            if let Some(cg) = cg {
+                crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_millis(250));
+            }
             if shared.exit_on_fence {
                 eprintln!(
                     "lease-run: fenced ({}): {reason}; commands killed, exiting 75",
@@ -416,6 +394,28 @@ fn watchdog(shared: Arc<Shared>) {
             }
             return;
         }
+    }
+}
+
+impl Tracking for Tracked {
+    type Scan = Vec<procs::ProcInfo>;
+
+    fn scan(&self) -> Self::Scan {
+        if self.groups.is_empty() && self.known.is_empty() {
+            Vec::new()
+        } else {
+            procs::scan()
+        }
+    }
+
+    fn refresh_alive(&mut self, scan: &Self::Scan) -> bool {
+        self.refresh(scan);
+        reap_orphans(self, scan);
+        self.any_alive(scan)
+    }
+
+    fn kill_all(&mut self, scan: &Self::Scan) {
+        self.signal_all(Signal::KILL, scan);
     }
 }
 
@@ -561,24 +561,27 @@ impl std::fmt::Debug for RunStore {
 }
 
 impl RunStore {
-    fn with<T>(&self, f: impl FnOnce(&mut Store) -> Result<T, StoreError>) -> Result<T, RunError> {
-        let mut slot = self.shared.store_slot();
-        if self.shared.fenced.load(Ordering::SeqCst) {
-            slot.take();
-            self.shared.check_live()?;
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&FenceCore<Store>, &mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, RunError> {
+        match self.shared.core.with_store(f) {
+            Ok(x) => Ok(x),
+            Err(Access::Failed(e)) => Err(e.into()),
+            Err(Access::Fenced) => {
+                self.shared.check_live()?;
+                Err(RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: "fenced".into(),
+                })
+            }
+            Err(Access::Closed) => {
+                self.shared.check_live()?;
+                Err(RunError::Released {
+                    run: self.shared.run.clone(),
+                })
+            }
         }
-        let Some(store) = slot.as_mut() else {
-            self.shared.check_live()?;
-            return Err(RunError::Released {
-                run: self.shared.run.clone(),
-            });
-        };
-        let r = f(store);
-        if r.is_err() && self.shared.fenced.load(Ordering::SeqCst) {
-            // Fenced (by the gate or meanwhile): close the store for the next owner.
-            slot.take();
-        }
-        Ok(r?)
     }
 
     /// Commit `batch` as this run's generation; returns its sequence (durable when this
@@ -586,34 +589,36 @@ impl RunStore {
     /// the store has accepted a higher generation.
     pub fn commit(&self, batch: &Batch) -> Result<u64, RunError> {
         let g = self.shared.generation;
-        let seq = self.with(|s| s.commit(g, batch))?;
-        self.shared.store_head.fetch_max(seq, Ordering::SeqCst);
-        Ok(seq)
+        self.with(|core, s| {
+            let seq = s.commit(g, batch)?;
+            core.acknowledge(seq);
+            Ok(seq)
+        })
     }
 
     /// The document at `key`, if any.
     pub fn get(&self, key: &str) -> Result<Option<Document>, RunError> {
-        self.with(|s| s.get(key))
+        self.with(|_, s| s.get(key))
     }
 
     /// Every document whose key starts with `prefix`, in key order.
     pub fn scan_prefix(&self, prefix: &str) -> Result<Vec<Document>, RunError> {
-        self.with(|s| s.scan_prefix(prefix))
+        self.with(|_, s| s.scan_prefix(prefix))
     }
 
     /// The commits after sequence `after`, in order, with their writes and log entries.
     pub fn commits_since(&self, after: u64) -> Result<Vec<Commit>, RunError> {
-        self.with(|s| s.commits_since(after))
+        self.with(|_, s| s.commits_since(after))
     }
 
     /// The last committed sequence (0 for an empty store).
     pub fn head(&self) -> Result<u64, RunError> {
-        self.with(|s| s.head())
+        self.with(|_, s| s.head())
     }
 
     /// The store's identity (created with it).
     pub fn store_id(&self) -> Result<String, RunError> {
-        self.with(|s| s.identity().map(|i| i.store_id))
+        self.with(|_, s| s.identity().map(|i| i.store_id))
     }
 }
 
@@ -846,17 +851,13 @@ impl Run {
         let shared = Arc::new(Shared {
             run: name.clone(),
             policy: opts.policy,
-            beat_ns: AtomicU64::new(claim_started),
-            fenced: AtomicBool::new(false),
+            core: FenceCore::new(claim_started),
             stop: AtomicBool::new(false),
             beats_suspended: AtomicBool::new(false),
             tracked: Mutex::new(Tracked::default()),
             fence_tx,
             exit_on_fence: opts.exit_on_fence,
             generation: lease.generation,
-            store: Mutex::new(None),
-            store_head: AtomicU64::new(0),
-            has_store: AtomicBool::new(false),
         });
         st.shared = Some(shared.clone());
 
@@ -917,7 +918,7 @@ impl Run {
                 let mut tick = tokio::time::interval(WATCHDOG_TICK);
                 loop {
                     tick.tick().await;
-                    if sh2.fenced.load(Ordering::SeqCst) {
+                    if sh2.is_fenced() {
                         return;
                     }
                     if sh2.lapsed(boottime_ns()) {
@@ -1031,9 +1032,7 @@ impl Run {
                         detail: "the run is gone".into(),
                     })),
                 }));
-                sh.store_head.store(head, Ordering::SeqCst);
-                *sh.store_slot() = Some(store);
-                sh.has_store.store(true, Ordering::SeqCst);
+                sh.core.install_store(store, head);
                 Ok(())
             }),
         )
@@ -1070,9 +1069,8 @@ impl Run {
         }
         let name = st.dir.root().display().to_string();
         if let (Some(lease), Some(shared)) = (st.lease.clone(), st.shared.clone()) {
-            shared.has_store.store(false, Ordering::SeqCst);
-            let store = shared.store_slot().take();
-            if !shared.fenced.load(Ordering::SeqCst) {
+            let store = shared.core.take_store();
+            if !shared.is_fenced() {
                 if let Ok(now) = wall_now() {
                     let carried = st
                         .carry_seal
@@ -1271,20 +1269,18 @@ impl Run {
                 self.lease.generation.get().to_string(),
             )
             .envs(env.iter().map(|(k, v)| (k, v)));
-        // Hold the tracking lock across the spawn so the watchdog never sees the group
-        // untracked.
-        let mut child;
-        let pid;
-        {
-            let mut t = self.shared.tracked();
-            child = cmd
+        // Start and track in one critical section of the tracking lock, so the watchdog
+        // never takes a snapshot without the group (`fence::fence_tick`).
+        let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
+            let child = cmd
                 .spawn()
                 .map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
-            pid = child
+            let pid = child
                 .id()
                 .ok_or_else(|| spawn_err("the child has no pid".into()))?;
             t.groups.insert(pid);
-        }
+            Ok::<_, RunError>((child, pid))
+        })?;
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
         let cgroup = self.shared.tracked().cgroup.clone();
@@ -1344,16 +1340,21 @@ impl Run {
             },
         )
         .await;
+        // Liveness is checked after the command is tracked and recorded: live → SIGCONT
+        // (the program starts), else SIGKILL (it never ran).
         let live = recorded.and_then(|()| self.check_live());
-        if let Err(e) = live {
-            procs::kill_group(pid, Signal::KILL);
+        let gated = gate(
+            live,
+            || procs::kill_group(pid, Signal::CONT),
+            || procs::kill_group(pid, Signal::KILL),
+        );
+        if let Err(e) = gated {
             let _ = child.wait().await;
             return Err(match e {
                 RunError::Fenced { .. } => e,
                 other => spawn_err(other.to_string()),
             });
         }
-        procs::kill_group(pid, Signal::CONT);
         Ok(RunCommand { pid, child })
     }
 
@@ -1441,7 +1442,7 @@ impl Run {
                         });
                     }
                     if let Some(cg) = cg {
-                        crate::cgroup::Cgroup::at(cg).remove();
+                        crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_secs(1));
                     }
                     remove_own_records(&dir, g)
                 },
@@ -1464,8 +1465,7 @@ impl Run {
             &cb,
             StepName::Barrier,
             blocking(&name, StepName::Barrier, deadline, move || {
-                sh.has_store.store(false, Ordering::SeqCst);
-                Ok(sh.store_slot().take())
+                Ok(sh.core.take_store())
             }),
         )
         .await?;
@@ -1561,10 +1561,7 @@ impl Run {
         }
         // Close the store (unless a commit holds it: it drops the store itself once it
         // sees the fence), so the next owner can open it.
-        self.shared.has_store.store(false, Ordering::SeqCst);
-        if let Ok(mut slot) = self.shared.store.try_lock() {
-            slot.take();
-        }
+        self.shared.core.drop_store_if_free();
         let wait = self.opts.kill_wait + WATCHDOG_TICK * 3;
         let confirmed = tokio::time::timeout(wait, self.fenced()).await;
         self.lock.take();
@@ -1623,7 +1620,7 @@ async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease
     let mut count: u64 = 1;
     loop {
         tick.tick().await;
-        if shared.fenced.load(Ordering::SeqCst) {
+        if shared.is_fenced() {
             return;
         }
         if shared.beats_suspended.load(Ordering::SeqCst) {
@@ -1788,7 +1785,7 @@ fn reap_cgroups(
                     .unwrap_or(0),
             });
         }
-        cg.remove();
+        cg.remove_within(Duration::from_secs(1));
     }
     Ok(())
 }

@@ -86,6 +86,22 @@ fn read_until(
     }
 }
 
+/// After a confirmed fence the watchdog removes the run's cgroup (if it had one): wait for
+/// it, so a test process that exits right after leaves nothing behind.
+fn cgroup_removed_after_fence(cg: Option<PathBuf>) {
+    if let Some(cg) = cg {
+        let end = Instant::now() + Duration::from_secs(3);
+        while cg.exists() {
+            assert!(
+                Instant::now() < end,
+                "{} not removed after the fence",
+                cg.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 fn read_status(path: &Path) -> RunStatus {
     decode(&std::fs::read(path.join("run.json")).unwrap()).unwrap()
 }
@@ -382,9 +398,11 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
             )
             .unwrap();
         let before = std::fs::read(path.join("run.json")).unwrap();
+        let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
         assert_eq!(e.code(), "FENCED");
         assert_eq!(std::fs::read(path.join("run.json")).unwrap(), before);
+        cgroup_removed_after_fence(cg);
     });
 }
 
@@ -422,8 +440,10 @@ fn watchdog_kills_commands_while_the_runtime_is_blocked() {
         );
         assert!(k >= deadline, "killed before the deadline: {k:?} < {deadline:?}");
         assert!(past <= Duration::from_millis(100), "{past:?} past the deadline");
+        let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
         assert_eq!(e.code(), "FENCED");
+        cgroup_removed_after_fence(cg);
     });
 }
 
@@ -1109,5 +1129,97 @@ fn a_watched_takeover_is_recorded_as_automatic_and_refused_when_watched_too_brie
         let g = run.generation().get();
         assert_eq!(g, lease.generation.get() + 1);
         run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+#[test]
+fn a_store_rewound_below_the_floor_recorded_by_a_retirement_is_refused_65() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-p");
+    let (old, good) = (dir.path().join("old"), dir.path().join("good"));
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+    });
+    copy_store(&path, &old);
+    // An owner commits 5 more, heartbeats, and is SIGKILLed: no seal, a dead owner.
+    let mut owner = helper_cmd("owner-commits", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    let acked: Vec<u64> = read_until(&mut lines, "READY")
+        .iter()
+        .filter_map(|l| l.split("ACK ").nth(1))
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let last = *acked.last().unwrap();
+    assert_eq!(last, 6);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    copy_store(&path, &good);
+    // Rewound to before the crash (head 1, the same store), then opened with retirement
+    // of the dead owner: the retirement records its last reported head as the floor.
+    put_store(&old, &path);
+    let opts = OpenOptions {
+        retire_dead: true,
+        ..fast()
+    };
+    rt().block_on(async {
+        let e = Run::open(&path, opts.clone()).await.unwrap_err();
+        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65), "{e}");
+        assert!(e.to_string().contains("floor"), "{e}");
+        let head = RunDir::open(&path)
+            .unwrap()
+            .status(now_ts(), false)
+            .unwrap()
+            .head
+            .unwrap()
+            .generation()
+            .get();
+        // retired (g+1) → claimed (g+2) → released by the undo (g+3): every one keeps 6.
+        for g in head - 2..=head {
+            assert_eq!(epoch(&path, g).store_floor, Some(last), "epoch {g}");
+        }
+        assert_eq!(
+            epoch(&path, head - 2).state,
+            lease_core::EpochState::Retired
+        );
+        put_store(&good, &path);
+        let run = Run::open(&path, opts).await.unwrap();
+        assert_eq!(
+            run.store().head().unwrap(),
+            last,
+            "every acknowledged commit"
+        );
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+#[test]
+fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-q");
+    let store = path.join("store").join("run.sqlite");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+        std::fs::remove_file(&store).unwrap();
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!((e.code(), e.exit_code()), ("STORE_MISSING", 65), "{e}");
+        assert!(!store.exists(), "an expected store is never recreated");
+        let st = read_status(&path);
+        assert_eq!(st.status, RunState::Failed);
+        assert!(st.detail.unwrap().starts_with("STORE_MISSING"));
+        // The failed open re-issued the seal: still refused, still not recreated.
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(e.code(), "STORE_MISSING");
+        assert!(!store.exists());
     });
 }

@@ -1,7 +1,7 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Implemented: `ci`, `purity`, `test [--deep]`, `bench`, `dist`, `fuzz-smoke [--seconds N]`, `torture`. The other
-//! subcommands are honest placeholders that say so and exit with code 2.
+//! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
+//! `fuzz-smoke [--seconds N]`, `loom`, `torture [--procs N --seconds S]` (see `USAGE`).
 
 mod bench;
 mod dist;
@@ -17,7 +17,6 @@ use std::time::Instant;
 /// sysexits `EX_USAGE`, for an unknown or missing subcommand / option.
 const EX_USAGE: u8 = 64;
 /// Exit code of the placeholder subcommands.
-const EX_NOT_IMPLEMENTED: u8 = 2;
 
 const USAGE: &str = "\
 Usage: cargo xtask <COMMAND>
@@ -31,7 +30,8 @@ Commands:
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
                 run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
-  loom          not implemented yet (issue #8)
+  loom          loom models of lease-run's fence core (RUSTFLAGS=--cfg loom, release,
+                LOOM_MAX_PREEMPTIONS=3 unless set; own target dir target/loom)
   torture [--procs N] [--seconds S] [--seed X]
                 N `runlease run` loops on one run under random SIGKILL/SIGSTOP, then a
                 checker: no acknowledged event lost, no two owners overlapping (default 4, 30)
@@ -75,7 +75,8 @@ fn main() -> ExitCode {
             Ok(torture::Mode::Worker(w)) => return torture::worker(&w),
             Err(reason) => return usage(&reason),
         },
-        Some(name @ "loom") => return not_implemented(name, 8),
+        Some("loom") if rest.is_empty() => loom(),
+        Some("loom") => return usage(&format!("unexpected arguments to `loom`: {rest:?}")),
         Some(other) => return usage(&format!("unknown command `{other}`")),
         None => return usage("no command given"),
     };
@@ -94,11 +95,6 @@ fn usage(reason: &str) -> ExitCode {
     ExitCode::from(EX_USAGE)
 }
 
-fn not_implemented(name: &str, issue: u32) -> ExitCode {
-    eprintln!("xtask {name}: not implemented yet (see issue #{issue})");
-    ExitCode::from(EX_NOT_IMPLEMENTED)
-}
-
 /// `cargo xtask model [--deep]`: the BFS model checker of lease-fs/tests/model_check.rs in
 /// a release build (`RUNLEASE_MODEL=ci`, or `deep`).
 fn model(deep: bool) -> Result<(), String> {
@@ -113,6 +109,34 @@ fn model(deep: bool) -> Result<(), String> {
         "--nocapture",
     ]);
     cmd.env("RUNLEASE_MODEL", if deep { "deep" } else { "ci" });
+    run_status(cmd)
+}
+
+/// `cargo xtask loom`: the loom models in lease-run/src/fence.rs, built with `--cfg loom`
+/// (the `sync` shim swaps in loom's primitives) in release mode, in `target/loom` so the
+/// normal build is not invalidated. Bounded by `LOOM_MAX_PREEMPTIONS` (default 3 here).
+fn loom() -> Result<(), String> {
+    let mut cmd = cargo(&[
+        "test",
+        "-p",
+        "lease-run",
+        "--release",
+        "--lib",
+        "fence::loom_models",
+        "--",
+        "--nocapture",
+    ]);
+    let mut flags = std::env::var("RUSTFLAGS").unwrap_or_default();
+    if !flags.split_whitespace().any(|f| f == "loom") {
+        flags.push_str(" --cfg loom");
+    }
+    cmd.env("RUSTFLAGS", flags.trim()).env(
+        "CARGO_TARGET_DIR",
+        workspace_root().join("target").join("loom"),
+    );
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        cmd.env("LOOM_MAX_PREEMPTIONS", "3");
+    }
     run_status(cmd)
 }
 
@@ -179,6 +203,14 @@ fn ci() -> Result<(), String> {
     step("purity", || purity::run(&workspace_root()))?;
     step("test", || test(false))?;
     step("model", || model(false))?;
+    step("loom", loom)?;
+    step("torture", || {
+        let short = ["--procs", "3", "--seconds", "20"].map(String::from);
+        match torture::parse_args(&short)? {
+            torture::Mode::Drive(opts) => torture::run(&workspace_root(), &opts),
+            torture::Mode::Worker(_) => Err("torture: unexpected worker mode".into()),
+        }
+    })?;
     eprintln!(
         "ci: all steps passed ({:.2}s)",
         start.elapsed().as_secs_f64()
