@@ -16,8 +16,6 @@ use std::time::Instant;
 
 /// sysexits `EX_USAGE`, for an unknown or missing subcommand / option.
 const EX_USAGE: u8 = 64;
-/// Exit code of the placeholder subcommands.
-
 const USAGE: &str = "\
 Usage: cargo xtask <COMMAND>
 
