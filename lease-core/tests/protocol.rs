@@ -576,6 +576,29 @@ fn verify_reports_the_first_broken_link() {
 }
 
 #[test]
+fn verify_reports_a_log_that_ends_before_a_finalized_cutoff() {
+    let mut d = MemDisk::new();
+    let old = claim(&mut d, "a", 1, 0).unwrap();
+    for n in 1..=2 {
+        append(&mut d, &old, n, n).unwrap();
+    }
+    takeover(&mut d, "b", 2, 60_000, 1).unwrap();
+    let report = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert_eq!(report.short_tail, None, "an intact log is not short");
+    // The cutoff of generation 1 says "through 2"; delete the log's tail.
+    d.files.remove(&FileRef::Event(Sequence::new(2).unwrap()));
+    let report = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert_eq!(
+        report.short_tail,
+        Some(ShortTail {
+            named: 2,
+            by_cutoff_of: Some(Generation::FIRST),
+            tail: 1,
+        })
+    );
+}
+
+#[test]
 fn a_claim_with_a_generation_at_u64_max_reports_overflow() {
     let mut d = MemDisk::new();
     let l = claim(&mut d, "a", 1, 0).unwrap();

@@ -804,6 +804,23 @@ pub struct VerifyReport {
     pub strays: Vec<Generation>,
     /// The checkpoint floor the epoch chain was verified from.
     pub floor: Option<Generation>,
+    /// A finalized cutoff (or the checkpoint) names events past the log's last sequence.
+    /// Not an error by itself: after a power loss, an event whose folder fsync had not
+    /// completed (so it was never acknowledged) can vanish below a cutoff that a finalizer
+    /// made durable; after a plain crash it means the log's tail was deleted.
+    pub short_tail: Option<ShortTail>,
+}
+
+/// The log ends before a sequence that the chain says was there (see
+/// [`VerifyReport::short_tail`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShortTail {
+    /// The highest sequence a finalized cutoff or the checkpoint names.
+    pub named: u64,
+    /// Who names it: the retired generation of the cutoff, or `None` for the checkpoint.
+    pub by_cutoff_of: Option<Generation>,
+    /// The last sequence in the log (0 when the log is empty).
+    pub tail: u64,
 }
 
 /// Walk both hash chains and report the first broken link as `CHAIN_BROKEN` (or a missing
@@ -900,11 +917,32 @@ impl Operation for Verify {
             .copied()
             .filter(|g| floor.is_some_and(|f| *g < f))
             .collect();
+        let tail = view.events.last().map_or(0, |e| e.event.sequence.get());
+        let by_cutoff = chain
+            .cutoffs
+            .iter()
+            .map(|(g, through)| (*through, Some(*g)))
+            .max_by_key(|(through, _)| *through);
+        let by_checkpoint = chain
+            .checkpoint
+            .as_ref()
+            .map(|c| (c.through_sequence, None));
+        let short_tail = by_cutoff
+            .into_iter()
+            .chain(by_checkpoint)
+            .max_by_key(|(through, _)| *through)
+            .filter(|(through, _)| *through > tail)
+            .map(|(named, by_cutoff_of)| ShortTail {
+                named,
+                by_cutoff_of,
+                tail,
+            });
         Step::Done(Ok(VerifyReport {
             epochs: count,
             events: view.events.len() as u64,
             strays,
             floor,
+            short_tail,
         }))
     }
 }

@@ -24,7 +24,7 @@ pub use lease::{
 };
 pub use log::{
     Append, AppendParams, Appended, Authority, ChainView, EventLogView, JudgedEvent,
-    MAX_APPEND_COLLISIONS, ReadEvents, Verify, VerifyReport, judge_event,
+    MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Verify, VerifyReport, judge_event,
 };
 pub use observe::{
     Freshness, Head, LivenessEvidence, OwnerLock, ProcessState, ReadStatus, Status, StatusView,
