@@ -223,10 +223,13 @@ Example:
     /// Findings with stable codes and one next step each.
     #[command(after_help = "\
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
-STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT (and TEMP_FILES_REMOVED with --clean-temp).
-Exit 65 when a finding is a data error (INVALID_RECORD, BROKEN_CHAIN), else 0.
-Not yet: the store behind its seal (the store is locked by its owner; `runlease run`
-checks it at every open and refuses a store behind its seal with 65).
+STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT, EVENT_LOG_SHORT, STORE_MISSING,
+STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT (and TEMP_FILES_REMOVED with
+--clean-temp). Exit 65 when a finding is a data error (INVALID_RECORD, BROKEN_CHAIN,
+STORE_*), else 0. The store is never opened (its owner locks it): STORE_MISSING is a
+store the lease chain names that is gone; the other STORE_* codes are the last
+`runlease run`'s refusal, from run.json (every `runlease run` checks the store's head
+against its seal and floor and refuses with 65).
 
 Example:
   runlease doctor ./demo-run --clean-temp")]

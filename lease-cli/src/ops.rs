@@ -811,10 +811,15 @@ pub fn verify(dir: &Path, out: Out) -> Result<i32, CliError> {
             "events": r.events,
             "floor": r.floor.map(|g| g.get()),
             "strays": strays,
+            "short_tail": r.short_tail.as_ref().map(|t| json!({
+                "named": t.named,
+                "by_cutoff_of": t.by_cutoff_of.map(|g| g.get()),
+                "tail": t.tail,
+            })),
         }));
     } else {
         out.line(&format!(
-            "{}: ok: {} epochs and {} events checked{}{}",
+            "{}: ok: {} epochs and {} events checked{}{}{}",
             dir.display(),
             r.epochs,
             r.events,
@@ -828,10 +833,108 @@ pub fn verify(dir: &Path, out: Out) -> Result<i32, CliError> {
                     ", stray epochs below the floor: {strays:?} (runlease prune {} removes them)",
                     shell_path(dir)
                 )
-            }
+            },
+            r.short_tail
+                .as_ref()
+                .map(|t| format!(
+                    "; note: {} (runlease doctor {} says what it means)",
+                    short_tail_text(t),
+                    shell_path(dir)
+                ))
+                .unwrap_or_default()
         ));
     }
     Ok(0)
+}
+
+/// One line for verify's `short_tail`: the log ends before a sequence the chain names.
+fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
+    let by = match t.by_cutoff_of {
+        Some(g) => format!("the finalized cutoff of generation {g}"),
+        None => "the checkpoint".to_string(),
+    };
+    format!(
+        "the event log ends at sequence {} but {by} names events through {}",
+        t.tail, t.named
+    )
+}
+
+/// The store codes a refused open leaves in `run.json` that need an operator (data errors).
+const STORE_REFUSALS: [&str; 4] = [
+    "STORE_BEHIND_SEAL",
+    "STORE_IDENTITY_MISMATCH",
+    "STORE_MISSING",
+    "STORE_CORRUPT",
+];
+
+/// Store findings, without opening `store/run.sqlite`: its owner holds it exclusively, and
+/// opening a WAL database may run SQLite's recovery, a write, which doctor never does.
+///
+/// - `STORE_MISSING`: the head epoch names a store (a seal, or a store floor above 0) and
+///   the file is gone. The next `runlease run` would refuse the run with the same code.
+/// - The store code of the last refused open (`STORE_BEHIND_SEAL`, `STORE_IDENTITY_MISMATCH`,
+///   `STORE_MISSING`, `STORE_CORRUPT`), read from `run.json` `failed` (lease-run writes the
+///   code first in `detail`); it stays until a `runlease run` opens the store again.
+///
+/// Not checked: a present store's head against the seal (needs opening it; `runlease run`
+/// checks that at every open).
+fn store_findings(
+    run: &RunDir,
+    view: &lease_core::ops::StatusView,
+    run_json: &serde_json::Value,
+    findings: &mut Vec<Finding>,
+) {
+    let file = lease_core::layout::STORE_FILE;
+    let restore = format!(
+        "restore {file} from the copy the lease chain names (keep what is there now); `runlease run` refuses the run until then"
+    );
+    if let Some(h) = &view.head {
+        let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
+        let named = match (seal, floor) {
+            (Some(s), _) => Some(format!(
+                "sealed at sequence {} by generation {} (store id {})",
+                s.sequence, s.generation, s.store_id
+            )),
+            (None, Some((f, g))) if f > 0 => {
+                Some(format!("a store floor of {f} recorded by generation {g}"))
+            }
+            _ => None,
+        };
+        let missing = matches!(
+            std::fs::symlink_metadata(run.root().join(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if let (Some(named), true) = (named, missing) {
+            findings.push(Finding {
+                code: "STORE_MISSING",
+                severity: "error",
+                detail: format!(
+                    "{file} is missing, but epoch {} names a store: {named}",
+                    h.generation()
+                ),
+                next: restore.clone(),
+            });
+        }
+    }
+    if run_json["status"] == "failed" {
+        let detail = run_json["detail"].as_str().unwrap_or_default();
+        let code = STORE_REFUSALS
+            .into_iter()
+            .find(|c| detail.starts_with(&format!("{c}:")) || detail == *c);
+        if let Some(code) = code {
+            if !findings.iter().any(|f| f.code == code) {
+                findings.push(Finding {
+                    code,
+                    severity: "error",
+                    detail: format!(
+                        "the last `runlease run` (generation {}) refused the store: {detail}",
+                        run_json["generation"]
+                    ),
+                    next: restore,
+                });
+            }
+        }
+    }
 }
 
 /// One doctor finding.
@@ -950,6 +1053,14 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
 
     match run.verify() {
         Ok(r) => {
+            if let Some(t) = &r.short_tail {
+                findings.push(Finding {
+                    code: "EVENT_LOG_SHORT",
+                    severity: "warning",
+                    detail: short_tail_text(t),
+                    next: "after a power loss this is expected (an event that was never acknowledged vanished; PROTOCOL.md §13); otherwise the log's tail was deleted: restore events/ from a backup".into(),
+                });
+            }
             if !r.strays.is_empty() {
                 findings.push(Finding {
                     code: "STRAY_EPOCHS",
@@ -999,6 +1110,8 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
             next: "repair or restore the named file by hand (keep a copy); `runlease run` refuses the run until then".into(),
         });
     }
+
+    store_findings(&run, &view, &rs, &mut findings);
 
     let strays = run.stray_names()?;
     if !strays.is_empty() {

@@ -836,3 +836,117 @@ fn sigint_while_opening_releases_the_run_and_starts_nothing() {
         "interrupted by signal 2 before the command started"
     );
 }
+
+/// A log that ends before the finalized cutoff of a killed owner (its tail deleted, as a
+/// power loss can do to an unacknowledged event) is a verify `short_tail` and a doctor
+/// `EVENT_LOG_SHORT` warning, not an error; nothing is changed on disk.
+#[test]
+fn verify_and_doctor_report_a_log_shorter_than_a_finalized_cutoff() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!(
+        r#"runlease append "$RUNLEASE_RUN" --type a && runlease append "$RUNLEASE_RUN" --type b && echo $$ > '{}' && exec sleep 600"#,
+        pidfile.display()
+    );
+    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
+    let child = read_pid(&pidfile);
+    signal(owner.id(), Signal::KILL);
+    owner.wait().unwrap();
+    signal(child, Signal::KILL);
+    wait_for_state(&dir, "dead", Duration::from_secs(10));
+    let o = runlease(&["retire", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = json_lines(&runlease(&["verify", "--json", d]));
+    assert_eq!(v[0]["short_tail"], serde_json::Value::Null, "{v:?}");
+
+    // Delete the log's tail (event 2); the cutoff of generation 1 still says "through 2".
+    let tail = lease_core::FileRef::Event(lease_core::Sequence::new(2).unwrap()).path();
+    std::fs::remove_file(dir.join(&tail)).unwrap();
+    let before = tree(&dir);
+    let o = runlease(&["verify", "--json", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = json_lines(&o);
+    assert_eq!(
+        v[0]["short_tail"],
+        serde_json::json!({"named": 2, "by_cutoff_of": 1, "tail": 1}),
+        "{v:?}"
+    );
+    let human = text(&runlease(&["verify", d]).stdout);
+    assert!(
+        human.contains("the event log ends at sequence 1 but the finalized cutoff of generation 1 names events through 2"),
+        "{human}"
+    );
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(0), "a short tail is a warning");
+    let f = json_lines(&o);
+    assert!(
+        f.iter()
+            .any(|f| f["code"] == "EVENT_LOG_SHORT" && f["severity"] == "warning"),
+        "{f:?}"
+    );
+    assert_eq!(tree(&dir), before, "verify and doctor changed the run");
+}
+
+/// Doctor reports the store without opening it: a sealed store that is gone
+/// (`STORE_MISSING`, from the chain), and the store refusal the last `runlease run` left in
+/// run.json (a foreign store copied in). Each is an error (65) and changes nothing.
+#[test]
+fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let store = dir.join(lease_core::layout::STORE_FILE);
+    std::fs::remove_file(&store).unwrap();
+
+    // Gone: found from the chain's seal, before any run tried.
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stdout));
+    let f = json_lines(&o);
+    let missing: Vec<_> = f.iter().filter(|f| f["code"] == "STORE_MISSING").collect();
+    assert_eq!(missing.len(), 1, "{f:?}");
+    let detail = missing[0]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("store/run.sqlite is missing") && detail.contains("sealed at sequence"),
+        "{detail}"
+    );
+    // `run` refuses it with the same code; doctor still says it once.
+    let o = runlease(&["run", "--json", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "STORE_MISSING");
+    let f = json_lines(&runlease(&["doctor", "--json", d]));
+    assert_eq!(
+        f.iter().filter(|f| f["code"] == "STORE_MISSING").count(),
+        1,
+        "{f:?}"
+    );
+
+    // Another run's store copied in: `run` refuses it, doctor reports that refusal.
+    let (_tmp2, other) = scratch();
+    let od = other.to_str().unwrap();
+    assert_eq!(runlease(&["run", od, "--", "true"]).status.code(), Some(0));
+    std::fs::copy(other.join(lease_core::layout::STORE_FILE), &store).unwrap();
+    let o = runlease(&["run", "--json", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    let code = json_lines(&o)[0]["code"].as_str().unwrap().to_string();
+    assert!(
+        ["STORE_IDENTITY_MISMATCH", "STORE_CORRUPT"].contains(&code.as_str()),
+        "{code}"
+    );
+    let before = tree(&dir);
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    let f = json_lines(&o);
+    let found: Vec<_> = f.iter().filter(|f| f["code"] == code.as_str()).collect();
+    assert_eq!(found.len(), 1, "{f:?}");
+    assert_eq!(found[0]["severity"], "error");
+    assert!(
+        found[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the last `runlease run`"),
+        "{found:?}"
+    );
+    assert_eq!(tree(&dir), before, "doctor changed the run");
+}

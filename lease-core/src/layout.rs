@@ -175,6 +175,10 @@ impl std::fmt::Display for FileRef {
 /// Prefix of every temporary file name; readers ignore such names.
 pub const TEMP_PREFIX: &str = ".tmp-";
 
+/// The run's SQLite store, relative to the run folder (lease-sqlite's file, PROTOCOL.md §2;
+/// opened only by its owner). Not a [`FileRef`]: it is not a protocol record.
+pub const STORE_FILE: &str = "store/run.sqlite";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -982,7 +982,7 @@ impl Run {
             lease.generation,
             st.carry_seal.clone(),
         );
-        let store_path = path.join("store").join("run.sqlite");
+        let store_path = path.join(lease_core::layout::STORE_FILE);
         let (opened, seal, floor) = timed(
             cb,
             StepName::Store,
