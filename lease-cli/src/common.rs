@@ -299,6 +299,32 @@ pub fn next_step(view: &StatusView, dir: &Path) -> String {
     }
 }
 
+/// The store codes a refused open leaves in `run.json` (lease-run writes the code first in
+/// `detail`) that need an operator: data errors, not transient ones like `STORE_BUSY`.
+pub const STORE_REFUSALS: [&str; 4] = [
+    "STORE_BEHIND_SEAL",
+    "STORE_IDENTITY_MISMATCH",
+    "STORE_MISSING",
+    "STORE_CORRUPT",
+];
+
+/// The next step `status` prints: [`next_step`], except for a free run whose `run.json`
+/// makes the next `runlease run` refuse it (unreadable, or the last run's store refusal):
+/// then doctor, which names the file and the repair.
+pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> String {
+    let detail = run_status["detail"].as_str().unwrap_or_default();
+    let blocked = run_status["status"] == "invalid"
+        || (run_status["status"] == "failed"
+            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)));
+    if matches!(view.status, Status::Free) && blocked {
+        return format!(
+            "runlease doctor {} (the next `runlease run` would refuse this run: see run.json)",
+            shell_path(dir)
+        );
+    }
+    next_step(view, dir)
+}
+
 /// What `run.json` says (written by `runlease run` through lease-run: `running`, `paused`,
 /// `done`, `failed` and the writer's generation), as the `run_status` JSON value: `null`
 /// when there is none; `status: "invalid"` with the error (naming the file) as `detail`
@@ -387,7 +413,7 @@ pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Valu
         "expect_heartbeat": expect.as_ref().map(|e| e.heartbeat_at.to_string()),
         "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
         "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
-        "next_step": next_step(view, dir),
+        "next_step": status_next_step(view, dir, &run_status),
         "error": error,
         "run_status": run_status,
     })
@@ -451,7 +477,7 @@ pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<St
             }
         }
     }
-    row("next", next_step(view, dir));
+    row("next", status_next_step(view, dir, run_status));
     l
 }
 

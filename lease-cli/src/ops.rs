@@ -859,14 +859,6 @@ fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
     )
 }
 
-/// The store codes a refused open leaves in `run.json` that need an operator (data errors).
-const STORE_REFUSALS: [&str; 4] = [
-    "STORE_BEHIND_SEAL",
-    "STORE_IDENTITY_MISMATCH",
-    "STORE_MISSING",
-    "STORE_CORRUPT",
-];
-
 /// Store findings, without opening `store/run.sqlite`: its owner holds it exclusively, and
 /// opening a WAL database may run SQLite's recovery, a write, which doctor never does.
 ///
@@ -918,7 +910,7 @@ fn store_findings(
     }
     if run_json["status"] == "failed" {
         let detail = run_json["detail"].as_str().unwrap_or_default();
-        let code = STORE_REFUSALS
+        let code = crate::common::STORE_REFUSALS
             .into_iter()
             .find(|c| detail.starts_with(&format!("{c}:")) || detail == *c);
         if let Some(code) = code {

@@ -921,6 +921,16 @@ fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
         1,
         "{f:?}"
     );
+    // status: free, but its next step is doctor, not "claim it".
+    let st = status_json(&dir);
+    assert_eq!(st["state"], "free");
+    assert!(
+        st["next_step"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("runlease doctor {d}")),
+        "{st}"
+    );
 
     // Another run's store copied in: `run` refuses it, doctor reports that refusal.
     let (_tmp2, other) = scratch();
@@ -949,4 +959,39 @@ fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
         "{found:?}"
     );
     assert_eq!(tree(&dir), before, "doctor changed the run");
+}
+
+/// A hand-broken run.json: status names it and sends the operator to doctor (not "claim
+/// it"), `run` refuses (65) naming the file, doctor reports it, and nothing is repaired.
+#[test]
+fn a_hand_broken_run_json_is_reported_by_status_run_and_doctor_and_kept() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    std::fs::write(dir.join("run.json"), b"{bad").unwrap();
+    let before = tree(&dir);
+    let st = status_json(&dir);
+    assert_eq!(st["run_status"]["status"], "invalid", "{st}");
+    assert!(
+        st["next_step"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("runlease doctor {d}")),
+        "{st}"
+    );
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.contains("run.json") && err.contains("RECORD_INVALID"), "{err}");
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        json_lines(&o)
+            .iter()
+            .any(|f| f["code"] == "INVALID_RECORD"
+                && f["detail"].as_str().unwrap().contains("run.json")),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(tree(&dir), before, "run.json was repaired or the run changed");
 }
