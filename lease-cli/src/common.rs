@@ -7,6 +7,7 @@ use lease_fs::FsError;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// sysexits `EX_USAGE`.
@@ -113,6 +114,131 @@ fn name_folder(dir: &Path, e: FsError) -> CliError {
         ))
     } else {
         err
+    }
+}
+
+impl From<lease_run::RunError> for CliError {
+    fn from(e: lease_run::RunError) -> CliError {
+        let code = e.code();
+        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+    }
+}
+
+/// Resolve `--authority` / `RUNLEASE_AUTHORITY` (unset or empty: the run folder), before
+/// anything is touched. An `etcd://` address is parsed (`AUTHORITY_INVALID`, 64); in a
+/// build without the `etcd` feature any address is refused by [`authority_unsupported`].
+pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, CliError> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(lease_run::Authority::RunFolder);
+    };
+    #[cfg(feature = "etcd")]
+    {
+        let addr = lease_etcd::AuthorityAddr::parse(v).map_err(|e| {
+            let code = e.code();
+            CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+        })?;
+        Ok(lease_run::Authority::Etcd(addr))
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        Err(authority_unsupported(v))
+    }
+}
+
+/// The refusal of `--authority` in a build without the `etcd` feature.
+#[cfg(not(feature = "etcd"))]
+pub fn authority_unsupported(value: &str) -> CliError {
+    CliError::new(
+        "AUTHORITY_UNSUPPORTED",
+        EX_USAGE,
+        format!(
+            "--authority {value:?} (or RUNLEASE_AUTHORITY): this runlease was built without etcd support; rebuild with `cargo build -p lease-cli --features etcd` (needs protoc), or unset it to use the run folder"
+        ),
+    )
+}
+
+/// A subcommand that works on run folders only, refused with an etcd authority (64).
+pub fn folder_only(what: &str, authority: &lease_run::Authority) -> Result<(), CliError> {
+    match authority.url() {
+        None => Ok(()),
+        Some(url) => Err(CliError::new(
+            "AUTHORITY_UNSUPPORTED",
+            EX_USAGE,
+            format!(
+                "`runlease {what}` works on run folders only, not with --authority {url}; use `runlease status`, `verify` or `events` with it"
+            ),
+        )),
+    }
+}
+
+/// A run's lease wherever it lives, and its local folder when there is one.
+pub struct Lease {
+    /// The authority of the lease (the folder itself, or etcd).
+    pub auth: Arc<dyn lease_run::LeaseAuthority>,
+    /// The run folder, if it exists here (for `run.json`); always present for the folder
+    /// authority (then it is `auth` itself).
+    pub folder: Option<Arc<lease_fs::RunDir>>,
+}
+
+impl Lease {
+    /// The run id.
+    pub fn run_id(&self) -> &lease_core::RunId {
+        self.auth.lease_run_id()
+    }
+
+    /// [`run_status_json`] of the folder, `null` when there is no folder here.
+    pub fn run_status(&self) -> Value {
+        self.folder
+            .as_ref()
+            .map_or(Value::Null, |f| run_status_json(f))
+    }
+}
+
+/// Deadlines of the CLI's etcd calls (`lease_run::authority::EtcdLease::options` of this
+/// step): an operation ends by 5 s, one attempt of one call by 1 s.
+#[cfg(feature = "etcd")]
+pub const ETCD_STEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Open the lease of the run at `dir`. The folder authority needs the folder
+/// (`RUN_NOT_FOUND`, 64); with etcd the run id is the folder's name and the folder is
+/// optional (opened when it exists, for `run.json`). `folder` is a folder already opened
+/// (e.g. with the owner lock's liveness), if any.
+pub fn open_lease(
+    dir: &Path,
+    authority: &lease_run::Authority,
+    folder: Option<lease_fs::RunDir>,
+) -> Result<Lease, CliError> {
+    match authority {
+        lease_run::Authority::RunFolder => {
+            let run = Arc::new(match folder {
+                Some(f) => f,
+                None => open_run(dir)?,
+            });
+            Ok(Lease {
+                auth: run.clone(),
+                folder: Some(run),
+            })
+        }
+        #[cfg(feature = "etcd")]
+        lease_run::Authority::Etcd(addr) => {
+            let run_id = lease_fs::run_id_of(dir).map_err(|e| name_folder(dir, e))?;
+            let folder = folder.or_else(|| lease_fs::RunDir::open(dir).ok());
+            let auth = lease_run::authority::EtcdLease::connect(
+                addr,
+                run_id,
+                lease_run::authority::EtcdLease::options(ETCD_STEP, ETCD_STEP),
+            )?;
+            Ok(Lease {
+                auth: Arc::new(auth),
+                folder: folder.map(Arc::new),
+            })
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(CliError::new(
+            "AUTHORITY_UNSUPPORTED",
+            EX_USAGE,
+            "this authority is not supported by this build",
+        )),
     }
 }
 

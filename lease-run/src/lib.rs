@@ -205,6 +205,8 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(not(loom))]
+pub mod authority;
 pub mod cgroup;
 pub mod error;
 mod fence;
@@ -215,6 +217,8 @@ pub mod procs;
 mod run;
 mod sync;
 
+#[cfg(not(loom))]
+pub use authority::{Authority, LeaseAuthority};
 pub use error::RunError;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
