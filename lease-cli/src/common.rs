@@ -660,6 +660,41 @@ mod tests {
     }
 
     #[test]
+    fn no_authority_is_the_run_folder() {
+        for v in [None, Some("")] {
+            assert_eq!(
+                resolve_authority(v).unwrap(),
+                lease_run::Authority::RunFolder
+            );
+        }
+        assert!(folder_only("doctor", &lease_run::Authority::RunFolder).is_ok());
+    }
+
+    /// Without the feature (the default build) an etcd address is refused with a stable
+    /// code and exit 64, naming the feature to rebuild with.
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn an_etcd_authority_is_refused_without_the_feature() {
+        for v in ["etcd://127.0.0.1:2379/runlease", "anything"] {
+            let e = resolve_authority(Some(v)).unwrap_err();
+            assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_UNSUPPORTED", 64));
+            assert!(e.message.contains("--features etcd"), "{}", e.message);
+            assert!(!e.message.contains('\n'));
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_authorities_parse_and_bad_ones_exit_64() {
+        let a = resolve_authority(Some("etcd://127.0.0.1:2379/runlease")).unwrap();
+        assert_eq!(a.url().as_deref(), Some("etcd://127.0.0.1:2379/runlease"));
+        let e = folder_only("list", &a).unwrap_err();
+        assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_UNSUPPORTED", 64));
+        let e = resolve_authority(Some("http://x:1/p")).unwrap_err();
+        assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_INVALID", 64));
+    }
+
+    #[test]
     fn shell_paths_are_quoted_when_needed() {
         assert_eq!(shell_path(Path::new("./demo-run")), "./demo-run");
         assert_eq!(shell_path(Path::new("a b")), "'a b'");

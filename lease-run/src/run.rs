@@ -825,7 +825,7 @@ impl Run {
             blocking(&name, StepName::Claim, deadline, move || {
                 let holder = this_holder()?;
                 if let Some(expect) = takeover {
-                    return Ok(dir.takeover(
+                    return dir.takeover(
                         new_owner_id()?,
                         holder,
                         policy,
@@ -833,7 +833,7 @@ impl Run {
                         expect,
                         trigger,
                         random_u64()?,
-                    )?);
+                    );
                 }
                 match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
                     Ok(l) => Ok(l),
@@ -849,12 +849,12 @@ impl Run {
                                     Some(Expectation::of(head)),
                                     random_u64()?,
                                 )?;
-                                Ok(dir.claim(new_owner_id()?, holder, policy, wall_now()?)?)
+                                dir.claim(new_owner_id()?, holder, policy, wall_now()?)
                             }
-                            _ => Err(e.into()),
+                            _ => Err(e),
                         }
                     }
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 }
             }),
         )
