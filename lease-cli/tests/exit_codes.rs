@@ -214,7 +214,14 @@ fn help_lists_every_exit_code() {
 fn exit_64_for_an_authority_this_build_cannot_use() {
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
-    let o = runlease(&["--authority", "etcd://127.0.0.1:2379/p", "run", d, "--", "true"]);
+    let o = runlease(&[
+        "--authority",
+        "etcd://127.0.0.1:2379/p",
+        "run",
+        d,
+        "--",
+        "true",
+    ]);
     expect(&o, 64, "AUTHORITY_UNSUPPORTED");
     assert!(text(&o.stderr).contains("--features etcd"));
     let o = cmd(&["status", d])
