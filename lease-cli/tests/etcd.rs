@@ -249,3 +249,74 @@ fn an_unreachable_cluster_exits_69() {
     assert_eq!(o.status.code(), Some(69), "{}", text(&o.stderr));
     assert_eq!(json_lines(&o)[0]["code"], "UNAVAILABLE");
 }
+
+#[test]
+fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-release");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("job");
+    let d = dir.to_str().unwrap();
+
+    // `runlease release` inside the command asks its `runlease run` (SIGUSR1), which
+    // releases in etcd; the command runs on without the lease.
+    let mut args = vec!["--json", "run", d];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "sh", "-c", "runlease release --json && sleep 0.3"]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let lines = json_lines(&o);
+    let rel = lines
+        .iter()
+        .find(|l| l["schema"] == "runlease/cli/release/1")
+        .expect("release object");
+    assert_eq!(
+        (rel["how"].as_str(), rel["released_as"].as_u64()),
+        (Some("owner"), Some(2))
+    );
+    assert_eq!(lines.last().unwrap()["on_request"], true);
+
+    // A kill -9ed owner: dead once its etcd lease (stale_after 1 s) expired; retire frees.
+    let pidfile = tmp.path().join("pid");
+    let mut args = vec!["--authority", a.as_str(), "run", d];
+    args.extend_from_slice(&FAST);
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    args.extend_from_slice(&["--", "sh", "-c", script.as_str()]);
+    let mut owner = cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = common::read_pid(&pidfile);
+    common::signal(owner.id(), Signal::KILL);
+    wait_exit(&mut owner, Duration::from_secs(5));
+    // Refused while the etcd lease lives (76), then retired.
+    let t = Instant::now();
+    let mut refused = 0;
+    loop {
+        let o = rl(&a, &["--json", "retire", d]);
+        match o.status.code() {
+            Some(0) => {
+                let r = json_lines(&o).remove(0);
+                assert_eq!(r["schema"], "runlease/cli/retire/1");
+                assert_eq!(r["state"], "free");
+                break;
+            }
+            Some(76) => refused += 1,
+            other => panic!("{other:?}: {}", text(&o.stderr)),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never retired");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(refused > 0, "retired before the etcd lease could expire");
+    // The next run on this boot kills the killed owner's command from its record.
+    assert!(common::alive(child));
+    let mut args = vec!["run", d];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "true"]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!common::alive(child));
+}
