@@ -55,7 +55,7 @@ Exit codes (ARCHITECTURE.md section 6):
   1    other failure: a takeover not confirmed at the prompt, a wall clock before 1970
   64   usage error: bad arguments, unknown subcommand, run folder not found, bad run id
   65   data error: invalid record, broken hash chain, event log gap, symlinked run folder
-  69   authority unavailable (reserved: there is no remote authority yet, never returned)
+  69   the etcd cluster of --authority did not answer within the deadline; retry
   70   internal error, or a record schema this build does not read (a newer runlease)
   74   I/O error
   75   fenced, a race lost, or a release not answered in time (temporary: observe
@@ -78,12 +78,20 @@ Examples:
   runlease doctor ./demo-run --clean-temp
   runlease prune ./demo-run --keep 8
   runlease list ./runs
+  runlease --authority etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/runlease run ./job -- ./train.sh
 
 --json output: docs/cli-json.md (one object per line, each with a versioned `schema`).
 
 `run` is built on the lease-run lifecycle: run.json, command records (a killed run's
 command is killed by the next owner on the same boot), cgroup v2 or process-group
-containment, the self-fence on CLOCK_BOOTTIME, the store and its seal check.";
+containment, the self-fence on CLOCK_BOOTTIME, the store and its seal check.
+
+--authority etcd://host:port[,host:port...]/prefix (or RUNLEASE_AUTHORITY) keeps the lease
+in an etcd cluster instead of the run folder, for owners on several hosts: the run id is
+the run folder's name, the keys live under /prefix/<run id>/; run.json, command records,
+the owner lock, the cgroup and the store stay in the local run folder. Same codes, exit
+codes and --json as with the folder; `doctor` and `list` are folder-only (exit 64). Needs
+a build with `--features etcd` (else AUTHORITY_UNSUPPORTED, 64).";
 
 /// Exclusive, fenced ownership of a durable run folder.
 #[derive(Debug, Parser)]
@@ -101,6 +109,10 @@ pub struct Cli {
     /// No informational lines on stderr (errors and warnings are still printed).
     #[arg(long, short, global = true)]
     pub quiet: bool,
+    /// Keep the lease in an etcd cluster instead of the run folder, e.g.
+    /// etcd://10.0.0.1:2379,10.0.0.2:2379/runlease (needs a build with --features etcd).
+    #[arg(long, global = true, value_name = "URL", env = "RUNLEASE_AUTHORITY")]
+    pub authority: Option<String>,
     #[command(subcommand)]
     pub command: Cmd,
 }
@@ -113,8 +125,8 @@ Before the command runs, its record (pid, start time, boot) is durable in comman
 command a killed runlease left running (same boot) is killed. The command runs in its own
 process group (and cgroup v2 subtree when one can be created) with RUNLEASE_RUN (absolute
 run folder), RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its
-environment. SIGINT, SIGTERM and SIGHUP are forwarded to it. When it exits, whatever it
-left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
+environment (and RUNLEASE_AUTHORITY with --authority etcd://...). SIGINT, SIGTERM and
+SIGHUP are forwarded to it. When it exits, whatever it left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
 the run is released and runlease exits with the command's code (128+N if signal N killed
 it; 126/127 if the program is not executable / not found, then nothing is claimed).
 SIGUSR1 (sent by `runlease release` from the command) makes runlease release at once
@@ -135,7 +147,8 @@ The command's arguments must be UTF-8 (they are recorded).
 
 Examples:
   runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
-  runlease run ./job --wait 5m --takeover-stale -- ./train.sh --resume")]
+  runlease run ./job --wait 5m --takeover-stale -- ./train.sh --resume
+  runlease --authority etcd://10.0.0.1:2379,10.0.0.2:2379/runlease run ./job -- ./train.sh")]
     Run(RunArgs),
     /// Show who owns each run, how fresh it is, and the one safe next step.
     #[command(after_help = "\

@@ -7,6 +7,7 @@ use lease_fs::FsError;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// sysexits `EX_USAGE`.
@@ -113,6 +114,131 @@ fn name_folder(dir: &Path, e: FsError) -> CliError {
         ))
     } else {
         err
+    }
+}
+
+impl From<lease_run::RunError> for CliError {
+    fn from(e: lease_run::RunError) -> CliError {
+        let code = e.code();
+        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+    }
+}
+
+/// Resolve `--authority` / `RUNLEASE_AUTHORITY` (unset or empty: the run folder), before
+/// anything is touched. An `etcd://` address is parsed (`AUTHORITY_INVALID`, 64); in a
+/// build without the `etcd` feature any address is refused by [`authority_unsupported`].
+pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, CliError> {
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(lease_run::Authority::RunFolder);
+    };
+    #[cfg(feature = "etcd")]
+    {
+        let addr = lease_etcd::AuthorityAddr::parse(v).map_err(|e| {
+            let code = e.code();
+            CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+        })?;
+        Ok(lease_run::Authority::Etcd(addr))
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        Err(authority_unsupported(v))
+    }
+}
+
+/// The refusal of `--authority` in a build without the `etcd` feature.
+#[cfg(not(feature = "etcd"))]
+pub fn authority_unsupported(value: &str) -> CliError {
+    CliError::new(
+        "AUTHORITY_UNSUPPORTED",
+        EX_USAGE,
+        format!(
+            "--authority {value:?} (or RUNLEASE_AUTHORITY): this runlease was built without etcd support; rebuild with `cargo build -p lease-cli --features etcd` (needs protoc), or unset it to use the run folder"
+        ),
+    )
+}
+
+/// A subcommand that works on run folders only, refused with an etcd authority (64).
+pub fn folder_only(what: &str, authority: &lease_run::Authority) -> Result<(), CliError> {
+    match authority.url() {
+        None => Ok(()),
+        Some(url) => Err(CliError::new(
+            "AUTHORITY_UNSUPPORTED",
+            EX_USAGE,
+            format!(
+                "`runlease {what}` works on run folders only, not with --authority {url}; use `runlease status`, `verify` or `events` with it"
+            ),
+        )),
+    }
+}
+
+/// A run's lease wherever it lives, and its local folder when there is one.
+pub struct Lease {
+    /// The authority of the lease (the folder itself, or etcd).
+    pub auth: Arc<dyn lease_run::LeaseAuthority>,
+    /// The run folder, if it exists here (for `run.json`); always present for the folder
+    /// authority (then it is `auth` itself).
+    pub folder: Option<Arc<lease_fs::RunDir>>,
+}
+
+impl Lease {
+    /// The run id.
+    pub fn run_id(&self) -> &lease_core::RunId {
+        self.auth.lease_run_id()
+    }
+
+    /// [`run_status_json`] of the folder, `null` when there is no folder here.
+    pub fn run_status(&self) -> Value {
+        self.folder
+            .as_ref()
+            .map_or(Value::Null, |f| run_status_json(f))
+    }
+}
+
+/// Deadlines of the CLI's etcd calls (`lease_run::authority::EtcdLease::options` of this
+/// step): an operation ends by 5 s, one attempt of one call by 1 s.
+#[cfg(feature = "etcd")]
+pub const ETCD_STEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Open the lease of the run at `dir`. The folder authority needs the folder
+/// (`RUN_NOT_FOUND`, 64); with etcd the run id is the folder's name and the folder is
+/// optional (opened when it exists, for `run.json`). `folder` is a folder already opened
+/// (e.g. with the owner lock's liveness), if any.
+pub fn open_lease(
+    dir: &Path,
+    authority: &lease_run::Authority,
+    folder: Option<lease_fs::RunDir>,
+) -> Result<Lease, CliError> {
+    match authority {
+        lease_run::Authority::RunFolder => {
+            let run = Arc::new(match folder {
+                Some(f) => f,
+                None => open_run(dir)?,
+            });
+            Ok(Lease {
+                auth: run.clone(),
+                folder: Some(run),
+            })
+        }
+        #[cfg(feature = "etcd")]
+        lease_run::Authority::Etcd(addr) => {
+            let run_id = lease_fs::run_id_of(dir).map_err(|e| name_folder(dir, e))?;
+            let folder = folder.or_else(|| lease_fs::RunDir::open(dir).ok());
+            let auth = lease_run::authority::EtcdLease::connect(
+                addr,
+                run_id,
+                lease_run::authority::EtcdLease::options(ETCD_STEP, ETCD_STEP),
+            )?;
+            Ok(Lease {
+                auth: Arc::new(auth),
+                folder: folder.map(Arc::new),
+            })
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(CliError::new(
+            "AUTHORITY_UNSUPPORTED",
+            EX_USAGE,
+            "this authority is not supported by this build",
+        )),
     }
 }
 
@@ -557,6 +683,41 @@ mod tests {
         assert_eq!(e.code, "RUN_NOT_FOUND");
         assert_eq!(e.exit, 64);
         assert!(!e.message.starts_with("RUN_NOT_FOUND"), "{}", e.message);
+    }
+
+    #[test]
+    fn no_authority_is_the_run_folder() {
+        for v in [None, Some("")] {
+            assert_eq!(
+                resolve_authority(v).unwrap(),
+                lease_run::Authority::RunFolder
+            );
+        }
+        assert!(folder_only("doctor", &lease_run::Authority::RunFolder).is_ok());
+    }
+
+    /// Without the feature (the default build) an etcd address is refused with a stable
+    /// code and exit 64, naming the feature to rebuild with.
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn an_etcd_authority_is_refused_without_the_feature() {
+        for v in ["etcd://127.0.0.1:2379/runlease", "anything"] {
+            let e = resolve_authority(Some(v)).unwrap_err();
+            assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_UNSUPPORTED", 64));
+            assert!(e.message.contains("--features etcd"), "{}", e.message);
+            assert!(!e.message.contains('\n'));
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_authorities_parse_and_bad_ones_exit_64() {
+        let a = resolve_authority(Some("etcd://127.0.0.1:2379/runlease")).unwrap();
+        assert_eq!(a.url().as_deref(), Some("etcd://127.0.0.1:2379/runlease"));
+        let e = folder_only("list", &a).unwrap_err();
+        assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_UNSUPPORTED", 64));
+        let e = resolve_authority(Some("http://x:1/p")).unwrap_err();
+        assert_eq!((e.code.as_str(), e.exit), ("AUTHORITY_INVALID", 64));
     }
 
     #[test]

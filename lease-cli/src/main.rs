@@ -21,6 +21,10 @@ use lease_cli::cli::{Cli, Cmd};
 use std::process::ExitCode;
 
 fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
+    // Before anything is touched: an etcd address this build cannot use, or a bad one,
+    // exits 64.
+    let authority = common::resolve_authority(cli.authority.as_deref())?;
+    let a_ = &authority;
     match cli.command {
         Cmd::Run(a) => run::run(
             run::RunOpts {
@@ -33,12 +37,14 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
                 takeover_stale: a.takeover_stale,
                 retire_dead: a.retire_dead,
                 command: a.command,
+                authority: authority.clone(),
             },
             out,
         ),
-        Cmd::Status { dirs } => ops::status(&dirs, out),
+        Cmd::Status { dirs } => ops::status(&dirs, a_, out),
         Cmd::Takeover(a) => ops::takeover(
             &a.dir,
+            a_,
             &ops::TakeoverOpts {
                 expect_owner: a.expect_owner,
                 expect_heartbeat: a.expect_heartbeat,
@@ -48,9 +54,10 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
             },
             out,
         ),
-        Cmd::Retire { dir } => ops::retire(&dir, out),
+        Cmd::Retire { dir } => ops::retire(&dir, a_, out),
         Cmd::Release(a) => ops::release(
             &a.dir,
+            a_,
             &ops::ReleaseOpts {
                 generation: a.generation,
                 owner: a.owner,
@@ -60,6 +67,7 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
         ),
         Cmd::Append(a) => ops::append(
             &a.dir,
+            a_,
             &ops::AppendOpts {
                 event_type: a.event_type,
                 payload: a.payload,
@@ -68,11 +76,19 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
             },
             out,
         ),
-        Cmd::Events { dir, follow } => ops::events(&dir, follow, out),
-        Cmd::Verify { dir } => ops::verify(&dir, out),
-        Cmd::Doctor { dir, clean_temp } => ops::doctor(&dir, clean_temp, out),
-        Cmd::Prune { dir, keep } => ops::prune(&dir, keep, out),
-        Cmd::List { folder } => ops::list(&folder, out),
+        Cmd::Events { dir, follow } => ops::events(&dir, a_, follow, out),
+        Cmd::Verify { dir } => ops::verify(&dir, a_, out),
+        Cmd::Doctor { dir, clean_temp } => {
+            // Partial: temp files, stray names and run.json are folder concepts.
+            common::folder_only("doctor", a_)?;
+            ops::doctor(&dir, clean_temp, out)
+        }
+        Cmd::Prune { dir, keep } => ops::prune(&dir, a_, keep, out),
+        Cmd::List { folder } => {
+            // Partial: listing runs means listing subfolders that hold a lease.
+            common::folder_only("list", a_)?;
+            ops::list(&folder, out)
+        }
     }
 }
 

@@ -2,13 +2,15 @@
 //! yet), append, events, verify, doctor, prune.
 
 use crate::common::{
-    CliError, EX_SOFTWARE, Out, cli_identity, held_description, human_ms, is_stale, new_nonce,
-    new_owner_id, run_status_json, shell_path, status_human, status_json, wall_now,
+    CliError, EX_SOFTWARE, Lease, Out, cli_identity, held_description, human_ms, is_stale,
+    new_nonce, new_owner_id, open_lease, run_status_json, shell_path, status_human, status_json,
+    wall_now,
 };
 use lease_core::ops::{Authority, Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
 use lease_core::{Dir, FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
 use lease_fs::lock::OwnerLock;
-use lease_fs::{ProcLiveness, RunDir, this_holder};
+use lease_fs::{ProcLiveness, this_holder};
+use lease_run::{Authority as RunAuthority, LeaseAuthority};
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -23,32 +25,36 @@ const TEMP_MIN_AGE_SECS: u64 = 60;
 // status, list
 
 /// Read one run's status (liveness probed).
-fn read_status(dir: &Path) -> Result<(RunDir, StatusView), CliError> {
-    let run = crate::common::open_run(dir)?;
-    let view = run.status(wall_now()?, true)?;
+fn read_status(dir: &Path, authority: &RunAuthority) -> Result<(Lease, StatusView), CliError> {
+    let run = open_lease(dir, authority, None)?;
+    let view = run.auth.status(wall_now()?, true)?;
     Ok((run, view))
 }
 
 /// `runlease status DIR...`: exit 0 when every status could be read (an invalid run is a
 /// status, printed, not a failure); otherwise the exit code of the first run that could
 /// not be read.
-pub fn status(dirs: &[std::path::PathBuf], out: Out) -> Result<i32, CliError> {
+pub fn status(
+    dirs: &[std::path::PathBuf],
+    authority: &RunAuthority,
+    out: Out,
+) -> Result<i32, CliError> {
     let mut exit = 0;
     for (i, dir) in dirs.iter().enumerate() {
-        match read_status(dir) {
+        match read_status(dir, authority) {
             Ok((run, view)) => {
                 if out.json {
                     out.json_line(&status_json(
                         dir,
                         run.run_id().as_str(),
                         &view,
-                        run_status_json(&run),
+                        run.run_status(),
                     ));
                 } else {
                     if i > 0 {
                         out.line("");
                     }
-                    for l in status_human(dir, &view, &run_status_json(&run)) {
+                    for l in status_human(dir, &view, &run.run_status()) {
                         out.line(&l);
                     }
                 }
@@ -103,14 +109,14 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        match read_status(dir) {
+        match read_status(dir, &RunAuthority::RunFolder) {
             Ok((run, view)) => {
                 if out.json {
                     out.json_line(&status_json(
                         dir,
                         run.run_id().as_str(),
                         &view,
-                        run_status_json(&run),
+                        run.run_status(),
                     ));
                     continue;
                 }
@@ -170,10 +176,10 @@ pub struct TakeoverOpts {
     pub yes: bool,
 }
 
-fn read_cutoff(run: &RunDir, g: Generation) -> Option<u64> {
+fn read_cutoff(run: &dyn LeaseAuthority, g: Generation) -> Option<u64> {
     match run.perform(lease_core::ops::Request::Read(FileRef::Cutoff(g))) {
         Ok(lease_core::ops::Response::Content(Some(b))) => {
-            decode_for::<RetirementRecord>(run.run_id(), &b)
+            decode_for::<RetirementRecord>(run.lease_run_id(), &b)
                 .ok()
                 .map(|r| r.events_through)
         }
@@ -185,7 +191,7 @@ fn read_cutoff(run: &RunDir, g: Generation) -> Option<u64> {
 /// record is refused (nothing may replace the owner until it is repaired), a free run is a
 /// race (`free_why` says what there is not to do).
 fn active_owner(
-    run: &RunDir,
+    run: &dyn LeaseAuthority,
     dir: &Path,
     free_why: &str,
 ) -> Result<(StatusView, lease_core::ops::Head), CliError> {
@@ -200,7 +206,7 @@ fn active_owner(
         return Err(CliError::new(
             "TAKEOVER_RACE",
             75,
-            format!("run {} is free: {free_why}", run.run_id()),
+            format!("run {} is free: {free_why}", run.lease_run_id()),
         ));
     };
     Ok((view, head))
@@ -208,10 +214,16 @@ fn active_owner(
 
 /// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
 /// owner for an instant and releases at once, so the run is free for the next `run`.
-pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError> {
-    let run = crate::common::open_run(dir)?;
+pub fn takeover(
+    dir: &Path,
+    authority: &RunAuthority,
+    o: &TakeoverOpts,
+    out: Out,
+) -> Result<i32, CliError> {
+    let lease = open_lease(dir, authority, None)?;
+    let run = &*lease.auth;
     let (view, head) = active_owner(
-        &run,
+        run,
         dir,
         "there is no owner to take over (claim it with runlease run)",
     )?;
@@ -244,7 +256,10 @@ pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError>
                 return Err(CliError::new(
                     "TAKEOVER_ACTIVE_REFUSED",
                     76,
-                    format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
+                    format!(
+                        "run {}: {desc}: the owner is fresh; {hint}",
+                        run.lease_run_id()
+                    ),
                 )
                 .with_extra(held));
             }
@@ -284,7 +299,7 @@ pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError>
         TakeoverTrigger::Operator,
         new_nonce()?,
     )?;
-    let cutoff = read_cutoff(&run, head.generation());
+    let cutoff = read_cutoff(run, head.generation());
     let released = run.release(&lease, wall_now()?, None).map_err(|e| {
         CliError::from(e).with_hint(format!(
             "the takeover itself succeeded (generation {}); the old owner is fenced",
@@ -323,19 +338,27 @@ pub fn takeover(dir: &Path, o: &TakeoverOpts, out: Out) -> Result<i32, CliError>
 
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
-pub fn retire(dir: &Path, out: Out) -> Result<i32, CliError> {
-    let mut run = crate::common::open_run(dir)?;
-    let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
-        CliError::new(
-            "IO_ERROR",
-            74,
-            format!("cannot take the owner lock of {}: {e}", dir.display()),
-        )
-    })?;
-    if lock.is_some() {
-        run.set_liveness(Arc::new(ProcLiveness::new(dir).holding_lock()));
-    }
-    let (view, head) = active_owner(&run, dir, "there is no owner to retire")?;
+pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
+    // The folder judges "dead" with the owner lock (taken if it can be); etcd by the
+    // owner's etcd lease, which needs no local lock.
+    let (lease, lock) = if *authority == RunAuthority::RunFolder {
+        let mut run = crate::common::open_run(dir)?;
+        let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
+            CliError::new(
+                "IO_ERROR",
+                74,
+                format!("cannot take the owner lock of {}: {e}", dir.display()),
+            )
+        })?;
+        if lock.is_some() {
+            run.set_liveness(Arc::new(ProcLiveness::new(dir).holding_lock()));
+        }
+        (open_lease(dir, authority, Some(run))?, lock)
+    } else {
+        (open_lease(dir, authority, None)?, None)
+    };
+    let run = &*lease.auth;
+    let (view, head) = active_owner(run, dir, "there is no owner to retire")?;
     let retired = run
         .retire(
             new_owner_id()?,
@@ -451,10 +474,16 @@ fn same_executable(pid: u32) -> bool {
 ///   this process): release directly, as that owner. If the owner process still
 ///   heartbeats, it is fenced at its next heartbeat (a `runlease run` owner then kills its
 ///   command and exits 75).
-pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
+pub fn release(
+    dir: &Path,
+    authority: &RunAuthority,
+    o: &ReleaseOpts,
+    out: Out,
+) -> Result<i32, CliError> {
     let (generation, owner) = token(o.generation, o.owner.as_ref())?;
-    let run = crate::common::open_run(dir)?;
-    let (lease, head) = owned_head(&run, generation, &owner, "nothing was released")?;
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
+    let (lease, head) = owned_head(run, generation, &owner, "nothing was released")?;
     let me = this_holder()?;
     let holder = &head.epoch.holder;
     // The recorded start time rules out a reused pid.
@@ -471,7 +500,7 @@ pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
             76,
             format!(
                 "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
-                run.run_id(),
+                run.lease_run_id(),
                 holder.pid
             ),
         ));
@@ -510,7 +539,7 @@ pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
                         75,
                         format!(
                             "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
-                            run.run_id(),
+                            run.lease_run_id(),
                             h.generation(),
                             h.epoch.owner_id
                         ),
@@ -524,7 +553,7 @@ pub fn release(dir: &Path, o: &ReleaseOpts, out: Out) -> Result<i32, CliError> {
                     75,
                     format!(
                         "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
-                        run.run_id(),
+                        run.lease_run_id(),
                         holder.pid,
                         human_ms(i64::try_from(o.timeout.as_millis()).unwrap_or(i64::MAX))
                     ),
@@ -600,7 +629,7 @@ fn token(
 /// exist is a usage error (64); a superseded, released or foreign generation is `FENCED`
 /// (75), with `nothing` saying what was not done.
 fn owned_head(
-    run: &RunDir,
+    run: &dyn LeaseAuthority,
     generation: Generation,
     owner: &Identity,
     nothing: &str,
@@ -615,7 +644,7 @@ fn owned_head(
             75,
             format!(
                 "run {}: generation {generation} is fenced: {detail}; {nothing}",
-                run.run_id()
+                run.lease_run_id()
             ),
         )
     };
@@ -623,7 +652,7 @@ fn owned_head(
         None => {
             return Err(CliError::usage(format!(
                 "run {} was never claimed: generation {generation} does not exist",
-                run.run_id()
+                run.lease_run_id()
             )));
         }
         Some(h) if h.generation() < generation => {
@@ -650,7 +679,7 @@ fn owned_head(
         Some(h) => h.clone(),
     };
     let lease = OwnedLease {
-        run_id: run.run_id().clone(),
+        run_id: run.lease_run_id().clone(),
         generation,
         owner_id: owner.clone(),
         holder: head.epoch.holder.clone(),
@@ -663,7 +692,12 @@ fn owned_head(
 /// `runlease append DIR --type T`: append one event as the current owner (the token comes
 /// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
 /// authoritative; 75 when the generation is fenced.
-pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
+pub fn append(
+    dir: &Path,
+    authority: &RunAuthority,
+    o: &AppendOpts,
+    out: Out,
+) -> Result<i32, CliError> {
     let (generation, owner) = token(o.generation, o.owner.as_ref())?;
     let event_type = Identity::arg("event type", o.event_type.clone())?;
     let payload: Value = match &o.payload {
@@ -671,9 +705,10 @@ pub fn append(dir: &Path, o: &AppendOpts, out: Out) -> Result<i32, CliError> {
         Some(text) => serde_json::from_str(text)
             .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
     };
-    let run = crate::common::open_run(dir)?;
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
     // Act as that owner: the append's own pre- and post-checks decide whether it counts.
-    let (lease, _) = owned_head(&run, generation, &owner, "nothing was appended")?;
+    let (lease, _) = owned_head(run, generation, &owner, "nothing was appended")?;
     let appended = run.append(&lease, event_type.clone(), payload, wall_now()?)?;
     if let Some(by) = appended.superseded_by {
         eprintln!(
@@ -758,8 +793,14 @@ fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
 /// `runlease events DIR [--follow]`: every event with its authority (non-authoritative
 /// events are shown, marked `!`, never hidden). Read-only: pending cutoffs are not
 /// finalized.
-pub fn events(dir: &Path, follow: bool, out: Out) -> Result<i32, CliError> {
-    let run = crate::common::open_run(dir)?;
+pub fn events(
+    dir: &Path,
+    authority: &RunAuthority,
+    follow: bool,
+    out: Out,
+) -> Result<i32, CliError> {
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
     let view = run.read_events(None)?;
     let mut last = 0u64;
     for je in &view.events {
@@ -798,8 +839,9 @@ pub fn events(dir: &Path, follow: bool, out: Out) -> Result<i32, CliError> {
 
 /// `runlease verify DIR`: both hash chains; 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
 /// records.
-pub fn verify(dir: &Path, out: Out) -> Result<i32, CliError> {
-    let run = crate::common::open_run(dir)?;
+pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
     let r = run.verify()?;
     let strays: Vec<u64> = r.strays.iter().map(|g| g.get()).collect();
     if out.json {
@@ -1168,8 +1210,9 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
 }
 
 /// `runlease prune DIR [--keep N]`.
-pub fn prune(dir: &Path, keep: u64, out: Out) -> Result<i32, CliError> {
-    let run = crate::common::open_run(dir)?;
+pub fn prune(dir: &Path, authority: &RunAuthority, keep: u64, out: Out) -> Result<i32, CliError> {
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
     // Refuse an invalid head up front, even when there would be nothing to prune: bad
     // input on disk is reported, never passed over with exit 0.
     if let Status::Invalid(e) = run.status(wall_now()?, false)?.status {

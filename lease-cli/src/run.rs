@@ -43,13 +43,13 @@
 //! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
 use crate::common::{
-    CliError, Out, held_description, human_ms, is_stale, policy_json, shell_path, wall_now,
+    CliError, Lease, Out, held_description, human_ms, is_stale, policy_json, shell_path, wall_now,
 };
 use lease_cli::cli::WaitFor;
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{HeartbeatDurability, TimingPolicy};
 use lease_fs::RunDir;
-use lease_run::{FinalStatus, OpenOptions, Run, RunError};
+use lease_run::{Authority, FinalStatus, OpenOptions, Run, RunError};
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use serde_json::json;
 use std::ffi::OsString;
@@ -87,6 +87,8 @@ pub struct RunOpts {
     pub retire_dead: bool,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// Where the lease lives (`--authority`).
+    pub authority: Authority,
 }
 
 /// The first signal received before the command started (0: none).
@@ -205,6 +207,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     let abs_guess = std::path::absolute(&opts.dir).unwrap_or_else(|_| opts.dir.clone());
     OpenOptions {
         policy,
+        authority: opts.authority.clone(),
         ..OpenOptions::default()
     }
     .validate(&abs_guess)
@@ -260,6 +263,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
     check_program(&argv[0])?;
+    // The observer's view of the lease (the folder itself, or etcd); lease-run opens its
+    // own connection for the owner.
+    let rundir = crate::common::open_lease(&opts.dir, &opts.authority, Some(rundir))?;
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -280,7 +286,7 @@ enum How {
 }
 
 async fn run_async(
-    rundir: &RunDir,
+    rundir: &Lease,
     abs: &Path,
     opts: &RunOpts,
     policy: TimingPolicy,
@@ -513,8 +519,8 @@ fn exit_detail(code: i32) -> String {
 }
 
 /// The generation of the release epoch at the head (after our release).
-fn released_as(rundir: &RunDir) -> Option<u64> {
-    let view = rundir.status(wall_now().ok()?, false).ok()?;
+fn released_as(rundir: &Lease) -> Option<u64> {
+    let view = rundir.auth.status(wall_now().ok()?, false).ok()?;
     view.head.map(|h| h.generation().get())
 }
 
@@ -619,7 +625,7 @@ enum Attempt {
 /// Own the run: open it with lease-run (claim, or as the flags allow retire a dead owner
 /// or take over a stale one); wait while it is held if `--wait` was given.
 async fn acquire(
-    rundir: &RunDir,
+    rundir: &Lease,
     abs: &Path,
     opts: &RunOpts,
     policy: TimingPolicy,
@@ -706,7 +712,7 @@ async fn acquire(
 /// The refusal for a held run: the claim's code (or, when only the owner lock told us,
 /// `RUN_STALE_REQUIRES_TAKEOVER` for a stale head, else `RUN_ALREADY_ACTIVE`), who holds
 /// it, and the next step.
-fn held_error(run: &RunDir, code: Option<&str>, view: &StatusView, hint: &str) -> CliError {
+fn held_error(run: &Lease, code: Option<&str>, view: &StatusView, hint: &str) -> CliError {
     let (desc, extra) = held_description(view);
     let code = code.unwrap_or(match view.status {
         Status::Stale => "RUN_STALE_REQUIRES_TAKEOVER",
@@ -727,7 +733,7 @@ fn held_error(run: &RunDir, code: Option<&str>, view: &StatusView, hint: &str) -
 }
 
 async fn attempt(
-    rundir: &RunDir,
+    rundir: &Lease,
     abs: &Path,
     opts: &RunOpts,
     policy: TimingPolicy,
@@ -736,13 +742,14 @@ async fn attempt(
     progress: &mut Progress,
 ) -> Result<Attempt, CliError> {
     // What the run looks like to an observer (the lock probed, not held).
-    let view = rundir.status(wall_now()?, true)?;
+    let view = rundir.auth.status(wall_now()?, true)?;
     if let Status::Invalid(e) = view.status {
         return Err(e.into());
     }
     let mut o = OpenOptions {
         policy,
         lock_timeout,
+        authority: opts.authority.clone(),
         ..OpenOptions::default()
     };
     let how = match (&view.status, &view.head) {
@@ -795,7 +802,7 @@ async fn attempt(
             // Another process on this host holds the kernel lock: a live owner, or one
             // that is starting, stopping, stopped or stuck (even if already replaced: it
             // also still holds the store). Never claimed around it (DECISIONS).
-            let view = rundir.status(wall_now()?, false)?;
+            let view = rundir.auth.status(wall_now()?, false)?;
             if let Status::Invalid(e) = view.status {
                 return Err(e.into());
             }
@@ -829,7 +836,7 @@ async fn attempt(
             })
         }
         "RUN_ALREADY_ACTIVE" | "RUN_STALE_REQUIRES_TAKEOVER" | "RETIRE_REFUSED_NOT_DEAD" => {
-            let view = rundir.status(wall_now()?, true)?;
+            let view = rundir.auth.status(wall_now()?, true)?;
             if let Status::Invalid(e) = view.status {
                 return Err(e.into());
             }

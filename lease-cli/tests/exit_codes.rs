@@ -1,6 +1,6 @@
 //! One test per exit code the CLI can return (ARCHITECTURE.md §6, `runlease --help`,
-//! README). 69 (authority unavailable) is reserved: there is no remote authority yet, so no
-//! subcommand can return it; `help_lists_every_exit_code` checks it is documented as such.
+//! README). 69 (the etcd cluster of `--authority` did not answer) is tested in
+//! tests/etcd.rs (feature `etcd`); without the feature `--authority` exits 64 (below).
 
 mod common;
 
@@ -192,7 +192,10 @@ fn help_lists_every_exit_code() {
             "--help lacks exit code {code}:\n{h}"
         );
     }
-    assert!(h.contains("never returned"), "69 must say it is reserved");
+    assert!(
+        h.contains("69   the etcd cluster of --authority did not answer"),
+        "69 must say what it means"
+    );
     let readme = include_str!("../../README.md");
     for code in [
         "64", "65", "69", "70", "74", "75", "76", "126", "127", "128+N",
@@ -202,4 +205,29 @@ fn help_lists_every_exit_code() {
             "README lacks exit code {code}"
         );
     }
+}
+
+/// A build without the `etcd` feature refuses `--authority` (and RUNLEASE_AUTHORITY)
+/// before anything is touched: AUTHORITY_UNSUPPORTED, 64.
+#[cfg(not(feature = "etcd"))]
+#[test]
+fn exit_64_for_an_authority_this_build_cannot_use() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let o = runlease(&[
+        "--authority",
+        "etcd://127.0.0.1:2379/p",
+        "run",
+        d,
+        "--",
+        "true",
+    ]);
+    expect(&o, 64, "AUTHORITY_UNSUPPORTED");
+    assert!(text(&o.stderr).contains("--features etcd"));
+    let o = cmd(&["status", d])
+        .env("RUNLEASE_AUTHORITY", "etcd://127.0.0.1:2379/p")
+        .output()
+        .unwrap();
+    expect(&o, 64, "AUTHORITY_UNSUPPORTED");
+    assert!(!dir.exists(), "nothing may be touched");
 }

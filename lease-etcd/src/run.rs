@@ -783,6 +783,21 @@ impl EtcdRun {
         count: u64,
         deadline: Instant,
     ) -> Result<(), EtcdError> {
+        self.heartbeat_with_store_head_until(lease, now, count, None, deadline)
+    }
+
+    /// [`EtcdRun::heartbeat_until`] that also reports the owner's store head (the head
+    /// after its last acknowledged commit, read before the beat started) in the beat
+    /// record, as lease-fs's `RunDir::heartbeat_with_store_head` does: whoever replaces
+    /// this owner records it as the next epoch's store floor.
+    pub fn heartbeat_with_store_head_until(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+        deadline: Instant,
+    ) -> Result<(), EtcdError> {
         let g = lease.generation;
         let Some(id) = self.owned.lock().ok().and_then(|o| o.get(&g).copied()) else {
             return Err(fenced(
@@ -791,7 +806,7 @@ impl EtcdRun {
                 "this handle holds no etcd lease for it (it was never claimed here, or the lease expired or was released)",
             ));
         };
-        let mut op = Heartbeat::new(lease, now, count)?;
+        let mut op = Heartbeat::new(lease, now, count)?.with_store_head(store_head)?;
         self.inner.rt.block_on(async {
             let lk = self.live_key(g);
             let alive = self

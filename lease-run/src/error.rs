@@ -15,6 +15,12 @@ pub enum RunError {
     /// `STORE_IDENTITY_MISMATCH`), a corrupt or missing store, a fenced commit, I/O.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An etcd authority error (feature `etcd`): its own codes and exit codes
+    /// (`UNAVAILABLE` 69 when the cluster did not answer in time, protocol codes as on the
+    /// file system).
+    #[cfg(feature = "etcd")]
+    #[error(transparent)]
+    Etcd(#[from] lease_etcd::EtcdError),
     /// Bad options, refused before anything was touched.
     #[error("INVALID_ARGUMENT: {0}")]
     InvalidArgument(String),
@@ -82,6 +88,8 @@ impl RunError {
         match self {
             RunError::Fs(e) => e.code(),
             RunError::Store(e) => e.code(),
+            #[cfg(feature = "etcd")]
+            RunError::Etcd(e) => e.code(),
             RunError::InvalidArgument(_) => "INVALID_ARGUMENT",
             RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
             RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
@@ -93,12 +101,14 @@ impl RunError {
         }
     }
 
-    /// The process exit code for this error (64 usage, 65 data, 70 internal, 74 I/O,
-    /// 75 fenced, 76 held).
+    /// The process exit code for this error (64 usage, 65 data, 69 authority
+    /// unavailable (etcd), 70 internal, 74 I/O, 75 fenced, 76 held).
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Fs(e) => e.exit_code(),
             RunError::Store(e) => e.exit_code(),
+            #[cfg(feature = "etcd")]
+            RunError::Etcd(e) => e.exit_code(),
             RunError::InvalidArgument(_) => 64,
             RunError::OwnerLockHeld { .. } | RunError::CommandsSurvive { .. } => 76,
             RunError::Fenced { .. } => 75,
@@ -112,6 +122,8 @@ impl RunError {
         match self {
             RunError::Fs(e) => e.lease(),
             RunError::Store(e) => e.lease(),
+            #[cfg(feature = "etcd")]
+            RunError::Etcd(e) => e.lease(),
             _ => None,
         }
     }

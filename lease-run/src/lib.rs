@@ -7,10 +7,39 @@
 //! opens the run's store and checks it against the seal and floor of the lease chain, and
 //! [`Run::release`]s (sealing the store).
 //!
+//! ## Where the lease lives ([`OpenOptions::authority`], [`authority`])
+//!
+//! By default the lease is in the run folder (lease-fs's `RunDir`). With the cargo feature
+//! **`etcd`** (off by default: etcd-client's build script needs `protoc`),
+//! `Authority::Etcd(addr)` keeps it in an etcd cluster under `/<prefix>/<run id>/` instead
+//! (lease-etcd; the run id is the folder's name). Every step below goes through the
+//! [`LeaseAuthority`] trait, so there is one code path. **Only the lease moves**:
+//! `run.json`, command records, the owner lock, the cgroup and the store stay in the run
+//! folder, and the seal and floor are read from the lease chain wherever it lives (a
+//! folder lacking the store the chain names is `STORE_MISSING`). With etcd, "dead" (for
+//! `retire_dead`) is the owner's etcd lease gone, not a pid probe; each heartbeat ends by
+//! the self-fence deadline, and every etcd operation of a step by half the step's
+//! deadline (`UNAVAILABLE`, exit 69, rather than a hang); commands get
+//! `RUNLEASE_AUTHORITY` (the `etcd://` URL; removed from their environment otherwise).
+//!
+//! ```no_run
+//! # #[cfg(feature = "etcd")]
+//! # async fn etcd_example() -> Result<(), Box<dyn std::error::Error>> {
+//! use lease_run::{Authority, FinalStatus, OpenOptions, Run};
+//! let addr = lease_etcd::AuthorityAddr::parse("etcd://10.0.0.1:2379,10.0.0.2:2379/runlease")?;
+//! let opts = OpenOptions { authority: Authority::Etcd(addr), ..OpenOptions::default() };
+//! // The lease of run "job" is in etcd; run.json, commands and the store in /srv/runs/job.
+//! let run = Run::open(std::path::Path::new("/srv/runs/job"), opts).await?;
+//! run.release(FinalStatus::Done).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Open, in order (each step timed: [`OpenOptions::on_step`] and a `lease_run.step` span)
 //!
 //! 1. `owner-lock`: `flock` on `owner.lock` through the held root descriptor, retried for
-//!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76).
+//!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76). With etcd, then the connection to the
+//!    cluster.
 //! 2. `read-status`: the previous `run.json`; an invalid one is `RECORD_INVALID` (65) and is
 //!    never overwritten (nothing is claimed).
 //! 3. `claim`: claim the lease; with [`OpenOptions::takeover`], an exact takeover of a
@@ -205,6 +234,8 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(not(loom))]
+pub mod authority;
 pub mod cgroup;
 pub mod error;
 mod fence;
@@ -215,6 +246,8 @@ pub mod procs;
 mod run;
 mod sync;
 
+#[cfg(not(loom))]
+pub use authority::{Authority, LeaseAuthority};
 pub use error::RunError;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]

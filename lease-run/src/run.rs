@@ -1,5 +1,6 @@
 //! The run: open, commands, self-fence and watchdog, reaping, release.
 
+use crate::authority::{Authority, LeaseAuthority};
 use crate::error::RunError;
 use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tracked};
 use crate::procs::{self, Tracked, boottime_ns};
@@ -134,6 +135,10 @@ pub struct OpenOptions {
     /// below this process's cgroup (default true); otherwise, or when false, they are
     /// tracked by process group, session and /proc scans only (see the crate docs).
     pub cgroup: bool,
+    /// Where the lease lives (default [`Authority::RunFolder`]; with the cargo feature
+    /// `etcd`, an etcd cluster). Only the lease moves: `run.json`, command records, the
+    /// owner lock, the cgroup and the store stay in the run folder.
+    pub authority: Authority,
     /// Step timings.
     pub on_step: Option<StepCallback>,
 }
@@ -153,6 +158,7 @@ impl Default for OpenOptions {
             exit_on_fence: false,
             subreaper: true,
             cgroup: true,
+            authority: Authority::RunFolder,
             on_step: None,
         }
     }
@@ -173,6 +179,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("exit_on_fence", &self.exit_on_fence)
             .field("subreaper", &self.subreaper)
             .field("cgroup", &self.cgroup)
+            .field("authority", &self.authority)
             .finish_non_exhaustive()
     }
 }
@@ -507,12 +514,13 @@ async fn blocking<T: Send + 'static>(
 /// active epoch and the run not fenced, checked right before the atomic replace.
 fn write_status_blocking(
     dir: &RunDir,
+    auth: &dyn LeaseAuthority,
     shared: &Shared,
     lease: &OwnedLease,
     record: &RunStatus,
 ) -> Result<(), RunError> {
     shared.check_live()?;
-    let view = dir.status(record.updated_at, false)?;
+    let view = auth.status(record.updated_at, false)?;
     let ours = view.head.as_ref().is_some_and(|h| {
         h.generation() == lease.generation && h.is_active() && h.epoch.owner_id == lease.owner_id
     });
@@ -646,6 +654,7 @@ impl RunCommand {
 /// self-fence timer and the watchdog are running.
 pub struct Run {
     dir: Arc<RunDir>,
+    auth: Arc<dyn LeaseAuthority>,
     lease: OwnedLease,
     lock: Option<OwnerLock>,
     shared: Arc<Shared>,
@@ -667,6 +676,7 @@ impl std::fmt::Debug for Run {
 /// What open has done so far, for the undo.
 struct Opening {
     dir: Arc<RunDir>,
+    auth: Arc<dyn LeaseAuthority>,
     lock: Option<OwnerLock>,
     lease: Option<OwnedLease>,
     shared: Option<Arc<Shared>>,
@@ -689,10 +699,11 @@ impl Run {
         let cb = opts.on_step.clone();
         let deadline = opts.step_deadline;
 
-        // (1) owner lock.
+        // (1) owner lock (and, with etcd, the connection to the cluster).
         let (p, create, lock_timeout) = (path.to_path_buf(), opts.create, opts.lock_timeout);
         let (rid, nm) = (run_id.clone(), name.clone());
-        let (dir, lock) = timed(
+        let (authority, fence_after) = (opts.authority.clone(), opts.policy.self_fence_after());
+        let (dir, lock, auth) = timed(
             &cb,
             StepName::OwnerLock,
             blocking(
@@ -724,13 +735,14 @@ impl Run {
                         }
                         std::thread::sleep(Duration::from_millis(10));
                     };
-                    let dir = RunDir::with_fs(
+                    let dir = Arc::new(RunDir::with_fs(
                         fs,
-                        rid,
+                        rid.clone(),
                         &p,
                         Arc::new(ProcLiveness::new(&p).holding_lock()),
-                    );
-                    Ok((Arc::new(dir), lock))
+                    ));
+                    let auth = authority.connect(dir.clone(), rid, deadline, fence_after)?;
+                    Ok((dir, lock, auth))
                 },
             ),
         )
@@ -738,6 +750,7 @@ impl Run {
 
         let mut st = Opening {
             dir,
+            auth,
             lock: Some(lock),
             lease: None,
             shared: None,
@@ -757,6 +770,7 @@ impl Run {
         };
         Ok(Run {
             dir: st.dir,
+            auth: st.auth,
             lease,
             lock: st.lock,
             shared,
@@ -794,8 +808,8 @@ impl Run {
         .await?;
 
         // (3) claim; or exact takeover of a stale owner; or retire a definitely-dead owner
-        // and claim.
-        let dir = st.dir.clone();
+        // and claim (with etcd, "dead" is judged by the owner's etcd lease).
+        let dir = st.auth.clone();
         let (policy, retire_dead) = (opts.policy, opts.retire_dead);
         let takeover = opts.takeover.clone();
         let trigger = match opts.takeover_watched {
@@ -811,7 +825,7 @@ impl Run {
             blocking(&name, StepName::Claim, deadline, move || {
                 let holder = this_holder()?;
                 if let Some(expect) = takeover {
-                    return Ok(dir.takeover(
+                    return dir.takeover(
                         new_owner_id()?,
                         holder,
                         policy,
@@ -819,7 +833,7 @@ impl Run {
                         expect,
                         trigger,
                         random_u64()?,
-                    )?);
+                    );
                 }
                 match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
                     Ok(l) => Ok(l),
@@ -835,12 +849,12 @@ impl Run {
                                     Some(Expectation::of(head)),
                                     random_u64()?,
                                 )?;
-                                Ok(dir.claim(new_owner_id()?, holder, policy, wall_now()?)?)
+                                dir.claim(new_owner_id()?, holder, policy, wall_now()?)
                             }
-                            _ => Err(e.into()),
+                            _ => Err(e),
                         }
                     }
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 }
             }),
         )
@@ -874,8 +888,9 @@ impl Run {
             updated_at: now,
             detail: None,
         };
-        let (dir, sh, l, r) = (
+        let (dir, auth, sh, l, r) = (
             st.dir.clone(),
+            st.auth.clone(),
             shared.clone(),
             lease.clone(),
             record.clone(),
@@ -884,14 +899,14 @@ impl Run {
             cb,
             StepName::RunJson,
             blocking(&name, StepName::RunJson, deadline, move || {
-                write_status_blocking(&dir, &sh, &l, &r)
+                write_status_blocking(&dir, &*auth, &sh, &l, &r)
             }),
         )
         .await?;
         st.current = Some(record);
 
         // (5) heartbeat task, self-fence timer task, watchdog OS thread.
-        let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
+        let (dir, sh, l) = (st.auth.clone(), shared.clone(), lease.clone());
         let subreaper = opts.subreaper;
         if opts.cgroup {
             let key = crate::cgroup::run_key(path, lease.run_id.as_str());
@@ -976,7 +991,7 @@ impl Run {
         // claim replaced), then open `store/run.sqlite`. A new store is created only when
         // the chain names none (no seal, floor 0 or none); an expected store that is
         // missing is STORE_MISSING, never recreated.
-        let dir = st.dir.clone();
+        let dir = st.auth.clone();
         let (rid, g, carry) = (
             lease.run_id.clone(),
             lease.generation,
@@ -1045,12 +1060,18 @@ impl Run {
         live.sealed_sequence = None;
         live.heartbeat_at = Some(now);
         live.updated_at = now;
-        let (dir, sh, l, r) = (st.dir.clone(), shared.clone(), lease.clone(), live.clone());
+        let (dir, auth, sh, l, r) = (
+            st.dir.clone(),
+            st.auth.clone(),
+            shared.clone(),
+            lease.clone(),
+            live.clone(),
+        );
         timed(
             cb,
             StepName::Live,
             blocking(&name, StepName::Live, deadline, move || {
-                write_status_blocking(&dir, &sh, &l, &r)
+                write_status_blocking(&dir, &*auth, &sh, &l, &r)
             }),
         )
         .await?;
@@ -1086,7 +1107,12 @@ impl Run {
                     rec.detail = Some(failure_detail(err));
                     rec.wake_at = None;
                     rec.updated_at = now;
-                    let (dir, sh, l) = (st.dir.clone(), shared.clone(), lease.clone());
+                    let (dir, auth, sh, l) = (
+                        st.dir.clone(),
+                        st.auth.clone(),
+                        shared.clone(),
+                        lease.clone(),
+                    );
                     let r = blocking(
                         &name,
                         StepName::FinalStatus,
@@ -1097,8 +1123,8 @@ impl Run {
                                 None => carried,
                             };
                             rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
-                            write_status_blocking(&dir, &sh, &l, &rec)?;
-                            dir.release(&l, wall_now()?, seal)?;
+                            write_status_blocking(&dir, &*auth, &sh, &l, &rec)?;
+                            auth.release(&l, wall_now()?, seal)?;
                             Ok(())
                         },
                     )
@@ -1128,9 +1154,16 @@ impl Run {
         &self.lease
     }
 
-    /// The run folder.
+    /// The run folder (`run.json`, command records, owner lock, store; with the default
+    /// authority also the lease).
     pub fn dir(&self) -> &RunDir {
         &self.dir
+    }
+
+    /// The lease's authority (the run folder, or an etcd cluster): status, events and
+    /// the other lease operations of this run.
+    pub fn authority(&self) -> &Arc<dyn LeaseAuthority> {
+        &self.auth
     }
 
     /// The cgroup v2 directory holding this incarnation's commands, if one could be
@@ -1221,8 +1254,9 @@ impl Run {
         rec.detail = detail;
         rec.wake_at = wake_at;
         rec.updated_at = now;
-        let (dir, sh, l, r) = (
+        let (dir, auth, sh, l, r) = (
             self.dir.clone(),
+            self.auth.clone(),
             self.shared.clone(),
             self.lease.clone(),
             rec.clone(),
@@ -1231,7 +1265,7 @@ impl Run {
             &self.shared.run,
             StepName::FinalStatus,
             self.opts.step_deadline,
-            move || write_status_blocking(&dir, &sh, &l, &r),
+            move || write_status_blocking(&dir, &*auth, &sh, &l, &r),
         )
         .await?;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
@@ -1267,8 +1301,14 @@ impl Run {
             .env(
                 "RUNLEASE_GENERATION",
                 self.lease.generation.get().to_string(),
-            )
-            .envs(env.iter().map(|(k, v)| (k, v)));
+            );
+        // The authority, so `runlease append`/`release` in the command find the lease
+        // where it lives; an inherited one must not point the command elsewhere.
+        match self.opts.authority.url() {
+            Some(url) => cmd.env("RUNLEASE_AUTHORITY", url),
+            None => cmd.env_remove("RUNLEASE_AUTHORITY"),
+        };
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         // Start and track in one critical section of the tracking lock, so the watchdog
         // never takes a snapshot without the group (`fence::fence_tick`).
         let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
@@ -1503,8 +1543,9 @@ impl Run {
         rec.wake_at = wake_at;
         rec.sealed_sequence = Some(seal.sequence);
         rec.updated_at = now;
-        let (dir, sh, l, r) = (
+        let (dir, auth, sh, l, r) = (
             self.dir.clone(),
+            self.auth.clone(),
             self.shared.clone(),
             self.lease.clone(),
             rec.clone(),
@@ -1513,7 +1554,7 @@ impl Run {
             &cb,
             StepName::FinalStatus,
             blocking(&name, StepName::FinalStatus, deadline, move || {
-                write_status_blocking(&dir, &sh, &l, &r)
+                write_status_blocking(&dir, &*auth, &sh, &l, &r)
             }),
         )
         .await;
@@ -1534,12 +1575,12 @@ impl Run {
         })
         .await?;
 
-        let (dir, l) = (self.dir.clone(), self.lease.clone());
+        let (auth, l) = (self.auth.clone(), self.lease.clone());
         timed(
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
-                dir.release(&l, wall_now()?, Some(seal))?;
+                auth.release(&l, wall_now()?, Some(seal))?;
                 Ok(())
             }),
         )
@@ -1613,7 +1654,7 @@ fn record_fallback(lease: &OwnedLease, now: Timestamp) -> RunStatus {
 
 /// The heartbeat task: every `heartbeat`, one lease heartbeat off the runtime; a success
 /// moves the beat (its CLOCK_BOOTTIME start) forward; `FENCED` fences.
-async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease) {
+async fn heartbeat_loop(dir: Arc<dyn LeaseAuthority>, shared: Arc<Shared>, lease: OwnedLease) {
     let mut tick = tokio::time::interval(shared.policy.heartbeat());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -1635,12 +1676,14 @@ async fn heartbeat_loop(dir: Arc<RunDir>, shared: Arc<Shared>, lease: OwnedLease
             return;
         }
         let Ok(now) = wall_now() else { continue };
+        // Bounded by the self-fence deadline: past it the run fences anyway, so a hung
+        // authority (an etcd cluster that does not answer) costs no more than that.
+        let left = shared.until_lapse(started);
+        let until = Instant::now() + left;
         let (d, l) = (dir.clone(), lease.clone());
         let r = tokio::time::timeout(
             shared.policy.self_fence_after(),
-            tokio::task::spawn_blocking(move || {
-                d.heartbeat_with_store_head(&l, now, count, store_head)
-            }),
+            tokio::task::spawn_blocking(move || d.heartbeat(&l, now, count, store_head, until)),
         )
         .await;
         match r {

@@ -20,9 +20,10 @@ const USAGE: &str = "\
 Usage: cargo xtask <COMMAND>
 
 Commands:
-  ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace`
+  ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace --all-features`
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
-  test [--deep] `cargo test --workspace`; --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
+  test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
+                --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
   bench         criterion benchmarks of lease-fs and lease-sqlite, then figures and ratios vs raw baselines
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
@@ -193,6 +194,7 @@ fn ci() -> Result<(), String> {
             "clippy",
             "--workspace",
             "--all-targets",
+            "--all-features",
             "--",
             "-D",
             "warnings",
@@ -216,10 +218,11 @@ fn ci() -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask test [--deep]`: `cargo test --workspace`, optionally with
+/// `cargo xtask test [--deep]`: `cargo test --workspace --all-features` (so the `etcd`
+/// feature's tests of lease-run and lease-cli run too), optionally with
 /// `RUNLEASE_DEEP=1` (lease-core's proptests then run 100x their case counts).
 fn test(deep: bool) -> Result<(), String> {
-    let mut cmd = cargo(&["test", "--workspace"]);
+    let mut cmd = cargo(&["test", "--workspace", "--all-features"]);
     if deep {
         cmd.env("RUNLEASE_DEEP", "1");
     }

@@ -5,8 +5,10 @@
 //! # What runs
 //!
 //! * The `runlease` binary is built once in the **debug** profile (`cargo build -p
-//!   lease-cli`): `cargo test --workspace` has already built it in CI, so the torture costs
-//!   no extra compile there, and the timings below are generous enough for a debug build.
+//!   lease-cli`, default features: the run-folder authority it tortures). CI's `cargo test
+//!   --workspace --all-features` built it with the `etcd` feature, so CI recompiles
+//!   lease-run and lease-cli once here; the timings below are generous enough for a debug
+//!   build.
 //! * N *slots* (threads of this process) each loop on
 //!   `runlease run RUN --heartbeat 200 --self-fence-after 800 --stale-after 1200 --wait=2s
 //!   --takeover-stale --retire-dead -- <this xtask> torture --worker ...` until the deadline.

@@ -22,13 +22,14 @@ pub const FAST: [&str; 6] = [
     "1000",
 ];
 
-/// A `runlease` command with no owner token inherited and no terminal stdin.
+/// A `runlease` command with no owner token or authority inherited and no terminal stdin.
 pub fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(args)
         .env_remove("RUNLEASE_RUN")
         .env_remove("RUNLEASE_GENERATION")
         .env_remove("RUNLEASE_OWNER")
+        .env_remove("RUNLEASE_AUTHORITY")
         .env("PATH", path_with_binary())
         .stdin(Stdio::null());
     c

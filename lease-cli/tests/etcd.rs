@@ -1,0 +1,322 @@
+//! `runlease --authority etcd://...` end to end against a real 3-member etcd cluster: run
+//! (the command appends an event through the inherited RUNLEASE_AUTHORITY), status, events
+//! and verify with the same JSON shapes and exit codes as with the run folder; a second
+//! owner refused (76); folder-only subcommands refused (64); an unreachable cluster (69).
+#![cfg(feature = "etcd")]
+
+mod common;
+// Each test crate uses a part of the harness.
+#[allow(dead_code)]
+#[path = "../../lease-etcd/tests/cluster/mod.rs"]
+mod cluster;
+
+use cluster::{Cluster, SERIAL, etcd_binary};
+use common::{FAST, cmd, json_lines, text, wait_exit};
+use rustix::process::Signal;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn url(cluster: &Cluster, prefix: &str) -> String {
+    let eps: Vec<String> = cluster.members.iter().map(|m| m.endpoint()).collect();
+    format!("etcd://{}/{prefix}", eps.join(","))
+}
+
+/// `runlease --authority URL ARGS...`.
+fn rl(authority: &str, args: &[&str]) -> Output {
+    let mut all = vec!["--authority", authority];
+    all.extend_from_slice(args);
+    cmd(&all).output().expect("spawn runlease")
+}
+
+fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files_below(&p));
+            } else {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn run_status_append_events_verify_over_etcd() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-e2e");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("job");
+    let d = dir.to_str().unwrap();
+
+    // The command appends through the RUNLEASE_AUTHORITY it inherits.
+    let mut args = vec!["--json", "run", d];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&[
+        "--",
+        "sh",
+        "-c",
+        r#"test -n "$RUNLEASE_AUTHORITY" && runlease append "$RUNLEASE_RUN" --type step.done --payload '{"n":1}'"#,
+    ]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let lines = json_lines(&o);
+    assert_eq!(lines[0]["schema"], "runlease/cli/run/1");
+    assert_eq!(lines[0]["event"], "owned");
+    assert_eq!(lines[0]["generation"], 1);
+    let released = lines.last().unwrap();
+    assert_eq!(released["event"], "released");
+    assert_eq!(released["released_as"], 2);
+    assert_eq!(released["command_exit"], 0);
+
+    // Only the lease moved: run.json and the store are in the folder, no lease file.
+    assert!(
+        files_below(&dir.join("lease")).is_empty(),
+        "{:?}",
+        files_below(&dir)
+    );
+    assert!(dir.join("run.json").exists());
+
+    // status through the environment variable this time.
+    let o = cmd(&["status", "--json", d])
+        .env("RUNLEASE_AUTHORITY", &a)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let st = json_lines(&o).remove(0);
+    assert_eq!(st["schema"], "runlease/cli/status/1");
+    assert_eq!(st["state"], "free");
+    assert_eq!(st["generation"], 2);
+    assert_eq!(st["epoch_state"], "released");
+    assert_eq!(st["run_status"]["status"], "done");
+    assert_eq!(st["run_id"], "job");
+
+    let o = rl(&a, &["events", "--json", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let ev = json_lines(&o);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["schema"], "runlease/cli/event/1");
+    assert_eq!(ev[0]["type"], "step.done");
+    assert_eq!(ev[0]["payload"]["n"], 1);
+    assert_eq!(ev[0]["authority"], "counts");
+
+    let o = rl(&a, &["verify", "--json", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = json_lines(&o).remove(0);
+    assert_eq!(
+        (v["epochs"].as_u64(), v["events"].as_u64()),
+        (Some(2), Some(1))
+    );
+
+    // The folder does not have to exist on the observing host (run.json: null).
+    let elsewhere = tmp.path().join("other-host").join("job");
+    let o = rl(&a, &["status", "--json", elsewhere.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let st = json_lines(&o).remove(0);
+    assert_eq!(
+        (st["state"].as_str(), st["generation"].as_u64()),
+        (Some("free"), Some(2))
+    );
+    assert!(st["run_status"].is_null());
+
+    // An append with a superseded token: FENCED, 75, as with the folder.
+    let o = rl(
+        &a,
+        &[
+            "append",
+            "--json",
+            d,
+            "--type",
+            "late",
+            "--generation",
+            "1",
+            "--owner",
+            "x",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(75), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "FENCED");
+
+    // prune works on the chain in etcd.
+    let o = rl(&a, &["prune", "--json", d, "--keep", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["schema"], "runlease/cli/prune/1");
+}
+
+#[test]
+fn a_held_run_is_refused_with_76_from_another_folder() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-held");
+    let tmp = tempfile::tempdir().unwrap();
+    let host_a = tmp.path().join("a").join("job");
+    let host_b = tmp.path().join("b").join("job");
+    let mut args = vec!["--authority", a.as_str(), "run", host_a.to_str().unwrap()];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "sleep", "30"]);
+    let mut owner = cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let o = rl(&a, &["status", "--json", host_b.to_str().unwrap()]);
+        if json_lines(&o)
+            .first()
+            .is_some_and(|s| s["state"] == "active")
+        {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never active");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = rl(
+        &a,
+        &["--json", "run", host_b.to_str().unwrap(), "--", "true"],
+    );
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    let e = json_lines(&o).remove(0);
+    assert_eq!(e["code"], "RUN_ALREADY_ACTIVE");
+    assert_eq!(e["holder"]["generation"], 1);
+    // A takeover of a fresh owner: refused, 76.
+    let o = rl(
+        &a,
+        &["--json", "takeover", host_b.to_str().unwrap(), "--yes"],
+    );
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "TAKEOVER_ACTIVE_REFUSED");
+    // SIGTERM is forwarded to the command; the run is released.
+    common::signal(owner.id(), Signal::TERM);
+    let st = wait_exit(&mut owner, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(128 + 15));
+    let o = rl(&a, &["status", "--json", host_b.to_str().unwrap()]);
+    assert_eq!(json_lines(&o)[0]["state"], "free");
+}
+
+#[test]
+fn folder_only_subcommands_and_bad_addresses_exit_64() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("job");
+    let a = "etcd://127.0.0.1:1/p";
+    for args in [
+        vec!["--json", "doctor", d.to_str().unwrap()],
+        vec!["--json", "list", tmp.path().to_str().unwrap()],
+    ] {
+        let o = rl(a, &args);
+        assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+        assert_eq!(json_lines(&o)[0]["code"], "AUTHORITY_UNSUPPORTED");
+    }
+    let o = rl(
+        "etcd://127.0.0.1:2379",
+        &["--json", "status", d.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "AUTHORITY_INVALID");
+    // Refused before anything is touched.
+    assert!(!d.exists());
+}
+
+#[test]
+fn an_unreachable_cluster_exits_69() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let a = format!("etcd://127.0.0.1:{port}/p");
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("job");
+    let t = Instant::now();
+    let o = rl(&a, &["--json", "status", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(69), "{}", text(&o.stderr));
+    let e = json_lines(&o).remove(0);
+    assert_eq!(
+        (e["code"].as_str(), e["exit_code"].as_i64()),
+        (Some("UNAVAILABLE"), Some(69))
+    );
+    // The CLI's etcd operations end by 5 s.
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let mut args = vec!["--json", "run", d.to_str().unwrap()];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "true"]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(69), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "UNAVAILABLE");
+}
+
+#[test]
+fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-release");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("job");
+    let d = dir.to_str().unwrap();
+
+    // `runlease release` inside the command asks its `runlease run` (SIGUSR1), which
+    // releases in etcd; the command runs on without the lease.
+    let mut args = vec!["--json", "run", d];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "sh", "-c", "runlease release --json && sleep 0.3"]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let lines = json_lines(&o);
+    let rel = lines
+        .iter()
+        .find(|l| l["schema"] == "runlease/cli/release/1")
+        .expect("release object");
+    assert_eq!(
+        (rel["how"].as_str(), rel["released_as"].as_u64()),
+        (Some("owner"), Some(2))
+    );
+    assert_eq!(lines.last().unwrap()["on_request"], true);
+
+    // A kill -9ed owner: dead once its etcd lease (stale_after 1 s) expired; retire frees.
+    let pidfile = tmp.path().join("pid");
+    let mut args = vec!["--authority", a.as_str(), "run", d];
+    args.extend_from_slice(&FAST);
+    let script = format!("echo $$ > {}; exec sleep 30", pidfile.display());
+    args.extend_from_slice(&["--", "sh", "-c", script.as_str()]);
+    let mut owner = cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = common::read_pid(&pidfile);
+    common::signal(owner.id(), Signal::KILL);
+    wait_exit(&mut owner, Duration::from_secs(5));
+    // Refused while the etcd lease lives (76), then retired.
+    let t = Instant::now();
+    let mut refused = 0;
+    loop {
+        let o = rl(&a, &["--json", "retire", d]);
+        match o.status.code() {
+            Some(0) => {
+                let r = json_lines(&o).remove(0);
+                assert_eq!(r["schema"], "runlease/cli/retire/1");
+                assert_eq!(r["state"], "free");
+                break;
+            }
+            Some(76) => refused += 1,
+            other => panic!("{other:?}: {}", text(&o.stderr)),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never retired");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(refused > 0, "retired before the etcd lease could expire");
+    // The next run on this boot kills the killed owner's command from its record.
+    assert!(common::alive(child));
+    let mut args = vec!["run", d];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "true"]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!common::alive(child));
+}

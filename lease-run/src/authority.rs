@@ -1,0 +1,483 @@
+//! Where the lease lives: the run folder (lease-fs's `RunDir`, the default) or, with the
+//! cargo feature `etcd`, an etcd cluster (lease-etcd's `EtcdRun`).
+//!
+//! [`LeaseAuthority`] is the set of lease operations lease-run (and the `runlease` CLI)
+//! needs; `run.rs` has one code path over it. **Only the lease moves**: `run.json`, the
+//! command records, the kernel owner lock, the cgroup and the store stay in the run folder
+//! whatever the authority.
+//!
+//! With etcd, "dead" is judged by the owner's etcd lease (lease-etcd's liveness probe),
+//! not by probing a pid, and every heartbeat is bounded by the self-fence deadline: a hung
+//! cluster makes the owner fence, never hang.
+
+use crate::error::RunError;
+use lease_core::ops::{
+    Appended, EventLogView, Expectation, OwnedLease, PruneReport, Request, Response, Retired,
+    StatusView, TakeoverTrigger, VerifyReport,
+};
+use lease_core::{
+    EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, RunId, Seal, Timestamp,
+    TimingPolicy,
+};
+use lease_fs::RunDir;
+use std::time::{Duration, Instant};
+
+/// Which authority holds a run's lease ([`crate::OpenOptions::authority`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Authority {
+    /// The run folder itself (`lease/`, `events/`, ... beside `run.json`): the default.
+    #[default]
+    RunFolder,
+    /// An etcd cluster (`etcd://host:port[,host:port...]/prefix`); the run's keys are
+    /// `/<prefix>/<run id>/...`, the run id being the run folder's name.
+    #[cfg(feature = "etcd")]
+    Etcd(lease_etcd::AuthorityAddr),
+}
+
+impl Authority {
+    /// The value passed to commands as `RUNLEASE_AUTHORITY` (the `etcd://` URL), `None`
+    /// for the run folder.
+    pub fn url(&self) -> Option<String> {
+        match self {
+            Authority::RunFolder => None,
+            #[cfg(feature = "etcd")]
+            Authority::Etcd(addr) => Some(etcd_url(addr)),
+        }
+    }
+
+    /// The lease of run `run_id` under this authority. `folder` is used for
+    /// [`Authority::RunFolder`] (it *is* the authority then). With etcd a connection is
+    /// made with the deadlines of [`EtcdLease::options`]: an operation of an open or
+    /// release step ends by `step_deadline / 2`, so it answers `UNAVAILABLE` (69) before
+    /// the step's own `STEP_TIMEOUT`; one attempt of one call by at most half of that and
+    /// of `self_fence_after` (so a heartbeat can still retry another member before the
+    /// self-fence deadline, which bounds every heartbeat). Blocking.
+    pub fn connect(
+        &self,
+        folder: std::sync::Arc<RunDir>,
+        run_id: RunId,
+        step_deadline: Duration,
+        self_fence_after: Duration,
+    ) -> Result<std::sync::Arc<dyn LeaseAuthority>, RunError> {
+        let _ = (&run_id, step_deadline, self_fence_after);
+        match self {
+            Authority::RunFolder => Ok(folder),
+            #[cfg(feature = "etcd")]
+            Authority::Etcd(addr) => Ok(std::sync::Arc::new(EtcdLease::connect(
+                addr,
+                run_id,
+                EtcdLease::options(step_deadline, self_fence_after),
+            )?)),
+        }
+    }
+}
+
+/// The `etcd://host:port,.../prefix` form of an address (as given, endpoints in order).
+#[cfg(feature = "etcd")]
+pub fn etcd_url(addr: &lease_etcd::AuthorityAddr) -> String {
+    let hosts: Vec<&str> = addr
+        .endpoints
+        .iter()
+        .map(|e| e.strip_prefix("http://").unwrap_or(e))
+        .collect();
+    format!("etcd://{}/{}", hosts.join(","), addr.prefix)
+}
+
+/// The lease operations of one run, whichever authority holds it. Every method is
+/// blocking; the etcd implementation may be called from async code too (each call runs
+/// on a thread of its own, see [`EtcdLease`]).
+pub trait LeaseAuthority: Send + Sync + std::fmt::Debug {
+    /// `run folder` or the `etcd://` URL, for messages.
+    fn describe(&self) -> String;
+    /// The run id.
+    fn lease_run_id(&self) -> &RunId;
+    /// Claim a free run.
+    fn claim(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedLease, RunError>;
+    /// Exact takeover of a stale owner.
+    #[allow(clippy::too_many_arguments)]
+    fn takeover(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Expectation,
+        trigger: TakeoverTrigger,
+        nonce: u64,
+    ) -> Result<OwnedLease, RunError>;
+    /// Retire a definitely-dead owner.
+    fn retire(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Option<Expectation>,
+        nonce: u64,
+    ) -> Result<Retired, RunError>;
+    /// The run's status; with `probe`, liveness decides `dead` (the folder: same boot,
+    /// process gone, owner lock free; etcd: the owner's etcd lease is gone).
+    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError>;
+    /// One heartbeat reporting `store_head`. The folder ignores `deadline` (the caller
+    /// bounds the blocking call); etcd returns `UNAVAILABLE` by `deadline` at the latest.
+    fn heartbeat(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+        deadline: Instant,
+    ) -> Result<(), RunError>;
+    /// Release with the store's seal; returns the release epoch's generation.
+    fn release(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        seal: Option<Seal>,
+    ) -> Result<Generation, RunError>;
+    /// One lease-core request (e.g. read a cutoff).
+    fn perform(&self, req: Request) -> Result<Response, RunError>;
+    /// Read and decode epoch `g` (`None` if absent).
+    fn read_epoch(&self, g: Generation) -> Result<Option<EpochRecord>, RunError> {
+        let f = FileRef::Epoch(g);
+        match self.perform(Request::Read(f))? {
+            Response::Content(None) => Ok(None),
+            Response::Content(Some(bytes)) => Ok(Some(
+                lease_core::decode_for(self.lease_run_id(), &bytes)
+                    .map_err(|e| RunError::from(e.in_file(f.path())))?,
+            )),
+            other => Err(RunError::from(LeaseError::ProtocolViolation {
+                detail: format!("Read answered {other:?}"),
+            })),
+        }
+    }
+    /// Append an event as the owner of `lease`.
+    fn append(
+        &self,
+        lease: &OwnedLease,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Appended, RunError>;
+    /// Read and judge the event log.
+    fn read_events(
+        &self,
+        finalize_as: Option<(Identity, Timestamp)>,
+    ) -> Result<EventLogView, RunError>;
+    /// Walk both hash chains.
+    fn verify(&self) -> Result<VerifyReport, RunError>;
+    /// Compact old lease records, keeping the newest `keep` generations.
+    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError>;
+}
+
+impl LeaseAuthority for RunDir {
+    fn describe(&self) -> String {
+        "run folder".into()
+    }
+    fn lease_run_id(&self) -> &RunId {
+        self.run_id()
+    }
+    fn claim(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedLease, RunError> {
+        Ok(RunDir::claim(self, owner_id, holder, policy, now)?)
+    }
+    fn takeover(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Expectation,
+        trigger: TakeoverTrigger,
+        nonce: u64,
+    ) -> Result<OwnedLease, RunError> {
+        Ok(RunDir::takeover(
+            self, owner_id, holder, policy, now, expect, trigger, nonce,
+        )?)
+    }
+    fn retire(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Option<Expectation>,
+        nonce: u64,
+    ) -> Result<Retired, RunError> {
+        Ok(RunDir::retire(
+            self, owner_id, holder, policy, now, expect, nonce,
+        )?)
+    }
+    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError> {
+        Ok(RunDir::status(self, now, probe)?)
+    }
+    fn heartbeat(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+        _deadline: Instant,
+    ) -> Result<(), RunError> {
+        Ok(self.heartbeat_with_store_head(lease, now, count, store_head)?)
+    }
+    fn release(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        seal: Option<Seal>,
+    ) -> Result<Generation, RunError> {
+        Ok(RunDir::release(self, lease, now, seal)?)
+    }
+    fn perform(&self, req: Request) -> Result<Response, RunError> {
+        Ok(RunDir::perform(self, req)?)
+    }
+    fn read_epoch(&self, g: Generation) -> Result<Option<EpochRecord>, RunError> {
+        Ok(RunDir::read_epoch(self, g)?)
+    }
+    fn append(
+        &self,
+        lease: &OwnedLease,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Appended, RunError> {
+        Ok(RunDir::append(self, lease, event_type, payload, now)?)
+    }
+    fn read_events(
+        &self,
+        finalize_as: Option<(Identity, Timestamp)>,
+    ) -> Result<EventLogView, RunError> {
+        Ok(RunDir::read_events(self, finalize_as)?)
+    }
+    fn verify(&self) -> Result<VerifyReport, RunError> {
+        Ok(RunDir::verify(self)?)
+    }
+    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError> {
+        Ok(RunDir::prune(self, keep, by, now)?)
+    }
+}
+
+/// A run's lease in etcd ([`Authority::Etcd`]): lease-etcd's `EtcdRun` behind
+/// [`LeaseAuthority`].
+///
+/// lease-etcd blocks on a private runtime, which panics when done on an async worker
+/// thread, and its runtime may not be dropped there either. So every call here runs on a
+/// scoped thread of its own (callable from async code; callers still use
+/// `spawn_blocking` so the runtime is not blocked), and dropping hands the connection to a
+/// plain thread.
+#[cfg(feature = "etcd")]
+pub struct EtcdLease {
+    run: Option<lease_etcd::EtcdRun>,
+    authority: Option<lease_etcd::EtcdAuthority>,
+    url: String,
+    run_id: RunId,
+}
+
+#[cfg(feature = "etcd")]
+impl std::fmt::Debug for EtcdLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLease")
+            .field("url", &self.url)
+            .field("run_id", &self.run_id)
+            .finish()
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdLease {
+    /// The deadlines for open/release steps of `step_deadline` and heartbeats of an
+    /// owner that self-fences after `self_fence_after`: an etcd operation ends by
+    /// `step_deadline / 2`; one attempt of one call by the least of half of that, half of
+    /// `self_fence_after` and 1 s. (Heartbeats take their overall deadline from the
+    /// self-fence deadline.)
+    pub fn options(step_deadline: Duration, self_fence_after: Duration) -> lease_etcd::EtcdOptions {
+        let op = (step_deadline / 2).max(Duration::from_millis(10));
+        let call = (op / 2)
+            .min(self_fence_after / 2)
+            .min(Duration::from_secs(1))
+            .max(Duration::from_millis(10));
+        lease_etcd::EtcdOptions {
+            call_timeout: call,
+            op_timeout: op,
+            connect_timeout: call,
+        }
+    }
+
+    /// Connect to the cluster at `addr` for run `run_id` (see [`EtcdLease::options`]).
+    pub fn connect(
+        addr: &lease_etcd::AuthorityAddr,
+        run_id: RunId,
+        opts: lease_etcd::EtcdOptions,
+    ) -> Result<EtcdLease, RunError> {
+        let (a, r) = (addr.clone(), run_id.clone());
+        let (authority, run) = std::thread::scope(|s| {
+            s.spawn(move || {
+                let authority = lease_etcd::EtcdAuthority::connect(&a, opts)?;
+                let run = authority.run(r);
+                Ok::<_, lease_etcd::EtcdError>((authority, run))
+            })
+            .join()
+            .map_err(|_| RunError::Io("the etcd connect thread panicked".into()))
+        })??;
+        Ok(EtcdLease {
+            run: Some(run),
+            authority: Some(authority),
+            url: etcd_url(addr),
+            run_id,
+        })
+    }
+
+    /// The lease-etcd handle.
+    pub fn etcd_run(&self) -> &lease_etcd::EtcdRun {
+        self.run.as_ref().expect("present until drop")
+    }
+
+    /// Run `f` on the handle on a scoped thread (see the type's docs).
+    fn on_thread<T: Send>(
+        &self,
+        f: impl FnOnce(&lease_etcd::EtcdRun) -> Result<T, lease_etcd::EtcdError> + Send,
+    ) -> Result<T, RunError> {
+        let run = self.etcd_run();
+        std::thread::scope(|s| {
+            s.spawn(|| f(run))
+                .join()
+                .map_err(|_| RunError::Io(format!("an etcd call thread panicked ({})", self.url)))
+        })?
+        .map_err(RunError::from)
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Drop for EtcdLease {
+    fn drop(&mut self) {
+        let (run, authority) = (self.run.take(), self.authority.take());
+        // Its runtime must not be dropped on an async worker thread.
+        let _ = std::thread::Builder::new()
+            .name("lease-etcd-drop".into())
+            .spawn(move || drop((run, authority)));
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl LeaseAuthority for EtcdLease {
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+    fn lease_run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    fn claim(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedLease, RunError> {
+        self.on_thread(|r| r.claim(owner_id, holder, policy, now))
+    }
+    fn takeover(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Expectation,
+        trigger: TakeoverTrigger,
+        nonce: u64,
+    ) -> Result<OwnedLease, RunError> {
+        self.on_thread(|r| r.takeover(owner_id, holder, policy, now, expect, trigger, nonce))
+    }
+    fn retire(
+        &self,
+        owner_id: Identity,
+        holder: Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+        expect: Option<Expectation>,
+        nonce: u64,
+    ) -> Result<Retired, RunError> {
+        self.on_thread(|r| r.retire(owner_id, holder, policy, now, expect, nonce))
+    }
+    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError> {
+        self.on_thread(|r| r.status(now, probe))
+    }
+    fn heartbeat(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+        deadline: Instant,
+    ) -> Result<(), RunError> {
+        self.on_thread(|r| {
+            r.heartbeat_with_store_head_until(lease, now, count, store_head, deadline)
+        })
+    }
+    fn release(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        seal: Option<Seal>,
+    ) -> Result<Generation, RunError> {
+        self.on_thread(|r| r.release(lease, now, seal))
+    }
+    fn perform(&self, req: Request) -> Result<Response, RunError> {
+        self.on_thread(|r| r.perform_request(req))
+    }
+    fn append(
+        &self,
+        lease: &OwnedLease,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<Appended, RunError> {
+        self.on_thread(|r| r.append(lease, event_type, payload, now))
+    }
+    fn read_events(
+        &self,
+        finalize_as: Option<(Identity, Timestamp)>,
+    ) -> Result<EventLogView, RunError> {
+        self.on_thread(|r| r.read_events(finalize_as))
+    }
+    fn verify(&self) -> Result<VerifyReport, RunError> {
+        self.on_thread(|r| r.verify())
+    }
+    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError> {
+        self.on_thread(|r| r.prune(keep, by, now))
+    }
+}
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etcd_urls_round_trip_and_step_deadlines_split() {
+        let url = "etcd://127.0.0.1:2379,node-2:2380/runlease/prod";
+        let addr = lease_etcd::AuthorityAddr::parse(url).unwrap();
+        assert_eq!(etcd_url(&addr), url);
+        assert_eq!(Authority::Etcd(addr).url().as_deref(), Some(url));
+        assert_eq!(Authority::RunFolder.url(), None);
+        let o = EtcdLease::options(Duration::from_secs(10), Duration::from_secs(15));
+        assert_eq!(o.op_timeout, Duration::from_secs(5));
+        assert_eq!(o.call_timeout, Duration::from_secs(1));
+        let o = EtcdLease::options(Duration::from_millis(1000), Duration::from_secs(15));
+        assert_eq!(o.op_timeout, Duration::from_millis(500));
+        assert_eq!(o.call_timeout, Duration::from_millis(250));
+        let o = EtcdLease::options(Duration::from_secs(10), Duration::from_millis(900));
+        assert_eq!(o.call_timeout, Duration::from_millis(450));
+    }
+}
