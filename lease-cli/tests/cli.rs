@@ -982,7 +982,10 @@ fn a_hand_broken_run_json_is_reported_by_status_run_and_doctor_and_kept() {
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
     let err = text(&o.stderr);
-    assert!(err.contains("run.json") && err.contains("RECORD_INVALID"), "{err}");
+    assert!(
+        err.contains("run.json") && err.contains("RECORD_INVALID"),
+        "{err}"
+    );
     let o = runlease(&["doctor", "--json", d]);
     assert_eq!(o.status.code(), Some(65));
     assert!(
@@ -993,5 +996,9 @@ fn a_hand_broken_run_json_is_reported_by_status_run_and_doctor_and_kept() {
         "{}",
         text(&o.stdout)
     );
-    assert_eq!(tree(&dir), before, "run.json was repaired or the run changed");
+    assert_eq!(
+        tree(&dir),
+        before,
+        "run.json was repaired or the run changed"
+    );
 }
