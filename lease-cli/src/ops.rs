@@ -913,7 +913,7 @@ fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
 /// Not checked: a present store's head against the seal (needs opening it; `runlease run`
 /// checks that at every open).
 fn store_findings(
-    run: &RunDir,
+    run: &lease_fs::RunDir,
     view: &lease_core::ops::StatusView,
     run_json: &serde_json::Value,
     findings: &mut Vec<Finding>,
