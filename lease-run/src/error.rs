@@ -22,7 +22,7 @@ pub enum RunError {
     #[error(transparent)]
     Etcd(#[from] lease_etcd::EtcdError),
     /// Bad options, refused before anything was touched.
-    #[error("INVALID_ARGUMENT: {0}")]
+    #[error("ARGUMENT_INVALID: {0}")]
     InvalidArgument(String),
     /// Another process on this host holds the run's kernel owner lock.
     #[error("OWNER_LOCK_HELD: run {run}: another process on this host holds its owner lock")]
@@ -90,7 +90,7 @@ impl RunError {
             RunError::Store(e) => e.code(),
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.code(),
-            RunError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            RunError::InvalidArgument(_) => "ARGUMENT_INVALID",
             RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
             RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
             RunError::Fenced { .. } => "FENCED",

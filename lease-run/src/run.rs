@@ -191,7 +191,7 @@ pub const MIN_FENCE_MARGIN: Duration = Duration::from_millis(2 * 100);
 
 impl OpenOptions {
     /// Check the options (and that `path` is absolute) without touching anything:
-    /// `INVALID_ARGUMENT` (64) for a relative path, a zero `lock_timeout`, `step_deadline`
+    /// `ARGUMENT_INVALID` (64) for a relative path, a zero `lock_timeout`, `step_deadline`
     /// or `kill_wait`, a timing policy whose `stale_after − self_fence_after` is below
     /// [`MIN_FENCE_MARGIN`] (unsafe: the kill could not be confirmed before the owner may be
     /// called stale), or both `retire_dead` and `takeover`.

@@ -693,7 +693,7 @@ fn invalid_options_are_refused_before_anything_is_touched() {
             let e = Run::open(&p, o).await.unwrap_err();
             assert_eq!(
                 (e.code(), e.exit_code()),
-                ("INVALID_ARGUMENT", 64),
+                ("ARGUMENT_INVALID", 64),
                 "{what}: {e}"
             );
             assert!(!path.exists(), "{what}: nothing may be created");
