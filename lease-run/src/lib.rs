@@ -195,7 +195,6 @@
 //!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
 //!   blocked runtime), the `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for
 //!   double-forked daemons without a cgroup.
-//! - `RUN_COMMANDS_SURVIVE` from release reports `pid: 0` (the group, not the survivor pid).
 //! - Invalid options ([`OpenOptions::validate`], before anything is touched): a relative
 //!   path, zero deadlines, `stale_after − self_fence_after` below [`MIN_FENCE_MARGIN`],
 //!   `retire_dead` with `takeover`; the timing policy's own rules are enforced by

@@ -186,18 +186,27 @@ impl Tracked {
     /// Whether a process that can still act (not a zombie) is tracked: in a recorded group
     /// or session, or a known descendant.
     pub fn any_alive(&self, procs: &[ProcInfo]) -> bool {
+        self.first_alive(procs).is_some()
+    }
+
+    /// The first tracked process of `procs` that is alive (not a zombie), as its pid and
+    /// process group: what a "survived SIGKILL" error names.
+    pub fn first_alive(&self, procs: &[ProcInfo]) -> Option<(u32, u32)> {
         if let Some(cg) = &self.cgroup {
             let members = crate::cgroup::pids_in(cg);
-            if procs.iter().any(|p| !p.zombie && members.contains(&p.pid)) {
-                return true;
+            if let Some(p) = procs.iter().find(|p| !p.zombie && members.contains(&p.pid)) {
+                return Some((p.pid, p.pgrp));
             }
         }
-        procs.iter().any(|p| {
-            !p.zombie
-                && (self.groups.contains(&p.pgrp)
-                    || self.groups.contains(&p.session)
-                    || self.known.get(&p.pid) == Some(&p.start_time))
-        })
+        procs
+            .iter()
+            .find(|p| {
+                !p.zombie
+                    && (self.groups.contains(&p.pgrp)
+                        || self.groups.contains(&p.session)
+                        || self.known.get(&p.pid) == Some(&p.start_time))
+            })
+            .map(|p| (p.pid, p.pgrp))
     }
 }
 

@@ -1474,10 +1474,16 @@ impl Run {
                     let cg = t.cgroup.clone();
                     *sh.tracked() = t;
                     if !gone {
+                        // Name a survivor (pid and group) from a fresh scan; one that died
+                        // since still leaves its recorded group to name.
+                        let (pid, pgid) = sh.tracked().first_alive(&procs::scan()).unwrap_or((
+                            0,
+                            sh.tracked().groups.iter().next().copied().unwrap_or(0),
+                        ));
                         return Err(RunError::CommandsSurvive {
                             run: sh.run.clone(),
-                            pid: 0,
-                            pgid: sh.tracked().groups.iter().next().copied().unwrap_or(0),
+                            pid,
+                            pgid,
                             generation: g.get(),
                         });
                     }
