@@ -815,10 +815,19 @@ pub fn events(
     if !follow {
         return Ok(0);
     }
-    // Polls every 500 ms; each poll re-reads and re-judges the whole log (fine for a first
-    // version; the judgment of already printed events is not re-printed if it changes).
+    // Polls every 500 ms. On a run folder an idle poll is one `stat` of the next event's
+    // name; only when it exists is the whole log re-read and re-judged (the judgment of
+    // already printed events is not re-printed if it changes). Over etcd every poll reads.
+    let folder = matches!(authority, RunAuthority::RunFolder);
     loop {
         std::thread::sleep(Duration::from_millis(500));
+        if folder {
+            let next =
+                lease_core::Sequence::new(last + 1).map(|s| dir.join(FileRef::Event(s).path()));
+            if next.is_some_and(|p| std::fs::symlink_metadata(p).is_err()) {
+                continue;
+            }
+        }
         let view = run.read_events(None)?;
         let seen = last;
         for je in view
