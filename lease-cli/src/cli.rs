@@ -212,7 +212,9 @@ Example:
     /// The event log, each event with its authority (non-counting events are shown, marked).
     #[command(after_help = "\
 Human output marks events that do not count with `!` and says why. Read-only: pending
-cutoffs are not finalized. --follow polls every 500 ms until interrupted.
+cutoffs are not finalized. --follow polls every 500 ms until interrupted and prints each
+new event once, with its authority when it was printed (an event shown `pending` is not
+printed again once its owner's cutoff is final: run `runlease events` again to see it).
 
 Example:
   runlease events ./demo-run --json")]
