@@ -126,7 +126,7 @@ impl From<lease_run::RunError> for CliError {
 
 /// Resolve `--authority` / `RUNLEASE_AUTHORITY` (unset or empty: the run folder), before
 /// anything is touched. An `etcd://` address is parsed (`AUTHORITY_INVALID`, 64); in a
-/// build without the `etcd` feature any address is refused by [`authority_unsupported`].
+/// build without the `etcd` feature any address is refused by `authority_unsupported`.
 pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, CliError> {
     let Some(v) = value.filter(|v| !v.is_empty()) else {
         return Ok(lease_run::Authority::RunFolder);

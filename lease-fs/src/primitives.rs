@@ -105,7 +105,7 @@ impl PrimOp {
         PrimOp::new(PrimKind::CreateExclusive, path, bytes, true, tmp)
     }
 
-    /// Replace `path` with `bytes`: temp → [fsync] → rename → [fsync dir].
+    /// Replace `path` with `bytes`: temp → (fsync) → rename → (fsync dir).
     pub fn replace(path: &str, bytes: Vec<u8>, durable: bool, tmp: String) -> PrimOp {
         PrimOp::new(PrimKind::Replace, path, bytes, durable, tmp)
     }

@@ -48,7 +48,7 @@ impl Authority {
 
     /// The lease of run `run_id` under this authority. `folder` is used for
     /// [`Authority::RunFolder`] (it *is* the authority then). With etcd a connection is
-    /// made with the deadlines of [`EtcdLease::options`]: an operation of an open or
+    /// made with the deadlines of `EtcdLease::options`: an operation of an open or
     /// release step ends by `step_deadline / 2`, so it answers `UNAVAILABLE` (69) before
     /// the step's own `STEP_TIMEOUT`; one attempt of one call by at most half of that and
     /// of `self_fence_after` (so a heartbeat can still retry another member before the
@@ -86,7 +86,7 @@ pub fn etcd_url(addr: &lease_etcd::AuthorityAddr) -> String {
 
 /// The lease operations of one run, whichever authority holds it. Every method is
 /// blocking; the etcd implementation may be called from async code too (each call runs
-/// on a thread of its own, see [`EtcdLease`]).
+/// on a thread of its own, see `EtcdLease`).
 pub trait LeaseAuthority: Send + Sync + std::fmt::Debug {
     /// `run folder` or the `etcd://` URL, for messages.
     fn describe(&self) -> String;

@@ -20,7 +20,7 @@ const USAGE: &str = "\
 Usage: cargo xtask <COMMAND>
 
 Commands:
-  ci            fmt --check, clippy -D warnings, purity, then `cargo test --workspace --all-features`
+  ci            fmt --check, clippy -D warnings, doc -D warnings, purity, then `cargo test --workspace --all-features`
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
@@ -199,6 +199,11 @@ fn ci() -> Result<(), String> {
             "-D",
             "warnings",
         ]))
+    })?;
+    step("doc", || {
+        let mut cmd = cargo(&["doc", "--workspace", "--no-deps", "--all-features"]);
+        cmd.env("RUSTDOCFLAGS", "-D warnings");
+        run_status(cmd)
     })?;
     step("purity", || purity::run(&workspace_root()))?;
     step("test", || test(false))?;

@@ -59,7 +59,7 @@ pub enum Request {
     /// directory, write, fsync, `link(2)`, fsync the directory, unlink the temp): answer
     /// [`Response::Created`] or [`Response::AlreadyExists`].
     CreateExclusive(FileRef, Vec<u8>),
-    /// Atomically replace the file (temp, write, [fsync], rename, [fsync dir]):
+    /// Atomically replace the file (temp, write, (fsync), rename, (fsync dir)):
     /// answer [`Response::Done`].
     Replace(FileRef, Vec<u8>, Durability),
     /// Remove the file (missing is fine), fsyncing its directory with
