@@ -11,6 +11,25 @@
 //! subcommands (`ops.rs`) use lease-fs directly and never open the store (it is locked
 //! exclusively by its owner). See `runlease --help`.
 
+/// `eprintln!` that never panics. The std macro panics when stderr is gone (a closed pipe,
+/// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process
+/// with its command running. Messages to a closed stderr are dropped instead. Defined
+/// before the modules so it shadows the std macro in all of them.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see `eprintln!` above).
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod common;
 mod ops;
 mod run;

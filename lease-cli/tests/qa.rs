@@ -5,6 +5,8 @@
 mod common;
 
 use common::*;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 /// A run with one released generation (epochs 1 and 2) and one event.
 fn used_run(dir: &std::path::Path) {
@@ -78,4 +80,29 @@ fn a_record_file_replaced_by_a_symlink_is_a_layout_error_naming_it() {
         std::fs::remove_file(&file).unwrap();
         std::fs::rename(&moved, &file).unwrap();
     }
+}
+
+/// `runlease` must not panic (exit 101) when its stderr is a closed pipe (a log reader that
+/// went away): that left the run claimed by a dead process. It still runs the command,
+/// releases the run and exits with the command's code.
+#[test]
+fn a_closed_stderr_does_not_crash_run_or_leave_the_run_claimed() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r); // every write to stderr now fails with EPIPE
+    let mut child = cmd(&["run", d, "--", "sh", "-c", "exit 3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(w))
+        .spawn()
+        .unwrap();
+    let st = wait_exit(&mut child, Duration::from_secs(20));
+    assert_eq!(
+        st.code(),
+        Some(3),
+        "runlease did not exit with the command's code"
+    );
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free", "{s}");
+    assert_eq!(s["run_status"]["status"], "failed", "{s}");
 }

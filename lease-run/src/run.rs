@@ -393,9 +393,14 @@ fn watchdog(shared: Arc<Shared>) {
                 crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_millis(250));
             }
             if shared.exit_on_fence {
-                eprintln!(
-                    "lease-run: fenced ({}): {reason}; commands killed, exiting 75",
-                    shared.run
+                // Never `eprintln!`: it panics on a closed stderr, and this thread must
+                // reach the exit.
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!(
+                        "lease-run: fenced ({}): {reason}; commands killed, exiting 75\n",
+                        shared.run
+                    ),
                 );
                 std::process::exit(75);
             }
