@@ -670,6 +670,11 @@ async fn acquire(
             }
             Attempt::Again => continue,
             Attempt::Held { err, waited } => {
+                if held_by_our_own_owner(&err, abs) {
+                    // Waiting would never end: the holder waits for our exit (the hint
+                    // in `err` says so).
+                    return Err(err);
+                }
                 let Some(deadline) = deadline else {
                     return Err(err);
                 };
@@ -708,6 +713,31 @@ async fn acquire(
         }
     }
 }
+
+/// Whether the holder named by a held-run refusal is the owner this process runs under
+/// (`RUNLEASE_OWNER` and `RUNLEASE_RUN` of a command under `runlease run` of this run).
+fn held_by_our_own_owner(err: &CliError, abs: &Path) -> bool {
+    err.extra
+        .as_ref()
+        .and_then(|x| x.get("holder"))
+        .and_then(|h| h.get("owner_id"))
+        .and_then(|o| o.as_str())
+        .is_some_and(|holder| is_our_own_owner(holder, abs))
+}
+
+/// Whether `owner_id` of run `abs` is the owner this process runs under.
+fn is_our_own_owner(owner_id: &str, abs: &Path) -> bool {
+    let (Ok(me), Some(run)) = (
+        std::env::var("RUNLEASE_OWNER"),
+        std::env::var_os("RUNLEASE_RUN"),
+    ) else {
+        return false;
+    };
+    owner_id == me && std::fs::canonicalize(run).is_ok_and(|r| r == abs)
+}
+
+/// The next step for a run held by the owner this process runs under.
+const OWN_OWNER_HINT: &str = "that owner is the `runlease run` this process runs under (RUNLEASE_OWNER): a nested run of the same folder would wait for itself; use the run you already own, or another run folder";
 
 /// The refusal for a held run: the claim's code (or, when only the owner lock told us,
 /// `RUN_STALE_REQUIRES_TAKEOVER` for a stale head, else `RUN_ALREADY_ACTIVE`), who holds
@@ -821,6 +851,9 @@ async fn attempt(
                 });
             }
             let hint = match (&view.status, &view.head) {
+                (_, Some(h)) if is_our_own_owner(h.epoch.owner_id.as_str(), abs) => {
+                    OWN_OWNER_HINT.into()
+                }
                 (Status::Stale, Some(h)) => {
                     let pid = h.epoch.holder.pid;
                     format!(
@@ -842,6 +875,13 @@ async fn attempt(
             }
             let hint = match view.status {
                 Status::Free => return Ok(Attempt::Again),
+                _ if view
+                    .head
+                    .as_ref()
+                    .is_some_and(|h| is_our_own_owner(h.epoch.owner_id.as_str(), abs)) =>
+                {
+                    OWN_OWNER_HINT.into()
+                }
                 Status::Dead => format!(
                     "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
                     shell_path(&opts.dir)

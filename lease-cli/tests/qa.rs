@@ -106,3 +106,47 @@ fn a_closed_stderr_does_not_crash_run_or_leave_the_run_claimed() {
     assert_eq!(s["state"], "free", "{s}");
     assert_eq!(s["run_status"]["status"], "failed", "{s}");
 }
+
+/// `runlease run A -- runlease run A --wait -- ...` waited for itself forever: the inner
+/// one must be refused at once (76) with a message that says it runs under that owner.
+#[test]
+fn run_nested_in_a_command_of_the_same_run_is_refused_at_once_even_with_wait() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let t = Instant::now();
+    let mut child = cmd(&[
+        "run",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"runlease run "$RUNLEASE_RUN" --wait -- true; echo "inner=$?""#,
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        // SIGTERM is forwarded, so the waiting inner runlease ends too.
+        signal(child.id(), rustix::process::Signal::TERM);
+        let _ = child.wait();
+        panic!("the nested run waited for its own parent");
+    }
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o.stdout);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("inner=76"), "{out} {err}");
+    assert!(
+        err.contains("RUN_ALREADY_ACTIVE") && err.contains("RUNLEASE_OWNER"),
+        "{err}"
+    );
+    // No next step that would hang or fail.
+    assert!(!err.contains("(--wait)"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(status_json(&dir)["state"], "free");
+}
