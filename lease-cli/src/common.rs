@@ -63,20 +63,25 @@ impl CliError {
     pub fn report(&self, out: &Out) {
         eprintln!("runlease: {}: {}", self.code, self.message);
         if out.json {
-            let mut v = json!({
-                "schema": "runlease/cli/error/1",
-                "ok": false,
-                "code": self.code,
-                "message": self.message,
-                "exit_code": self.exit,
-            });
-            if let (Some(Value::Object(extra)), Value::Object(map)) = (&self.extra, &mut v) {
-                for (k, x) in extra {
-                    map.insert(k.clone(), x.clone());
-                }
-            }
-            out.json_line(&v);
+            out.json_line(&self.json());
         }
+    }
+
+    /// The `runlease/cli/error/1` object of this error.
+    pub fn json(&self) -> Value {
+        let mut v = json!({
+            "schema": "runlease/cli/error/1",
+            "ok": false,
+            "code": self.code,
+            "message": self.message,
+            "exit_code": self.exit,
+        });
+        if let (Some(Value::Object(extra)), Value::Object(map)) = (&self.extra, &mut v) {
+            for (k, x) in extra {
+                map.insert(k.clone(), x.clone());
+            }
+        }
+        v
     }
 }
 

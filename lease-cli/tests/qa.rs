@@ -150,3 +150,32 @@ fn run_nested_in_a_command_of_the_same_run_is_refused_at_once_even_with_wait() {
     assert!(t.elapsed() < Duration::from_secs(10));
     assert_eq!(status_json(&dir)["state"], "free");
 }
+
+/// With `--json`, a usage error found by the argument parser (unknown subcommand, missing
+/// argument, bad flag) also prints the `runlease/cli/error/1` object on stdout, like every
+/// other failure (docs/cli-json.md): it printed nothing there.
+#[test]
+fn usage_errors_with_json_print_one_error_object() {
+    for args in [
+        vec!["--json", "bogus"],
+        vec!["status", "--json"],
+        vec!["run", "--json", "--heartbeat", "x", "r", "--", "true"],
+        vec!["events", "r", "--json", "--bogus"],
+    ] {
+        let o = runlease(&args);
+        assert_eq!(o.status.code(), Some(64), "{args:?}");
+        let out = text(&o.stdout);
+        assert_eq!(out.lines().count(), 1, "{args:?}: {out}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["schema"], "runlease/cli/error/1", "{args:?}: {v}");
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["code"], "ARGUMENT_INVALID");
+        assert_eq!(v["exit_code"], 64);
+        let msg = v["message"].as_str().unwrap();
+        assert!(!msg.is_empty() && !msg.contains('\n'), "{args:?}: {v}");
+    }
+    // `--json` given to the command under `run` (after `--`) is not runlease's.
+    let o = runlease(&["run", "--", "--json"]);
+    assert_eq!(o.status.code(), Some(64));
+    assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+}
