@@ -179,3 +179,21 @@ fn usage_errors_with_json_print_one_error_object() {
     assert_eq!(o.status.code(), Some(64));
     assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
 }
+
+/// A run folder renamed by hand: its records name another run. The message names both
+/// run ids as the user typed them, not as Rust debug output (`RunId("...")`).
+#[test]
+fn a_renamed_run_folder_names_both_run_ids_plainly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let orig = tmp.path().join("orig");
+    used_run(&orig);
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&orig, &moved).unwrap();
+    let o = runlease(&["verify", moved.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(
+        err.contains(r#"it belongs to run "orig", not "moved""#) && !err.contains("RunId("),
+        "{err}"
+    );
+}
