@@ -227,6 +227,7 @@ pub fn takeover(
         dir,
         "there is no owner to take over (claim it with runlease run)",
     )?;
+    check_before_replacing(run)?;
     let (desc, held) = held_description(&view);
     if !out.json {
         out.info(&format!("observed {}: {desc}", dir.display()));
@@ -338,6 +339,15 @@ pub fn takeover(
 
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
+/// Before replacing an owner (takeover, retirement): every record of the run must read and
+/// the hash chains must hold (`verify`), as doctor's INVALID_RECORD and BROKEN_CHAIN advise
+/// ("do not take over"). The protocol's OBSERVE checks only the head epoch and its beat,
+/// but a replacement finalizes the old owner's cutoff over the event log and writes on
+/// top of the chain: bad input anywhere is reported (65, naming the file), never acted on.
+pub fn check_before_replacing(run: &dyn LeaseAuthority) -> Result<(), CliError> {
+    run.verify().map(|_| ()).map_err(CliError::from)
+}
+
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
     // The folder judges "dead" with the owner lock (taken if it can be); etcd by the
     // owner's etcd lease, which needs no local lock.
@@ -359,6 +369,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     };
     let run = &*lease.auth;
     let (view, head) = active_owner(run, dir, "there is no owner to retire")?;
+    check_before_replacing(run)?;
     let retired = run
         .retire(
             new_owner_id()?,

@@ -823,6 +823,10 @@ async fn attempt(
         }
         _ => How::Claim,
     };
+    if !matches!(how, How::Claim) {
+        // A replacement acts on the whole run: bad input anywhere refuses it (ops.rs).
+        crate::ops::check_before_replacing(&*rundir.auth)?;
+    }
     let err = match Run::open(abs, o).await {
         Ok(run) => return Ok(Attempt::Owned(Box::new((run, how)))),
         Err(e) => e,

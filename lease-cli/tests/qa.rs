@@ -197,3 +197,78 @@ fn a_renamed_run_folder_names_both_run_ids_plainly() {
         "{err}"
     );
 }
+
+/// A dead owner in a run with a record broken below the head (an event, an older epoch):
+/// `doctor` says "do not take over", and `retire`, `run --retire-dead` and `takeover`
+/// must agree. They retired the owner and finalized its cutoff over the broken log
+/// (the protocol's OBSERVE reads only the head). Nothing on disk changes.
+#[test]
+fn a_broken_record_below_the_head_refuses_retire_and_takeover() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    used_run(&run);
+    let d = run.to_str().unwrap();
+    // A dead owner (runlease killed) at generation 3; its command noted for cleanup.
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
+    wait_for_state(&run, "active", Duration::from_secs(10));
+    let child = read_pid(&pidfile);
+    let _cleanup = KillOnDrop(child);
+    signal(owner.id(), rustix::process::Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&run, "dead", Duration::from_secs(10));
+
+    let event = run.join("events/00000000000000000001.json");
+    let epoch = epoch_file(&run, 1);
+    let good_event = std::fs::read(&event).unwrap();
+    let good_epoch = std::fs::read(&epoch).unwrap();
+    let torn = good_event[..10].to_vec();
+    let mut edited = String::from_utf8(good_epoch.clone()).unwrap();
+    edited = edited.replacen("\"claimed_at\":\"2", "\"claimed_at\":\"1", 1);
+    for (file, bytes, name) in [
+        (&event, torn, "events/00000000000000000001.json"),
+        (&epoch, edited.into_bytes(), "00000000000000000001"),
+    ] {
+        std::fs::write(&event, &good_event).unwrap();
+        std::fs::write(&epoch, &good_epoch).unwrap();
+        std::fs::write(file, bytes).unwrap();
+        let before = tree(tmp.path());
+        for args in [
+            vec!["retire", d],
+            vec!["run", d, "--retire-dead", "--", "true"],
+            vec!["takeover", d, "--yes"],
+        ] {
+            let o = runlease(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+            assert!(err.contains(name), "{args:?}: does not name {name}: {err}");
+            assert_eq!(
+                tree(tmp.path()),
+                before,
+                "{args:?}: something changed on disk"
+            );
+        }
+        assert_eq!(status_json(&run)["state"], "dead");
+    }
+    // Restored by hand: retire works again.
+    std::fs::write(&event, &good_event).unwrap();
+    std::fs::write(&epoch, &good_epoch).unwrap();
+    let o = runlease(&["run", d, "--retire-dead", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        !alive(child),
+        "the dead owner's command survived the next run"
+    );
+}
+
+/// Kills a leftover command when a test ends (also when it fails).
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if alive(self.0) {
+            signal(self.0, rustix::process::Signal::KILL);
+        }
+    }
+}
