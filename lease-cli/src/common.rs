@@ -446,7 +446,8 @@ pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> St
     let detail = run_status["detail"].as_str().unwrap_or_default();
     let blocked = run_status["status"] == "invalid"
         || (run_status["status"] == "failed"
-            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)));
+            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)))
+        || chain_behind_run_json(view, run_status).is_some();
     if matches!(view.status, Status::Free) && blocked {
         return format!(
             "runlease doctor {} (the next `runlease run` would refuse this run: see run.json)",
@@ -486,6 +487,26 @@ pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
         }),
         Err(e) => invalid(e.in_file(&p).to_string()),
     }
+}
+
+/// When `run.json` ([`run_status_json`]'s value) was written by a generation the lease
+/// chain does not reach (its newest epochs deleted, or `lease/` restored from an older
+/// copy): what is wrong, naming both. An owner writes `run.json` only after its epoch is
+/// durable, so this never follows from a crash; claiming would reuse generations (fencing
+/// tokens) the run already gave out.
+pub fn chain_behind_run_json(view: &StatusView, run_status: &Value) -> Option<String> {
+    let written_by = run_status.get("generation")?.as_u64()?;
+    let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
+    (written_by > head).then(|| {
+        let chain = if head == 0 {
+            "the lease chain (lease/epochs/) has no epoch".to_string()
+        } else {
+            format!("the lease chain (lease/epochs/) ends at generation {head}")
+        };
+        format!(
+            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out"
+        )
+    })
 }
 
 /// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).

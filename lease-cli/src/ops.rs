@@ -1081,6 +1081,16 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
         }
         Status::Free | Status::Active => {}
     }
+    if let Some(msg) =
+        crate::common::chain_behind_run_json(&view, &crate::common::run_status_json(&run))
+    {
+        findings.push(Finding {
+            code: "BROKEN_CHAIN",
+            severity: "error",
+            detail: msg,
+            next: "restore lease/ from a backup (keep a copy of what is there now); `runlease run` refuses the run until then".into(),
+        });
+    }
     if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
         if h.is_active() && age < -1000 {
             findings.push(Finding {

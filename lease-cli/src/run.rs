@@ -776,6 +776,16 @@ async fn attempt(
     if let Status::Invalid(e) = view.status {
         return Err(e.into());
     }
+    if let Some(msg) = crate::common::chain_behind_run_json(&view, &rundir.run_status()) {
+        return Err(CliError::new(
+            "CHAIN_BROKEN",
+            65,
+            format!(
+                "run {}: {msg}; restore lease/ from a backup",
+                rundir.run_id()
+            ),
+        ));
+    }
     let mut o = OpenOptions {
         policy,
         lock_timeout,

@@ -272,3 +272,75 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// The newest epochs deleted by hand (or `lease/` restored from an older copy): `run.json`
+/// was written by a generation the lease chain no longer has. `run` claimed the old
+/// generation numbers again, ran the command and then failed at the store (FENCED, 75),
+/// leaving a dead owner; a second try retired it and reused a generation the store had
+/// already accepted. It must be refused before anything is written (65, naming run.json
+/// and the chain), and doctor must report it.
+#[test]
+fn a_lease_chain_behind_run_json_is_refused_not_claimed_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    used_run(&run); // generation 1, released as 2
+    used_run(&run); // generation 3, released as 4; run.json says 3
+    let d = run.to_str().unwrap();
+    for g in [3, 4] {
+        std::fs::remove_file(epoch_file(&run, g)).unwrap();
+    }
+    let _ = std::fs::remove_file(run.join("lease/cutoffs/00000000000000000003.json"));
+    let marker = tmp.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    for deleted_all in [false, true] {
+        if deleted_all {
+            std::fs::remove_dir_all(run.join("lease")).unwrap();
+        }
+        let before = tree(tmp.path());
+        for args in [
+            vec!["run", d, "--", "sh", "-c", &script],
+            vec![
+                "run",
+                d,
+                "--retire-dead",
+                "--takeover-stale",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ],
+        ] {
+            let o = runlease(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+            assert!(
+                err.starts_with("runlease: CHAIN_BROKEN: ")
+                    && err.contains("run.json")
+                    && err.contains("generation 3"),
+                "{args:?}: {err}"
+            );
+            assert!(!marker.exists(), "the command ran");
+            assert_eq!(
+                tree(tmp.path()),
+                before,
+                "{args:?}: something changed on disk"
+            );
+        }
+        let s = status_json(&run);
+        assert!(
+            s["next_step"]
+                .as_str()
+                .unwrap()
+                .starts_with("runlease doctor"),
+            "a next step that claims: {s}"
+        );
+        let o = runlease(&["doctor", "--json", d]);
+        assert_eq!(o.status.code(), Some(65), "{}", text(&o.stdout));
+        let f = json_lines(&o);
+        assert!(
+            f.iter().any(|f| f["code"] == "BROKEN_CHAIN"
+                && f["detail"].as_str().unwrap().contains("run.json")),
+            "{f:?}"
+        );
+    }
+}
