@@ -476,7 +476,13 @@ async fn run_async(
             match run.release(status).await {
                 Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
                 Err(e @ RunError::Fenced { .. }) => {
-                    return Err(fenced_error(&lease, e, code));
+                    // Fenced while releasing: the command had ended by itself.
+                    return Err(fenced_error_as(
+                        &lease,
+                        e,
+                        code,
+                        "the command had ended before the fence, and whatever it left running was stopped",
+                    ));
                 }
                 Err(e) => {
                     return Err(run_err(e).with_hint(format!("the command exited with {code}")));
@@ -525,6 +531,16 @@ fn released_as(rundir: &Lease) -> Option<u64> {
 }
 
 fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> CliError {
+    fenced_error_as(lease, e, code, "the command's processes were killed")
+}
+
+/// [`fenced_error`], saying how the command ended (`ended`: killed, or exited before).
+fn fenced_error_as(
+    lease: &lease_core::ops::OwnedLease,
+    e: RunError,
+    code: i32,
+    ended: &str,
+) -> CliError {
     let reason = match &e {
         RunError::Fenced { reason, .. } => reason.clone(),
         other => other.to_string(),
@@ -533,7 +549,7 @@ fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> 
         "FENCED",
         75,
         format!(
-            "run {}: generation {} is fenced ({reason}); the command's processes were killed (it exited with {code}); nothing was released or written",
+            "run {}: generation {} is fenced ({reason}); {ended} (it exited with {code}); nothing was released or written",
             lease.run_id, lease.generation
         ),
     )

@@ -344,3 +344,40 @@ fn a_lease_chain_behind_run_json_is_refused_not_claimed_again() {
         );
     }
 }
+
+/// The owner's own epoch garbled by hand while its command runs: the release cannot
+/// confirm the lease, so the run fences itself (75, nothing released) — but the message
+/// said "the lease head is no longer generation 1 of this owner" (as if taken over) and
+/// "the command's processes were killed" although the command had exited by itself. It
+/// must name the unreadable file and say how the command ended; the file stays as it is.
+#[test]
+fn a_head_epoch_garbled_during_the_run_is_named_when_the_release_fences() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let go = tmp.path().join("go");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.05; done; exit 0",
+        go.display()
+    );
+    let child = spawn(&["run", d, "--", "sh", "-c", &script]);
+    wait_for_state(&run, "active", Duration::from_secs(10));
+    let head = epoch_file(&run, 1);
+    std::fs::write(&head, b"{\"generation\":1").unwrap();
+    std::fs::write(&go, b"").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{err}");
+    assert!(
+        err.contains("FENCED")
+            && err.contains("RECORD_INVALID")
+            && err.contains("lease/epochs/00000000000000000001.json"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("processes were killed") && err.contains("exited with 0"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&head).unwrap(), b"{\"generation\":1");
+    assert_eq!(status_json(&run)["state"], "invalid");
+}
