@@ -80,6 +80,11 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                 64,
                 format!("folder {} does not exist", folder.display()),
             )
+        } else if e.kind() == std::io::ErrorKind::NotADirectory {
+            CliError::usage(format!(
+                "{} is not a folder: list takes the folder that holds run folders",
+                folder.display()
+            ))
         } else {
             CliError::new(
                 "IO_ERROR",

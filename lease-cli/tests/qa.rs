@@ -381,3 +381,16 @@ fn a_head_epoch_garbled_during_the_run_is_named_when_the_release_fences() {
     assert_eq!(std::fs::read(&head).unwrap(), b"{\"generation\":1");
     assert_eq!(status_json(&run)["state"], "invalid");
 }
+
+/// `list` of a file is a usage error (64) like a missing folder, not an I/O error (74).
+#[test]
+fn list_of_a_file_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let f = file.to_str().unwrap();
+    let o = runlease(&["list", f]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(err.contains(f) && err.contains("not a folder"), "{err}");
+}
