@@ -476,12 +476,12 @@ async fn run_async(
             match run.release(status).await {
                 Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
                 Err(e @ RunError::Fenced { .. }) => {
-                    // Fenced while releasing: the command had ended by itself.
+                    // Fenced while releasing: the command had already ended.
                     return Err(fenced_error_as(
                         &lease,
                         e,
                         code,
-                        "the command had ended before the fence, and whatever it left running was stopped",
+                        "the command had already ended, and whatever it left running was stopped",
                     ));
                 }
                 Err(e) => {
