@@ -509,6 +509,43 @@ pub fn chain_behind_run_json(view: &StatusView, run_status: &Value) -> Option<St
     })
 }
 
+/// Read every command record in `commands/` as the next `runlease run` will (to reap a
+/// killed incarnation's commands): the first that cannot be read or decoded, or that does
+/// not match its name, is the error `run` would stop at (65, naming the file).
+pub fn check_command_records(run: &lease_fs::RunDir) -> Result<(), CliError> {
+    use lease_core::{Dir, FileRef};
+    let rid = run.run_id().as_str();
+    let dir = Dir::Commands.path();
+    let names = run
+        .fs()
+        .list(dir)
+        .map_err(|e| FsError::io(rid, "list", dir, e))?;
+    for n in names {
+        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+            continue;
+        };
+        let p = f.path();
+        let Some(bytes) = run
+            .fs()
+            .read(&p, lease_core::canonical::MAX_RECORD_BYTES)
+            .map_err(|e| FsError::io(rid, "read", &p, e))?
+        else {
+            continue; // removed meanwhile (its command ended)
+        };
+        let rec: lease_core::CommandRecord = lease_core::decode_for(run.run_id(), &bytes)
+            .map_err(|e| FsError::from(e.in_file(&p)))?;
+        if rec.pid != pid || rec.generation != generation {
+            return Err(FsError::LayoutInvalid {
+                run: rid.to_string(),
+                path: p,
+                detail: "the record does not match its name".into(),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).
 pub fn run_status_human(v: &Value) -> Option<String> {
     let st = v.get("status")?.as_str()?;

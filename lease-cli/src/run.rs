@@ -983,9 +983,11 @@ impl Drop for Progress {
 /// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
 /// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
 /// at the release, after the command ran, with the run left claimed.
+/// Likewise a command record that cannot be read: lease-run stops at it when it reaps a
+/// killed incarnation's commands, after it has claimed (or retired a dead owner).
 fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
     for d in lease_core::Dir::ALL {
         run.perform(lease_core::ops::Request::List(d))?;
     }
-    Ok(())
+    crate::common::check_command_records(run)
 }

@@ -394,3 +394,44 @@ fn list_of_a_file_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(64), "{err}");
     assert!(err.contains(f) && err.contains("not a folder"), "{err}");
 }
+
+/// A command record broken by hand: `run` refuses the run (65, naming it), so doctor must
+/// report it too (it said only DEAD_OWNER, next step retire, exit 0), without touching it.
+#[test]
+fn doctor_reports_a_broken_command_record_that_run_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let pidfile = tmp.path().join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
+    wait_for_state(&run, "active", Duration::from_secs(10));
+    let child = read_pid(&pidfile);
+    let _cleanup = KillOnDrop(child);
+    signal(owner.id(), rustix::process::Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(&run, "dead", Duration::from_secs(10));
+    let name = format!("commands/{:020}-{child}.json", 1);
+    let record = run.join(&name);
+    let good = std::fs::read(&record).unwrap();
+    for bad in [&good[..good.len() / 2], b"garbage\n".as_slice()] {
+        std::fs::write(&record, bad).unwrap();
+        let before = tree(tmp.path());
+        let o = runlease(&["run", d, "--retire-dead", "--", "true"]);
+        assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+        assert!(text(&o.stderr).contains(&name), "{}", text(&o.stderr));
+        let o = runlease(&["doctor", "--json", d]);
+        assert_eq!(o.status.code(), Some(65), "{}", text(&o.stdout));
+        let f = json_lines(&o);
+        assert!(
+            f.iter()
+                .any(|f| f["code"] == "INVALID_RECORD"
+                    && f["detail"].as_str().unwrap().contains(&name)),
+            "{f:?}"
+        );
+        assert_eq!(tree(tmp.path()), before, "something changed on disk");
+    }
+    std::fs::write(&record, &good).unwrap();
+    let o = runlease(&["doctor", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+}
