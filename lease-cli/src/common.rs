@@ -63,20 +63,25 @@ impl CliError {
     pub fn report(&self, out: &Out) {
         eprintln!("runlease: {}: {}", self.code, self.message);
         if out.json {
-            let mut v = json!({
-                "schema": "runlease/cli/error/1",
-                "ok": false,
-                "code": self.code,
-                "message": self.message,
-                "exit_code": self.exit,
-            });
-            if let (Some(Value::Object(extra)), Value::Object(map)) = (&self.extra, &mut v) {
-                for (k, x) in extra {
-                    map.insert(k.clone(), x.clone());
-                }
-            }
-            out.json_line(&v);
+            out.json_line(&self.json());
         }
+    }
+
+    /// The `runlease/cli/error/1` object of this error.
+    pub fn json(&self) -> Value {
+        let mut v = json!({
+            "schema": "runlease/cli/error/1",
+            "ok": false,
+            "code": self.code,
+            "message": self.message,
+            "exit_code": self.exit,
+        });
+        if let (Some(Value::Object(extra)), Value::Object(map)) = (&self.extra, &mut v) {
+            for (k, x) in extra {
+                map.insert(k.clone(), x.clone());
+            }
+        }
+        v
     }
 }
 
@@ -441,7 +446,8 @@ pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> St
     let detail = run_status["detail"].as_str().unwrap_or_default();
     let blocked = run_status["status"] == "invalid"
         || (run_status["status"] == "failed"
-            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)));
+            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)))
+        || chain_behind_run_json(view, run_status).is_some();
     if matches!(view.status, Status::Free) && blocked {
         return format!(
             "runlease doctor {} (the next `runlease run` would refuse this run: see run.json)",
@@ -481,6 +487,63 @@ pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
         }),
         Err(e) => invalid(e.in_file(&p).to_string()),
     }
+}
+
+/// When `run.json` ([`run_status_json`]'s value) was written by a generation the lease
+/// chain does not reach (its newest epochs deleted, or `lease/` restored from an older
+/// copy): what is wrong, naming both. An owner writes `run.json` only after its epoch is
+/// durable, so this never follows from a crash; claiming would reuse generations (fencing
+/// tokens) the run already gave out.
+pub fn chain_behind_run_json(view: &StatusView, run_status: &Value) -> Option<String> {
+    let written_by = run_status.get("generation")?.as_u64()?;
+    let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
+    (written_by > head).then(|| {
+        let chain = if head == 0 {
+            "the lease chain (lease/epochs/) has no epoch".to_string()
+        } else {
+            format!("the lease chain (lease/epochs/) ends at generation {head}")
+        };
+        format!(
+            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out"
+        )
+    })
+}
+
+/// Read every command record in `commands/` as the next `runlease run` will (to reap a
+/// killed incarnation's commands): the first that cannot be read or decoded, or that does
+/// not match its name, is the error `run` would stop at (65, naming the file).
+pub fn check_command_records(run: &lease_fs::RunDir) -> Result<(), CliError> {
+    use lease_core::{Dir, FileRef};
+    let rid = run.run_id().as_str();
+    let dir = Dir::Commands.path();
+    let names = run
+        .fs()
+        .list(dir)
+        .map_err(|e| FsError::io(rid, "list", dir, e))?;
+    for n in names {
+        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+            continue;
+        };
+        let p = f.path();
+        let Some(bytes) = run
+            .fs()
+            .read(&p, lease_core::canonical::MAX_RECORD_BYTES)
+            .map_err(|e| FsError::io(rid, "read", &p, e))?
+        else {
+            continue; // removed meanwhile (its command ended)
+        };
+        let rec: lease_core::CommandRecord = lease_core::decode_for(run.run_id(), &bytes)
+            .map_err(|e| FsError::from(e.in_file(&p)))?;
+        if rec.pid != pid || rec.generation != generation {
+            return Err(FsError::LayoutInvalid {
+                run: rid.to_string(),
+                path: p,
+                detail: "the record does not match its name".into(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).

@@ -11,6 +11,25 @@
 //! subcommands (`ops.rs`) use lease-fs directly and never open the store (it is locked
 //! exclusively by its owner). See `runlease --help`.
 
+/// `eprintln!` that never panics. The std macro panics when stderr is gone (a closed pipe,
+/// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process
+/// with its command running. Messages to a closed stderr are dropped instead. Defined
+/// before the modules so it shadows the std macro in all of them.
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see `eprintln!` above).
+macro_rules! eprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod common;
 mod ops;
 mod run;
@@ -105,9 +124,36 @@ fn parse() -> Result<Cli, i32> {
                 _ => EX_USAGE,
             };
             let _ = e.print();
+            if code == EX_USAGE && json_requested() {
+                // docs/cli-json.md: every failure also prints an error object on stdout.
+                // clap's text up to its usage block, as one line.
+                let rendered = e.to_string();
+                let message = rendered
+                    .lines()
+                    .map(str::trim)
+                    .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"))
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let err = CliError::usage(message.trim_start_matches("error: "));
+                common::Out {
+                    json: true,
+                    quiet: true,
+                }
+                .json_line(&err.json());
+            }
             Err(code)
         }
     }
+}
+
+/// Whether `--json` is among runlease's own arguments (before a `--`, after which the
+/// arguments are the command's), for errors found before they could be parsed.
+fn json_requested() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
 }
 
 fn exit(code: i32) -> ExitCode {

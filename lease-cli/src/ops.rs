@@ -80,6 +80,11 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                 64,
                 format!("folder {} does not exist", folder.display()),
             )
+        } else if e.kind() == std::io::ErrorKind::NotADirectory {
+            CliError::usage(format!(
+                "{} is not a folder: list takes the folder that holds run folders",
+                folder.display()
+            ))
         } else {
             CliError::new(
                 "IO_ERROR",
@@ -227,6 +232,7 @@ pub fn takeover(
         dir,
         "there is no owner to take over (claim it with runlease run)",
     )?;
+    check_before_replacing(run)?;
     let (desc, held) = held_description(&view);
     if !out.json {
         out.info(&format!("observed {}: {desc}", dir.display()));
@@ -338,6 +344,15 @@ pub fn takeover(
 
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
+/// Before replacing an owner (takeover, retirement): every record of the run must read and
+/// the hash chains must hold (`verify`), as doctor's INVALID_RECORD and BROKEN_CHAIN advise
+/// ("do not take over"). The protocol's OBSERVE checks only the head epoch and its beat,
+/// but a replacement finalizes the old owner's cutoff over the event log and writes on
+/// top of the chain: bad input anywhere is reported (65, naming the file), never acted on.
+pub fn check_before_replacing(run: &dyn LeaseAuthority) -> Result<(), CliError> {
+    run.verify().map(|_| ()).map_err(CliError::from)
+}
+
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
     // The folder judges "dead" with the owner lock (taken if it can be); etcd by the
     // owner's etcd lease, which needs no local lock.
@@ -359,6 +374,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     };
     let run = &*lease.auth;
     let (view, head) = active_owner(run, dir, "there is no owner to retire")?;
+    check_before_replacing(run)?;
     let retired = run
         .retire(
             new_owner_id()?,
@@ -1079,6 +1095,16 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
         }
         Status::Free | Status::Active => {}
     }
+    if let Some(msg) =
+        crate::common::chain_behind_run_json(&view, &crate::common::run_status_json(&run))
+    {
+        findings.push(Finding {
+            code: "BROKEN_CHAIN",
+            severity: "error",
+            detail: msg,
+            next: "restore lease/ from a backup (keep a copy of what is there now); `runlease run` refuses the run until then".into(),
+        });
+    }
     if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
         if h.is_active() && age < -1000 {
             findings.push(Finding {
@@ -1151,6 +1177,20 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
             severity: "error",
             detail: rs["detail"].as_str().unwrap_or("run.json is invalid").to_string(),
             next: "repair or restore the named file by hand (keep a copy); `runlease run` refuses the run until then".into(),
+        });
+    }
+
+    // Command records (read by the next `runlease run` to reap a killed incarnation's
+    // commands): one it cannot read refuses the run.
+    if let Err(e) = crate::common::check_command_records(&run) {
+        if e.exit != 65 {
+            return Err(e);
+        }
+        findings.push(Finding {
+            code: "INVALID_RECORD",
+            severity: "error",
+            detail: format!("{}: {}", e.code, e.message),
+            next: "repair or restore the named file by hand (keep a copy; its command may still run: check its pid); `runlease run` refuses the run until then".into(),
         });
     }
 

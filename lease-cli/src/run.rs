@@ -476,7 +476,13 @@ async fn run_async(
             match run.release(status).await {
                 Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
                 Err(e @ RunError::Fenced { .. }) => {
-                    return Err(fenced_error(&lease, e, code));
+                    // Fenced while releasing: the command had already ended.
+                    return Err(fenced_error_as(
+                        &lease,
+                        e,
+                        code,
+                        "the command had already ended, and whatever it left running was stopped",
+                    ));
                 }
                 Err(e) => {
                     return Err(run_err(e).with_hint(format!("the command exited with {code}")));
@@ -525,6 +531,16 @@ fn released_as(rundir: &Lease) -> Option<u64> {
 }
 
 fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> CliError {
+    fenced_error_as(lease, e, code, "the command's processes were killed")
+}
+
+/// [`fenced_error`], saying how the command ended (`ended`: killed, or exited before).
+fn fenced_error_as(
+    lease: &lease_core::ops::OwnedLease,
+    e: RunError,
+    code: i32,
+    ended: &str,
+) -> CliError {
     let reason = match &e {
         RunError::Fenced { reason, .. } => reason.clone(),
         other => other.to_string(),
@@ -533,7 +549,7 @@ fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> 
         "FENCED",
         75,
         format!(
-            "run {}: generation {} is fenced ({reason}); the command's processes were killed (it exited with {code}); nothing was released or written",
+            "run {}: generation {} is fenced ({reason}); {ended} (it exited with {code}); nothing was released or written",
             lease.run_id, lease.generation
         ),
     )
@@ -670,6 +686,11 @@ async fn acquire(
             }
             Attempt::Again => continue,
             Attempt::Held { err, waited } => {
+                if held_by_our_own_owner(&err, abs) {
+                    // Waiting would never end: the holder waits for our exit (the hint
+                    // in `err` says so).
+                    return Err(err);
+                }
                 let Some(deadline) = deadline else {
                     return Err(err);
                 };
@@ -709,6 +730,31 @@ async fn acquire(
     }
 }
 
+/// Whether the holder named by a held-run refusal is the owner this process runs under
+/// (`RUNLEASE_OWNER` and `RUNLEASE_RUN` of a command under `runlease run` of this run).
+fn held_by_our_own_owner(err: &CliError, abs: &Path) -> bool {
+    err.extra
+        .as_ref()
+        .and_then(|x| x.get("holder"))
+        .and_then(|h| h.get("owner_id"))
+        .and_then(|o| o.as_str())
+        .is_some_and(|holder| is_our_own_owner(holder, abs))
+}
+
+/// Whether `owner_id` of run `abs` is the owner this process runs under.
+fn is_our_own_owner(owner_id: &str, abs: &Path) -> bool {
+    let (Ok(me), Some(run)) = (
+        std::env::var("RUNLEASE_OWNER"),
+        std::env::var_os("RUNLEASE_RUN"),
+    ) else {
+        return false;
+    };
+    owner_id == me && std::fs::canonicalize(run).is_ok_and(|r| r == abs)
+}
+
+/// The next step for a run held by the owner this process runs under.
+const OWN_OWNER_HINT: &str = "that owner is the `runlease run` this process runs under (RUNLEASE_OWNER): a nested run of the same folder would wait for itself; use the run you already own, or another run folder";
+
 /// The refusal for a held run: the claim's code (or, when only the owner lock told us,
 /// `RUN_STALE_REQUIRES_TAKEOVER` for a stale head, else `RUN_ALREADY_ACTIVE`), who holds
 /// it, and the next step.
@@ -745,6 +791,16 @@ async fn attempt(
     let view = rundir.auth.status(wall_now()?, true)?;
     if let Status::Invalid(e) = view.status {
         return Err(e.into());
+    }
+    if let Some(msg) = crate::common::chain_behind_run_json(&view, &rundir.run_status()) {
+        return Err(CliError::new(
+            "CHAIN_BROKEN",
+            65,
+            format!(
+                "run {}: {msg}; restore lease/ from a backup",
+                rundir.run_id()
+            ),
+        ));
     }
     let mut o = OpenOptions {
         policy,
@@ -793,6 +849,10 @@ async fn attempt(
         }
         _ => How::Claim,
     };
+    if !matches!(how, How::Claim) {
+        // A replacement acts on the whole run: bad input anywhere refuses it (ops.rs).
+        crate::ops::check_before_replacing(&*rundir.auth)?;
+    }
     let err = match Run::open(abs, o).await {
         Ok(run) => return Ok(Attempt::Owned(Box::new((run, how)))),
         Err(e) => e,
@@ -821,6 +881,9 @@ async fn attempt(
                 });
             }
             let hint = match (&view.status, &view.head) {
+                (_, Some(h)) if is_our_own_owner(h.epoch.owner_id.as_str(), abs) => {
+                    OWN_OWNER_HINT.into()
+                }
                 (Status::Stale, Some(h)) => {
                     let pid = h.epoch.holder.pid;
                     format!(
@@ -842,6 +905,13 @@ async fn attempt(
             }
             let hint = match view.status {
                 Status::Free => return Ok(Attempt::Again),
+                _ if view
+                    .head
+                    .as_ref()
+                    .is_some_and(|h| is_our_own_owner(h.epoch.owner_id.as_str(), abs)) =>
+                {
+                    OWN_OWNER_HINT.into()
+                }
                 Status::Dead => format!(
                     "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
                     shell_path(&opts.dir)
@@ -913,9 +983,11 @@ impl Drop for Progress {
 /// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
 /// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
 /// at the release, after the command ran, with the run left claimed.
+/// Likewise a command record that cannot be read: lease-run stops at it when it reaps a
+/// killed incarnation's commands, after it has claimed (or retired a dead owner).
 fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
     for d in lease_core::Dir::ALL {
         run.perform(lease_core::ops::Request::List(d))?;
     }
-    Ok(())
+    crate::common::check_command_records(run)
 }

@@ -218,7 +218,11 @@ pub fn decode_for<R: Record>(run: &crate::RunId, bytes: &[u8]) -> Result<R, Leas
                 run: run.to_string(),
                 kind: R::KIND,
                 file: None,
-                detail: format!("it belongs to run {found:?}, not {run:?}"),
+                detail: format!(
+                    "it belongs to run {:?}, not {:?}",
+                    found.as_str(),
+                    run.as_str()
+                ),
             });
         }
     }

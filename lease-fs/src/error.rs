@@ -85,7 +85,23 @@ impl FsError {
 
     /// Wrap an `io::Error` of operation `op` on `path`, classifying layout problems.
     pub fn io(run: &str, op: &'static str, path: &str, source: io::Error) -> FsError {
-        let raw = source.raw_os_error();
+        // lease-fs wraps refusals in an error naming the path (`io::Error::new` with the
+        // original error as source), which has no raw errno of its own: look through it.
+        let raw = source.raw_os_error().or_else(|| {
+            let mut cur = source
+                .get_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static));
+            while let Some(e) = cur {
+                if let Some(raw) = e
+                    .downcast_ref::<io::Error>()
+                    .and_then(io::Error::raw_os_error)
+                {
+                    return Some(raw);
+                }
+                cur = e.source();
+            }
+            None
+        });
         // ELOOP (symlink with O_NOFOLLOW), ENOTDIR, EISDIR, EXDEV from RESOLVE_BENEATH.
         if matches!(raw, Some(40) | Some(20) | Some(21) | Some(18))
             || source.kind() == io::ErrorKind::NotADirectory

@@ -63,10 +63,28 @@ fn id_of(st: &rfs::Stat) -> (u64, u64) {
 }
 
 fn ctx(e: Errno, msg: String) -> io::Error {
-    io::Error::new(
-        io::Error::from(e).kind(),
-        format!("{msg}: {}", io::Error::from(e)),
-    )
+    let source = io::Error::from(e);
+    io::Error::new(source.kind(), Ctx { msg, source })
+}
+
+/// `msg: errno text`, keeping the errno as the source so callers can classify it
+/// (`FsError::io` makes a symlinked owner lock `RUN_LAYOUT_INVALID`, not an I/O error).
+#[derive(Debug)]
+struct Ctx {
+    msg: String,
+    source: io::Error,
+}
+
+impl std::fmt::Display for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.msg, self.source)
+    }
+}
+
+impl std::error::Error for Ctx {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// Open the run root directory itself, refusing a symlinked root.

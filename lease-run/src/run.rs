@@ -393,9 +393,14 @@ fn watchdog(shared: Arc<Shared>) {
                 crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_millis(250));
             }
             if shared.exit_on_fence {
-                eprintln!(
-                    "lease-run: fenced ({}): {reason}; commands killed, exiting 75",
-                    shared.run
+                // Never `eprintln!`: it panics on a closed stderr, and this thread must
+                // reach the exit.
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!(
+                        "lease-run: fenced ({}): {reason}; commands killed, exiting 75\n",
+                        shared.run
+                    ),
                 );
                 std::process::exit(75);
             }
@@ -525,10 +530,18 @@ fn write_status_blocking(
         h.generation() == lease.generation && h.is_active() && h.epoch.owner_id == lease.owner_id
     });
     if !ours {
-        let reason = format!(
-            "run.json not written: the lease head is no longer generation {} of this owner",
-            lease.generation
-        );
+        // An unreadable head (edited by hand) cannot confirm the lease either: fenced,
+        // but say which file, not that another owner came.
+        let reason = match &view.status {
+            Status::Invalid(e) => format!(
+                "run.json not written: the lease head cannot be read to confirm generation {}: {e}",
+                lease.generation
+            ),
+            _ => format!(
+                "run.json not written: the lease head is no longer generation {} of this owner",
+                lease.generation
+            ),
+        };
         shared.fence(reason.clone());
         return Err(RunError::Fenced {
             run: shared.run.clone(),
