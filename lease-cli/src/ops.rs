@@ -342,8 +342,6 @@ pub fn takeover(
     Ok(0)
 }
 
-/// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
-/// lock free). Takes the owner lock first if it can.
 /// Before replacing an owner (takeover, retirement): every record of the run must read and
 /// the hash chains must hold (`verify`), as doctor's INVALID_RECORD and BROKEN_CHAIN advise
 /// ("do not take over"). The protocol's OBSERVE checks only the head epoch and its beat,
@@ -353,6 +351,8 @@ pub fn check_before_replacing(run: &dyn LeaseAuthority) -> Result<(), CliError> 
     run.verify().map(|_| ()).map_err(CliError::from)
 }
 
+/// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
+/// lock free). Takes the owner lock first if it can.
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
     // The folder judges "dead" with the owner lock (taken if it can be); etcd by the
     // owner's etcd lease, which needs no local lock.

@@ -849,10 +849,8 @@ async fn attempt(
         }
         _ => How::Claim,
     };
-    if !matches!(how, How::Claim) {
-        // A replacement acts on the whole run: bad input anywhere refuses it (ops.rs).
-        crate::ops::check_before_replacing(&*rundir.auth)?;
-    }
+    // A replacement (takeover, retirement) verifies the whole run first inside lease-run's
+    // claim step: bad input anywhere refuses it (65, naming the file) before any write.
     let err = match Run::open(abs, o).await {
         Ok(run) => return Ok(Attempt::Owned(Box::new((run, how)))),
         Err(e) => e,

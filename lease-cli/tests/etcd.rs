@@ -225,6 +225,9 @@ fn folder_only_subcommands_and_bad_addresses_exit_64() {
 
 #[test]
 fn an_unreachable_cluster_exits_69() {
+    // Serialized with the cluster tests: the port below is free only once released, and a
+    // cluster starting meanwhile could take it and answer.
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

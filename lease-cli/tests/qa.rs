@@ -356,12 +356,24 @@ fn a_head_epoch_garbled_during_the_run_is_named_when_the_release_fences() {
     let run = tmp.path().join("run");
     let d = run.to_str().unwrap();
     let go = tmp.path().join("go");
+    let started = tmp.path().join("started");
     let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done; exit 0",
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done; exit 0",
+        started.display(),
         go.display()
     );
     let child = spawn(&["run", d, "--", "sh", "-c", &script]);
-    wait_for_state(&run, "active", Duration::from_secs(10));
+    // Garble only once the command runs: `active` is visible right after the claim, and
+    // the open reads the epoch again later (the store step), where a garbled epoch fails
+    // the open itself (65, the command never starts), a different scenario.
+    let t = std::time::Instant::now();
+    while !started.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let head = epoch_file(&run, 1);
     std::fs::write(&head, b"{\"generation\":1").unwrap();
     std::fs::write(&go, b"").unwrap();

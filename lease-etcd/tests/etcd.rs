@@ -680,6 +680,9 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
 
 #[test]
 fn unreachable_cluster_is_unavailable_within_the_deadline() {
+    // Serialized with the cluster tests: the port below is free only once released, and a
+    // cluster starting meanwhile could take it and answer.
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Nothing listens on this port (bound and released): every call fails fast or times
     // out, and the operation ends by its deadline with UNAVAILABLE (69), never a hang.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -715,6 +718,9 @@ fn unreachable_cluster_is_unavailable_within_the_deadline() {
 /// `RunDir`); the private runtime of `EtcdAuthority` must work there, and be dropped there.
 #[test]
 fn the_blocking_api_works_inside_spawn_blocking_of_another_runtime() {
+    // Serialized with the cluster tests: the port below is free only once released, and a
+    // cluster starting meanwhile could take it and answer.
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

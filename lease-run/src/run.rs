@@ -838,6 +838,10 @@ impl Run {
             blocking(&name, StepName::Claim, deadline, move || {
                 let holder = this_holder()?;
                 if let Some(expect) = takeover {
+                    // Replacing an owner finalizes its cutoff over the log and writes on
+                    // top of the chain: a broken record anywhere refuses it (65, naming
+                    // the file), as doctor advises ("do not take over").
+                    dir.verify()?;
                     return dir.takeover(
                         new_owner_id()?,
                         holder,
@@ -854,6 +858,7 @@ impl Run {
                         let view = dir.status(wall_now()?, true)?;
                         match (&view.status, &view.head) {
                             (Status::Dead, Some(head)) => {
+                                dir.verify()?;
                                 dir.retire(
                                     new_owner_id()?,
                                     holder.clone(),
