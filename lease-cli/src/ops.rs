@@ -1210,6 +1210,20 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
         });
     }
 
+    // A replacement verifies the run first and refuses while an error finding stands, so
+    // a stale or dead owner's next step is to repair that first, not a refused command.
+    if findings.iter().any(|f| f.severity == "error") {
+        for f in findings
+            .iter_mut()
+            .filter(|f| matches!(f.code, "STALE_OWNER" | "DEAD_OWNER"))
+        {
+            f.next = format!(
+                "repair the error finding(s) first (takeover and retire refuse until then), then: {}",
+                f.next
+            );
+        }
+    }
+
     if findings.is_empty() {
         findings.push(Finding {
             code: "OK",

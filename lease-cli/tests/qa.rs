@@ -250,6 +250,20 @@ fn a_broken_record_below_the_head_refuses_retire_and_takeover() {
             );
         }
         assert_eq!(status_json(&run)["state"], "dead");
+        // doctor: the error, and DEAD_OWNER's next step says to repair it first.
+        let f = json_lines(&runlease(&["doctor", "--json", d]));
+        let dead = f
+            .iter()
+            .find(|f| f["code"] == "DEAD_OWNER")
+            .expect("DEAD_OWNER");
+        assert!(
+            dead["next_step"]
+                .as_str()
+                .unwrap()
+                .starts_with("repair the error finding(s) first"),
+            "{dead}"
+        );
+        assert!(f.iter().any(|f| f["severity"] == "error"), "{f:?}");
     }
     // Restored by hand: retire works again.
     std::fs::write(&event, &good_event).unwrap();
