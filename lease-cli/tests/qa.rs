@@ -209,15 +209,8 @@ fn a_broken_record_below_the_head_refuses_retire_and_takeover() {
     used_run(&run);
     let d = run.to_str().unwrap();
     // A dead owner (runlease killed) at generation 3; its command noted for cleanup.
-    let pidfile = tmp.path().join("child.pid");
-    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
-    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
-    wait_for_state(&run, "active", Duration::from_secs(10));
-    let child = read_pid(&pidfile);
-    let _cleanup = KillOnDrop(child);
-    signal(owner.id(), rustix::process::Signal::KILL);
-    owner.wait().unwrap();
-    wait_for_state(&run, "dead", Duration::from_secs(10));
+    let guard = dead_owner_with_its_command(tmp.path(), &run);
+    let child = guard.0;
 
     let event = run.join("events/00000000000000000001.json");
     let epoch = epoch_file(&run, 1);
@@ -274,6 +267,20 @@ fn a_broken_record_below_the_head_refuses_retire_and_takeover() {
         !alive(child),
         "the dead owner's command survived the next run"
     );
+}
+
+/// A dead owner of `run`: `runlease run -- sleep 600` SIGKILLed once active, its command
+/// (pid noted in `tmp`) left running; the guard kills that command when the test ends.
+fn dead_owner_with_its_command(tmp: &std::path::Path, run: &std::path::Path) -> KillOnDrop {
+    let pidfile = tmp.join("child.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut owner = spawn(&["run", run.to_str().unwrap(), "--", "sh", "-c", &script]);
+    wait_for_state(run, "active", Duration::from_secs(10));
+    let cleanup = KillOnDrop(read_pid(&pidfile));
+    signal(owner.id(), rustix::process::Signal::KILL);
+    owner.wait().unwrap();
+    wait_for_state(run, "dead", Duration::from_secs(10));
+    cleanup
 }
 
 /// Kills a leftover command when a test ends (also when it fails).
@@ -428,15 +435,8 @@ fn doctor_reports_a_broken_command_record_that_run_refuses() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let d = run.to_str().unwrap();
-    let pidfile = tmp.path().join("child.pid");
-    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
-    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
-    wait_for_state(&run, "active", Duration::from_secs(10));
-    let child = read_pid(&pidfile);
-    let _cleanup = KillOnDrop(child);
-    signal(owner.id(), rustix::process::Signal::KILL);
-    owner.wait().unwrap();
-    wait_for_state(&run, "dead", Duration::from_secs(10));
+    let guard = dead_owner_with_its_command(tmp.path(), &run);
+    let child = guard.0;
     let name = format!("commands/{:020}-{child}.json", 1);
     let record = run.join(&name);
     let good = std::fs::read(&record).unwrap();
