@@ -11,9 +11,8 @@ mod common;
 mod cluster;
 
 use cluster::{Cluster, SERIAL, etcd_binary};
-use common::{FAST, cmd, json_lines, text, wait_exit};
+use common::{FAST, cmd, json_lines, text, tree, wait_exit};
 use rustix::process::Signal;
-use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,21 +26,6 @@ fn rl(authority: &str, args: &[&str]) -> Output {
     let mut all = vec!["--authority", authority];
     all.extend_from_slice(args);
     cmd(&all).output().expect("spawn runlease")
-}
-
-fn files_below(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(files_below(&p));
-            } else {
-                out.push(p.display().to_string());
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -75,10 +59,13 @@ fn run_status_append_events_verify_over_etcd() {
     assert_eq!(released["command_exit"], 0);
 
     // Only the lease moved: run.json and the store are in the folder, no lease file.
+    let files = tree(&dir);
     assert!(
-        files_below(&dir.join("lease")).is_empty(),
+        !files
+            .iter()
+            .any(|(name, bytes)| name.starts_with("lease/") && bytes != b"dir"),
         "{:?}",
-        files_below(&dir)
+        files.keys()
     );
     assert!(dir.join("run.json").exists());
 
