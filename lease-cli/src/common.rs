@@ -439,14 +439,26 @@ pub const STORE_REFUSALS: [&str; 4] = [
     "STORE_CORRUPT",
 ];
 
+/// The store code of the last refused open, when `run.json` (as [`run_status_json`]) is
+/// `failed` with a `detail` that is one of [`STORE_REFUSALS`] or starts with `CODE:`.
+pub fn store_refusal(run_status: &Value) -> Option<&'static str> {
+    if run_status["status"] != "failed" {
+        return None;
+    }
+    let detail = run_status["detail"].as_str().unwrap_or_default();
+    STORE_REFUSALS.into_iter().find(|c| {
+        detail
+            .strip_prefix(c)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+    })
+}
+
 /// The next step `status` prints: [`next_step`], except for a free run whose `run.json`
 /// makes the next `runlease run` refuse it (unreadable, or the last run's store refusal):
 /// then doctor, which names the file and the repair.
 pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> String {
-    let detail = run_status["detail"].as_str().unwrap_or_default();
     let blocked = run_status["status"] == "invalid"
-        || (run_status["status"] == "failed"
-            && STORE_REFUSALS.iter().any(|c| detail.starts_with(c)))
+        || store_refusal(run_status).is_some()
         || chain_behind_run_json(view, run_status).is_some();
     if matches!(view.status, Status::Free) && blocked {
         return format!(

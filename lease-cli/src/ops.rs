@@ -975,24 +975,18 @@ fn store_findings(
             });
         }
     }
-    if run_json["status"] == "failed" {
-        let detail = run_json["detail"].as_str().unwrap_or_default();
-        let code = crate::common::STORE_REFUSALS
-            .into_iter()
-            .find(|c| detail.starts_with(&format!("{c}:")) || detail == *c);
-        if let Some(code) = code {
-            if !findings.iter().any(|f| f.code == code) {
-                findings.push(Finding {
-                    code,
-                    severity: "error",
-                    detail: format!(
-                        "the last `runlease run` (generation {}) refused the store: {detail}",
-                        run_json["generation"]
-                    ),
-                    next: restore,
-                });
-            }
-        }
+    let refused = crate::common::store_refusal(run_json);
+    if let Some(code) = refused.filter(|c| !findings.iter().any(|f| f.code == *c)) {
+        findings.push(Finding {
+            code,
+            severity: "error",
+            detail: format!(
+                "the last `runlease run` (generation {}) refused the store: {}",
+                run_json["generation"],
+                run_json["detail"].as_str().unwrap_or_default()
+            ),
+            next: restore,
+        });
     }
 }
 
