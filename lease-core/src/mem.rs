@@ -16,7 +16,7 @@ pub struct MemDisk {
     /// The files.
     pub files: BTreeMap<FileRef, Vec<u8>>,
     /// How many requests of each kind were answered (`list`, `read`, `exists`, `create`,
-    /// `replace`, `remove`, `probe`).
+    /// `replace`, `remove`, `probe`, `sync`).
     pub counts: BTreeMap<&'static str, u64>,
 }
 
@@ -40,6 +40,7 @@ impl MemDisk {
             Request::Replace(..) => "replace",
             Request::Remove(..) => "remove",
             Request::ProbeLiveness(_) => "probe",
+            Request::SyncDir(_) => "sync",
         };
         *self.counts.entry(kind).or_default() += 1;
         match req {
@@ -68,6 +69,8 @@ impl MemDisk {
                 Response::Done
             }
             Request::ProbeLiveness(h) => Response::Liveness(liveness(&h)),
+            // Every request is durable at once here.
+            Request::SyncDir(_) => Response::Done,
         }
     }
 

@@ -538,6 +538,14 @@ pub fn start_request(
             Exec::Prim(primitives::PrimOp::remove(&p, d == Durability::Fsync), p)
         }
         Request::ProbeLiveness(h) => Exec::Ready(Response::Liveness(liveness.probe(&h))),
+        // One `fsync` of the directory: every entry it holds now (the record the operation
+        // read among them; its data was fsynced by its creator before the link) survives a
+        // power loss from here on (PROTOCOL §7.0 SYNC).
+        Request::SyncDir(dir) => {
+            fs.fsync_dir(dir.path())
+                .map_err(|e| ("fsync", dir.path().to_string(), e))?;
+            Exec::Ready(Response::Done)
+        }
     })
 }
 

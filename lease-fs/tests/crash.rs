@@ -342,7 +342,10 @@ fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
 fn each_operation_uses_the_minimum_number_of_fsyncs() {
     // (scenario, expected fsyncs of file data + directories), per docs/PROTOCOL.md §7.
     let expected = [
-        ("claim-empty", 2u64),    // epoch create: temp + dir (folders already exist)
+        ("claim-empty", 2u64), // epoch create: temp + dir (folders already exist)
+        // GATE reads the released generation's cutoff and syncs its folder first
+        // (PROTOCOL §7.0 SYNC), then the epoch create: 1 + 2.
+        ("claim-after-release", 3),
         ("heartbeat-durable", 2), // replace: temp + dir
         ("release", 4),           // epoch create 2 + cutoff create 2 (beat removal unsynced)
         ("takeover", 6),          // intent 2 + epoch 2 + cutoff 2

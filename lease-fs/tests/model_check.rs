@@ -708,6 +708,19 @@ impl World {
                 return Err(format!("granted generation {g} lost its epoch"));
             }
         }
+        // A cutoff never outlives its successor (PROTOCOL §7.0 SYNC, OQ-1 hardening):
+        // every cutoff on disk, even right after a power loss, has a higher epoch (or a
+        // checkpoint floor above it) beside it.
+        let head = self.head();
+        for n in self.fs.list("lease/cutoffs").unwrap_or_default() {
+            if let Some(FileRef::Cutoff(g)) = Dir::Cutoffs.parse_name(&n) {
+                if g.get() >= head && g.get() >= floor {
+                    return Err(format!(
+                        "cutoff {g} outlived its successor (head epoch {head})"
+                    ));
+                }
+            }
+        }
         let view = self
             .observe(&mut ReadEvents::new(
                 run_id(),
@@ -1018,21 +1031,53 @@ fn explore(c: &Config) -> (usize, Option<Vec<String>>) {
 /// the 40-60 steps some 3-actor scenarios need): `walks` runs of up to `depth` steps from
 /// the initial state, successors chosen by a seeded xorshift generator, every invariant
 /// checked in every state. Returns (states visited, first violating trace).
-fn walk(c: &Config, walks: u32, depth: usize, seed: u64) -> (usize, Option<Vec<String>>) {
-    let mut x = seed | 1;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+///
+/// Walk `k` is driven by its own seed, `walk_seed(seed, k)` (walk 0's is `seed` itself), so
+/// one failing walk replays alone: `RUNLEASE_MODEL_SEED=<its seed> RUNLEASE_MODEL_WALKS=1`.
+/// A violation is returned with that seed.
+fn walk(
+    c: &Config,
+    walks: u32,
+    depth: usize,
+    seed: u64,
+) -> (usize, Option<(u32, u64, Vec<String>)>) {
     let mut memo = std::collections::HashMap::new();
     let mut visited = 0;
-    for _ in 0..walks {
+    for k in 0..walks {
+        let this_seed = walk_seed(seed, k);
+        // splitmix64 of the seed starts the xorshift generator (never 0).
+        let mut x = {
+            let mut z = this_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) | 1
+        };
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
         let mut w = world(c);
         let mut trace = Vec::new();
+        // Swarm testing: each walk draws how strongly it keeps running the same actor, and
+        // a third of the walks leave one actor idle throughout, so fewer steps go to
+        // actions that play no part in a given interleaving.
+        let stick = [70, 80, 90, 95][(rnd() % 4) as usize];
+        let muted =
+            (rnd() % 3 == 0).then(|| w.actors[(rnd() % w.actors.len() as u64) as usize].name);
+        let is_muted = |line: &str| {
+            let mut ch = line.chars();
+            muted.is_some_and(|m| {
+                ch.next() == Some(m) && ch.next().is_some_and(|d| d.is_ascii_digit())
+            })
+        };
         for _ in 0..depth {
-            let succ = w.successors();
+            let succ: Vec<_> = w
+                .successors()
+                .into_iter()
+                .filter(|(_, l, _)| !is_muted(l))
+                .collect();
             if succ.is_empty() {
                 break;
             }
@@ -1049,7 +1094,7 @@ fn walk(c: &Config, walks: u32, depth: usize, seed: u64) -> (usize, Option<Vec<S
                 }
                 _ => Vec::new(),
             };
-            let pick = if !own.is_empty() && rnd() % 10 < 8 {
+            let pick = if !own.is_empty() && rnd() % 100 < stick {
                 own[(rnd() % own.len() as u64) as usize]
             } else {
                 (rnd() % succ.len() as u64) as usize
@@ -1057,17 +1102,50 @@ fn walk(c: &Config, walks: u32, depth: usize, seed: u64) -> (usize, Option<Vec<S
             let (mut next, line, power) = succ.into_iter().nth(pick).unwrap();
             trace.push(line.clone());
             if line.starts_with("VIOLATION") {
-                return (visited, Some(trace));
+                return (visited, Some((k, this_seed, trace)));
             }
             if let Err(msg) = next.check(power, &mut memo) {
                 trace.push(format!("  VIOLATION: {msg}"));
-                return (visited, Some(trace));
+                return (visited, Some((k, this_seed, trace)));
             }
             visited += 1;
             w = next;
+            // A power loss may strike in any state: check that it would be survived here
+            // too (without walking on from it), as the crash-point tests do for single
+            // operations. A walk then needs to reach the state, not also to pick the
+            // power loss at that very step.
+            if w.power_losses_left > 0
+                && w.actors.iter().any(|a| a.op.is_some() || a.lease.is_some())
+            {
+                for tear in [false, true] {
+                    let mut p = w.clone_deep();
+                    let line = p.power_loss(tear);
+                    if let Err(msg) = p.check(true, &mut memo) {
+                        trace.push(format!("(probe) {line}"));
+                        trace.push(format!("  VIOLATION: {msg}"));
+                        return (visited, Some((k, this_seed, trace)));
+                    }
+                }
+            }
         }
     }
     (visited, None)
+}
+
+/// The seed of walk `k` of a run started from `seed`.
+fn walk_seed(seed: u64, k: u32) -> u64 {
+    seed.wrapping_add(u64::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// A `u64` from the environment (decimal or `0x` hex), if set.
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
 }
 
 fn configs(mode: &str) -> Vec<Config> {
@@ -1131,6 +1209,22 @@ fn configs(mode: &str) -> Vec<Config> {
             max_states: cap(150_000.0),
         },
         Config {
+            // Issue #14's class (an answer resting on a record that a power loss can take
+            // away) in a configuration small enough to explore to the end in CI: the owner
+            // appends while a taker finalizes its cutoff and a retirer looks on.
+            name: "3 actors, preemption-bounded: appending owner, taker and retirer with a power loss",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Append, 1)], 0),
+                ('b', vec![(Retire, 1)], 0),
+                ('c', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 1,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: Some(pre),
+            max_states: cap(250_000.0),
+        },
+        Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",
             actors: vec![
                 ('a', vec![(Claim, 2), (Append, 1), (Release, 2)], 0),
@@ -1149,7 +1243,14 @@ fn configs(mode: &str) -> Vec<Config> {
 fn model_check_the_protocol_as_implemented() {
     let mode = std::env::var("RUNLEASE_MODEL").unwrap_or_else(|_| "quick".into());
     let mut failures = Vec::new();
+    // RUNLEASE_MODEL_ONLY=<part of a name> keeps only the matching configurations;
+    // RUNLEASE_MODEL_BFS=0 skips the breadth-first part (to replay a walk).
+    let only = std::env::var("RUNLEASE_MODEL_ONLY").ok();
+    let bfs = std::env::var("RUNLEASE_MODEL_BFS").map_or(true, |v| v != "0");
     for c in configs(&mode) {
+        if !bfs || only.as_deref().is_some_and(|o| !c.name.contains(o)) {
+            continue;
+        }
         let started = std::time::Instant::now();
         let (n, violation) = explore(&c);
         let bound = if n >= c.max_states {
@@ -1176,23 +1277,48 @@ fn model_check_the_protocol_as_implemented() {
             }
         }
     }
-    // Random deep walks of every configuration.
-    let walks = match mode.as_str() {
-        "deep" => 20_000,
-        "ci" => 3_000,
-        _ => 60,
+    // Random deep walks of every configuration. The configurations with power loss and
+    // three actors get more walks: issue #14's violation (an append answered FENCED from a
+    // cutoff that was visible but not yet durable) needs about 40 steps of three actors
+    // around a power loss, which the BFS bound does not reach.
+    let walks_for = |c: &Config| -> u32 {
+        if let Some(n) = env_u64("RUNLEASE_MODEL_WALKS") {
+            return u32::try_from(n).unwrap_or(u32::MAX);
+        }
+        let power3 = c.power_losses > 0 && c.actors.len() >= 3;
+        match (mode.as_str(), power3) {
+            ("deep", true) => 80_000,
+            ("deep", false) => 20_000,
+            ("ci", true) => POWER3_CI_WALKS,
+            ("ci", false) => 3_000,
+            (_, true) => 200,
+            _ => 60,
+        }
     };
     for c in configs(&mode) {
+        if only.as_deref().is_some_and(|o| !c.name.contains(o)) {
+            continue;
+        }
+        let walks = walks_for(&c);
+        let seed = env_u64("RUNLEASE_MODEL_SEED").unwrap_or(0x5eed_0000 + c.name.len() as u64);
         let started = std::time::Instant::now();
-        let (n, violation) = walk(&c, walks, 120, 0x5eed_0000 + c.name.len() as u64);
+        let (n, violation) = walk(&c, walks, 120, seed);
         match violation {
             None => println!(
-                "model random walks: {walks} x 120 steps, states visited: {n}, invariant violations: 0 ({}; {:.1} s)",
+                "model random walks: {walks} x 120 steps from seed {seed:#x}, states visited: {n}, invariant violations: 0 ({}; {:.1} s)",
                 c.name,
                 started.elapsed().as_secs_f64()
             ),
-            Some(trace) => {
-                println!("model random walks: invariant violations: 1 ({})", c.name);
+            Some((k, walk_seed, trace)) => {
+                println!(
+                    "model random walks: invariant violations: 1 ({}; seed {seed:#x}: walk {k} of {walks}, whose own seed is {walk_seed:#x}; {:.1} s)",
+                    c.name,
+                    started.elapsed().as_secs_f64()
+                );
+                println!(
+                    "replay: RUNLEASE_MODEL={mode} RUNLEASE_MODEL_ONLY={:?} RUNLEASE_MODEL_BFS=0 RUNLEASE_MODEL_SEED={walk_seed:#x} RUNLEASE_MODEL_WALKS=1 cargo test -p lease-fs --release --test model_check -- --nocapture model_check_the_protocol",
+                    c.name
+                );
                 println!("violating walk:");
                 for (k, s) in trace.iter().enumerate() {
                     println!("  {:>3}. {s}", k + 1);
@@ -1203,6 +1329,9 @@ fn model_check_the_protocol_as_implemented() {
     }
     assert!(failures.is_empty(), "violations in: {failures:?}");
 }
+
+/// Random walks of each 3-actor power-loss configuration in CI (`cargo xtask model`).
+const POWER3_CI_WALKS: u32 = 12_000;
 
 /// Follow a schedule: at each step take the successor whose description starts with the
 /// given prefix (or, for `*x`, keep stepping actor x until its operation finishes).
@@ -1284,5 +1413,52 @@ fn model_schedule_crashed_taker_then_second_taker_then_zombie_append() {
     match r {
         Ok(_) => {}
         Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    }
+}
+
+/// Issue #14, found by `cargo xtask model --deep`'s random walks: an appender judged its
+/// event against a cutoff that was visible (linked) but not yet durable (its finalizer had
+/// not fsynced `lease/cutoffs/` yet) and answered FENCED; the power loss took the cutoff
+/// away, the event (durable) survived, and the next finalizer's tail counts it. PROTOCOL
+/// §7.6/§7.7 now make whoever acts on a cutoff it read sync its folder first (`SyncDir`),
+/// so this schedule must end without a violation. PROTOCOL §7.6, I9.
+#[test]
+fn model_schedule_fenced_append_judged_by_an_unsynced_cutoff_then_power_loss() {
+    let c = &configs("ci")[3];
+    let r = follow(
+        c,
+        &[
+            "b0 starts Claim",
+            "*b0",
+            "b0 starts Append",
+            // pre-check, tail probe, then the event's temp file (written and fsynced).
+            "b0~CreateExclusive(Event(",
+            "clock jumps",
+            "c0 starts Takeover",
+            "c0~CreateExclusive lease/epochs/00000000000000000002.json -> Created",
+            // c0's eager FINALIZE(1): its tail sees no event 1 yet, then the cutoff's temp
+            // file, then its link (visible, the folder not yet fsynced).
+            "c0~CreateExclusive(Cutoff(",
+            "c0~next call",
+            // b0 links its event and fsyncs events/ (Created), then reads the cutoff.
+            "*b0",
+            "POWER LOSS (tear false)",
+        ],
+    );
+    let trace = match r {
+        Ok(t) => t,
+        Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    };
+    // The schedule really is the reported one: the append was answered FENCED from the
+    // cutoff it read (and, with the fix, after syncing its folder), then the power failed.
+    let all = trace.join("\n");
+    for want in [
+        "c0: CreateExclusive lease/cutoffs/00000000000000000001.json: next call",
+        "b0: CreateExclusive events/00000000000000000001.json -> Created",
+        "b0: Read(Cutoff(Generation(1)))",
+        "b0: Append -> FENCED",
+        "POWER LOSS (tear false)",
+    ] {
+        assert!(all.contains(want), "missing {want:?} in:\n{all}");
     }
 }

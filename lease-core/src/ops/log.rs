@@ -8,7 +8,7 @@ use crate::canonical::{decode_for, encode};
 use crate::error::{LeaseError, RecordKind};
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
-use crate::records::{Checkpoint, EpochRecord, EpochState, Event};
+use crate::records::{Checkpoint, EpochRecord, EpochState, Event, RetirementRecord};
 use crate::time::Timestamp;
 use std::collections::BTreeMap;
 
@@ -92,6 +92,8 @@ enum AppendState {
     Create(Sequence, Digest),
     ReadWinner(Sequence),
     PostCutoff(Sequence, Digest),
+    /// The cutoff the post-check read, while its folder is fsynced (SYNC).
+    PostSync(Sequence, Digest, Box<RetirementRecord>),
     PostList(Sequence, Digest),
     Finalize(Sequence, Digest, Generation, Finalize),
     Done,
@@ -237,21 +239,33 @@ impl Operation for Append {
                             Ok(c) => c,
                             Err(e) => return Step::Done(Err(e)),
                         };
-                        let by = cutoff.superseded_by;
-                        return Step::Done(judge_append(
-                            &run,
-                            g,
-                            s,
-                            hash,
-                            &Cut::Record(cutoff),
-                            by,
-                        ));
+                        // SYNC (PROTOCOL §7.0, §7.6 step 5): the cutoff may be linked but
+                        // not yet durable (its finalizer has not fsynced `lease/cutoffs/`).
+                        // Answering from it before it is durable let a power loss take it
+                        // away while the event survived, and the event then counted after
+                        // a FENCED answer (issue #14).
+                        self.st = AppendState::PostSync(s, hash, Box::new(cutoff));
+                        return Step::Io(Request::SyncDir(Dir::Cutoffs));
                     }
                     Some(Response::Content(None)) => {
                         self.st = AppendState::PostList(s, hash);
                         return Step::Io(Request::List(Dir::Epochs));
                     }
                     other => return Step::Done(Err(violation("Content", &other))),
+                },
+                AppendState::PostSync(s, hash, cutoff) => match input.take() {
+                    Some(Response::Done) => {
+                        let by = cutoff.superseded_by;
+                        return Step::Done(judge_append(
+                            &run,
+                            g,
+                            s,
+                            hash,
+                            &Cut::Record(*cutoff),
+                            by,
+                        ));
+                    }
+                    other => return Step::Done(Err(violation("Done", &other))),
                 },
                 AppendState::PostList(s, hash) => {
                     let listing = match input.take() {
@@ -480,6 +494,9 @@ enum ReadState {
     ListCutoffs,
     ReadCutoff(usize),
     Recheck,
+    /// A finalizing reader fsyncs the folders of the cutoffs and the checkpoint it read
+    /// before it judges by them (SYNC), the rest of the list still to go.
+    SyncRead(Vec<Dir>),
     Finalize(Finalize),
     Done,
 }
@@ -734,6 +751,35 @@ impl Operation for ReadEvents {
                         return Step::Io(Request::List(Dir::Checkpoints));
                     }
                     self.pending = self.chain.pending_cutoffs();
+                    // SYNC (PROTOCOL §7.0, §7.9): a finalizing reader's judgement is the
+                    // one the run stands by (I12), so what it read must be durable first:
+                    // a cutoff or checkpoint can be visible before its creator fsynced the
+                    // folder. A read-only reader (verify, `events` without finalizing)
+                    // reports what is visible and syncs nothing.
+                    let mut dirs = Vec::new();
+                    if self.finalize.is_some() {
+                        if self.chain.checkpoint.is_some() {
+                            dirs.push(Dir::Checkpoints);
+                        }
+                        if !self.chain.cutoffs.is_empty() {
+                            dirs.push(Dir::Cutoffs);
+                        }
+                    }
+                    if let Some(d) = dirs.pop() {
+                        self.st = ReadState::SyncRead(dirs);
+                        return Step::Io(Request::SyncDir(d));
+                    }
+                    return self.next_pending();
+                }
+                ReadState::SyncRead(mut dirs) => {
+                    let got = input.take();
+                    if !matches!(got, Some(Response::Done)) {
+                        return Step::Done(Err(violation("Done", &got)));
+                    }
+                    if let Some(d) = dirs.pop() {
+                        self.st = ReadState::SyncRead(dirs);
+                        return Step::Io(Request::SyncDir(d));
+                    }
                     return self.next_pending();
                 }
                 ReadState::Finalize(f) => {

@@ -67,6 +67,14 @@ pub enum Request {
     Remove(FileRef, Durability),
     /// Gather liveness evidence about a holder: answer [`Response::Liveness`].
     ProbeLiveness(Holder),
+    /// Make every entry the directory holds now durable (`fsync` of the directory):
+    /// answer [`Response::Done`]. An operation issues it after it *read* a cutoff or a
+    /// checkpoint and before it acts on it (answers, or creates a record that depends on
+    /// it): another actor's record can be linked, so visible, before its creator fsynced
+    /// the directory, and a power loss would then take away what the answer rested on
+    /// (PROTOCOL §7.0 SYNC). An authority whose visible writes are already durable (etcd)
+    /// answers at once.
+    SyncDir(Dir),
 }
 
 /// The answer to a [`Request`].

@@ -453,8 +453,15 @@ enum FinalizeState {
     ListCheckpoints,
     ReadCheckpoint(Generation),
     Tail(Tail),
+    /// Lazy only: the superseding epoch this finalizer saw was created by someone else
+    /// and may not be durable yet; `lease/epochs/` is fsynced before the cutoff is created
+    /// (PROTOCOL §7.0 SYNC, OQ-1 hardening), so a cutoff never outlives its successor.
+    SyncEpochs(Box<RetirementRecord>, Vec<u8>),
     Creating(Box<RetirementRecord>),
     Reading,
+    /// A cutoff or checkpoint this actor *read* (someone else created it): its folder is
+    /// being fsynced before the answer is given (PROTOCOL §7.0 SYNC).
+    Syncing(Box<Cut>),
 }
 
 impl Finalize {
@@ -483,6 +490,25 @@ impl Finalize {
     pub(crate) fn lazy(mut self) -> Finalize {
         self.lazy = true;
         self
+    }
+
+    /// SYNC (PROTOCOL §7.0): a cutoff or checkpoint that was *read* (created by someone
+    /// else, who may not have fsynced its folder yet) becomes the answer only once its
+    /// folder is fsynced, so no caller acts on a record a power loss can still take away.
+    /// A cutoff this finalizer created itself is durable already (`Created` comes after
+    /// the folder's fsync) and needs none.
+    fn sync(&mut self, decoded: Result<Cut, LeaseError>) -> Step<Cut> {
+        match decoded {
+            Ok(cut) => {
+                let dir = match cut {
+                    Cut::Record(_) => Dir::Cutoffs,
+                    Cut::Compacted(_) => Dir::Checkpoints,
+                };
+                self.st = FinalizeState::Syncing(Box::new(cut));
+                Step::Io(Request::SyncDir(dir))
+            }
+            Err(e) => Step::Done(Err(e)),
+        }
     }
 }
 
@@ -556,9 +582,8 @@ impl Operation for Finalize {
                 }
                 FinalizeState::Checking => match input.take() {
                     Some(Response::Content(Some(b))) => {
-                        return Step::Done(
-                            decode_cutoff(&self.run, self.generation, &b).map(Cut::Record),
-                        );
+                        return self
+                            .sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record));
                     }
                     Some(Response::Content(None)) => {
                         // Never re-create a cutoff that a prune folded into a checkpoint:
@@ -583,7 +608,7 @@ impl Operation for Finalize {
                 },
                 FinalizeState::ReadCheckpoint(floor) => match input.take() {
                     Some(Response::Content(Some(b))) => {
-                        return Step::Done(
+                        return self.sync(
                             super::log::decode_checkpoint(&self.run, floor, &b).map(Cut::Compacted),
                         );
                     }
@@ -616,11 +641,27 @@ impl Operation for Finalize {
                         Ok(b) => b,
                         Err(e) => return Step::Done(Err(e)),
                     };
+                    if self.lazy {
+                        self.st = FinalizeState::SyncEpochs(Box::new(rec), bytes);
+                        return Step::Io(Request::SyncDir(Dir::Epochs));
+                    }
                     self.st = FinalizeState::Creating(Box::new(rec));
                     return Step::Io(Request::CreateExclusive(
                         FileRef::Cutoff(self.generation),
                         bytes,
                     ));
+                }
+                FinalizeState::SyncEpochs(rec, bytes) => {
+                    return match input {
+                        Some(Response::Done) => {
+                            self.st = FinalizeState::Creating(rec);
+                            Step::Io(Request::CreateExclusive(
+                                FileRef::Cutoff(self.generation),
+                                bytes,
+                            ))
+                        }
+                        other => Step::Done(Err(violation("Done", &other))),
+                    };
                 }
                 FinalizeState::Creating(rec) => {
                     return match input {
@@ -634,9 +675,9 @@ impl Operation for Finalize {
                 }
                 FinalizeState::Reading => {
                     return match input {
-                        Some(Response::Content(Some(b))) => Step::Done(
-                            decode_cutoff(&self.run, self.generation, &b).map(Cut::Record),
-                        ),
+                        Some(Response::Content(Some(b))) => {
+                            self.sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record))
+                        }
                         Some(Response::Content(None)) => Step::Done(Err(LeaseError::RecordInvalid {
                             run: self.run.to_string(),
                             kind: crate::error::RecordKind::Retirement,
@@ -644,6 +685,12 @@ impl Operation for Finalize {
                             detail: "it existed a moment ago and is gone: cutoffs are never removed above a checkpoint floor".into(),
                         })),
                         other => Step::Done(Err(violation("Content", &other))),
+                    };
+                }
+                FinalizeState::Syncing(cut) => {
+                    return match input {
+                        Some(Response::Done) => Step::Done(Ok(*cut)),
+                        other => Step::Done(Err(violation("Done", &other))),
                     };
                 }
             }
