@@ -429,14 +429,46 @@ pub struct CommandRecord {
     pub argv: Vec<String>,
     /// When it was started.
     pub started_at: Timestamp,
+    /// [`CommandRecord::incarnation_digest`] of the secret the owner put into the
+    /// command's environment (`RUNLEASE_INCARNATION`): the only evidence a later owner
+    /// accepts that a live process was started by this run's owner (PROTOCOL §11.1). The
+    /// secret itself is never written anywhere. **Absent when `None`** (never `null`), so
+    /// records written before it existed still decode; such a record's processes can never
+    /// be proved ours and are left alone and reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<Digest>,
+}
+
+impl CommandRecord {
+    /// The digest a record carries for the secret `secret` of an owner of `run` at
+    /// `generation`: SHA-256 over a fixed label, the run id, the generation and the secret,
+    /// so a digest copied from another run or generation never matches.
+    pub fn incarnation_digest(run: &RunId, generation: Generation, secret: &str) -> Digest {
+        Digest::of(
+            format!(
+                "runlease/incarnation/1\n{}\n{}\n{secret}",
+                run.as_str(),
+                generation.get()
+            )
+            .as_bytes(),
+        )
+    }
 }
 
 impl Record for CommandRecord {
     const KIND: RecordKind = RecordKind::Command;
     const VERSION: &'static str = "runlease/command/1";
     fn validate(&self) -> Result<(), String> {
-        if self.pid == 0 || self.pgid == 0 {
-            return Err("pid and pgid must be > 0".into());
+        if self.pid <= 1 || self.pgid <= 1 {
+            return Err("pid and pgid must be > 1".into());
+        }
+        if self.pgid != self.pid {
+            // Every command is started as the leader of its own process group; a record
+            // naming another group would make a reaper signal processes it never started.
+            return Err(format!(
+                "pgid {} differs from pid {}: a command leads its own process group",
+                self.pgid, self.pid
+            ));
         }
         if self.argv.is_empty() || self.argv[0].is_empty() {
             return Err("argv must be non-empty with a non-empty program".into());

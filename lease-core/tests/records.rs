@@ -462,15 +462,16 @@ fn command_record() -> impl Strategy<Value = CommandRecord> {
     (
         run_id(),
         positive_u64(),
-        pid(),
-        pid(),
+        // A command leads its own group (pgid = pid) and is never pid 0 or 1.
+        pid().prop_map(|p| p.max(2)),
+        proptest::option::of(digest()),
         u64_biased(),
         identity(),
         vec(text(24), 1..6),
         timestamp(),
     )
         .prop_map(
-            |(run_id, g, pid, pgid, start_time, boot_id, mut argv, started_at)| {
+            |(run_id, g, pid, incarnation, start_time, boot_id, mut argv, started_at)| {
                 if argv[0].is_empty() {
                     argv[0].push('x');
                 }
@@ -478,11 +479,12 @@ fn command_record() -> impl Strategy<Value = CommandRecord> {
                     run_id,
                     generation: generation(g),
                     pid,
-                    pgid,
+                    pgid: pid,
                     start_time,
                     boot_id,
                     argv,
                     started_at,
+                    incarnation,
                 }
             },
         )

@@ -111,7 +111,12 @@ impl Cgroup {
     pub fn kill(&self) {
         if std::fs::write(self.path.join("cgroup.kill"), "1").is_err() {
             for pid in self.pids() {
-                crate::procs::kill_pid(pid, rustix::process::Signal::KILL);
+                // Through a pidfd confirmed to be the member just listed.
+                let held = crate::procs::proc_info(pid)
+                    .and_then(|q| crate::procs::Held::open(pid, q.start_time));
+                if let Some(h) = held {
+                    let _ = h.signal(rustix::process::Signal::KILL);
+                }
             }
         }
     }

@@ -44,6 +44,41 @@ pub enum RunError {
         /// The generation that started it.
         generation: u64,
     },
+    /// A live process matches a command record of a killed incarnation (same boot, pid and
+    /// start time) but cannot be proved to be the one that incarnation started (it does not
+    /// carry the incarnation's secret, or the record predates it): it is left alone, and
+    /// the open is refused, because if it is the old command it must not run beside a new
+    /// one (PROTOCOL §11.1).
+    #[error(
+        "RUN_COMMAND_UNPROVEN: run {run}: {file} names live process {pid} (started {start_time} ticks after boot), but {why}; runlease signals only processes it can prove it started, so it left {pid} alone. If {pid} is this run's old command, stop it yourself (kill -TERM -- -{pid}) and remove {file}; if it is not, the record is wrong: remove {file}. Then run again"
+    )]
+    CommandUnproven {
+        /// The run.
+        run: String,
+        /// The record, relative to the run folder.
+        file: String,
+        /// The process it names.
+        pid: u32,
+        /// Its start time.
+        start_time: u64,
+        /// What is missing.
+        why: String,
+    },
+    /// A process this run proved it started could not be signalled (`EPERM`): it is
+    /// alive and not ours to kill any more (it changed its credentials).
+    #[error(
+        "RUN_COMMAND_NOT_PERMITTED: run {run}: not permitted to signal process {pid} of generation {generation} ({detail}); its record is kept"
+    )]
+    NotPermitted {
+        /// The run.
+        run: String,
+        /// The process.
+        pid: u32,
+        /// The generation that started it.
+        generation: u64,
+        /// The OS error.
+        detail: String,
+    },
     /// The run is fenced: it lost its lease (or could no longer prove it) and its commands
     /// were killed. Nothing more is written.
     #[error("FENCED: run {run}: {reason}")]
@@ -93,6 +128,8 @@ impl RunError {
             RunError::InvalidArgument(_) => "ARGUMENT_INVALID",
             RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
             RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
+            RunError::CommandUnproven { .. } => "RUN_COMMAND_UNPROVEN",
+            RunError::NotPermitted { .. } => "RUN_COMMAND_NOT_PERMITTED",
             RunError::Fenced { .. } => "FENCED",
             RunError::StepTimeout { .. } => "STEP_TIMEOUT",
             RunError::Released { .. } => "RUN_RELEASED",
@@ -102,7 +139,7 @@ impl RunError {
     }
 
     /// The process exit code for this error (64 usage, 65 data, 69 authority
-    /// unavailable (etcd), 70 internal, 74 I/O, 75 fenced, 76 held).
+    /// unavailable (etcd), 70 internal, 74 I/O, 75 fenced, 76 held, 77 not permitted).
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Fs(e) => e.exit_code(),
@@ -110,7 +147,10 @@ impl RunError {
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.exit_code(),
             RunError::InvalidArgument(_) => 64,
-            RunError::OwnerLockHeld { .. } | RunError::CommandsSurvive { .. } => 76,
+            RunError::OwnerLockHeld { .. }
+            | RunError::CommandsSurvive { .. }
+            | RunError::CommandUnproven { .. } => 76,
+            RunError::NotPermitted { .. } => 77,
             RunError::Fenced { .. } => 75,
             RunError::StepTimeout { .. } | RunError::Io(_) => 74,
             RunError::Released { .. } | RunError::Spawn { .. } => 70,

@@ -93,15 +93,111 @@ pub fn kill_group(pgid: u32, sig: Signal) {
     }
 }
 
-/// Send `sig` to process `pid` (errors ignored). Pid 0, 1 and this process are never
-/// signalled.
-pub fn kill_pid(pid: u32, sig: Signal) {
-    if !signallable(pid, std::process::id()) {
-        return;
+/// A process held by a pidfd, confirmed to be the one meant (same pid and start time, not
+/// exited) *while the pidfd was open*: every signal goes through the pidfd
+/// (`pidfd_send_signal`), so a pid that is reused after this check can never be hit
+/// (PROTOCOL §11.1). Dropping it closes the pidfd.
+#[derive(Debug)]
+pub struct Held {
+    /// Pid.
+    pub pid: u32,
+    /// Start time (clock ticks after boot).
+    pub start_time: u64,
+    fd: rustix::fd::OwnedFd,
+}
+
+impl Held {
+    /// Open `pid` by pidfd and confirm it is the process that started at `start_time` and
+    /// has not exited. `None` when it is gone, reused, a zombie, pid 0 or 1, this process,
+    /// or pidfds are unavailable (never a guess: an unconfirmed process is not signalled).
+    ///
+    /// Order: `pidfd_open` first, then `/proc/<pid>/stat`, then a poll of the pidfd. If the
+    /// pid was reused before the open, the stat shows another start time; if the process
+    /// exits after the stat, the poll shows it. Either way nothing is held.
+    pub fn open(pid: u32, start_time: u64) -> Option<Held> {
+        if !signallable(pid, std::process::id()) {
+            return None;
+        }
+        let p = Pid::from_raw(i32::try_from(pid).ok()?)?;
+        let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()?;
+        let info = proc_info(pid)?;
+        if info.start_time != start_time || info.zombie {
+            return None;
+        }
+        let held = Held {
+            pid,
+            start_time,
+            fd,
+        };
+        (!held.exited()).then_some(held)
     }
-    if let Some(p) = Pid::from_raw(i32::try_from(pid).unwrap_or(0)) {
-        let _ = rustix::process::kill_process(p, sig);
+
+    /// Whether the process has exited (its pidfd is readable); a zombie has.
+    pub fn exited(&self) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match rustix::event::poll(&mut fds, Some(&zero)) {
+            Ok(n) => n > 0,
+            // Cannot tell: treat as exited, so nothing is signalled on a guess.
+            Err(_) => true,
+        }
     }
+
+    /// Send `sig` through the pidfd. A process that is already gone is fine (`Ok`);
+    /// `EPERM` is returned as such ("not permitted", never "survived").
+    pub fn signal(&self, sig: Signal) -> std::io::Result<()> {
+        match rustix::process::pidfd_send_signal(&self.fd, sig) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The real and effective uid of `pid` (`Uid:` of `/proc/<pid>/status`).
+pub fn uids_of(pid: u32) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Uid:"))?;
+    let mut f = line["Uid:".len()..].split_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+/// What `/proc/<pid>/environ` says of one variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvVar {
+    /// Set, with this value.
+    Set(String),
+    /// Not set (the process has no such variable, or cleared its environment).
+    Unset,
+    /// The environment cannot be read (another uid, a non-dumpable process, gone).
+    Unreadable,
+}
+
+/// The variable `name` in the environment `pid` was started with.
+pub fn env_var(pid: u32, name: &str) -> EnvVar {
+    let Ok(bytes) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return EnvVar::Unreadable;
+    };
+    let prefix = format!("{name}=");
+    for entry in bytes.split(|b| *b == 0) {
+        if let Some(v) = entry.strip_prefix(prefix.as_bytes()) {
+            return match std::str::from_utf8(v) {
+                Ok(v) => EnvVar::Set(v.to_string()),
+                Err(_) => EnvVar::Unset,
+            };
+        }
+    }
+    EnvVar::Unset
+}
+
+/// This process's effective uid.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
 }
 
 /// What the run tracks of its commands: their process groups and every descendant seen
@@ -171,14 +267,29 @@ impl Tracked {
             }
         }
         for g in &self.groups {
-            kill_group(*g, sig);
+            // A group is signalled as a whole only while its leader (our command) is
+            // confirmed alive through a pidfd, so the number cannot have been reused for
+            // another group; otherwise its members are signalled one by one below (every
+            // member is in `known` after a refresh).
+            let leader_alive = self
+                .known
+                .get(g)
+                .and_then(|st| Held::open(*g, *st))
+                .is_some();
+            if leader_alive {
+                kill_group(*g, sig);
+            }
         }
         for (pid, st) in &self.known {
             if procs
                 .iter()
                 .any(|p| p.pid == *pid && p.start_time == *st && !p.zombie)
             {
-                kill_pid(*pid, sig);
+                // Through a pidfd confirmed to be that process: the pid may have been
+                // reused since the scan.
+                if let Some(h) = Held::open(*pid, *st) {
+                    let _ = h.signal(sig);
+                }
             }
         }
     }

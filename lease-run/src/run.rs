@@ -276,6 +276,10 @@ struct Shared {
     exit_on_fence: bool,
     /// The generation: the fencing token of every commit.
     generation: Generation,
+    /// This incarnation's secret, in every command's environment as
+    /// `RUNLEASE_INCARNATION`; its records carry only its digest
+    /// ([`CommandRecord::incarnation_digest`]). 128 random bits, never written to disk.
+    incarnation: String,
 }
 
 impl Shared {
@@ -458,6 +462,9 @@ fn wall_now() -> Result<Timestamp, RunError> {
         .and_then(Timestamp::from_unix_millis)
         .ok_or_else(|| RunError::Io("the wall clock is out of range".into()))
 }
+
+/// The environment variable that carries an incarnation's secret to its commands.
+pub const INCARNATION_VAR: &str = "RUNLEASE_INCARNATION";
 
 fn random_u64() -> Result<u64, RunError> {
     let mut b = [0u8; 8];
@@ -890,6 +897,7 @@ impl Run {
             fence_tx,
             exit_on_fence: opts.exit_on_fence,
             generation: lease.generation,
+            incarnation: format!("{:016x}{:016x}", random_u64()?, random_u64()?),
         });
         st.shared = Some(shared.clone());
 
@@ -1327,6 +1335,9 @@ impl Run {
             None => cmd.env_remove("RUNLEASE_AUTHORITY"),
         };
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        // The proof a later owner asks for before it signals a process this one started
+        // (PROTOCOL §11.1); set after `env`, so a caller cannot override it.
+        cmd.env(INCARNATION_VAR, &self.shared.incarnation);
         // Start and track in one critical section of the tracking lock, so the watchdog
         // never takes a snapshot without the group (`fence::fence_tick`).
         let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
@@ -1341,6 +1352,11 @@ impl Run {
         })?;
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
+        let incarnation = CommandRecord::incarnation_digest(
+            &lease.run_id,
+            lease.generation,
+            &self.shared.incarnation,
+        );
         let cgroup = self.shared.tracked().cgroup.clone();
         let recorded = blocking(
             &run,
@@ -1381,6 +1397,7 @@ impl Run {
                     boot_id: Identity::arg("boot id", boot)?,
                     argv: argv2,
                     started_at: wall_now()?,
+                    incarnation: Some(incarnation),
                 };
                 let f = FileRef::Command {
                     generation: lease.generation,
@@ -1727,6 +1744,16 @@ async fn heartbeat_loop(dir: Arc<dyn LeaseAuthority>, shared: Arc<Shared>, lease
 }
 
 /// Reap or refuse the commands recorded by older generations (owner lock held).
+///
+/// PROTOCOL §11.1: a process is signalled only once it is proved to be one that the
+/// recording incarnation started: same boot, the same real and effective uid as this
+/// process, started no earlier than the recorded command, and carrying in its environment
+/// the secret whose digest the record holds ([`CommandRecord::incarnation_digest`]); from
+/// that check to every signal it is held by a pidfd ([`procs::Held`]), so a reused pid is
+/// never hit. The record's pid and group select nothing to kill: they only name a leader
+/// that is alive but unprovable, which refuses the open (`RUN_COMMAND_UNPROVEN`) and is
+/// left alone. A descendant that dropped its environment cannot be found and is not
+/// signalled (a cgroup, when the run had one, still catches it: `reap_cgroups`).
 fn reap_or_refuse(
     dir: &RunDir,
     ours: Generation,
@@ -1763,40 +1790,170 @@ fn reap_or_refuse(
                 detail: "the record does not match its name".into(),
             }));
         }
-        let mut t = Tracked::default();
-        let same_boot = rec.boot_id.as_str() == boot;
-        let leader_alive = same_boot
-            && probe::live_process_start_time(rec.pid).ok().flatten() == Some(rec.start_time);
-        if same_boot {
+        if rec.boot_id.as_str() == boot {
+            let mut prover = Prover::new(&rec);
             let procs = procs::scan();
-            let pid_reused = procs
+            if let Some(leader) = procs
                 .iter()
-                .any(|q| q.pid == rec.pgid && q.start_time != rec.start_time);
-            if leader_alive || !pid_reused {
-                // Its group (members started no earlier than the leader).
-                for q in &procs {
-                    if q.pgrp == rec.pgid && q.start_time >= rec.start_time && !q.zombie {
-                        t.known.insert(q.pid, q.start_time);
-                    }
+                .find(|q| q.pid == rec.pid && q.start_time == rec.start_time && !q.zombie)
+            {
+                if let Err(why) = prover.check(leader) {
+                    return Err(RunError::CommandUnproven {
+                        run: run.clone(),
+                        file: p,
+                        pid: rec.pid,
+                        start_time: rec.start_time,
+                        why,
+                    });
                 }
-                if leader_alive {
-                    t.groups.insert(rec.pgid);
-                    // The leader itself, even if it has left its group since.
-                    t.known.insert(rec.pid, rec.start_time);
+            }
+            match stop_proven(&mut prover, grace, kill_wait) {
+                Ok(()) => {}
+                Err(StopFailed::Survives(pid)) => {
+                    return Err(RunError::CommandsSurvive {
+                        run: run.clone(),
+                        pid,
+                        pgid: rec.pgid,
+                        generation: generation.get(),
+                    });
+                }
+                Err(StopFailed::NotPermitted(pid, e)) => {
+                    return Err(RunError::NotPermitted {
+                        run: run.clone(),
+                        pid,
+                        generation: generation.get(),
+                        detail: e.to_string(),
+                    });
                 }
             }
         }
-        if !procs::terminate(&mut t, grace, kill_wait) {
-            return Err(RunError::CommandsSurvive {
-                run: run.clone(),
-                pid: rec.pid,
-                pgid: rec.pgid,
-                generation: generation.get(),
-            });
-        }
+        // Another boot: its processes died with that boot.
         primitives::remove(&**dir.fs(), &p, true).map_err(|e| io("remove", &p, e))?;
     }
     Ok(())
+}
+
+/// Decides, once per process (pid and start time), whether it is proved to be one that the
+/// incarnation of a command record started (see [`reap_or_refuse`]).
+struct Prover {
+    run: lease_core::RunId,
+    generation: Generation,
+    digest: Option<lease_core::Digest>,
+    started_no_earlier: u64,
+    euid: u32,
+    seen: std::collections::BTreeMap<(u32, u64), Result<(), String>>,
+}
+
+impl Prover {
+    fn new(rec: &CommandRecord) -> Prover {
+        Prover {
+            run: rec.run_id.clone(),
+            generation: rec.generation,
+            digest: rec.incarnation.clone(),
+            started_no_earlier: rec.start_time,
+            euid: procs::euid(),
+            seen: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// `Ok` when `q` is proved ours; otherwise what is missing (for messages).
+    fn check(&mut self, q: &procs::ProcInfo) -> Result<(), String> {
+        if q.zombie {
+            return Err("it has exited".into());
+        }
+        if q.start_time < self.started_no_earlier {
+            return Err("it started before the recorded command".into());
+        }
+        let key = (q.pid, q.start_time);
+        if let Some(r) = self.seen.get(&key) {
+            return r.clone();
+        }
+        let r = self.decide(q.pid);
+        self.seen.insert(key, r.clone());
+        r
+    }
+
+    fn decide(&self, pid: u32) -> Result<(), String> {
+        let Some(digest) = &self.digest else {
+            return Err(
+                "its record was written by a runlease without process proof (no incarnation digest)"
+                    .into(),
+            );
+        };
+        match procs::uids_of(pid) {
+            Some((r, e)) if r == self.euid && e == self.euid => {}
+            Some((r, e)) => {
+                return Err(format!(
+                    "it runs as uid {r} (effective {e}), not as this process's uid {}",
+                    self.euid
+                ));
+            }
+            None => return Err("its /proc/PID/status cannot be read".into()),
+        }
+        match procs::env_var(pid, INCARNATION_VAR) {
+            procs::EnvVar::Set(v)
+                if CommandRecord::incarnation_digest(&self.run, self.generation, &v) == *digest =>
+            {
+                Ok(())
+            }
+            procs::EnvVar::Set(_) => Err(format!(
+                "its {INCARNATION_VAR} is not the secret of generation {}",
+                self.generation
+            )),
+            procs::EnvVar::Unset => Err(format!(
+                "it does not carry generation {}'s {INCARNATION_VAR} secret in its environment",
+                self.generation
+            )),
+            procs::EnvVar::Unreadable => Err("its environment cannot be read".into()),
+        }
+    }
+}
+
+enum StopFailed {
+    Survives(u32),
+    NotPermitted(u32, std::io::Error),
+}
+
+/// Stop every process `prover` proves ours, found afresh by a scan every 10 ms (so what
+/// they fork meanwhile is caught too): SIGTERM once each, SIGKILL after `grace`, through
+/// pidfds; done when none is left, or the first survivor after `grace + kill_wait`.
+fn stop_proven(
+    prover: &mut Prover,
+    grace: Duration,
+    kill_wait: Duration,
+) -> Result<(), StopFailed> {
+    let kill_at = Instant::now() + grace;
+    let end = kill_at + kill_wait;
+    let mut termed = std::collections::BTreeSet::new();
+    loop {
+        let live: Vec<procs::Held> = procs::scan()
+            .iter()
+            .filter(|q| prover.check(q).is_ok())
+            .filter_map(|q| procs::Held::open(q.pid, q.start_time))
+            .collect();
+        let Some(first) = live.first() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        if now >= end {
+            return Err(StopFailed::Survives(first.pid));
+        }
+        for h in &live {
+            let sig = if now >= kill_at {
+                Signal::KILL
+            } else if termed.insert((h.pid, h.start_time)) {
+                Signal::TERM
+            } else {
+                continue;
+            };
+            if let Err(e) = h.signal(sig) {
+                if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
+                    return Err(StopFailed::NotPermitted(h.pid, e));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Kill what older incarnations of this run left in their cgroups (descendants that left
@@ -1832,7 +1989,12 @@ fn reap_cgroups(
             }
         };
         for pid in cg.pids() {
-            procs::kill_pid(pid, Signal::TERM);
+            // Through a pidfd confirmed to be the member just listed.
+            if let Some(h) =
+                procs::proc_info(pid).and_then(|q| procs::Held::open(pid, q.start_time))
+            {
+                let _ = h.signal(Signal::TERM);
+            }
         }
         let survivor = gone(grace, false).and_then(|_| {
             cg.kill();

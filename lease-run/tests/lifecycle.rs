@@ -515,10 +515,10 @@ fn a_takeover_fences_the_first_owner_whose_commands_die_in_time_and_it_exits_75(
     );
 
     // Pause the owner (a zombie-to-be), take the run over once it is stale, resume it.
-    lease_run::procs::kill_pid(owner.id(), Signal::STOP);
+    signal_child(owner.id(), Signal::STOP);
     let taken = take_over_when_stale(&path);
     let resumed = Instant::now();
-    lease_run::procs::kill_pid(owner.id(), Signal::CONT);
+    signal_child(owner.id(), Signal::CONT);
     let mut gone_at = None;
     while resumed.elapsed() < Duration::from_secs(5) {
         if watched.iter().all(|p| !alive(*p)) {
@@ -806,7 +806,7 @@ fn a_store_rewound_below_the_floor_recorded_by_a_takeover_is_refused_65() {
         .collect();
     let last = *acked.last().unwrap();
     assert_eq!(last, 6);
-    lease_run::procs::kill_pid(owner.id(), Signal::STOP);
+    signal_child(owner.id(), Signal::STOP);
     let taken = take_over_when_stale(&path);
     // The takeover recorded the head the owner reported in its last heartbeat.
     assert_eq!(epoch(&path, taken.generation.get()).store_floor, Some(last));
@@ -839,6 +839,28 @@ fn a_store_rewound_below_the_floor_recorded_by_a_takeover_is_refused_65() {
     });
 }
 
+/// Write a file 0600, as runlease writes its records.
+fn write_private(p: &Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(p)
+        .unwrap();
+    f.write_all(bytes).unwrap();
+}
+
+/// Signal a child of this test (its pid cannot be reused while it is unreaped).
+fn signal_child(pid: u32, sig: Signal) {
+    let p = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap();
+    rustix::process::kill_process(p, sig).unwrap();
+}
+
+/// The incarnation secret the frozen process carries.
+const FROZEN_SECRET: &str = "frozen-test-secret";
+
 /// A process SIGKILL cannot end while its cgroup v1 freezer keeps it frozen: the test owns
 /// it and refuses to let it die until the end.
 struct Frozen {
@@ -855,7 +877,11 @@ impl Frozen {
         let cg = root.join(format!("lease-run-test-{}", std::process::id()));
         std::fs::create_dir(&cg).ok()?;
         let mut cmd = std::process::Command::new("sleep");
-        cmd.arg("60").process_group(0);
+        // The proof a reaper asks for (PROTOCOL §11.1): the test records the digest of
+        // this secret in the command record it forges for generation 1.
+        cmd.arg("60")
+            .process_group(0)
+            .env("RUNLEASE_INCARNATION", FROZEN_SECRET);
         let child = cmd.spawn().ok()?;
         let f = Frozen { cg, child };
         std::fs::write(f.cg.join("cgroup.procs"), f.child.id().to_string()).ok()?;
@@ -914,13 +940,18 @@ fn a_recorded_command_that_cannot_be_killed_refuses_the_open_76_and_its_record_i
             boot_id: Identity::new(lease_fs::probe::boot_id().unwrap()).unwrap(),
             argv: args(&["sleep", "60"]),
             started_at: now_ts(),
+            incarnation: Some(lease_core::CommandRecord::incarnation_digest(
+                &lease_core::RunId::new("run-m").unwrap(),
+                Generation::new(1).unwrap(),
+                FROZEN_SECRET,
+            )),
         };
         let f = FileRef::Command {
             generation: Generation::new(1).unwrap(),
             pid,
         };
         std::fs::create_dir_all(path.join("commands")).unwrap();
-        std::fs::write(path.join(f.path()), lease_core::encode(&rec).unwrap()).unwrap();
+        write_private(&path.join(f.path()), &lease_core::encode(&rec).unwrap());
 
         let e = Run::open(&path, opts.clone()).await.unwrap_err();
         assert_eq!(

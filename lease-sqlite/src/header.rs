@@ -8,9 +8,16 @@
 
 use crate::error::StoreError;
 use crate::schema::SCHEMA_VERSION;
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+/// The open(2) flags and errno this module needs, from rustix's constants (no libc crate).
+mod libc_flags {
+    pub(crate) const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+    pub(crate) const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+    pub(crate) const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
+}
 use std::path::Path;
 
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
@@ -76,9 +83,23 @@ pub(crate) fn check(
     meta: &Metadata,
     wal_is_empty: bool,
 ) -> Result<(), StoreError> {
-    let mut f = File::open(path).map_err(|e| ctx.io("open (header check)", e))?;
+    // O_NOFOLLOW: a symlink swapped in after the lstat is refused (ELOOP), never followed;
+    // O_NONBLOCK: a FIFO or device swapped in does not block the open (a FIFO hung the store
+    // step for its whole deadline); the fstat below then refuses anything but the regular
+    // file the lstat saw.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::NOFOLLOW | libc_flags::NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc_flags::ELOOP) {
+                ctx.corrupt("it was replaced by a symbolic link while it was being opened")
+            } else {
+                ctx.io("open (header check)", e)
+            }
+        })?;
     let fmeta = f.metadata().map_err(|e| ctx.io("fstat", e))?;
-    if (fmeta.dev(), fmeta.ino()) != (meta.dev(), meta.ino()) {
+    if !fmeta.file_type().is_file() || (fmeta.dev(), fmeta.ino()) != (meta.dev(), meta.ino()) {
         return Err(ctx.corrupt(
             "the file was replaced while it was being opened (a symlink or another file took its place)",
         ));
@@ -146,4 +167,38 @@ pub(crate) fn check(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #15: a FIFO (or a symlink) swapped in between the `lstat` and the header
+    /// check's open is refused at once; the open never blocks on it.
+    #[test]
+    fn a_fifo_or_symlink_swapped_in_after_the_lstat_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        std::fs::write(&path, b"x").unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let ctx = Ctx {
+            run: "r",
+            file: "store/run.sqlite",
+        };
+        std::fs::remove_file(&path).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let started = std::time::Instant::now();
+        let e = check(&ctx, &path, &meta, true).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
+
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
+        let e = check(&ctx, &path, &meta, true).unwrap_err();
+        assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
+    }
 }
