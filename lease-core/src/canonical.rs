@@ -233,3 +233,103 @@ pub fn decode_for<R: Record>(run: &crate::RunId, bytes: &[u8]) -> Result<R, Leas
 pub fn digest<R: Record>(record: &R) -> Result<Digest, LeaseError> {
     Ok(Digest::of(&encode(record)?))
 }
+
+/// Parse JSON text given by a person or a script (an event payload on the command line)
+/// strictly: a key repeated in one object, and a number that cannot be kept exactly (an
+/// integer outside `i64`/`u64`, or any integral float of magnitude 2^53 or more, such as
+/// `1e300` or `18446744073709551616`), are refused instead of being merged or rounded
+/// silently. Integers within `i64`/`u64` are kept exactly; fractions stay floats (they
+/// round-trip, §3). Also refuses nesting deeper than [`MAX_DEPTH`].
+///
+/// ```
+/// use lease_core::canonical::parse_json_strict;
+/// assert!(parse_json_strict(r#"{"n":1,"big":18446744073709551615}"#).is_ok());
+/// assert!(parse_json_strict(r#"{"n":1,"n":2}"#).unwrap_err().contains("twice"));
+/// assert!(parse_json_strict("18446744073709551616").is_err());
+/// ```
+pub fn parse_json_strict(text: &str) -> Result<Value, String> {
+    use serde::de::Deserializer as _;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = de
+        .deserialize_any(StrictVisitor)
+        .map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    if depth(&v) > MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+    }
+    Ok(v)
+}
+
+/// Builds a [`Value`] like serde_json's own, refusing duplicate keys and inexact numbers.
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        // 2^53: above it not every integer is a float, so an integral float there may
+        // already have been rounded (serde_json parses integers past u64 as floats).
+        const EXACT: f64 = 9_007_199_254_740_992.0;
+        if v.is_finite() && v.fract() == 0.0 && v.abs() >= EXACT {
+            return Err(E::custom(format!(
+                "the number {v:e} cannot be kept exactly (integers must fit in 64 bits; write large values as strings)"
+            )));
+        }
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("not a finite number"))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(StrictSeed)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if out.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!(
+                    "the key {k:?} appears twice in one object"
+                )));
+            }
+            let v = map.next_value_seed(StrictSeed)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+struct StrictSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for StrictSeed {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}

@@ -1596,3 +1596,48 @@ fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
     let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
     assert_eq!((e.code(), e.exit_code()), ("RECORD_INVALID", 65));
 }
+
+// Strict parsing of payload text (issue #15): duplicate keys and numbers that cannot be
+// kept exactly are refused; everything serde_json itself writes parses back unchanged.
+proptest! {
+    #[test]
+    fn strict_json_parses_back_what_serde_json_writes(v in json()) {
+        let text = serde_json::to_string(&v).unwrap();
+        match lease_core::canonical::parse_json_strict(&text) {
+            Ok(back) => prop_assert_eq!(back, v),
+            // Only integral floats at or past 2^53 may be refused (they may be rounded).
+            Err(e) => prop_assert!(e.contains("cannot be kept exactly"), "{e}: {text}"),
+        }
+    }
+}
+
+#[test]
+fn strict_json_refuses_duplicate_keys_and_inexact_numbers() {
+    use lease_core::canonical::parse_json_strict as p;
+    for bad in [
+        r#"{"a":1,"a":1}"#,
+        r#"{"x":{"k":[1,{"d":0,"d":1}]}}"#,
+        "18446744073709551616",
+        "-9223372036854775809",
+        "1e300",
+        "9007199254740992.0",
+        "[1] [2]",
+    ] {
+        assert!(p(bad).is_err(), "{bad} was accepted");
+    }
+    for good in [
+        "null",
+        r#"{"a":1,"b":{"a":2}}"#,
+        "18446744073709551615",
+        "-9223372036854775808",
+        "9007199254740991",
+        "0.1",
+        "1.5e10",
+    ] {
+        assert!(p(good).is_ok(), "{good} was refused");
+    }
+    assert_eq!(
+        p("18446744073709551615").unwrap(),
+        serde_json::json!(18_446_744_073_709_551_615u64)
+    );
+}
