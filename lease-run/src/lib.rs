@@ -251,6 +251,6 @@ pub use error::RunError;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{
-    FinalStatus, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore, StepCallback, StepName,
-    WATCHDOG_TICK,
+    CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run,
+    RunCommand, RunStore, StepCallback, StepName, WATCHDOG_TICK, audit_commands,
 };

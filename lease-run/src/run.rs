@@ -1833,6 +1833,104 @@ fn reap_or_refuse(
     Ok(())
 }
 
+/// What a command record's processes are now, judged as [`Run::open`] would judge them
+/// before reaping (PROTOCOL §11.1), without signalling anything: for `doctor` and `status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandState {
+    /// Nothing of it runs any more (or it ran on another boot).
+    Gone,
+    /// These live processes are proved to be its (the next open stops them).
+    Proved(Vec<u32>),
+    /// The recorded process (same pid and start time) is alive but cannot be proved ours:
+    /// the next open is refused with `RUN_COMMAND_UNPROVEN` until an operator acts.
+    Unproven {
+        /// What is missing.
+        why: String,
+    },
+}
+
+/// One command record and the state of its processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandAudit {
+    /// The record, relative to the run folder.
+    pub file: String,
+    /// The generation that started it.
+    pub generation: Generation,
+    /// The recorded pid.
+    pub pid: u32,
+    /// Its start time (clock ticks after boot).
+    pub start_time: u64,
+    /// What runs of it.
+    pub state: CommandState,
+}
+
+/// Judge every command record of `dir` like the next open would (PROTOCOL §11.1), reading
+/// `/proc` only: nothing is signalled or written. An unreadable or misnamed record is an
+/// error, as it is for the open.
+pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
+    let run = dir.run_id().as_str().to_string();
+    let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
+    let names = dir
+        .fs()
+        .list(Dir::Commands.path())
+        .map_err(|e| io("list", Dir::Commands.path(), e))?;
+    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let procs = procs::scan();
+    let mut out = Vec::new();
+    for n in names {
+        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+            continue;
+        };
+        let p = f.path();
+        let Some(bytes) = dir
+            .fs()
+            .read(&p, MAX_RECORD_BYTES)
+            .map_err(|e| io("read", &p, e))?
+        else {
+            continue;
+        };
+        let rec: CommandRecord = decode_for(dir.run_id(), &bytes).map_err(|e| e.in_file(&p))?;
+        if rec.pid != pid || rec.generation != generation {
+            return Err(RunError::Fs(FsError::LayoutInvalid {
+                run: run.clone(),
+                path: p,
+                detail: "the record does not match its name".into(),
+            }));
+        }
+        let state = if rec.boot_id.as_str() != boot {
+            CommandState::Gone
+        } else {
+            let mut prover = Prover::new(&rec);
+            let leader = procs
+                .iter()
+                .find(|q| q.pid == rec.pid && q.start_time == rec.start_time && !q.zombie);
+            match leader.map(|l| prover.check(l)) {
+                Some(Err(why)) => CommandState::Unproven { why },
+                _ => {
+                    let proved: Vec<u32> = procs
+                        .iter()
+                        .filter(|q| prover.check(q).is_ok())
+                        .map(|q| q.pid)
+                        .collect();
+                    if proved.is_empty() {
+                        CommandState::Gone
+                    } else {
+                        CommandState::Proved(proved)
+                    }
+                }
+            }
+        };
+        out.push(CommandAudit {
+            file: p,
+            generation,
+            pid,
+            start_time: rec.start_time,
+            state,
+        });
+    }
+    Ok(out)
+}
+
 /// Decides, once per process (pid and start time), whether it is proved to be one that the
 /// incarnation of a command record started (see [`reap_or_refuse`]).
 struct Prover {

@@ -185,6 +185,12 @@ fn hostile_records_never_kill_a_bystander() {
         assert_eq!(code, "RUN_COMMAND_UNPROVEN", "{msg}");
         assert!(msg.contains(&f) && msg.contains(&pid.to_string()), "{msg}");
         assert!(path.join(&f).exists(), "the record is kept");
+        // doctor's view (read-only) says the same.
+        let audit = lease_run::audit_commands(&lease_fs::RunDir::open(&path).unwrap()).unwrap();
+        assert!(
+            matches!(&audit[..], [a] if a.file == f && matches!(a.state, lease_run::CommandState::Unproven { .. })),
+            "{audit:?}"
+        );
         tally.survivors("forged-plain", &[pid]);
         end(vec![b]);
     }
@@ -306,6 +312,16 @@ fn hostile_records_never_kill_a_bystander() {
             std::thread::sleep(Duration::from_millis(10));
         };
         let f = forge(&path, pid, pid, start_time(pid), Some("real-secret"));
+        let audit = lease_run::audit_commands(&lease_fs::RunDir::open(&path).unwrap()).unwrap();
+        match &audit[..] {
+            [a] => match &a.state {
+                lease_run::CommandState::Proved(pids) => {
+                    assert!(pids.contains(&pid) && pids.contains(&daemon), "{pids:?}");
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
         let (code, msg) = open_code(&path);
         assert_eq!(code, "ok", "{msg}");
         let _ = b.wait();
