@@ -53,7 +53,8 @@ pub const AFTER_HELP: &str = "\
 Exit codes (ARCHITECTURE.md section 6):
   0    ok; for `run`, the command's own exit code
   1    other failure: a takeover not confirmed at the prompt, a wall clock before 1970
-  64   usage error: bad arguments, unknown subcommand, run folder not found, bad run id
+  64   usage error: bad arguments, unknown subcommand, run folder not found, bad run id,
+       `run` on a non-empty folder that is not a run (RUN_FOLDER_FOREIGN: see `init`)
   65   data error: invalid record, broken hash chain, event log gap, symlinked run folder
   69   the etcd cluster of --authority did not answer within the deadline; retry
   70   internal error, or a record schema this build does not read (a newer runlease)
@@ -61,6 +62,10 @@ Exit codes (ARCHITECTURE.md section 6):
   75   fenced, a race lost, or a release not answered in time (temporary: observe
        again, then retry)
   76   held: a live owner (on this host or another) holds the run
+  77   not owned: the run folder, or a file or folder in it, is not owned by the user
+       runlease runs as, or others may write it (a record: others may read it); it is
+       refused, never read, written or chmodded (RUN_NOT_OWNED); also `run`: a
+       command process it may no longer signal (RUN_COMMAND_NOT_PERMITTED)
   126  `run`: the command could not be started
   127  `run`: the command was not found
   128+N  `run`: the command was killed by signal N (also: runlease was interrupted by
@@ -68,6 +73,7 @@ Exit codes (ARCHITECTURE.md section 6):
 
 Examples:
   runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
+  runlease init ./existing-folder
   runlease status ./demo-run
   runlease takeover ./demo-run --expect-owner ID --expect-heartbeat 2026-01-01T00:00:00.000Z
   runlease retire ./demo-run
@@ -121,6 +127,12 @@ pub struct Cli {
 pub enum Cmd {
     /// Own a run (creating its folder) and run a command under the lease.
     #[command(after_help = "\
+RUN_DIR must be a run, a missing folder or an empty one: an existing folder that is not
+empty and not a run yet (it has no lease/epochs/ folder), and `.`, `..` or `/` (any folder
+holding the current one) that is not a run yet, is refused (RUN_FOLDER_FOREIGN, 64) before
+anything is written, unless --init says so (as `runlease init` does). The run folder and
+everything runlease reads or writes in it must be owned by the user runlease runs as and
+not writable by others, else RUN_NOT_OWNED (77); no existing mode is ever changed.
 Before the command runs, its record (pid, start time, boot) is durable in commands/, and a
 command a killed runlease left running (same boot) is killed. The command runs in its own
 process group (and cgroup v2 subtree when one can be created) with RUNLEASE_RUN (absolute
@@ -150,6 +162,24 @@ Examples:
   runlease run ./job --wait 5m --takeover-stale -- ./train.sh --resume
   runlease --authority etcd://10.0.0.1:2379,10.0.0.2:2379/runlease run ./job -- ./train.sh")]
     Run(RunArgs),
+    /// Make a folder a run explicitly (also an existing, non-empty one); idempotent.
+    #[command(after_help = "\
+Creates the layout (lease/ and its folders, events/, commands/, store/, work/, tmp/; each
+0700 whatever the umask) in RUN_DIR, creating RUN_DIR if missing. On a run it only adds
+missing folders. On an existing folder that is not a run yet, what is there stays as it
+is: no file is touched and no existing mode is changed. It is the explicit step `runlease
+run` asks for on a non-empty folder and on `.`, `..` or `/`. Refused (RUN_NOT_OWNED, 77,
+nothing written) when RUN_DIR, an existing layout folder, run.json or owner.lock is not
+owned by the user runlease runs as, or others may write it: fix it with chown/chmod go-w
+first (runlease never chmods what it did not create).
+
+Example:
+  runlease init ./existing-folder && runlease run ./existing-folder -- ./job.sh")]
+    Init {
+        /// The folder to make a run.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+    },
     /// Show who owns each run, how fresh it is, and the one safe next step.
     #[command(after_help = "\
 States: free, active, stale, dead (proven: same boot, process gone, owner lock free),
@@ -268,7 +298,7 @@ Example:
         #[arg(long, default_value_t = 8)]
         keep: u64,
     },
-    /// One row per run below a folder (its subfolders that hold a `lease/` folder).
+    /// One row per run below a folder (its subfolders that hold a `lease/epochs/` folder).
     #[command(after_help = "\
 Example:
   runlease list ./runs")]
@@ -281,9 +311,13 @@ Example:
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The run folder (created if missing).
+    /// The run folder (created if missing; an existing one must be a run or empty).
     #[arg(value_name = "RUN_DIR")]
     pub dir: PathBuf,
+    /// Make RUN_DIR a run even if it is a non-empty folder or `.`, `..`, `/` (as `runlease
+    /// init`).
+    #[arg(long)]
+    pub init: bool,
     /// Heartbeat interval in ms.
     #[arg(long, value_name = "MS", default_value_t = 5000)]
     pub heartbeat: u64,

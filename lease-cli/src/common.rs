@@ -252,9 +252,11 @@ pub fn open_run(dir: &Path) -> Result<lease_fs::RunDir, CliError> {
     lease_fs::RunDir::open(dir).map_err(|e| name_folder(dir, e))
 }
 
-/// Open a run folder, creating it if missing (`runlease run`).
-pub fn create_run(dir: &Path) -> Result<lease_fs::RunDir, CliError> {
-    lease_fs::RunDir::create(dir).map_err(|e| name_folder(dir, e))
+/// Make `dir` a run or open it (`runlease run`, `runlease init`): a missing or empty
+/// folder, or a run; any other folder only when `explicit` (`RUN_FOLDER_FOREIGN`, 64).
+/// Everything is judged before anything is written (`RUN_NOT_OWNED`, 77).
+pub fn init_run(dir: &Path, explicit: bool) -> Result<lease_fs::Initialized, CliError> {
+    lease_fs::RunDir::init(dir, explicit).map_err(|e| name_folder(dir, e))
 }
 
 /// Where output goes: human text, or one JSON object per line (`--json`).
@@ -750,6 +752,20 @@ mod tests {
         assert_eq!(human_ms(1234), "1.2 s");
         assert_eq!(human_ms(185_000), "3 min 5 s");
         assert!(human_ms(-2000).contains("future"));
+    }
+
+    #[test]
+    fn not_owned_is_77() {
+        let e = CliError::from(FsError::NotOwned {
+            run: "r".into(),
+            path: "run.json".into(),
+            uid: 1,
+            mode: 0o644,
+            detail: "x".into(),
+        });
+        // sysexits EX_NOPERM, straight from lease-fs's error.
+        assert_eq!((e.code.as_str(), e.exit), ("RUN_NOT_OWNED", 77));
+        assert_eq!(lease_fs::EX_NOPERM, 77);
     }
 
     #[test]

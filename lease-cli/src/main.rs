@@ -55,11 +55,13 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
                 wait: a.wait,
                 takeover_stale: a.takeover_stale,
                 retire_dead: a.retire_dead,
+                init: a.init,
                 command: a.command,
                 authority: authority.clone(),
             },
             out,
         ),
+        Cmd::Init { dir } => ops::init(&dir, out),
         Cmd::Status { dirs } => ops::status(&dirs, a_, out),
         Cmd::Takeover(a) => ops::takeover(
             &a.dir,

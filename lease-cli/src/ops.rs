@@ -27,6 +27,10 @@ const TEMP_MIN_AGE_SECS: u64 = 60;
 /// Read one run's status (liveness probed).
 fn read_status(dir: &Path, authority: &RunAuthority) -> Result<(Lease, StatusView), CliError> {
     let run = open_lease(dir, authority, None)?;
+    if let Some(f) = &run.folder {
+        // run.json and owner.lock of another uid or open to others: refused (77), not read.
+        f.check_root_files()?;
+    }
     let view = run.auth.status(wall_now()?, true)?;
     Ok((run, view))
 }
@@ -71,7 +75,44 @@ pub fn status(
     Ok(exit)
 }
 
-/// `runlease list FOLDER`: one row per immediate subfolder holding a `lease/` folder.
+/// `runlease init DIR`: make DIR a run explicitly (an existing non-empty folder too); on a
+/// run it only adds missing layout folders. Refuses (77) before any write when DIR, an
+/// existing layout folder, `run.json` or `owner.lock` is not ours or open to others.
+pub fn init(dir: &Path, out: Out) -> Result<i32, CliError> {
+    let done = crate::common::init_run(dir, true)?;
+    let run_id = done.run.run_id().to_string();
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/init/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "run_id": run_id,
+            "found": done.found.name(),
+            "created": done.created,
+        }));
+    } else {
+        let what = match done.found {
+            lease_fs::Found::Missing => "created the run folder",
+            lease_fs::Found::Empty => "made the empty folder a run",
+            lease_fs::Found::Run => "already a run",
+            lease_fs::Found::Foreign => {
+                "made the existing folder a run (what was there is untouched)"
+            }
+        };
+        let created = if done.created.is_empty() {
+            "nothing created".to_string()
+        } else {
+            format!("created {}", done.created.join(", "))
+        };
+        out.line(&format!(
+            "{}: {what} (run id {run_id}; {created})",
+            dir.display()
+        ));
+    }
+    Ok(0)
+}
+
+/// `runlease list FOLDER`: one row per immediate subfolder holding a `lease/epochs/` folder.
 pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
     let entries = std::fs::read_dir(folder).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -98,8 +139,10 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
         .map(|e| e.path())
         .filter(|p| {
             // Never follow symlinks: a run folder that is a symlink is refused anyway.
+            // A run holds `lease/epochs/` (`RunDir::init`'s test).
             std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
                 && std::fs::symlink_metadata(p.join("lease")).is_ok_and(|m| m.is_dir())
+                && std::fs::symlink_metadata(p.join("lease/epochs")).is_ok_and(|m| m.is_dir())
         })
         .collect();
     dirs.sort();
@@ -1037,6 +1080,8 @@ fn count_temp_files(root: &Path) -> (usize, usize) {
 /// Exit 0 unless a finding is a data error (`INVALID_RECORD`, `BROKEN_CHAIN`: 65).
 pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     let run = crate::common::open_run(dir)?;
+    // Refused (77) before anything is read or removed, like every other subcommand.
+    run.check_root_files()?;
     let d = shell_path(dir);
     let mut findings = Vec::new();
 

@@ -3,9 +3,13 @@
 //!
 //! # What this does
 //!
-//! 1. Create the run folder if missing and check its layout (a misplaced file or a
-//!    symlinked folder is refused, 65, before anything is written); check that the program
-//!    can be started (126 not executable, 127 not found: nothing is claimed).
+//! 1. Create the run folder if missing, or use an empty one or a run (`lease/epochs/`);
+//!    a non-empty folder that is not a run, or `.`/`..`/`/` that is not one, only with
+//!    `--init` (`RUN_FOLDER_FOREIGN`, 64). The root, every existing layout folder and the
+//!    root files must be ours and not open to others (`RUN_NOT_OWNED`, 77); nothing is
+//!    chmodded. Then check its layout (a misplaced file or a symlinked folder is refused,
+//!    65, before anything is written); check that the program can be started (126 not
+//!    executable, 127 not found: nothing is claimed).
 //! 2. Open the run with [`Run::open`] (its crate docs give the order): kernel owner lock,
 //!    `run.json`, claim (with `--retire-dead`, a definitely-dead owner is retired first;
 //!    with `--takeover-stale`, a stale owner's record is first watched unchanged for its
@@ -85,6 +89,8 @@ pub struct RunOpts {
     pub takeover_stale: bool,
     /// `--retire-dead`.
     pub retire_dead: bool,
+    /// `--init`: make RUN_DIR a run even if it is a non-empty folder or `.`, `..`, `/`.
+    pub init: bool,
     /// The command and its arguments.
     pub command: Vec<OsString>,
     /// Where the lease lives (`--authority`).
@@ -257,7 +263,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         });
     }
 
-    let rundir = crate::common::create_run(&opts.dir)?;
+    // A missing or empty folder, or a run; a foreign folder only with --init. Everything
+    // that exists is judged (owner, mode) before the first write; nothing is chmodded.
+    let rundir = crate::common::init_run(&opts.dir, opts.init)?.run;
     preflight_layout(&rundir)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
@@ -806,6 +814,9 @@ async fn attempt(
         policy,
         lock_timeout,
         authority: opts.authority.clone(),
+        // The folder was made a run (or refused) by `init_run`; lease-run must never
+        // create one behind that check.
+        create: false,
         ..OpenOptions::default()
     };
     let how = match (&view.status, &view.head) {

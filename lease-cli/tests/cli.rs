@@ -531,7 +531,7 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
     let help = runlease(&["--help"]);
     assert_eq!(help.status.code(), Some(0));
     let h = text(&help.stdout);
-    for code in ["0 ", "1 ", "64", "65", "69", "70", "74", "75", "76"] {
+    for code in ["0 ", "1 ", "64", "65", "69", "70", "74", "75", "76", "77"] {
         assert!(
             h.contains(&format!("\n  {code}")),
             "help lacks exit code {code}"
@@ -539,8 +539,8 @@ fn usage_errors_exit_64_and_help_lists_exit_codes() {
     }
     assert!(h.contains("runlease run ./demo-run --"));
     for sub in [
-        "run", "status", "takeover", "retire", "release", "append", "events", "verify", "doctor",
-        "prune", "list",
+        "run", "init", "status", "takeover", "retire", "release", "append", "events", "verify",
+        "doctor", "prune", "list",
     ] {
         let o = runlease(&[sub, "--help"]);
         assert_eq!(o.status.code(), Some(0));

@@ -167,6 +167,20 @@ fn exit_76_held() {
 }
 
 #[test]
+fn exit_77_not_owned() {
+    // A run folder others may write (the portable case; tests/folders.rs also chowns).
+    let (_tmp, dir) = used_run();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    for args in [
+        vec!["run", dir.to_str().unwrap(), "--", "true"],
+        vec!["status", dir.to_str().unwrap()],
+    ] {
+        let o = runlease(&args);
+        expect(&o, 77, "RUN_NOT_OWNED");
+    }
+}
+
+#[test]
 fn exit_126_127_and_128_plus_n_from_run() {
     let (tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
@@ -185,7 +199,7 @@ fn exit_126_127_and_128_plus_n_from_run() {
 fn help_lists_every_exit_code() {
     let h = text(&runlease(&["--help"]).stdout);
     for code in [
-        "0", "1", "64", "65", "69", "70", "74", "75", "76", "126", "127", "128+N",
+        "0", "1", "64", "65", "69", "70", "74", "75", "76", "77", "126", "127", "128+N",
     ] {
         assert!(
             h.contains(&format!("\n  {code} ")),
@@ -198,7 +212,7 @@ fn help_lists_every_exit_code() {
     );
     let readme = include_str!("../../README.md");
     for code in [
-        "64", "65", "69", "70", "74", "75", "76", "126", "127", "128+N",
+        "64", "65", "69", "70", "74", "75", "76", "77", "126", "127", "128+N",
     ] {
         assert!(
             readme.contains(&format!("| {code} |")),

@@ -112,6 +112,7 @@ fn the_doc_parses_into_every_schema() {
         "runlease/cli/verify/1",
         "runlease/cli/doctor/1",
         "runlease/cli/prune/1",
+        "runlease/cli/init/1",
         "runlease/cli/error/1",
     ] {
         let shape = shapes.get(s).unwrap_or_else(|| panic!("doc lacks {s}"));
@@ -186,6 +187,12 @@ fn every_subcommand_prints_exactly_its_documented_fields() {
         all(&["run", "--json", ad, "--", "true"], 0);
     }
     all(&["prune", "--json", ad, "--keep", "2"], 0);
+    // init: on a run (nothing to create), on a missing folder.
+    all(&["init", "--json", ad], 0);
+    all(
+        &["init", "--json", tmp.path().join("c").to_str().unwrap()],
+        0,
+    );
     // doctor: a temp file old enough to be removed, then OK.
     let tmpfile = a.join("lease/epochs/.tmp-1-1-000000009");
     std::fs::write(&tmpfile, b"x").unwrap();

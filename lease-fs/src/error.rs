@@ -38,6 +38,34 @@ pub enum FsError {
         /// What is wrong.
         detail: String,
     },
+    /// The run folder, or a file or folder in it that runlease reads or writes, is not
+    /// owned by the effective uid or is open to others (a folder writable by group or
+    /// others, a file with any group or other permission bit). Refused before anything is
+    /// read or written through it; nothing is ever chmodded. sysexits `EX_NOPERM` (77).
+    #[error("RUN_NOT_OWNED: run {run}: {detail}")]
+    NotOwned {
+        /// The run.
+        run: String,
+        /// The offending path relative to the run root (`""`: the root itself).
+        path: String,
+        /// Its owner uid.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// What is wrong and the fix (names the absolute path, owner and mode).
+        detail: String,
+    },
+    /// An existing folder that is not empty and is not a run yet (no `lease/epochs/`), or
+    /// the current folder, one of its parents or `/`, was given to a command that creates a
+    /// run only in a missing or empty folder. Nothing was written; `runlease init` (or
+    /// `run --init`) makes it a run explicitly. sysexits `EX_USAGE` (64).
+    #[error("RUN_FOLDER_FOREIGN: {path}: {detail}")]
+    FolderForeign {
+        /// The folder.
+        path: String,
+        /// Why it is refused and what to do.
+        detail: String,
+    },
     /// A system call failed.
     #[error("IO_ERROR: run {run}: {op} {path}: {source}")]
     Io {
@@ -60,17 +88,22 @@ impl FsError {
             FsError::RunNotFound { .. } => "RUN_NOT_FOUND",
             FsError::RootChanged { .. } => "RUN_ROOT_CHANGED",
             FsError::LayoutInvalid { .. } => "RUN_LAYOUT_INVALID",
+            FsError::NotOwned { .. } => "RUN_NOT_OWNED",
+            FsError::FolderForeign { .. } => "RUN_FOLDER_FOREIGN",
             FsError::Io { .. } => "IO_ERROR",
         }
     }
 
-    /// sysexits-style exit code (64 usage, 65 data, 74 I/O, 75 fenced, 76 held, ...).
+    /// sysexits-style exit code (64 usage, 65 data, 74 I/O, 75 fenced, 76 held, 77 not
+    /// owned, ...).
     pub fn exit_code(&self) -> i32 {
         match self {
             FsError::Lease(e) => e.exit_code(),
             FsError::RunNotFound { .. } => 64,
             FsError::RootChanged { .. } => 74,
             FsError::LayoutInvalid { .. } => 65,
+            FsError::NotOwned { .. } => EX_NOPERM,
+            FsError::FolderForeign { .. } => 64,
             FsError::Io { .. } => 74,
         }
     }
@@ -85,6 +118,16 @@ impl FsError {
 
     /// Wrap an `io::Error` of operation `op` on `path`, classifying layout problems.
     pub fn io(run: &str, op: &'static str, path: &str, source: io::Error) -> FsError {
+        // An untrusted file or folder (lease-fs's check on the descriptor it holds).
+        if let Some(n) = crate::real::not_owned_in(&source) {
+            return FsError::NotOwned {
+                run: run.to_string(),
+                path: n.path.clone(),
+                uid: n.uid,
+                mode: n.mode,
+                detail: n.describe(),
+            };
+        }
         // lease-fs wraps refusals in an error naming the path (`io::Error::new` with the
         // original error as source), which has no raw errno of its own: look through it.
         let raw = source.raw_os_error().or_else(|| {
@@ -124,6 +167,9 @@ impl FsError {
     }
 }
 
+/// sysexits `EX_NOPERM`: the run folder or a file in it is not ours (`RUN_NOT_OWNED`).
+pub const EX_NOPERM: i32 = 77;
+
 /// Every lease-fs specific code with its exit code (protocol codes are in
 /// [`lease_core::ERROR_CODES`]).
 pub const FS_ERROR_CODES: &[(&str, i32)] = &[
@@ -131,4 +177,6 @@ pub const FS_ERROR_CODES: &[(&str, i32)] = &[
     ("RUN_ROOT_CHANGED", 74),
     ("RUN_LAYOUT_INVALID", 65),
     ("IO_ERROR", 74),
+    ("RUN_NOT_OWNED", EX_NOPERM),
+    ("RUN_FOLDER_FOREIGN", 64),
 ];

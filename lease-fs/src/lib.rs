@@ -39,7 +39,9 @@ pub mod real;
 pub mod sim;
 pub mod store;
 
-pub use error::{FS_ERROR_CODES, FsError};
+pub use error::{EX_NOPERM, FS_ERROR_CODES, FsError};
 pub use real::RealFs;
 pub use sim::SimFs;
-pub use store::{Liveness, ProcLiveness, RunDir, run_id_of, this_holder};
+pub use store::{
+    Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_of, this_holder,
+};

@@ -87,40 +87,59 @@ impl std::error::Error for Ctx {
     }
 }
 
-/// Open the run root directory itself, refusing a symlinked root.
+/// Open the run root directory itself, refusing a symlinked root and one we do not trust
+/// (not ours, or writable by group or others: `RUN_NOT_OWNED`).
 fn open_root(root: &Path) -> io::Result<OwnedFd> {
-    retry(|| {
+    let fd = retry(|| {
         rfs::open(
             root,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
     })
-    .map_err(|e| ctx(e, format!("cannot open run root {}", root.display())))
+    .map_err(|e| ctx(e, format!("cannot open run root {}", root.display())))?;
+    crate::real::check_trusted(root, &rfs::fstat(&fd)?, "")?;
+    Ok(fd)
 }
 
-/// Open `owner.lock` in `root_fd` (creating it 0600 if `create`); `None` if it is missing
-/// and not created. Refuses a symlink or anything but a regular file.
+/// Open `owner.lock` in `root_fd` (creating it 0600, whatever the umask, if `create`);
+/// `None` if it is missing and not created. Refuses a symlink, anything but a regular
+/// file, and an existing one we do not trust (`RUN_NOT_OWNED`).
 fn open_lock_file(
     root_fd: BorrowedFd<'_>,
-    path: &Path,
+    root: &Path,
     create: bool,
 ) -> io::Result<Option<OwnedFd>> {
-    let mut flags =
+    let path = root.join(LOCK_FILE);
+    let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-    if create {
-        flags |= OFlags::CREATE;
-    }
-    let fd = match retry(|| rfs::openat(root_fd, LOCK_FILE, flags, Mode::from_raw_mode(0o600))) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) if !create => return Ok(None),
-        Err(Errno::LOOP) => {
-            return Err(ctx(
+    let open = |flags: OFlags| -> io::Result<Option<OwnedFd>> {
+        match retry(|| rfs::openat(root_fd, LOCK_FILE, flags, Mode::from_raw_mode(0o600))) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::EXIST) if flags.contains(OFlags::EXCL) => Ok(None),
+            Err(Errno::LOOP) => Err(ctx(
                 Errno::LOOP,
                 format!("refusing owner lock {}: it is a symlink", path.display()),
-            ));
+            )),
+            Err(e) => Err(ctx(e, format!("cannot open owner lock {}", path.display()))),
         }
-        Err(e) => return Err(ctx(e, format!("cannot open owner lock {}", path.display()))),
+    };
+    // Create it exclusively first, so we know whether the file is ours to set 0600 on.
+    let mut made = false;
+    let mut fd = None;
+    if create {
+        fd = open(flags | OFlags::CREATE | OFlags::EXCL)?;
+        made = fd.is_some();
+    }
+    let fd = match fd {
+        Some(fd) => fd,
+        // Missing (and not created), or removed between the two opens: the caller tries
+        // again.
+        None => match open(flags)? {
+            Some(fd) => fd,
+            None => return Ok(None),
+        },
     };
     let st = rfs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -128,6 +147,14 @@ fn open_lock_file(
             io::ErrorKind::InvalidData,
             format!("refusing owner lock {}: not a regular file", path.display()),
         ));
+    }
+    if made {
+        #[allow(clippy::unnecessary_cast)]
+        if (st.st_mode as u32) & 0o7777 != 0o600 {
+            rfs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+        }
+    } else {
+        crate::real::check_trusted(root, &st, LOCK_FILE)?;
     }
     Ok(Some(fd))
 }
@@ -170,7 +197,7 @@ impl OwnerLock {
         let path = root.join(LOCK_FILE);
         // Bounded: the file is replaced only if someone deletes it while we lock it.
         for _ in 0..8 {
-            let Some(fd) = open_lock_file(root_fd, &path, true)? else {
+            let Some(fd) = open_lock_file(root_fd, root, true)? else {
                 continue;
             };
             if !try_flock(fd.as_fd(), &path)? {
@@ -225,7 +252,7 @@ impl AsFd for OwnerLock {
 pub fn probe_owner_lock(root: &Path) -> io::Result<bool> {
     let root_fd = open_root(root)?;
     let path = root.join(LOCK_FILE);
-    let Some(fd) = open_lock_file(root_fd.as_fd(), &path, false)? else {
+    let Some(fd) = open_lock_file(root_fd.as_fd(), root, false)? else {
         return Ok(true);
     };
     let free = try_flock(fd.as_fd(), &path)?;

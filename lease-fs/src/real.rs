@@ -13,8 +13,13 @@
 //! directory descriptor is re-validated (one `fstatat` of its path) on every use, so a
 //! directory that was renamed away or replaced is resolved again rather than written into.
 //!
-//! Directories are created 0700 (and existing ones with group or other permission bits are
-//! tightened to 0700); files are created 0600. A symlink, or a non-directory where a
+//! Directories are created 0700 and files 0600, whatever the umask (the mode is set with
+//! `fchmod` on the new descriptor). Nothing that exists is ever chmodded: the run root, every
+//! directory resolved below it and every record read must be owned by the effective uid and
+//! not writable by group or others (records: no group or other permission bits at all), else
+//! the call fails with a [`NotOwned`] error (`RUN_NOT_OWNED`, 77) before anything is read or
+//! written through it. The checks use `fstat` of the descriptors already held (or the stat
+//! the call makes anyway), never a second path lookup. A symlink, or a non-directory where a
 //! directory should be, is refused with an error that names the offending path.
 
 use std::collections::HashMap;
@@ -52,6 +57,155 @@ fn resolve_flags() -> ResolveFlags {
 
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
+
+/// Permission bits a directory runlease trusts must not have: group or other write.
+const DIR_FORBIDDEN: u32 = 0o022;
+/// Permission bits a file runlease reads must not have: group or other write (issue #15:
+/// "not writable by group/others"). Read bits are no threat to what runlease decides (it
+/// writes its own files 0600, but a record copied back from a backup with umask 022 is
+/// still ours and unchanged).
+const FILE_FORBIDDEN: u32 = 0o022;
+
+/// The effective uid of this process.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// A file or directory runlease does not trust: owned by another uid than the effective
+/// one, or with permission bits others could use to change it. Carried as the payload of an
+/// `io::Error` (kind `PermissionDenied`); `FsError::io` turns it into `RUN_NOT_OWNED` (77).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotOwned {
+    /// The path relative to the run root (`""`: the run root itself).
+    pub path: String,
+    /// The absolute path, for the fix.
+    pub abs: PathBuf,
+    /// Its owner.
+    pub uid: u32,
+    /// Its permission bits.
+    pub mode: u32,
+    /// The effective uid runlease runs as.
+    pub euid: u32,
+    /// Whether it is a directory (directories may be group/other readable).
+    pub is_dir: bool,
+}
+
+impl NotOwned {
+    /// What is wrong and the fix, one sentence each, without the run's name.
+    pub fn describe(&self) -> String {
+        let what = if self.path.is_empty() {
+            "the run folder itself".to_string()
+        } else if self.is_dir {
+            format!("folder {}", self.path)
+        } else {
+            format!("file {}", self.path)
+        };
+        let forbidden = if self.is_dir {
+            DIR_FORBIDDEN
+        } else {
+            FILE_FORBIDDEN
+        };
+        let mut wrong = Vec::new();
+        let mut fix = Vec::new();
+        let q = shell_quote(&self.abs);
+        if self.uid != self.euid {
+            wrong.push(format!(
+                "it is owned by uid {}, not by uid {} that runlease runs as",
+                self.uid, self.euid
+            ));
+            fix.push(format!(
+                "run runlease as uid {} (its owner), or `chown {} {q}` if it really belongs to uid {}",
+                self.uid, self.euid, self.euid
+            ));
+        }
+        if self.mode & forbidden != 0 {
+            wrong.push("group or others may write it".to_string());
+            fix.push(format!("`chmod go-w {q}`"));
+        }
+        format!(
+            "{what} ({}, owner uid {}, mode {:04o}) is not trusted: {}; runlease trusts only what uid {} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
+            self.abs.display(),
+            self.uid,
+            self.mode,
+            wrong.join(" and "),
+            self.euid,
+            fix.join(", then ")
+        )
+    }
+}
+
+impl fmt::Display for NotOwned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl std::error::Error for NotOwned {}
+
+/// Quote a path for a shell command suggestion if it needs it.
+fn shell_quote(p: &Path) -> String {
+    let s = p.display().to_string();
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
+    {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// `Ok` if `st` (of `rel` below the run root `root`; `""` = the root) is owned by the
+/// effective uid and not open to others: no group/other write bit on a directory, no
+/// group/other bit at all on anything else. Else a [`NotOwned`] error. Symlinks are not
+/// judged here (they are refused as such wherever they matter).
+pub(crate) fn check_trusted(root: &Path, st: &Stat, rel: &str) -> io::Result<()> {
+    let ft = type_of(st);
+    if ft == FileType::Symlink {
+        return Ok(());
+    }
+    let is_dir = ft == FileType::Directory;
+    let forbidden = if is_dir {
+        DIR_FORBIDDEN
+    } else {
+        FILE_FORBIDDEN
+    };
+    let (uid, mode, me) = (st.st_uid, perm_of(st), euid());
+    if uid == me && mode & forbidden == 0 {
+        return Ok(());
+    }
+    let abs = if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        NotOwned {
+            path: rel.to_string(),
+            abs,
+            uid,
+            mode,
+            euid: me,
+            is_dir,
+        },
+    ))
+}
+
+/// The [`NotOwned`] inside `e` (its payload, or anywhere in its chain of sources).
+pub fn not_owned_in(e: &io::Error) -> Option<&NotOwned> {
+    let mut cur = e.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
+    while let Some(x) = cur {
+        if let Some(n) = x.downcast_ref::<NotOwned>() {
+            return Some(n);
+        }
+        if let Some(n) = x.downcast_ref::<io::Error>().and_then(not_owned_in) {
+            return Some(n);
+        }
+        cur = x.source();
+    }
+    None
+}
 
 /// `st_nlink` widened to `u64` (it is `u32` on some architectures).
 #[allow(clippy::unnecessary_cast)]
@@ -189,6 +343,9 @@ impl RealFs {
             }
         };
         let st = rfs::fstat(&fd)?;
+        // Trust only a root we own that nobody else can write (checked on the descriptor
+        // just opened, so it is the directory every later call is relative to).
+        check_trusted(&path, &st, "")?;
         Ok(RealFs {
             root: Arc::new(fd),
             root_path: path,
@@ -198,12 +355,42 @@ impl RealFs {
         })
     }
 
-    /// Create the run root `root` (and any missing parents, each mode 0700, fsyncing the
-    /// parent whose entries changed) if it does not exist, then [`open`](RealFs::open) it.
+    /// Create the run root `root` (and any missing parents, each mode 0700 whatever the
+    /// umask, fsyncing the parent whose entries changed) if it does not exist, then
+    /// [`open`](RealFs::open) it.
     pub fn create(root: &Path) -> io::Result<RealFs> {
+        Ok(RealFs::create_reporting(root)?.0)
+    }
+
+    /// [`create`](RealFs::create), also saying whether the root itself was created.
+    pub fn create_reporting(root: &Path) -> io::Result<(RealFs, bool)> {
         let path = std::path::absolute(root)?;
-        create_dir_all_private(&path)?;
-        RealFs::open(&path)
+        let created = create_dir_all_private(&path)?;
+        Ok((RealFs::open(&path)?, created))
+    }
+
+    /// Whether `lease/epochs/` is a directory below the root (the mark of a run, see
+    /// `RunDir::init`), resolved without following symlinks. Checks only the type, not
+    /// the owner (a foreign folder is classified before it is judged).
+    pub fn has_run_marker(&self) -> io::Result<bool> {
+        let lease = match retry(|| rfs::openat(&*self.root, "lease", dir_flags(), Mode::empty())) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        match retry(|| rfs::statat(&lease, "epochs", AtFlags::SYMLINK_NOFOLLOW)) {
+            Ok(st) => Ok(type_of(&st) == FileType::Directory),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Error unless directory `dir` (non-empty, below the root) is absent or trusted: a
+    /// symlink or non-directory in the way is refused, and every existing component must
+    /// be owned by us and not group/other writable. `Ok(true)` if it exists. Creates
+    /// nothing.
+    pub fn check_dir(&self, dir: &str) -> io::Result<bool> {
+        Ok(self.dir_fd_opt(dir, dir)?.is_some())
     }
 
     /// Resolve paths with a component-by-component `openat(O_NOFOLLOW|O_DIRECTORY)` walk
@@ -327,10 +514,18 @@ impl RealFs {
         if dir.is_empty() {
             return Ok(self.root.clone());
         }
+        // Every component is judged, not only the last: `lease/` as well as `lease/epochs/`.
+        if let Some((parent, _)) = dir.rsplit_once('/') {
+            self.dir_fd(parent, path)?;
+        }
         let cached = self.lock_dirs().get(dir).cloned();
         if let Some(c) = cached {
             match rfs::statat(&*self.root, dir, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if id_of(&st) == c.id => return Ok(c.fd),
+                Ok(st) if id_of(&st) == c.id => {
+                    // The stat made anyway: a folder chowned or opened up since is refused.
+                    check_trusted(&self.root_path, &st, dir)?;
+                    return Ok(c.fd);
+                }
                 _ => {
                     self.lock_dirs().remove(dir);
                 }
@@ -340,6 +535,7 @@ impl RealFs {
             .open_dir_uncached(dir)
             .map_err(|e| self.path_err(e, path))?;
         let st = rfs::fstat(&fd)?;
+        check_trusted(&self.root_path, &st, dir)?;
         let fd = Arc::new(fd);
         self.lock_dirs().insert(
             dir.to_string(),
@@ -432,11 +628,12 @@ impl RealFs {
     }
 }
 
-/// `mkdir -p` with mode 0700 for every created component, fsyncing each parent whose
-/// entries changed. Existing components are left as they are.
-fn create_dir_all_private(path: &Path) -> io::Result<()> {
+/// `mkdir -p` with mode 0700 (whatever the umask) for every created component, fsyncing
+/// each parent whose entries changed. Existing components are left as they are. Returns
+/// whether `path` itself was created.
+fn create_dir_all_private(path: &Path) -> io::Result<bool> {
     match rfs::lstat(path) {
-        Ok(_) => return Ok(()),
+        Ok(_) => return Ok(false),
         Err(Errno::NOENT) => {}
         Err(e) => {
             return Err(with_msg(
@@ -456,7 +653,7 @@ fn create_dir_all_private(path: &Path) -> io::Result<()> {
     match rfs::mkdir(path, Mode::from_raw_mode(DIR_MODE)) {
         Ok(()) => {}
         // Created concurrently: whoever created it synced its parent.
-        Err(Errno::EXIST) => return Ok(()),
+        Err(Errno::EXIST) => return Ok(false),
         Err(e) => {
             return Err(with_msg(
                 e.into(),
@@ -468,6 +665,13 @@ fn create_dir_all_private(path: &Path) -> io::Result<()> {
             ));
         }
     }
+    // The umask may have taken bits away (0277 leaves 0500, which even we cannot write):
+    // set 0700 on the directory just made, through a descriptor that does not follow a
+    // symlink put there meanwhile.
+    let fd = retry(|| rfs::open(path, dir_flags(), Mode::empty()))?;
+    if perm_of(&rfs::fstat(&fd)?) != DIR_MODE {
+        rfs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE))?;
+    }
     let parent = parent.unwrap_or(Path::new("/"));
     let pfd = retry(|| {
         rfs::open(
@@ -477,7 +681,7 @@ fn create_dir_all_private(path: &Path) -> io::Result<()> {
         )
     })?;
     rfs::fsync(&pfd)?;
-    Ok(())
+    Ok(true)
 }
 
 impl Fs for RealFs {
@@ -486,7 +690,7 @@ impl Fs for RealFs {
         if dir.is_empty() {
             return Ok(false);
         }
-        // Fast path: a cached, still valid descriptor was already checked (and tightened).
+        // Fast path: a cached, still valid descriptor (judged again by `dir_fd`).
         let cached = self.lock_dirs().contains_key(dir);
         if cached && self.dir_fd(dir, dir).is_ok() {
             return Ok(false);
@@ -516,10 +720,14 @@ impl Fs for RealFs {
                 }
             };
             let st = rfs::fstat(&fd)?;
-            let perm = perm_of(&st);
-            // Private folders: no group/other bits; a fresh one exactly 0700 (umask aside).
-            if perm & 0o077 != 0 || (made_here && perm != DIR_MODE) {
-                rfs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE))?;
+            if made_here {
+                // Ours, just made: exactly 0700 whatever the umask.
+                if perm_of(&st) != DIR_MODE {
+                    rfs::fchmod(&fd, Mode::from_raw_mode(DIR_MODE))?;
+                }
+            } else {
+                // Existing folders are judged, never chmodded (PROTOCOL §5.1).
+                check_trusted(&self.root_path, &st, &prefix)?;
             }
             let fd = Arc::new(fd);
             self.lock_dirs().insert(
@@ -561,6 +769,7 @@ impl Fs for RealFs {
         };
         let st = rfs::fstat(&fd)?;
         self.require_regular(&st, path)?;
+        check_trusted(&self.root_path, &st, path)?;
         let too_big = |size: u64| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -587,7 +796,13 @@ impl Fs for RealFs {
     }
 
     fn exists(&self, path: &str) -> io::Result<bool> {
-        Ok(self.lstat(path)?.is_some())
+        match self.lstat(path)? {
+            Some(st) => {
+                check_trusted(&self.root_path, &st, path)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     fn write_new(&self, path: &str, bytes: &[u8]) -> io::Result<()> {
@@ -601,6 +816,8 @@ impl Fs for RealFs {
             | OFlags::NOCTTY;
         let fd = retry(|| rfs::openat(&*dfd, leaf, flags, Mode::from_raw_mode(FILE_MODE)))
             .map_err(|e| self.path_err(e, path))?;
+        // Ours (O_EXCL): exactly 0600 whatever the umask (0277 would leave 0400).
+        retry(|| rfs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE)))?;
         let mut rest = bytes;
         while !rest.is_empty() {
             match rustix::io::write(&fd, rest) {
@@ -680,6 +897,7 @@ impl Fs for RealFs {
     fn check_root(&self) -> io::Result<()> {
         let root = self.root_path.display();
         let held = rfs::fstat(&*self.root)?;
+        check_trusted(&self.root_path, &held, "")?;
         if nlink_of(&held) == 0 {
             return Err(io::Error::other(format!(
                 "run root {root} was deleted (the opened directory no longer exists)"

@@ -124,6 +124,71 @@ impl std::fmt::Debug for RunDir {
     }
 }
 
+/// The folders of a run's layout (parents first), created by [`RunDir::init`]. A folder
+/// holding `lease/epochs/` is a run.
+pub const LAYOUT_DIRS: [&str; 11] = [
+    "lease",
+    "lease/epochs",
+    "lease/beats",
+    "lease/cutoffs",
+    "lease/intents",
+    "lease/checkpoints",
+    "events",
+    "commands",
+    "store",
+    "work",
+    "tmp",
+];
+
+/// Whether the root holds a `run.json` that is this run's `RunStatus` record (a run whose
+/// `lease/` was deleted or lost is still a run: `runlease run` must report its broken chain,
+/// not treat it as a foreign folder). An untrusted or unreadable file is not read as one.
+fn names_this_run(fs: &crate::real::RealFs, run_id: &RunId) -> bool {
+    let p = FileRef::RunStatus.path();
+    matches!(fs.exists(&p), Ok(true))
+        && fs
+            .read(&p, MAX_RECORD_BYTES)
+            .ok()
+            .flatten()
+            .is_some_and(|b| lease_core::decode_for::<lease_core::RunStatus>(run_id, &b).is_ok())
+}
+
+/// What [`RunDir::init`] found at the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing: the folder (and missing parents) was created.
+    Missing,
+    /// An empty folder.
+    Empty,
+    /// A run already (it holds `lease/epochs/`).
+    Run,
+    /// A non-empty folder that was not a run (laid out because the caller said so).
+    Foreign,
+}
+
+impl Found {
+    /// Its name in output (`missing`, `empty`, `run`, `foreign`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Found::Missing => "missing",
+            Found::Empty => "empty",
+            Found::Run => "run",
+            Found::Foreign => "foreign",
+        }
+    }
+}
+
+/// The result of [`RunDir::init`].
+#[derive(Debug)]
+pub struct Initialized {
+    /// The run, opened.
+    pub run: RunDir,
+    /// What was there before.
+    pub found: Found,
+    /// The layout folders it created (relative paths), in order.
+    pub created: Vec<&'static str>,
+}
+
 /// The run id of a run folder: its last path component.
 pub fn run_id_of(path: &Path) -> Result<RunId, FsError> {
     let name = path
@@ -181,6 +246,122 @@ impl RunDir {
             path,
             Arc::new(ProcLiveness::new(path)),
         ))
+    }
+
+    /// Make `path` a run, or open it if it is one, for `runlease run` and `runlease init`:
+    /// the one place a run folder is adopted.
+    ///
+    /// - A missing folder is created (and missing parents, 0700); an empty one is used.
+    /// - A folder is **a run** when it holds a folder `lease/epochs/` (every claim creates
+    ///   it, and so does this function), or a `run.json` that decodes as this run's record
+    ///   (its `lease/` was lost); it is opened as it is (with `explicit`, missing layout
+    ///   folders are added).
+    /// - Any other existing folder (not empty, not a run), and the current folder, one of
+    ///   its parents or `/` (after resolving the path) unless it is a run already, is
+    ///   refused with `RUN_FOLDER_FOREIGN` (64) before anything is written, unless
+    ///   `explicit` (the operator said so: `runlease init`, `run --init`).
+    ///
+    /// The root is judged first (owned by the effective uid, not group/other writable, else
+    /// `RUN_NOT_OWNED`, 77), then every existing layout folder ([`LAYOUT_DIRS`]) and the
+    /// root files runlease reads (`run.json`, `owner.lock`), all before the first write; only
+    /// then are the missing layout folders created (0700, whatever the umask; not for a run
+    /// unless `explicit`). No existing folder's mode is ever changed.
+    pub fn init(path: &Path, explicit: bool) -> Result<Initialized, FsError> {
+        let run_id = run_id_of(path)?;
+        // `.`, `..`, `/`: the folder we stand in or one holding it. Judged on the resolved
+        // path (a missing folder cannot be one of them).
+        let special = std::fs::canonicalize(path).ok().is_some_and(|resolved| {
+            std::env::current_dir()
+                .and_then(std::fs::canonicalize)
+                .is_ok_and(|cwd| cwd.starts_with(&resolved))
+        }) || path.parent().is_none();
+        let (fs, created_root) = crate::real::RealFs::create_reporting(path)
+            .map_err(|e| open_error(&run_id, path, e))?;
+        let rid = run_id.as_str();
+        let io = |op: &'static str, p: &str, e: io::Error| FsError::io(rid, op, p, e);
+        let found = if created_root {
+            Found::Missing
+        } else if fs
+            .has_run_marker()
+            .map_err(|e| io("stat", "lease/epochs", e))?
+            || names_this_run(&fs, &run_id)
+        {
+            Found::Run
+        } else {
+            let mut names = fs.list("").map_err(|e| io("list", "", e))?;
+            if names.is_empty() {
+                Found::Empty
+            } else {
+                names.sort();
+                if !explicit {
+                    let shown: Vec<_> = names.iter().take(5).map(String::as_str).collect();
+                    let more = if names.len() > 5 { ", ..." } else { "" };
+                    return Err(FsError::FolderForeign {
+                        path: path.display().to_string(),
+                        detail: format!(
+                            "the folder exists, is not empty ({} {}: {}{more}) and is not a run (it has no lease/epochs/ folder); runlease never adopts a folder it did not create, and nothing was written. If it really should become a run, `runlease init {}` (or `runlease run --init`) lays the run out beside what is there, changing no existing mode; otherwise use a new or empty folder",
+                            names.len(),
+                            if names.len() == 1 { "entry" } else { "entries" },
+                            shown.join(", "),
+                            path.display()
+                        ),
+                    });
+                }
+                Found::Foreign
+            }
+        };
+        if special && !explicit && found != Found::Run {
+            return Err(FsError::FolderForeign {
+                path: path.display().to_string(),
+                detail: format!(
+                    "it is the current folder, one of its parents or / (after resolving the path) and not a run yet; such a folder becomes a run only explicitly, and nothing was written: `runlease init {}` (or `runlease run --init`), or name a new folder",
+                    path.display()
+                ),
+            });
+        }
+        // Judge everything that exists before the first write.
+        for d in LAYOUT_DIRS {
+            fs.check_dir(d).map_err(|e| io("open", d, e))?;
+        }
+        for f in [
+            FileRef::RunStatus.path(),
+            crate::lock::LOCK_FILE.to_string(),
+        ] {
+            fs.exists(&f).map_err(|e| io("stat", &f, e))?;
+        }
+        // A run is used as it is by `run` (its folders appear on first use, and a run whose
+        // chain is gone must be reported, not repaired); `init` completes it.
+        let mut created = Vec::new();
+        if found != Found::Run || explicit {
+            for d in LAYOUT_DIRS {
+                if fs.ensure_dir(d).map_err(|e| io("mkdir", d, e))? {
+                    created.push(d);
+                }
+            }
+        }
+        let run = RunDir::with_fs(
+            Arc::new(fs),
+            run_id,
+            path,
+            Arc::new(ProcLiveness::new(path)),
+        );
+        Ok(Initialized {
+            run,
+            found,
+            created,
+        })
+    }
+
+    /// Judge the root files runlease reads (`run.json`, `owner.lock`) when present: owned
+    /// by us, no group/other bits (`RUN_NOT_OWNED`, 77, naming the file). Reads nothing.
+    pub fn check_root_files(&self) -> Result<(), FsError> {
+        for f in [
+            FileRef::RunStatus.path(),
+            crate::lock::LOCK_FILE.to_string(),
+        ] {
+            self.fs.exists(&f).map_err(|e| self.io("stat", &f, e))?;
+        }
+        Ok(())
     }
 
     /// A run over any [`Fs`] (the simulated one in tests) with the given liveness probe.

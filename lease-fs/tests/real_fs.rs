@@ -106,7 +106,7 @@ fn racing_links_have_exactly_one_winner() {
 }
 
 #[test]
-fn files_are_0600_and_dirs_0700_and_open_dirs_are_tightened() {
+fn files_are_0600_and_dirs_0700_and_existing_dirs_are_judged_never_chmodded() {
     for (how, open) in both() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
@@ -123,19 +123,74 @@ fn files_are_0600_and_dirs_0700_and_open_dirs_are_tightened() {
         fs.write_new("a/b/c/f", b"secret").unwrap();
         assert_eq!(mode_of(&root.join("a/b/c/f")), 0o600, "{how}");
 
-        // An existing world-readable directory (and one below it) is tightened.
+        // An existing world-readable directory is ours and nobody else can write it: used
+        // as it is. One below it that the group may write is refused, and neither is
+        // chmodded (issue #15: no existing mode is ever changed).
         std::fs::create_dir(root.join("open")).unwrap();
         std::fs::set_permissions(root.join("open"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
+        assert!(!fs.ensure_dir("open").unwrap(), "{how}");
         std::fs::create_dir(root.join("open/inner")).unwrap();
         std::fs::set_permissions(
             root.join("open/inner"),
             std::fs::Permissions::from_mode(0o775),
         )
         .unwrap();
-        assert!(!fs.ensure_dir("open/inner").unwrap(), "{how}");
-        assert_eq!(mode_of(&root.join("open")), 0o700, "{how}");
-        assert_eq!(mode_of(&root.join("open/inner")), 0o700, "{how}");
+        for e in [
+            fs.ensure_dir("open/inner").unwrap_err(),
+            fs.ensure_dir("open/inner/deeper").unwrap_err(),
+            fs.list("open/inner").unwrap_err(),
+            fs.write_new("open/inner/f", b"x").unwrap_err(),
+        ] {
+            assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{how}: {e}");
+            let n = lease_fs::real::not_owned_in(&e).expect("a NotOwned error");
+            assert_eq!((n.path.as_str(), n.mode), ("open/inner", 0o775), "{how}");
+            assert!(e.to_string().contains("chmod go-w"), "{how}: {e}");
+        }
+        assert_eq!(mode_of(&root.join("open")), 0o755, "{how}");
+        assert_eq!(mode_of(&root.join("open/inner")), 0o775, "{how}");
+        assert_eq!(ls(&root.join("open/inner")), Vec::<String>::new(), "{how}");
+
+        // A file others may write is not read; one others may only read is.
+        std::fs::write(root.join("a/g"), b"g").unwrap();
+        std::fs::set_permissions(root.join("a/g"), std::fs::Permissions::from_mode(0o664)).unwrap();
+        let e = fs.read("a/g", 10).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{how}: {e}");
+        assert!(e.to_string().contains("mode 0664"), "{how}: {e}");
+        assert!(e.to_string().contains("chmod go-w"), "{how}: {e}");
+        assert!(fs.exists("a/g").is_err(), "{how}");
+        assert_eq!(mode_of(&root.join("a/g")), 0o664, "{how}");
+        std::fs::set_permissions(root.join("a/g"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(fs.read("a/g", 10).unwrap().as_deref(), Some(&b"g"[..]));
+    }
+}
+
+#[test]
+fn a_root_open_to_others_or_of_another_uid_is_not_opened() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("r");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let e = RealFs::open(&root).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("the run folder itself"), "{e}");
+    assert!(RealFs::create(&root).is_err());
+    assert_eq!(mode_of(&root), 0o777, "never chmodded");
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fs = RealFs::open(&root).unwrap();
+    // Opened up after it was opened: the next check refuses.
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o775)).unwrap();
+    assert_eq!(
+        fs.check_root().unwrap_err().kind(),
+        ErrorKind::PermissionDenied
+    );
+    if rustix::process::geteuid().is_root() {
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&root, Some(65534), None).unwrap();
+        let e = RealFs::open(&root).unwrap_err();
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+    } else {
+        eprintln!("skipped the chown case: needs root");
     }
 }
 

@@ -404,8 +404,10 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
         "FENCED"
     );
     assert_eq!(counted(&run, 60_003), vec![1]);
-    // Corrupt it instead: a typed error naming the file, never "counts".
+    // Corrupt it instead: a typed error naming the file, never "counts". (Written 0600 as
+    // runlease would: a record others may read is refused before it is read, 77.)
     std::fs::write(&newest, b"{\"version\":\"runlease/epoch/1\"}\n").unwrap();
+    std::fs::set_permissions(&newest, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let e = run.read_events(None).unwrap_err();
     assert_eq!(e.code(), "RECORD_INVALID");
     assert!(e.to_string().contains("lease/epochs/"), "{e}");
