@@ -95,8 +95,8 @@ mod tests {
         // The exit codes (after_help) reach the man page.
         assert!(page.contains("76"), "{page}");
         for sub in [
-            "run", "status", "list", "takeover", "retire", "release", "append", "events", "verify",
-            "doctor", "prune",
+            "run", "init", "status", "list", "takeover", "retire", "release", "append", "events",
+            "verify", "doctor", "prune",
         ] {
             let p = read(&format!("man/runlease-{sub}.1"));
             assert!(p.contains("Example"), "runlease-{sub}.1 lacks its example");
@@ -105,7 +105,7 @@ mod tests {
                 "bash lacks {sub}"
             );
         }
-        assert_eq!(files.len(), 3 + 1 + 11);
+        assert_eq!(files.len(), 3 + 1 + 12);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

@@ -1,12 +1,13 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
 //! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
-//! `fuzz-smoke [--seconds N]`, `loom`, `torture [--procs N --seconds S]` (see `USAGE`).
+//! `fuzz-smoke [--seconds N]`, `loom`, `torture [--procs N --seconds S]`, `rss` (see `USAGE`).
 
 mod bench;
 mod dist;
 mod fuzz;
 mod purity;
+mod rss;
 mod torture;
 
 use std::ffi::OsString;
@@ -34,6 +35,9 @@ Commands:
   torture [--procs N] [--seconds S] [--seed X]
                 N `runlease run` loops on one run under random SIGKILL/SIGSTOP, then a
                 checker: no acknowledged event lost, no two owners overlapping (default 4, 30)
+  rss [--max-ratio R]
+                peak RSS of `runlease verify`, `events --json`, `doctor --json` at 10,000 and
+                100,000 events; fails when a 100k/10k ratio is above R (default 1.5)
   help          print this text
 ";
 
@@ -74,6 +78,11 @@ fn main() -> ExitCode {
             Ok(torture::Mode::Worker(w)) => return torture::worker(&w),
             Err(reason) => return usage(&reason),
         },
+        Some("rss") => match rss::parse_args(rest) {
+            Ok(max_ratio) => rss::run(&workspace_root(), max_ratio),
+            Err(reason) => return usage(&reason),
+        },
+        Some("rss-probe") => return rss::probe(rest),
         Some("loom") if rest.is_empty() => loom(),
         Some("loom") => return usage(&format!("unexpected arguments to `loom`: {rest:?}")),
         Some(other) => return usage(&format!("unknown command `{other}`")),
