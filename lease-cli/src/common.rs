@@ -268,17 +268,49 @@ pub struct Out {
     pub quiet: bool,
 }
 
+/// Whether a terminal could act on `c` instead of showing it: control characters (C0 and
+/// C1, including ESC of ANSI sequences, CR and LF inside a line; tab is kept) and the
+/// bidirectional controls that reorder what is shown (U+061C, U+200E/F, U+202A–U+202E,
+/// U+2066–U+2069).
+fn terminal_unsafe(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every character a terminal would interpret ([`terminal_unsafe`]) written as
+/// `\u{…}`: human output shows text from records (a host name, a `run.json` detail, an
+/// event payload), and anyone who can write the run folder chooses that text. JSON output
+/// is not changed (its consumers are programs; serde_json escapes C0 controls itself).
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(terminal_unsafe) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if terminal_unsafe(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl Out {
     /// Write one line to stdout. Returns `false` when stdout is gone (a closed pipe), so
-    /// loops like `events --follow` can stop.
+    /// loops like `events --follow` can stop. Human lines go through [`terminal_safe`].
     pub fn line(&self, s: &str) -> bool {
         let mut o = std::io::stdout().lock();
-        writeln!(o, "{s}").and_then(|()| o.flush()).is_ok()
+        writeln!(o, "{}", terminal_safe(s))
+            .and_then(|()| o.flush())
+            .is_ok()
     }
 
-    /// Write one compact JSON object as one line to stdout.
+    /// Write one compact JSON object as one line to stdout (unchanged: see
+    /// [`terminal_safe`]).
     pub fn json_line(&self, v: &Value) -> bool {
-        self.line(&v.to_string())
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{v}").and_then(|()| o.flush()).is_ok()
     }
 
     /// An informational line on stderr (suppressed by `--quiet`).

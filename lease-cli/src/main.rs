@@ -15,10 +15,14 @@
 /// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process
 /// with its command running. Messages to a closed stderr are dropped instead. Defined
 /// before the modules so it shadows the std macro in all of them.
+/// Its text goes through [`common::terminal_safe`]: control and bidirectional-override
+/// characters from records (a hostile `run.json` detail, a host name) are shown escaped,
+/// never interpreted by the terminal.
 macro_rules! eprintln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let text = format!($($arg)*);
+        let _ = writeln!(std::io::stderr(), "{}", crate::common::terminal_safe(&text));
     }};
 }
 
@@ -26,7 +30,8 @@ macro_rules! eprintln {
 macro_rules! eprint {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
+        let text = format!($($arg)*);
+        let _ = write!(std::io::stderr(), "{}", crate::common::terminal_safe(&text));
     }};
 }
 

@@ -761,7 +761,9 @@ pub fn append(
     let event_type = Identity::arg("event type", o.event_type.clone())?;
     let payload: Value = match &o.payload {
         None => Value::Null,
-        Some(text) => serde_json::from_str(text)
+        // Strict: a repeated key or a number that cannot be kept exactly is refused, never
+        // merged or rounded into the durable event.
+        Some(text) => lease_core::canonical::parse_json_strict(text)
             .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
     };
     let opened = open_lease(dir, authority, None)?;

@@ -210,3 +210,68 @@ fn run_ids_that_climb_out_are_refused() {
     );
     assert_eq!(tree(tmp.path()), before, "something changed on disk");
 }
+
+/// Issue #15: text from records reaches a terminal. An event payload carrying an ANSI
+/// escape, a bidirectional override (U+202E) and a line break is shown escaped by
+/// `events`, never interpreted; `--json` keeps the data exactly.
+#[test]
+fn terminal_controls_in_records_are_shown_escaped_never_interpreted() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let evil = "\u{1b}[2J\u{202e}gnp.exe\u{9b}31m\rok";
+    let o = cmd(&[
+        "run",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"runlease append "$RUNLEASE_RUN" --type step --payload "$P" >/dev/null"#,
+    ])
+    .env("P", serde_json::json!({ "s": evil }).to_string())
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = runlease(&["events", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let shown = String::from_utf8(o.stdout.clone()).unwrap();
+    for bad in ['\u{1b}', '\u{202e}', '\u{9b}', '\r'] {
+        assert!(
+            !shown.contains(bad),
+            "{bad:?} reached the terminal: {shown:?}"
+        );
+    }
+    assert!(shown.contains("\\u{202e}"), "{shown}");
+    let o = runlease(&["events", "--json", d]);
+    let lines = json_lines(&o);
+    assert!(
+        lines.iter().any(|l| l["payload"]["s"] == evil),
+        "--json keeps the data: {lines:?}"
+    );
+}
+
+/// Issue #15: `--payload` with a repeated key or an integer past 64 bits is a usage error
+/// (64) and appends nothing, instead of being merged or rounded into the durable event.
+#[test]
+fn payloads_with_duplicate_keys_or_inexact_numbers_are_refused_and_append_nothing() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let script = r#"for p in '{"a":1,"a":2}' '{"n":18446744073709551616}' '{"n":1e300}'; do
+        runlease append "$RUNLEASE_RUN" --type step --payload "$p" 2>>"$RUNLEASE_RUN/../err"
+        echo "exit $?" >> "$RUNLEASE_RUN/../codes"
+    done"#;
+    let o = runlease(&["run", d, "--", "sh", "-c", script]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let codes = std::fs::read_to_string(dir.parent().unwrap().join("codes")).unwrap();
+    assert_eq!(codes, "exit 64\nexit 64\nexit 64\n");
+    let err = std::fs::read_to_string(dir.parent().unwrap().join("err")).unwrap();
+    assert!(
+        err.contains("appears twice") && err.contains("cannot be kept exactly"),
+        "{err}"
+    );
+    let o = runlease(&["events", "--json", d]);
+    assert!(
+        json_lines(&o).is_empty(),
+        "nothing appended: {}",
+        text(&o.stdout)
+    );
+}
