@@ -862,15 +862,21 @@ pub fn events(
 ) -> Result<i32, CliError> {
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
-    let view = run.read_events(None)?;
+    // Streamed: one event in memory at a time, whatever the log's length.
     let mut last = 0u64;
-    for je in &view.events {
+    let mut stdout_gone = false;
+    run.for_each_event(&mut |je| {
         if !print_event(je, &out) {
-            return Ok(0);
+            stdout_gone = true;
+            return false;
         }
         last = je.event.sequence.get();
+        true
+    })?;
+    if stdout_gone {
+        return Ok(0);
     }
-    if view.events.is_empty() && !out.json && !follow {
+    if last == 0 && !out.json && !follow {
         out.line("(no events)");
     }
     if !follow {
@@ -889,17 +895,20 @@ pub fn events(
                 continue;
             }
         }
-        let view = run.read_events(None)?;
         let seen = last;
-        for je in view
-            .events
-            .iter()
-            .filter(|je| je.event.sequence.get() > seen)
-        {
+        run.for_each_event(&mut |je| {
+            if je.event.sequence.get() <= seen {
+                return true;
+            }
             if !print_event(je, &out) {
-                return Ok(0);
+                stdout_gone = true;
+                return false;
             }
             last = je.event.sequence.get();
+            true
+        })?;
+        if stdout_gone {
+            return Ok(0);
         }
     }
 }

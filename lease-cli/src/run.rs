@@ -969,18 +969,28 @@ impl Progress {
     }
     fn show(&mut self, msg: &str) {
         if self.tty {
-            let mut msg = msg.to_string();
-            msg.truncate(200);
-            eprint!("\r\x1b[Krunlease: {msg}");
+            // Our own erase-line sequence goes out as is; the message (which names a
+            // holder from the records) is made terminal-safe.
+            let mut msg = crate::common::terminal_safe(msg).into_owned();
+            if let Some((cut, _)) = msg.char_indices().nth(200) {
+                msg.truncate(cut);
+            }
+            raw_stderr(&format!("\r\x1b[Krunlease: {msg}"));
             self.shown = true;
         }
     }
     fn clear(&mut self) {
         if self.shown {
-            eprint!("\r\x1b[K");
+            raw_stderr("\r\x1b[K");
             self.shown = false;
         }
     }
+}
+
+/// Write to stderr as is (the progress line's own control sequence), never panicking.
+fn raw_stderr(s: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(s.as_bytes());
 }
 
 impl Drop for Progress {

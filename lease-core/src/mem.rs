@@ -33,7 +33,7 @@ impl MemDisk {
         liveness: &dyn Fn(&Holder) -> LivenessEvidence,
     ) -> Response {
         let kind = match &req {
-            Request::List(_) => "list",
+            Request::List(_) | Request::CountEvents => "list",
             Request::Read(_) => "read",
             Request::Exists(_) => "exists",
             Request::CreateExclusive(..) => "create",
@@ -51,6 +51,17 @@ impl MemDisk {
                     .copied()
                     .collect(),
             ),
+            Request::CountEvents => {
+                let mut count = 0;
+                let mut highest = 0;
+                for f in self.files.keys() {
+                    if let FileRef::Event(s) = f {
+                        count += 1;
+                        highest = highest.max(s.get());
+                    }
+                }
+                Response::EventCount { count, highest }
+            }
             Request::Read(f) => Response::Content(self.files.get(&f).cloned()),
             Request::Exists(f) => Response::Exists(self.files.contains_key(&f)),
             Request::CreateExclusive(f, bytes) => match self.files.entry(f) {

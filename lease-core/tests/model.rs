@@ -465,6 +465,30 @@ impl World {
                 return;
             }
         };
+        // The streaming read (chain only, then one event at a time) judges every event
+        // exactly as the whole-log read did (the finalizing read above left nothing pending).
+        let live = World::liveness(&alive);
+        let lean = self
+            .disk
+            .run(&mut ReadEvents::chain_only(run_id(), None), &live)
+            .expect("the streaming read");
+        assert!(lean.events.is_empty());
+        assert_eq!(
+            lean.last.as_ref().map(|(s, _)| s.get()),
+            view.events.last().map(|e| e.event.sequence.get())
+        );
+        let mut pass = lease_core::ops::JudgeLog::new(run_id(), lean);
+        let mut streamed = Vec::new();
+        while let Some(req) = pass.request() {
+            let resp = self.disk.perform(req, &live);
+            streamed.push(pass.feed(resp).expect("second pass"));
+        }
+        assert_eq!(
+            streamed,
+            view.events,
+            "streamed judgments differ; trace:\n{}",
+            self.log.join("\n")
+        );
         let counted: BTreeSet<u64> = view
             .events
             .iter()

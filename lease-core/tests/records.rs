@@ -1132,14 +1132,17 @@ proptest! {
     }
 
     /// Every field is required (optional ones are written as `null`): removing any one field,
-    /// `version` included, is `RECORD_INVALID`. The one exception is the heartbeat's
-    /// `store_head`, omitted when empty (PROTOCOL.md §4); its forms are checked by
-    /// `heartbeat_store_head_is_absent_when_empty_and_never_null`.
+    /// `version` included, is `RECORD_INVALID`. The exceptions are the heartbeat's
+    /// `store_head` and the command record's `incarnation`, omitted when empty (PROTOCOL.md
+    /// §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
+    /// and `command_incarnation_is_absent_when_empty_and_never_null`.
     #[test]
     fn missing_fields_are_rejected_in_every_record(s in any_sample(), at in any::<Index>()) {
         let fields: Vec<Vec<String>> = schema_fields(&s.value)
             .into_iter()
             .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["store_head"]))
+            // Also optional, omitted when absent (records from before issue #15).
+            .filter(|p| !(s.version == CommandRecord::VERSION && p == &["incarnation"]))
             .collect();
         let path = &fields[at.index(fields.len())];
         let mut v = s.value.clone();
@@ -1639,5 +1642,53 @@ fn strict_json_refuses_duplicate_keys_and_inexact_numbers() {
     assert_eq!(
         p("18446744073709551615").unwrap(),
         serde_json::json!(18_446_744_073_709_551_615u64)
+    );
+}
+
+/// A command record without an incarnation digest (written before issue #15) has no
+/// `incarnation` key at all; `"incarnation":null` is not canonical; a record's `pgid` must
+/// be its `pid`.
+#[test]
+fn command_incarnation_is_absent_when_empty_and_never_null() {
+    let rec = CommandRecord {
+        run_id: RunId::new("r").unwrap(),
+        generation: Generation::new(1).unwrap(),
+        pid: 42,
+        pgid: 42,
+        start_time: 7,
+        boot_id: Identity::new("b").unwrap(),
+        argv: vec!["x".into()],
+        started_at: Timestamp::from_unix_millis(0).unwrap(),
+        incarnation: None,
+    };
+    let bytes = encode(&rec).unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(!text.contains("incarnation"), "{text}");
+    assert_eq!(decode::<CommandRecord>(&bytes).unwrap(), rec);
+    let null = text.replacen("\"pgid\"", "\"incarnation\":null,\"pgid\"", 1);
+    assert!(decode::<CommandRecord>(null.as_bytes()).is_err(), "{null}");
+    let other_group = text.replacen("\"pgid\":42", "\"pgid\":43", 1);
+    let e = decode::<CommandRecord>(other_group.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("own process group"), "{e}");
+    let with = CommandRecord {
+        incarnation: Some(CommandRecord::incarnation_digest(
+            &rec.run_id,
+            rec.generation,
+            "s",
+        )),
+        ..rec.clone()
+    };
+    assert_eq!(
+        decode::<CommandRecord>(&encode(&with).unwrap()).unwrap(),
+        with
+    );
+    // The digest is bound to the run and the generation.
+    assert_ne!(
+        CommandRecord::incarnation_digest(&rec.run_id, rec.generation, "s"),
+        CommandRecord::incarnation_digest(&RunId::new("q").unwrap(), rec.generation, "s")
+    );
+    assert_ne!(
+        CommandRecord::incarnation_digest(&rec.run_id, rec.generation, "s"),
+        CommandRecord::incarnation_digest(&rec.run_id, Generation::new(2).unwrap(), "s")
     );
 }

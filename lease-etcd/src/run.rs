@@ -77,7 +77,7 @@ use lease_core::ops::{
     VerifyReport,
 };
 use lease_core::{
-    Digest, EpochRecord, EpochState, FileRef, Generation, Holder, Identity, LeaseError, RunId,
+    Digest, Dir, EpochRecord, EpochState, FileRef, Generation, Holder, Identity, LeaseError, RunId,
     Seal, Sequence, Timestamp, TimingPolicy,
 };
 use std::collections::BTreeMap;
@@ -418,31 +418,45 @@ impl EtcdRun {
         Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
+    /// The entries of `dir` whose names parse, from a keys-only range read.
+    async fn list(&self, dir: Dir, deadline: Instant) -> Result<Vec<FileRef>, EtcdError> {
+        let p = format!("{}{}/", self.base, dir.path());
+        let pk = p.clone();
+        let resp = self
+            .call("range", &p, deadline, true, move |mut c| {
+                let pk = pk.clone();
+                async move {
+                    c.get(pk, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await?;
+        // Names are parsed exactly as on disk: anything that is not a name the layout
+        // produces (deeper keys, strays) is not a listed entry.
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key().strip_prefix(p.as_bytes()))
+            .filter_map(|n| std::str::from_utf8(n).ok())
+            .filter_map(|n| dir.parse_name(n))
+            .collect())
+    }
+
     /// Perform one request of a lease-core operation, finishing by `deadline`.
     async fn perform(&self, req: Request, deadline: Instant) -> Result<Response, EtcdError> {
         match req {
-            Request::List(dir) => {
-                let p = format!("{}{}/", self.base, dir.path());
-                let pk = p.clone();
-                let resp = self
-                    .call("range", &p, deadline, true, move |mut c| {
-                        let pk = pk.clone();
-                        async move {
-                            c.get(pk, Some(GetOptions::new().with_prefix().with_keys_only()))
-                                .await
-                        }
-                    })
-                    .await?;
-                // Names are parsed exactly as on disk: anything that is not a name the
-                // layout produces (deeper keys, strays) is not a listed entry.
-                let names = resp
-                    .kvs()
-                    .iter()
-                    .filter_map(|kv| kv.key().strip_prefix(p.as_bytes()))
-                    .filter_map(|n| std::str::from_utf8(n).ok())
-                    .filter_map(|n| dir.parse_name(n))
-                    .collect();
-                Ok(Response::Listing(names))
+            Request::List(dir) => Ok(Response::Listing(self.list(dir, deadline).await?)),
+            // Counted from a keys-only listing: over etcd the names come in one response
+            // anyway (the run folder streams them).
+            Request::CountEvents => {
+                let (mut count, mut highest) = (0u64, 0u64);
+                for f in self.list(Dir::Events, deadline).await? {
+                    if let FileRef::Event(s) = f {
+                        count += 1;
+                        highest = highest.max(s.get());
+                    }
+                }
+                Ok(Response::EventCount { count, highest })
             }
             Request::Read(f) => Ok(Response::Content(
                 self.get_one(self.key(f), false, deadline).await?,

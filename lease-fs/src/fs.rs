@@ -26,6 +26,16 @@ pub trait Fs: Send + Sync {
     /// an empty list.
     fn list(&self, dir: &str) -> io::Result<Vec<String>>;
 
+    /// Call `each` with every entry name of directory `dir` (as [`Fs::list`] would list
+    /// them), without collecting them: memory stays flat in the number of entries. The
+    /// default lists first; the real file system streams its `getdents`.
+    fn for_each_name(&self, dir: &str, each: &mut dyn FnMut(&str)) -> io::Result<()> {
+        for n in self.list(dir)? {
+            each(&n);
+        }
+        Ok(())
+    }
+
     /// The whole content of regular file `path`; `None` if it does not exist. A symlink, a
     /// directory or anything but a regular file is an error. Files larger than `limit`
     /// bytes are an error (`InvalidData`).

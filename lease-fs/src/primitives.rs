@@ -316,10 +316,14 @@ pub fn remove(fs: &dyn Fs, path: &str, durable: bool) -> io::Result<()> {
 /// what a reader sees. Returns how many were removed.
 pub fn clean_temp_files(fs: &dyn Fs, dir: &str, min_age_secs: u64) -> io::Result<usize> {
     let mut removed = 0;
-    for name in fs.list(dir)? {
-        if !name.starts_with(TEMP_PREFIX) {
-            continue;
+    // Only the temp names are collected (a long log's event names are not).
+    let mut temps = Vec::new();
+    fs.for_each_name(dir, &mut |name| {
+        if name.starts_with(TEMP_PREFIX) {
+            temps.push(name.to_string());
         }
+    })?;
+    for name in temps {
         let path = join(dir, &name);
         if fs.age_secs(&path)?.is_some_and(|a| a >= min_age_secs) {
             match fs.unlink(&path) {

@@ -743,13 +743,18 @@ impl Fs for RealFs {
     }
 
     fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        self.for_each_name(dir, &mut |n| names.push(n.to_string()))?;
+        Ok(names)
+    }
+
+    fn for_each_name(&self, dir: &str, each: &mut dyn FnMut(&str)) -> io::Result<()> {
         let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         // A fresh open file description (`openat(dir, ".")`), so concurrent listings do not
         // share a directory offset with each other or with the cached descriptor.
         let entries = Dir::read_from(&*dfd)?;
-        let mut names = Vec::new();
         for entry in entries {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
@@ -758,9 +763,9 @@ impl Fs for RealFs {
             }
             // Names this crate writes are ASCII; a stray non-UTF-8 name is listed lossily
             // (callers ignore names they do not parse).
-            names.push(String::from_utf8_lossy(name).into_owned());
+            each(&String::from_utf8_lossy(name));
         }
-        Ok(names)
+        Ok(())
     }
 
     fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {

@@ -619,6 +619,26 @@ impl RunDir {
         self.drive(&mut ReadEvents::new(self.run_id.clone(), finalize_as))
     }
 
+    /// Read and judge the event log one event at a time, memory flat in its length: a
+    /// read-only first pass verifies the log link by link and reads the chain
+    /// ([`ReadEvents::chain_only`]), then each event is read again and handed to `each`,
+    /// judged ([`lease_core::ops::JudgeLog`]), until `each` returns `false`. The judgments
+    /// are those of [`RunDir::read_events`] with `None`.
+    pub fn for_each_event(
+        &self,
+        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
+    ) -> Result<(), FsError> {
+        let view = self.drive(&mut ReadEvents::chain_only(self.run_id.clone(), None))?;
+        let mut pass = lease_core::ops::JudgeLog::new(self.run_id.clone(), view);
+        while let Some(req) = pass.request() {
+            let judged = pass.feed(self.perform(req)?)?;
+            if !each(&judged) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Walk both hash chains.
     pub fn verify(&self) -> Result<VerifyReport, FsError> {
         self.drive(&mut Verify::new(self.run_id.clone()))
@@ -649,15 +669,15 @@ impl RunDir {
     pub fn stray_names(&self) -> Result<Vec<String>, FsError> {
         let mut out = Vec::new();
         for dir in Dir::ALL {
-            for name in self
-                .fs
-                .list(dir.path())
-                .map_err(|e| self.io("list", dir.path(), e))?
-            {
-                if dir.parse_name(&name).is_none() && !name.starts_with(primitives::TEMP_PREFIX) {
-                    out.push(crate::fs::join(dir.path(), &name));
-                }
-            }
+            // Streamed: only the strays are kept, not every name of a long log.
+            self.fs
+                .for_each_name(dir.path(), &mut |name| {
+                    if dir.parse_name(name).is_none() && !name.starts_with(primitives::TEMP_PREFIX)
+                    {
+                        out.push(crate::fs::join(dir.path(), name));
+                    }
+                })
+                .map_err(|e| self.io("list", dir.path(), e))?;
         }
         Ok(out)
     }
@@ -690,6 +710,18 @@ pub fn start_request(
             Exec::Ready(Response::Listing(
                 names.iter().filter_map(|n| dir.parse_name(n)).collect(),
             ))
+        }
+        Request::CountEvents => {
+            // Streamed: no list of names is built, whatever the log's length.
+            let (mut count, mut highest) = (0u64, 0u64);
+            fs.for_each_name(Dir::Events.path(), &mut |n| {
+                if let Some(FileRef::Event(s)) = Dir::Events.parse_name(n) {
+                    count += 1;
+                    highest = highest.max(s.get());
+                }
+            })
+            .map_err(|e| ("list", Dir::Events.path().to_string(), e))?;
+            Exec::Ready(Response::EventCount { count, highest })
         }
         Request::Read(f) => {
             let p = f.path();

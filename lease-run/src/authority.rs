@@ -171,6 +171,20 @@ pub trait LeaseAuthority: Send + Sync + std::fmt::Debug {
         &self,
         finalize_as: Option<(Identity, Timestamp)>,
     ) -> Result<EventLogView, RunError>;
+    /// Read and judge the event log (read-only) and hand each event to `each`, in order,
+    /// until it returns `false`. The run folder streams it (memory flat in the log's
+    /// length: `RunDir::for_each_event`); the default reads the whole log first.
+    fn for_each_event(
+        &self,
+        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
+    ) -> Result<(), RunError> {
+        for je in &self.read_events(None)?.events {
+            if !each(je) {
+                break;
+            }
+        }
+        Ok(())
+    }
     /// Walk both hash chains.
     fn verify(&self) -> Result<VerifyReport, RunError>;
     /// Compact old lease records, keeping the newest `keep` generations.
@@ -261,6 +275,12 @@ impl LeaseAuthority for RunDir {
         finalize_as: Option<(Identity, Timestamp)>,
     ) -> Result<EventLogView, RunError> {
         Ok(RunDir::read_events(self, finalize_as)?)
+    }
+    fn for_each_event(
+        &self,
+        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
+    ) -> Result<(), RunError> {
+        Ok(RunDir::for_each_event(self, each)?)
     }
     fn verify(&self) -> Result<VerifyReport, RunError> {
         Ok(RunDir::verify(self)?)

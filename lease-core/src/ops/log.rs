@@ -454,13 +454,122 @@ pub struct JudgedEvent {
     pub authority: Authority,
 }
 
+/// The second pass of a streaming read of the log. The first,
+/// [`ReadEvents::chain_only`], reads every event and checks its link, then reads the chain
+/// (log first, PROTOCOL §7.9); this one reads each event of `1..=last` again, one at a
+/// time, and judges it against that chain, so memory does not grow with the log. Events
+/// are immutable and the set was fixed by the first pass; each link is checked again and
+/// the last hash must be the first pass's, so the second pass judged the very log the
+/// first verified (else `CHAIN_BROKEN`: it changed under the reader).
+///
+/// ```
+/// # use lease_core::ops::{JudgeLog, ReadEvents, Step, Operation};
+/// # use lease_core::{mem::MemDisk, RunId};
+/// # let mut disk = MemDisk::new();
+/// # let live = |_: &lease_core::Holder| unreachable!();
+/// let run = RunId::new("r").unwrap();
+/// let view = disk.run(&mut ReadEvents::chain_only(run.clone(), None), &live).unwrap();
+/// let mut pass = JudgeLog::new(run, view);
+/// while let Some(req) = pass.request() {
+///     let judged = pass.feed(disk.perform(req, &live)).unwrap();
+///     println!("{} {:?}", judged.event.sequence, judged.authority);
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JudgeLog {
+    run: RunId,
+    chain: ChainView,
+    last: Option<(Sequence, Digest)>,
+    next: u64,
+    prev: Option<Digest>,
+}
+
+impl JudgeLog {
+    /// Start the second pass over what [`ReadEvents::chain_only`] returned.
+    pub fn new(run: RunId, view: EventLogView) -> JudgeLog {
+        JudgeLog {
+            run,
+            chain: view.chain,
+            last: view.last,
+            next: 1,
+            prev: None,
+        }
+    }
+
+    /// The chain events are judged against.
+    pub fn chain(&self) -> &ChainView {
+        &self.chain
+    }
+
+    /// The next request (a `Read` of the next event), `None` once every event is judged.
+    pub fn request(&self) -> Option<Request> {
+        let (last, _) = self.last.as_ref()?;
+        if self.next > last.get() {
+            return None;
+        }
+        Sequence::new(self.next).map(|s| Request::Read(FileRef::Event(s)))
+    }
+
+    /// Feed the answer to [`JudgeLog::request`]: the event, judged.
+    pub fn feed(&mut self, r: Response) -> Result<JudgedEvent, LeaseError> {
+        let run = self.run.clone();
+        let Some(s) = Sequence::new(self.next) else {
+            return Err(violation("nothing (every event was judged)", &Some(r)));
+        };
+        let bytes = match r {
+            Response::Content(Some(b)) => b,
+            Response::Content(None) => {
+                return Err(LeaseError::EventLogGap {
+                    run: run.to_string(),
+                    missing: s.get(),
+                });
+            }
+            other => return Err(violation("Content", &Some(other))),
+        };
+        let event = decode_event(&run, s, &bytes)?;
+        if event.prev_hash != self.prev {
+            return Err(LeaseError::ChainBroken {
+                run: run.to_string(),
+                chain: "event",
+                at: s.get(),
+                detail: format!(
+                    "prev_hash does not match the hash of event {} (the log changed while it was read)",
+                    s.get() - 1
+                ),
+            });
+        }
+        let hash = Digest::of(&bytes);
+        if let Some((last, want)) = &self.last {
+            if s == *last && hash != *want {
+                return Err(LeaseError::ChainBroken {
+                    run: run.to_string(),
+                    chain: "event",
+                    at: s.get(),
+                    detail: "the log changed while it was read (its last event differs between the two passes)".into(),
+                });
+            }
+        }
+        self.prev = Some(hash.clone());
+        self.next += 1;
+        Ok(JudgedEvent {
+            authority: judge_event(&event, &self.chain),
+            event,
+            hash,
+        })
+    }
+}
+
 /// The authoritative view of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventLogView {
-    /// Every event on disk, in order, with its judgment.
+    /// Every event on disk, in order, with its judgment (empty from
+    /// [`ReadEvents::chain_only`], which keeps none).
     pub events: Vec<JudgedEvent>,
     /// The chain it was judged against.
     pub chain: ChainView,
+    /// The last event of the log (its sequence and hash), `None` for an empty log: the
+    /// log is `1..=last`, every link checked.
+    pub last: Option<(Sequence, Digest)>,
 }
 
 /// Read the whole log and judge it: the log FIRST, then epochs, cutoffs and the checkpoint
@@ -471,12 +580,17 @@ pub struct ReadEvents {
     finalize: Option<(Identity, Timestamp)>,
     st: ReadState,
     events: Vec<(Event, Digest)>,
-    names: Vec<Sequence>,
+    /// The highest event sequence counted: the log read is `1..=highest`.
+    highest: u64,
     epoch_gens: Vec<Generation>,
     cutoff_gens: Vec<Generation>,
     chain: ChainView,
     pending: Vec<(Generation, Identity, Generation)>,
     restarts: u32,
+    /// Keep every event (`false`: [`ReadEvents::chain_only`]).
+    keep: bool,
+    /// The last event read, for the next link and the result.
+    last: Option<(Sequence, Digest)>,
 }
 
 /// How often a reader re-reads the chain after a concurrent prune before giving up.
@@ -511,12 +625,25 @@ impl ReadEvents {
             finalize,
             st: ReadState::Start,
             events: Vec::new(),
-            names: Vec::new(),
+            highest: 0,
             epoch_gens: Vec::new(),
             cutoff_gens: Vec::new(),
             chain: ChainView::default(),
             pending: Vec::new(),
             restarts: 0,
+            keep: true,
+            last: None,
+        }
+    }
+
+    /// Like [`ReadEvents::new`], but no event is kept: every event is still read in order
+    /// and its link checked, then only the last one's sequence and hash remain
+    /// ([`EventLogView::last`]), so memory does not grow with the log. For `verify`, and
+    /// for a second pass that judges events one at a time ([`JudgeLog`]).
+    pub fn chain_only(run: RunId, finalize: Option<(Identity, Timestamp)>) -> ReadEvents {
+        ReadEvents {
+            keep: false,
+            ..ReadEvents::new(run, finalize)
         }
     }
 
@@ -537,7 +664,11 @@ impl ReadEvents {
                 hash,
             })
             .collect();
-        Step::Done(Ok(EventLogView { events, chain }))
+        Step::Done(Ok(EventLogView {
+            events,
+            chain,
+            last: self.last.clone(),
+        }))
     }
 }
 
@@ -549,39 +680,28 @@ impl Operation for ReadEvents {
             match std::mem::replace(&mut self.st, ReadState::Done) {
                 ReadState::Start => {
                     self.st = ReadState::ListEvents;
-                    return Step::Io(Request::List(Dir::Events));
+                    return Step::Io(Request::CountEvents);
                 }
                 ReadState::ListEvents => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
+                    // The log is 1..=highest. With fewer files than that, some sequence is
+                    // missing: the sequential read below stops at the first one
+                    // (EVENT_LOG_GAP names it). Events appended after the count are not
+                    // this reader's (log first, rule 3).
+                    let Some(Response::EventCount { highest, .. }) = input.take() else {
+                        return Step::Done(Err(violation("EventCount", &input)));
                     };
-                    let mut seqs: Vec<Sequence> = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Event(s) => Some(s),
-                            _ => None,
-                        })
-                        .collect();
-                    seqs.sort_unstable();
-                    seqs.dedup();
-                    for (i, s) in seqs.iter().enumerate() {
-                        if s.get() != i as u64 + 1 {
-                            return Step::Done(Err(LeaseError::EventLogGap {
-                                run: run.to_string(),
-                                missing: i as u64 + 1,
-                            }));
-                        }
-                    }
-                    self.names = seqs;
+                    self.highest = highest;
                     self.st = ReadState::ReadEvent(0);
                     input = None;
-                    if let Some(&s) = self.names.first() {
+                    if let Some(s) = Sequence::new(1).filter(|_| highest >= 1) {
                         return Step::Io(Request::Read(FileRef::Event(s)));
                     }
                 }
                 ReadState::ReadEvent(i) => {
-                    if i < self.names.len() {
-                        let s = self.names[i];
+                    if (i as u64) < self.highest {
+                        let Some(s) = Sequence::new(i as u64 + 1) else {
+                            return Step::Done(Err(violation("a sequence", &input)));
+                        };
                         let bytes = match input.take() {
                             Some(Response::Content(Some(b))) => b,
                             Some(Response::Content(None)) => {
@@ -596,7 +716,7 @@ impl Operation for ReadEvents {
                             Ok(e) => e,
                             Err(e) => return Step::Done(Err(e)),
                         };
-                        let prev = self.events.last().map(|(_, h)| h.clone());
+                        let prev = self.last.as_ref().map(|(_, h)| h.clone());
                         if ev.prev_hash != prev {
                             return Step::Done(Err(LeaseError::ChainBroken {
                                 run: run.to_string(),
@@ -609,8 +729,14 @@ impl Operation for ReadEvents {
                                 ),
                             }));
                         }
-                        self.events.push((ev, Digest::of(&bytes)));
-                        if let Some(&n) = self.names.get(i + 1) {
+                        let hash = Digest::of(&bytes);
+                        self.last = Some((s, hash.clone()));
+                        if self.keep {
+                            self.events.push((ev, hash));
+                        }
+                        if let Some(n) =
+                            Sequence::new(i as u64 + 2).filter(|n| n.get() <= self.highest)
+                        {
                             self.st = ReadState::ReadEvent(i + 1);
                             return Step::Io(Request::Read(FileRef::Event(n)));
                         }
@@ -882,7 +1008,7 @@ impl Verify {
     /// Start verifying `run`.
     pub fn new(run: RunId) -> Verify {
         Verify {
-            read: ReadEvents::new(run, None),
+            read: ReadEvents::chain_only(run, None),
             all_gens: Vec::new(),
             st: 0,
         }
@@ -963,7 +1089,7 @@ impl Operation for Verify {
             .copied()
             .filter(|g| floor.is_some_and(|f| *g < f))
             .collect();
-        let tail = view.events.last().map_or(0, |e| e.event.sequence.get());
+        let tail = view.last.as_ref().map_or(0, |(s, _)| s.get());
         let by_cutoff = chain
             .cutoffs
             .iter()
@@ -985,7 +1111,7 @@ impl Operation for Verify {
             });
         Step::Done(Ok(VerifyReport {
             epochs: count,
-            events: view.events.len() as u64,
+            events: tail,
             strays,
             floor,
             short_tail,

@@ -23,7 +23,7 @@ pub use lease::{
     RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
 };
 pub use log::{
-    Append, AppendParams, Appended, Authority, ChainView, EventLogView, JudgedEvent,
+    Append, AppendParams, Appended, Authority, ChainView, EventLogView, JudgeLog, JudgedEvent,
     MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Verify, VerifyReport, judge_event,
 };
 pub use observe::{
@@ -51,6 +51,11 @@ pub enum Request {
     /// List a directory: answer [`Response::Listing`] with the entries whose names parse
     /// ([`Dir::parse_name`]); a missing directory is an empty listing.
     List(Dir),
+    /// Count the event files of `events/` whose names parse, and find the highest
+    /// sequence among them, without listing them: answer [`Response::EventCount`]. The log
+    /// is `1..=highest` with no gap exactly when the two are equal (names are unique), so
+    /// a reader learns that in memory that does not grow with the log.
+    CountEvents,
     /// Read a whole file: answer [`Response::Content`] (`None` if it does not exist).
     Read(FileRef),
     /// Does the file exist: answer [`Response::Exists`].
@@ -82,6 +87,13 @@ pub enum Request {
 pub enum Response {
     /// Entries of a listed directory (any order).
     Listing(Vec<FileRef>),
+    /// The answer to [`Request::CountEvents`].
+    EventCount {
+        /// Event files whose names parse.
+        count: u64,
+        /// The highest sequence among them (0: none).
+        highest: u64,
+    },
     /// File content, `None` when absent.
     Content(Option<Vec<u8>>),
     /// Whether the file exists.
