@@ -269,9 +269,9 @@ Example:
     #[command(after_help = "\
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
 STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT, EVENT_LOG_SHORT, STORE_MISSING,
-STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT (and TEMP_FILES_REMOVED with
---clean-temp). Exit 65 when a finding is a data error (INVALID_RECORD, BROKEN_CHAIN,
-STORE_*), else 0. The store is never opened (its owner locks it): STORE_MISSING is a
+STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN (and
+TEMP_FILES_REMOVED with --clean-temp). Exit 65 when a finding is an error (INVALID_RECORD,
+BROKEN_CHAIN, STORE_*, COMMAND_UNPROVEN), else 0. The store is never opened (its owner locks it): STORE_MISSING is a
 store the lease chain names that is gone; the other STORE_* codes are the last
 `runlease run`'s refusal, from run.json (every `runlease run` checks the store's head
 against its seal and floor and refuses with 65).

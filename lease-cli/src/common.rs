@@ -589,6 +589,20 @@ pub fn check_command_records(run: &lease_fs::RunDir) -> Result<(), CliError> {
             .into());
         }
     }
+    // A live recorded process that cannot be proved ours (PROTOCOL §11.1) refuses the next
+    // open after its claim; refuse here, before anything is written, with the same code.
+    for a in lease_run::audit_commands(run)? {
+        if let lease_run::CommandState::Unproven { why } = a.state {
+            return Err(lease_run::RunError::CommandUnproven {
+                run: rid.to_string(),
+                file: a.file,
+                pid: a.pid,
+                start_time: a.start_time,
+                why,
+            }
+            .into());
+        }
+    }
     Ok(())
 }
 

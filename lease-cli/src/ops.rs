@@ -1233,15 +1233,24 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     // Command records (read by the next `runlease run` to reap a killed incarnation's
     // commands): one it cannot read refuses the run.
     if let Err(e) = crate::common::check_command_records(&run) {
-        if e.exit != 65 {
+        if e.code == "RUN_COMMAND_UNPROVEN" {
+            // The message carries both safe next steps; `runlease run` refuses until then.
+            findings.push(Finding {
+                code: "COMMAND_UNPROVEN",
+                severity: "error",
+                detail: format!("{}: {}", e.code, e.message),
+                next: "stop the named process yourself if it is this run's old command, or remove the record if it is not (runlease never signals a process it cannot prove it started); `runlease run` refuses the run until then".into(),
+            });
+        } else if e.exit != 65 {
             return Err(e);
-        }
-        findings.push(Finding {
+        } else {
+            findings.push(Finding {
             code: "INVALID_RECORD",
             severity: "error",
             detail: format!("{}: {}", e.code, e.message),
             next: "repair or restore the named file by hand (keep a copy; its command may still run: check its pid); `runlease run` refuses the run until then".into(),
         });
+        }
     }
 
     store_findings(&run, &view, &rs, &mut findings);

@@ -275,3 +275,68 @@ fn payloads_with_duplicate_keys_or_inexact_numbers_are_refused_and_append_nothin
         text(&o.stdout)
     );
 }
+
+/// Issue #15: a command record forged to name a live bystander (its real pid, start time
+/// and group) makes `runlease run` refuse before claiming (76, nothing written), names the
+/// record and the process, never signals it; `doctor` reports it as COMMAND_UNPROVEN.
+#[test]
+fn a_forged_command_record_naming_a_bystander_is_refused_before_claiming_and_never_signalled() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id();
+    let start = lease_fs::probe::process_start_time(pid).unwrap().unwrap();
+    let g1 = lease_core::Generation::new(1).unwrap();
+    let rec = lease_core::CommandRecord {
+        run_id: lease_core::RunId::new(dir.file_name().unwrap().to_str().unwrap()).unwrap(),
+        generation: g1,
+        pid,
+        pgid: pid,
+        start_time: start,
+        boot_id: lease_core::Identity::new(lease_fs::probe::boot_id().unwrap()).unwrap(),
+        argv: vec!["sleep".into(), "60".into()],
+        started_at: lease_core::Timestamp::from_unix_millis(1_796_169_600_000).unwrap(),
+        incarnation: None,
+    };
+    let f = lease_core::FileRef::Command {
+        generation: g1,
+        pid,
+    }
+    .path();
+    std::fs::create_dir_all(dir.join("commands")).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(&f))
+        .unwrap();
+    std::io::Write::write_all(&mut file, &lease_core::encode(&rec).unwrap()).unwrap();
+    let before = tree(&dir);
+    for args in [
+        vec!["run", d, "--", "true"],
+        vec!["run", d, "--retire-dead", "--", "true"],
+    ] {
+        let o = runlease(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(76), "{args:?}: {err}");
+        assert!(err.contains("RUN_COMMAND_UNPROVEN"), "{err}");
+        assert!(err.contains(&f) && err.contains(&pid.to_string()), "{err}");
+        assert_eq!(tree(&dir), before, "{args:?}: the refusal wrote something");
+        assert!(alive(pid), "the bystander was signalled");
+    }
+    let o = runlease(&["doctor", "--json", d]);
+    let report = text(&o.stdout);
+    assert!(report.contains("COMMAND_UNPROVEN"), "{report}");
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+    // Once the process is gone the record is stale: the next run removes it and proceeds.
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
+    assert!(!dir.join(&f).exists());
+}
