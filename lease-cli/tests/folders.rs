@@ -433,3 +433,38 @@ fn a_missing_or_empty_folder_still_becomes_a_run_without_init() {
         .collect();
     assert_eq!(runs, vec!["empty".to_string()], "{runs:?}");
 }
+
+/// Eight `runlease run` of the same new folder at once: the folder is being laid out by
+/// one of them while the others look at it (`lease/` before `lease/epochs/`), which must not
+/// read as a foreign folder. Each ends 0 (it got the run) or 76 (held), never 64; and an
+/// `init` interrupted after its first folder is finished by the next `run`.
+#[test]
+fn concurrent_first_runs_and_an_interrupted_init_are_not_foreign_folders() {
+    for round in 0..3 {
+        let (_tmp, dir) = scratch();
+        let d = dir.to_str().unwrap().to_string();
+        let children: Vec<_> = (0..8)
+            .map(|_| spawn(&["run", &d, "--", "sleep", "0.2"]))
+            .collect();
+        for mut c in children {
+            let code = wait_exit(&mut c, std::time::Duration::from_secs(30)).code();
+            assert!(
+                matches!(code, Some(0) | Some(76)),
+                "round {round}: exit {code:?}"
+            );
+        }
+    }
+    // What a crash after the first mkdir of an init leaves: empty layout folders only.
+    let (_tmp, dir) = scratch();
+    std::fs::create_dir_all(dir.join("lease/beats")).unwrap();
+    std::fs::create_dir(dir.join("tmp")).unwrap();
+    let o = runlease(&["run", dir.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // Content in a layout-named folder is someone's: still foreign.
+    let (_tmp, dir) = scratch();
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    std::fs::write(dir.join("work/data.csv"), b"1,2\n").unwrap();
+    let o = runlease(&["run", dir.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("RUN_FOLDER_FOREIGN"));
+}

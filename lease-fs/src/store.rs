@@ -140,6 +140,20 @@ pub const LAYOUT_DIRS: [&str; 11] = [
     "tmp",
 ];
 
+/// Whether every name in folder `dir` (listed: `names`) is a layout folder of
+/// [`LAYOUT_DIRS`] holding nothing but, recursively, other empty layout folders: what an
+/// unfinished [`RunDir::init`] leaves. Anything else (a file, a non-layout name, content,
+/// a name that cannot be listed as a folder) is not.
+fn only_empty_layout(fs: &crate::real::RealFs, dir: &str, names: &[String]) -> bool {
+    names.iter().all(|n| {
+        let path = crate::fs::join(dir, n);
+        LAYOUT_DIRS.contains(&path.as_str())
+            && fs
+                .list(&path)
+                .is_ok_and(|inner| only_empty_layout(fs, &path, &inner))
+    })
+}
+
 /// Whether the root holds a `run.json` that is this run's `RunStatus` record (a run whose
 /// `lease/` was deleted or lost is still a run: `runlease run` must report its broken chain,
 /// not treat it as a foreign folder). An untrusted or unreadable file is not read as one.
@@ -289,7 +303,11 @@ impl RunDir {
             Found::Run
         } else {
             let mut names = fs.list("").map_err(|e| io("list", "", e))?;
-            if names.is_empty() {
+            if names.is_empty() || only_empty_layout(&fs, "", &names) {
+                // Empty, or an `init` that has not finished: interrupted by a crash, or
+                // another `runlease run` of the same new folder creating it right now
+                // (its `lease/` exists before its `lease/epochs/`). Nothing of anyone
+                // else's is in it, so laying it out goes on.
                 Found::Empty
             } else {
                 names.sort();

@@ -211,7 +211,14 @@ pub struct Tracked {
     /// The run incarnation's cgroup v2 directory, if one could be created: every member
     /// is tracked, and a SIGKILL goes through `cgroup.kill` too.
     pub cgroup: Option<std::path::PathBuf>,
+    /// The incarnation's secret (`RUNLEASE_INCARNATION` in its commands' environment):
+    /// a process found only by its group or session after that group's leader is gone is
+    /// tracked only if it carries it (the group number may have been reused).
+    pub secret: Option<String>,
 }
+
+/// The environment variable that carries an incarnation's secret to its commands.
+pub const INCARNATION_VAR: &str = "RUNLEASE_INCARNATION";
 
 impl Tracked {
     /// Refresh from a scan: add every process whose group or session is a recorded group,
@@ -234,9 +241,8 @@ impl Tracked {
                 if self.known.contains_key(&p.pid) {
                     continue;
                 }
-                let member = self.groups.contains(&p.pgrp)
-                    || self.groups.contains(&p.session)
-                    || self.known.contains_key(&p.ppid);
+                let member = self.known.contains_key(&p.ppid)
+                    || (self.in_our_group(p, procs) && self.vouched(p, procs));
                 if member {
                     self.known.insert(p.pid, p.start_time);
                     added = true;
@@ -255,6 +261,32 @@ impl Tracked {
                 self.groups.remove(&g);
             }
         }
+    }
+
+    /// Whether `p` is in one of the recorded groups or sessions.
+    fn in_our_group(&self, p: &ProcInfo, _procs: &[ProcInfo]) -> bool {
+        self.groups.contains(&p.pgrp) || self.groups.contains(&p.session)
+    }
+
+    /// Whether group (or session) `g`'s leader, our command, still exists with its
+    /// recorded start time (a zombie counts): while it does, the number cannot have been
+    /// reused, so every member is one of ours.
+    fn leader_pinned(&self, g: u32, procs: &[ProcInfo]) -> bool {
+        self.known
+            .get(&g)
+            .is_some_and(|st| procs.iter().any(|q| q.pid == g && q.start_time == *st))
+    }
+
+    /// A member of a recorded group or session counts as ours while the group's leader is
+    /// pinned, or (after it is gone) when it carries the incarnation's secret.
+    fn vouched(&self, p: &ProcInfo, procs: &[ProcInfo]) -> bool {
+        let pinned = (self.groups.contains(&p.pgrp) && self.leader_pinned(p.pgrp, procs))
+            || (self.groups.contains(&p.session) && self.leader_pinned(p.session, procs));
+        pinned
+            || self
+                .secret
+                .as_deref()
+                .is_some_and(|s| env_var(p.pid, INCARNATION_VAR) == EnvVar::Set(s.to_string()))
     }
 
     /// SIGKILL (or `sig`) every recorded group and every known descendant that still has
@@ -313,9 +345,8 @@ impl Tracked {
             .iter()
             .find(|p| {
                 !p.zombie
-                    && (self.groups.contains(&p.pgrp)
-                        || self.groups.contains(&p.session)
-                        || self.known.get(&p.pid) == Some(&p.start_time))
+                    && (self.known.get(&p.pid) == Some(&p.start_time)
+                        || (self.in_our_group(p, procs) && self.vouched(p, procs)))
             })
             .map(|p| (p.pid, p.pgrp))
     }

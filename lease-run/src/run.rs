@@ -463,8 +463,7 @@ fn wall_now() -> Result<Timestamp, RunError> {
         .ok_or_else(|| RunError::Io("the wall clock is out of range".into()))
 }
 
-/// The environment variable that carries an incarnation's secret to its commands.
-pub const INCARNATION_VAR: &str = "RUNLEASE_INCARNATION";
+pub use crate::procs::INCARNATION_VAR;
 
 fn random_u64() -> Result<u64, RunError> {
     let mut b = [0u8; 8];
@@ -887,17 +886,21 @@ impl Run {
         st.lease = Some(lease.clone());
 
         let (fence_tx, _) = watch::channel(FenceState::Live);
+        let incarnation = format!("{:016x}{:016x}", random_u64()?, random_u64()?);
         let shared = Arc::new(Shared {
             run: name.clone(),
             policy: opts.policy,
             core: FenceCore::new(claim_started),
             stop: AtomicBool::new(false),
             beats_suspended: AtomicBool::new(false),
-            tracked: Mutex::new(Tracked::default()),
+            tracked: Mutex::new(Tracked {
+                secret: Some(incarnation.clone()),
+                ..Tracked::default()
+            }),
             fence_tx,
             exit_on_fence: opts.exit_on_fence,
             generation: lease.generation,
-            incarnation: format!("{:016x}{:016x}", random_u64()?, random_u64()?),
+            incarnation,
         });
         st.shared = Some(shared.clone());
 
@@ -1348,6 +1351,11 @@ impl Run {
                 .id()
                 .ok_or_else(|| spawn_err("the child has no pid".into()))?;
             t.groups.insert(pid);
+            // The leader's start time at once (it is our unreaped child, its pid cannot be
+            // reused yet): its group counts as ours exactly while it exists (`procs`).
+            if let Ok(Some(st)) = probe::process_start_time(pid) {
+                t.known.insert(pid, st);
+            }
             Ok::<_, RunError>((child, pid))
         })?;
         // Wait until the gate has stopped itself, then record, then continue it.

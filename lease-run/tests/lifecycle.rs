@@ -150,7 +150,14 @@ fn helper_process() {
             "open-hold" => match Run::open(&path, fast()).await {
                 Ok(run) => {
                     println!("OPENED {}", run.generation());
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    // Hold until the test closes stdin (after the other open has ended),
+                    // so a slow start of the other process cannot find the run released.
+                    tokio::task::spawn_blocking(|| {
+                        let mut sink = Vec::new();
+                        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+                    })
+                    .await
+                    .unwrap();
                     run.release(FinalStatus::Done).await.unwrap();
                     std::process::exit(0)
                 }
@@ -557,12 +564,21 @@ fn two_opens_at_once_exactly_one_succeeds() {
         let path = dir.path().join(format!("run-h{round}"));
         let spawn = || {
             helper_cmd("open-hold", &path)
+                .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         };
-        let (a, b) = (spawn(), spawn());
+        let (mut a, mut b) = (spawn(), spawn());
+        // The refused one ends by itself; then the holder is let go (its stdin closed).
+        let end = Instant::now() + Duration::from_secs(30);
+        while a.try_wait().unwrap().is_none() && b.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < end, "round {round}: neither open ended");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(a.stdin.take());
+        drop(b.stdin.take());
         let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
         let ok = outs.iter().filter(|o| o.status.code() == Some(0)).count();
         assert_eq!(ok, 1, "round {round}: exactly one open succeeds");
