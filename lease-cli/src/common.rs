@@ -436,15 +436,7 @@ pub fn epoch_state_name(s: EpochState) -> &'static str {
 
 /// Quote a path for a shell command suggestion if it needs it.
 pub fn shell_path(p: &Path) -> String {
-    let s = p.display().to_string();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
-    {
-        s
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
+    lease_fs::real::shell_quote(p)
 }
 
 /// The one safe next step for a run in this state.
@@ -559,39 +551,13 @@ pub fn chain_behind_run_json(view: &StatusView, run_status: &Value) -> Option<St
 /// killed incarnation's commands): the first that cannot be read or decoded, or that does
 /// not match its name, is the error `run` would stop at (65, naming the file).
 pub fn check_command_records(run: &lease_fs::RunDir) -> Result<(), CliError> {
-    use lease_core::{Dir, FileRef};
+    // lease-run reads and validates every record (strictly decoded, matching its name:
+    // else the error names the file) and judges its processes as the next open would.
     let rid = run.run_id().as_str();
-    let dir = Dir::Commands.path();
-    let names = run
-        .fs()
-        .list(dir)
-        .map_err(|e| FsError::io(rid, "list", dir, e))?;
-    for n in names {
-        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
-            continue;
-        };
-        let p = f.path();
-        let Some(bytes) = run
-            .fs()
-            .read(&p, lease_core::canonical::MAX_RECORD_BYTES)
-            .map_err(|e| FsError::io(rid, "read", &p, e))?
-        else {
-            continue; // removed meanwhile (its command ended)
-        };
-        let rec: lease_core::CommandRecord = lease_core::decode_for(run.run_id(), &bytes)
-            .map_err(|e| FsError::from(e.in_file(&p)))?;
-        if rec.pid != pid || rec.generation != generation {
-            return Err(FsError::LayoutInvalid {
-                run: rid.to_string(),
-                path: p,
-                detail: "the record does not match its name".into(),
-            }
-            .into());
-        }
-    }
-    // A live recorded process that cannot be proved ours (PROTOCOL §11.1) refuses the next
-    // open after its claim; refuse here, before anything is written, with the same code.
     for a in lease_run::audit_commands(run)? {
+        // A live recorded process that cannot be proved ours (PROTOCOL §11.1) refuses the
+        // next open after its claim; refuse here, before anything is written, with the
+        // same code.
         if let lease_run::CommandState::Unproven { why } = a.state {
             return Err(lease_run::RunError::CommandUnproven {
                 run: rid.to_string(),

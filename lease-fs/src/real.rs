@@ -142,8 +142,9 @@ impl fmt::Display for NotOwned {
 
 impl std::error::Error for NotOwned {}
 
-/// Quote a path for a shell command suggestion if it needs it.
-fn shell_quote(p: &Path) -> String {
+/// Quote a path for a shell command suggestion if it needs it (the one quoting rule of
+/// every next step runlease prints).
+pub fn shell_quote(p: &Path) -> String {
     let s = p.display().to_string();
     if !s.is_empty()
         && s.chars()
@@ -156,8 +157,7 @@ fn shell_quote(p: &Path) -> String {
 }
 
 /// `Ok` if `st` (of `rel` below the run root `root`; `""` = the root) is owned by the
-/// effective uid and not open to others: no group/other write bit on a directory, no
-/// group/other bit at all on anything else. Else a [`NotOwned`] error. Symlinks are not
+/// effective uid and not open to others: no group/other write bit. Else a [`NotOwned`] error. Symlinks are not
 /// judged here (they are refused as such wherever they matter).
 pub(crate) fn check_trusted(root: &Path, st: &Stat, rel: &str) -> io::Result<()> {
     let ft = type_of(st);

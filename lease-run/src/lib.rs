@@ -118,12 +118,20 @@
 //!
 //! ## Reap or refuse (step `commands`)
 //!
-//! For each record of an older generation: if it is from this boot and its pid still has the
-//! recorded start time, its group (and any member of it started no earlier) gets SIGTERM,
-//! `term_grace`, SIGKILL and up to `kill_wait` to be gone (zombies count as gone); if the
-//! leader is gone and its pid not reused, leftover members of its group get the same. A
-//! survivor refuses the open with `RUN_COMMANDS_SURVIVE` (76), the record kept, the claim
-//! undone (`run.json` failed + release). Otherwise the record is removed durably.
+//! Anyone who can write the run folder can write a record, and pids are reused, so a record
+//! never selects what is signalled (docs/PROTOCOL.md §11.1). Each incarnation puts a
+//! 128-bit secret into its commands' environment ([`INCARNATION_VAR`]) and writes only its
+//! digest (bound to run and generation) into their records. For each record of an older
+//! generation from this boot, the processes **proved** to be its are those that carry a
+//! secret with that digest, run as our uid and started no earlier than the recorded
+//! command, wherever they are (a daemon that left the group included); they get SIGTERM,
+//! `term_grace`, SIGKILL and up to `kill_wait` to be gone, through pidfds (zombies count
+//! as gone), rescanned every 10 ms. A recorded leader that is alive (same pid and start
+//! time) but not proved refuses the open with `RUN_COMMAND_UNPROVEN` (76) and is never
+//! signalled; `EPERM` is `RUN_COMMAND_NOT_PERMITTED` (77); a survivor is
+//! `RUN_COMMANDS_SURVIVE` (76). Each refusal keeps the record and undoes the claim
+//! (`run.json` failed + release). Otherwise the record is removed durably.
+//! [`audit_commands`] gives the same judgement without signalling (for doctor).
 //!
 //! ## Release, in order ([`Run::release`])
 //!
@@ -167,11 +175,14 @@
 //! records); any process in another pid namespace or otherwise invisible in our `/proc`;
 //! processes we may not signal (setuid helpers: EPERM); a descendant of another run in the
 //! same owner process is never confused with ours, but with the subreaper it is reparented
-//! to the shared owner process. The pgid of a group whose last process vanished between two
-//! scans could in theory be reused before the next kill.
+//! to the shared owner process. A process found only by its group or session counts as
+//! ours while that group's leader exists with its recorded start time (the number cannot
+//! have been reused), afterwards only if it carries the incarnation's secret.
 //!
-//! In both cases nothing is ever sent to pid or group 0 or 1, nor to the owner process or
-//! its own group.
+//! In both cases every signal to one process goes through a pidfd opened and re-checked
+//! (start time, not exited) first, a group is signalled whole only while its leader is
+//! confirmed alive that way, and nothing is ever sent to pid or group 0 or 1, nor to the
+//! owner process or its own group.
 //!
 //! ## Not yet
 //!

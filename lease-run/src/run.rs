@@ -1770,33 +1770,11 @@ fn reap_or_refuse(
 ) -> Result<(), RunError> {
     let run = dir.run_id().as_str().to_string();
     let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
-    let names = dir
-        .fs()
-        .list(Dir::Commands.path())
-        .map_err(|e| io("list", Dir::Commands.path(), e))?;
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
-    for n in names {
-        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
-            continue;
-        };
+    for (p, rec) in command_records(dir)? {
+        let generation = rec.generation;
         if generation >= ours {
             continue;
-        }
-        let p = f.path();
-        let Some(bytes) = dir
-            .fs()
-            .read(&p, MAX_RECORD_BYTES)
-            .map_err(|e| io("read", &p, e))?
-        else {
-            continue;
-        };
-        let rec: CommandRecord = decode_for(dir.run_id(), &bytes).map_err(|e| e.in_file(&p))?;
-        if rec.pid != pid || rec.generation != generation {
-            return Err(RunError::Fs(FsError::LayoutInvalid {
-                run: run.clone(),
-                path: p,
-                detail: "the record does not match its name".into(),
-            }));
         }
         if rec.boot_id.as_str() == boot {
             let mut prover = Prover::new(&rec);
@@ -1876,35 +1854,11 @@ pub struct CommandAudit {
 /// `/proc` only: nothing is signalled or written. An unreadable or misnamed record is an
 /// error, as it is for the open.
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
-    let run = dir.run_id().as_str().to_string();
-    let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
-    let names = dir
-        .fs()
-        .list(Dir::Commands.path())
-        .map_err(|e| io("list", Dir::Commands.path(), e))?;
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
     let procs = procs::scan();
     let mut out = Vec::new();
-    for n in names {
-        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
-            continue;
-        };
-        let p = f.path();
-        let Some(bytes) = dir
-            .fs()
-            .read(&p, MAX_RECORD_BYTES)
-            .map_err(|e| io("read", &p, e))?
-        else {
-            continue;
-        };
-        let rec: CommandRecord = decode_for(dir.run_id(), &bytes).map_err(|e| e.in_file(&p))?;
-        if rec.pid != pid || rec.generation != generation {
-            return Err(RunError::Fs(FsError::LayoutInvalid {
-                run: run.clone(),
-                path: p,
-                detail: "the record does not match its name".into(),
-            }));
-        }
+    for (p, rec) in command_records(dir)? {
+        let (generation, pid) = (rec.generation, rec.pid);
         let state = if rec.boot_id.as_str() != boot {
             CommandState::Gone
         } else {
@@ -1935,6 +1889,42 @@ pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
             start_time: rec.start_time,
             state,
         });
+    }
+    Ok(out)
+}
+
+/// Every command record of `dir` (its path and content), validated: decoded strictly and
+/// matching its name. A record removed meanwhile (its command ended) is skipped; an
+/// unreadable or misnamed one is the error, naming the file.
+fn command_records(dir: &RunDir) -> Result<Vec<(String, CommandRecord)>, RunError> {
+    let run = dir.run_id().as_str();
+    let io = |op: &'static str, p: &str, e| FsError::io(run, op, p, e);
+    let names = dir
+        .fs()
+        .list(Dir::Commands.path())
+        .map_err(|e| io("list", Dir::Commands.path(), e))?;
+    let mut out = Vec::new();
+    for n in names {
+        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+            continue;
+        };
+        let p = f.path();
+        let Some(bytes) = dir
+            .fs()
+            .read(&p, MAX_RECORD_BYTES)
+            .map_err(|e| io("read", &p, e))?
+        else {
+            continue;
+        };
+        let rec: CommandRecord = decode_for(dir.run_id(), &bytes).map_err(|e| e.in_file(&p))?;
+        if rec.pid != pid || rec.generation != generation {
+            return Err(RunError::Fs(FsError::LayoutInvalid {
+                run: run.to_string(),
+                path: p,
+                detail: "the record does not match its name".into(),
+            }));
+        }
+        out.push((p, rec));
     }
     Ok(out)
 }

@@ -149,6 +149,23 @@ fn loom() -> Result<(), String> {
 }
 
 /// The workspace root: the parent of this crate's manifest directory.
+/// Build the debug `runlease` binary (quietly) and return its path: what torture and rss
+/// drive (the shipped CLI, CI's build reused).
+pub(crate) fn build_runlease(root: &Path) -> Result<PathBuf, String> {
+    let status = Command::new(cargo_bin())
+        .args(["build", "-q", "-p", "lease-cli", "--bin", "runlease"])
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("could not start cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build -p lease-cli exited with {status}"));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    Ok(target.join("debug").join("runlease"))
+}
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

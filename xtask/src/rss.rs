@@ -8,7 +8,7 @@
 use lease_core::{Digest, Event, FileRef, Generation, Identity, RunId, Sequence, Timestamp};
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
 /// The sizes measured.
@@ -109,18 +109,12 @@ fn peak_kib(exe: &Path, cmd: &[&str]) -> Result<u64, String> {
 
 /// `cargo xtask rss`.
 pub fn run(root: &Path, max_ratio: f64) -> Result<(), String> {
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "-q", "-p", "lease-cli", "--bin", "runlease"])
-        .current_dir(root)
-        .status()
-        .map_err(|e| format!("could not start cargo build: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build -p lease-cli exited with {status}"));
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let runlease = target.join("debug").join("runlease");
+    let runlease = crate::build_runlease(root)?;
+    let target = runlease
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or("the runlease binary has no target folder")?;
     let runlease_s = runlease.display().to_string();
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this xtask: {e}"))?;
     let work = target.join("rss").join(std::process::id().to_string());

@@ -754,18 +754,12 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         "torture: building runlease (debug profile), procs={} seconds={} seed={}",
         opts.procs, opts.seconds, opts.seed
     );
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["build", "-q", "-p", "lease-cli", "--bin", "runlease"])
-        .current_dir(root)
-        .status()
-        .map_err(|e| format!("could not start cargo build: {e}"))?;
-    if !status.success() {
-        return Err(format!("cargo build -p lease-cli exited with {status}"));
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let runlease = target.join("debug").join("runlease");
+    let runlease = crate::build_runlease(root)?;
+    let target = runlease
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .ok_or("the runlease binary has no target folder")?;
     let work = target
         .join("torture")
         .join(format!("{}-{}", std::process::id(), opts.seed));
