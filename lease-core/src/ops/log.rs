@@ -23,6 +23,42 @@ fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> Lea
     }
 }
 
+/// One step of reading the log in order: the answer to `Read(event s)`, decoded, checked
+/// to link to `prev` (the hash of event `s - 1`, `None` for the first), and its hash. A
+/// missing event is `EVENT_LOG_GAP`, a broken link `CHAIN_BROKEN`. Shared by
+/// [`ReadEvents`] and [`JudgeLog`], the two readers that walk the log.
+fn read_linked(
+    run: &RunId,
+    s: Sequence,
+    answer: Option<Response>,
+    prev: Option<&Digest>,
+) -> Result<(Event, Digest), LeaseError> {
+    let bytes = match answer {
+        Some(Response::Content(Some(b))) => b,
+        Some(Response::Content(None)) => {
+            return Err(LeaseError::EventLogGap {
+                run: run.to_string(),
+                missing: s.get(),
+            });
+        }
+        other => return Err(violation("Content", &other)),
+    };
+    let ev = decode_event(run, s, &bytes)?;
+    if ev.prev_hash.as_ref() != prev {
+        return Err(LeaseError::ChainBroken {
+            run: run.to_string(),
+            chain: "event",
+            at: s.get(),
+            detail: format!(
+                "prev_hash {:?} does not match the hash of event {}",
+                ev.prev_hash.as_ref().map(Digest::as_str),
+                s.get() - 1
+            ),
+        });
+    }
+    Ok((ev, Digest::of(&bytes)))
+}
+
 pub(crate) fn decode_event(run: &RunId, s: Sequence, bytes: &[u8]) -> Result<Event, LeaseError> {
     let file = FileRef::Event(s).path();
     let ev: Event = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
@@ -512,33 +548,27 @@ impl JudgeLog {
 
     /// Feed the answer to [`JudgeLog::request`]: the event, judged.
     pub fn feed(&mut self, r: Response) -> Result<JudgedEvent, LeaseError> {
-        let run = self.run.clone();
+        let run = &self.run;
         let Some(s) = Sequence::new(self.next) else {
             return Err(violation("nothing (every event was judged)", &Some(r)));
         };
-        let bytes = match r {
-            Response::Content(Some(b)) => b,
-            Response::Content(None) => {
-                return Err(LeaseError::EventLogGap {
-                    run: run.to_string(),
-                    missing: s.get(),
-                });
-            }
-            other => return Err(violation("Content", &Some(other))),
-        };
-        let event = decode_event(&run, s, &bytes)?;
-        if event.prev_hash != self.prev {
-            return Err(LeaseError::ChainBroken {
-                run: run.to_string(),
-                chain: "event",
-                at: s.get(),
-                detail: format!(
-                    "prev_hash does not match the hash of event {} (the log changed while it was read)",
-                    s.get() - 1
-                ),
-            });
-        }
-        let hash = Digest::of(&bytes);
+        // The first pass checked this link already: breaking it now means the log
+        // changed while it was read.
+        let (event, hash) =
+            read_linked(run, s, Some(r), self.prev.as_ref()).map_err(|e| match e {
+                LeaseError::ChainBroken {
+                    run,
+                    chain,
+                    at,
+                    detail,
+                } => LeaseError::ChainBroken {
+                    run,
+                    chain,
+                    at,
+                    detail: format!("{detail} (the log changed while it was read)"),
+                },
+                other => other,
+            })?;
         if let Some((last, want)) = &self.last {
             if s == *last && hash != *want {
                 return Err(LeaseError::ChainBroken {
@@ -702,34 +732,11 @@ impl Operation for ReadEvents {
                         let Some(s) = Sequence::new(i as u64 + 1) else {
                             return Step::Done(Err(violation("a sequence", &input)));
                         };
-                        let bytes = match input.take() {
-                            Some(Response::Content(Some(b))) => b,
-                            Some(Response::Content(None)) => {
-                                return Step::Done(Err(LeaseError::EventLogGap {
-                                    run: run.to_string(),
-                                    missing: s.get(),
-                                }));
-                            }
-                            other => return Step::Done(Err(violation("Content", &other))),
-                        };
-                        let ev = match decode_event(&run, s, &bytes) {
-                            Ok(e) => e,
+                        let prev = self.last.as_ref().map(|(_, h)| h);
+                        let (ev, hash) = match read_linked(&run, s, input.take(), prev) {
+                            Ok(linked) => linked,
                             Err(e) => return Step::Done(Err(e)),
                         };
-                        let prev = self.last.as_ref().map(|(_, h)| h.clone());
-                        if ev.prev_hash != prev {
-                            return Step::Done(Err(LeaseError::ChainBroken {
-                                run: run.to_string(),
-                                chain: "event",
-                                at: s.get(),
-                                detail: format!(
-                                    "prev_hash {:?} does not match the hash of event {}",
-                                    ev.prev_hash.as_ref().map(Digest::as_str),
-                                    s.get() - 1
-                                ),
-                            }));
-                        }
-                        let hash = Digest::of(&bytes);
                         self.last = Some((s, hash.clone()));
                         if self.keep {
                             self.events.push((ev, hash));
