@@ -112,9 +112,7 @@ impl Cgroup {
         if std::fs::write(self.path.join("cgroup.kill"), "1").is_err() {
             for pid in self.pids() {
                 // Through a pidfd confirmed to be the member just listed.
-                let held = crate::procs::proc_info(pid)
-                    .and_then(|q| crate::procs::Held::open(pid, q.start_time));
-                if let Some(h) = held {
+                if let Some(h) = crate::procs::Held::current(pid) {
                     let _ = h.signal(rustix::process::Signal::KILL);
                 }
             }

@@ -132,6 +132,13 @@ impl Held {
         (!held.exited()).then_some(held)
     }
 
+    /// [`Held::open`] with the start time `/proc` shows for `pid` now: for a pid just
+    /// listed by the kernel (a cgroup's members), where the open confirms that the process
+    /// is still the one listed.
+    pub fn current(pid: u32) -> Option<Held> {
+        Held::open(pid, proc_info(pid)?.start_time)
+    }
+
     /// Whether the process has exited (its pidfd is readable); a zombie has.
     pub fn exited(&self) -> bool {
         let mut fds = [rustix::event::PollFd::new(
@@ -241,8 +248,7 @@ impl Tracked {
                 if self.known.contains_key(&p.pid) {
                     continue;
                 }
-                let member = self.known.contains_key(&p.ppid)
-                    || (self.in_our_group(p, procs) && self.vouched(p, procs));
+                let member = self.known.contains_key(&p.ppid) || self.group_member(p, procs);
                 if member {
                     self.known.insert(p.pid, p.start_time);
                     added = true;
@@ -263,11 +269,6 @@ impl Tracked {
         }
     }
 
-    /// Whether `p` is in one of the recorded groups or sessions.
-    fn in_our_group(&self, p: &ProcInfo, _procs: &[ProcInfo]) -> bool {
-        self.groups.contains(&p.pgrp) || self.groups.contains(&p.session)
-    }
-
     /// Whether group (or session) `g`'s leader, our command, still exists with its
     /// recorded start time (a zombie counts): while it does, the number cannot have been
     /// reused, so every member is one of ours.
@@ -277,11 +278,17 @@ impl Tracked {
             .is_some_and(|st| procs.iter().any(|q| q.pid == g && q.start_time == *st))
     }
 
-    /// A member of a recorded group or session counts as ours while the group's leader is
-    /// pinned, or (after it is gone) when it carries the incarnation's secret.
-    fn vouched(&self, p: &ProcInfo, procs: &[ProcInfo]) -> bool {
-        let pinned = (self.groups.contains(&p.pgrp) && self.leader_pinned(p.pgrp, procs))
-            || (self.groups.contains(&p.session) && self.leader_pinned(p.session, procs));
+    /// Whether `p` is a member of a recorded group or session that counts as ours: while
+    /// that group's leader is pinned, or (after it is gone) when `p` carries the
+    /// incarnation's secret.
+    fn group_member(&self, p: &ProcInfo, procs: &[ProcInfo]) -> bool {
+        let in_group = self.groups.contains(&p.pgrp);
+        let in_session = self.groups.contains(&p.session);
+        if !in_group && !in_session {
+            return false;
+        }
+        let pinned = (in_group && self.leader_pinned(p.pgrp, procs))
+            || (in_session && self.leader_pinned(p.session, procs));
         pinned
             || self
                 .secret
@@ -346,7 +353,7 @@ impl Tracked {
             .find(|p| {
                 !p.zombie
                     && (self.known.get(&p.pid) == Some(&p.start_time)
-                        || (self.in_our_group(p, procs) && self.vouched(p, procs)))
+                        || self.group_member(p, procs))
             })
             .map(|p| (p.pid, p.pgrp))
     }

@@ -1778,20 +1778,14 @@ fn reap_or_refuse(
         }
         if rec.boot_id.as_str() == boot {
             let mut prover = Prover::new(&rec);
-            let procs = procs::scan();
-            if let Some(leader) = procs
-                .iter()
-                .find(|q| q.pid == rec.pid && q.start_time == rec.start_time && !q.zombie)
-            {
-                if let Err(why) = prover.check(leader) {
-                    return Err(RunError::CommandUnproven {
-                        run: run.clone(),
-                        file: p,
-                        pid: rec.pid,
-                        start_time: rec.start_time,
-                        why,
-                    });
-                }
+            if let Err(why) = prover.leader(&rec, &procs::scan()) {
+                return Err(RunError::CommandUnproven {
+                    run: run.clone(),
+                    file: p,
+                    pid: rec.pid,
+                    start_time: rec.start_time,
+                    why,
+                });
             }
             match stop_proven(&mut prover, grace, kill_wait) {
                 Ok(()) => {}
@@ -1863,12 +1857,9 @@ pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
             CommandState::Gone
         } else {
             let mut prover = Prover::new(&rec);
-            let leader = procs
-                .iter()
-                .find(|q| q.pid == rec.pid && q.start_time == rec.start_time && !q.zombie);
-            match leader.map(|l| prover.check(l)) {
-                Some(Err(why)) => CommandState::Unproven { why },
-                _ => {
+            match prover.leader(&rec, &procs) {
+                Err(why) => CommandState::Unproven { why },
+                Ok(()) => {
                     let proved: Vec<u32> = procs
                         .iter()
                         .filter(|q| prover.check(q).is_ok())
@@ -1949,6 +1940,19 @@ impl Prover {
             started_no_earlier: rec.start_time,
             euid: procs::euid(),
             seen: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// `Err(why)` when `rec`'s recorded process (same pid and start time) is alive in
+    /// `procs` but not proved ours: the one case that refuses the open (and that doctor
+    /// reports). `Ok` when it is proved, or gone.
+    fn leader(&mut self, rec: &CommandRecord, procs: &[procs::ProcInfo]) -> Result<(), String> {
+        match procs
+            .iter()
+            .find(|q| q.pid == rec.pid && q.start_time == rec.start_time && !q.zombie)
+        {
+            Some(l) => self.check(l),
+            None => Ok(()),
         }
     }
 
@@ -2086,9 +2090,7 @@ fn reap_cgroups(
         };
         for pid in cg.pids() {
             // Through a pidfd confirmed to be the member just listed.
-            if let Some(h) =
-                procs::proc_info(pid).and_then(|q| procs::Held::open(pid, q.start_time))
-            {
+            if let Some(h) = procs::Held::current(pid) {
                 let _ = h.signal(Signal::TERM);
             }
         }
