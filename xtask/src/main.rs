@@ -161,10 +161,14 @@ pub(crate) fn build_runlease(root: &Path) -> Result<PathBuf, String> {
     if !status.success() {
         return Err(format!("cargo build -p lease-cli exited with {status}"));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
+    Ok(target_dir(root).join("debug").join("runlease"))
+}
+
+/// Cargo's target folder (`CARGO_TARGET_DIR`, else `target/` of the workspace).
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    Ok(target.join("debug").join("runlease"))
+        .unwrap_or_else(|| root.join("target"))
 }
 
 fn workspace_root() -> PathBuf {

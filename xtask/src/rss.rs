@@ -110,11 +110,7 @@ fn peak_kib(exe: &Path, cmd: &[&str]) -> Result<u64, String> {
 /// `cargo xtask rss`.
 pub fn run(root: &Path, max_ratio: f64) -> Result<(), String> {
     let runlease = crate::build_runlease(root)?;
-    let target = runlease
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .ok_or("the runlease binary has no target folder")?;
+    let target = crate::target_dir(root);
     let runlease_s = runlease.display().to_string();
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this xtask: {e}"))?;
     let work = target.join("rss").join(std::process::id().to_string());

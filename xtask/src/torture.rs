@@ -755,11 +755,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         opts.procs, opts.seconds, opts.seed
     );
     let runlease = crate::build_runlease(root)?;
-    let target = runlease
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .ok_or("the runlease binary has no target folder")?;
+    let target = crate::target_dir(root);
     let work = target
         .join("torture")
         .join(format!("{}-{}", std::process::id(), opts.seed));
