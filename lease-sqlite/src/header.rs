@@ -7,18 +7,11 @@
 //! without SQLite ever opening it, and is therefore left exactly as it was.
 
 use crate::error::StoreError;
+use crate::folder::{self, Folder};
 use crate::schema::SCHEMA_VERSION;
-use std::fs::Metadata;
+use rustix::fs::{FileType, Stat};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-
-/// The open(2) flags and errno this module needs, from rustix's constants (no libc crate).
-mod libc_flags {
-    pub(crate) const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-    pub(crate) const NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
-    pub(crate) const ELOOP: i32 = rustix::io::Errno::LOOP.raw_os_error();
-}
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
 
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const HEADER_LEN: usize = 100;
@@ -59,17 +52,12 @@ impl Ctx<'_> {
 
 /// Refuse anything in the store's place that is not a regular file (checked on `lstat`
 /// metadata, so a symlink is seen as a symlink and never followed).
-pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Metadata) -> Result<(), StoreError> {
-    let ft = meta.file_type();
-    if ft.is_file() {
-        return Ok(());
-    }
-    let what = if ft.is_symlink() {
-        "a symbolic link (store files are never reached through a symlink)"
-    } else if ft.is_dir() {
-        "a directory"
-    } else {
-        "not a regular file"
+pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Stat) -> Result<(), StoreError> {
+    let what = match folder::kind(meta) {
+        FileType::RegularFile => return Ok(()),
+        FileType::Symlink => "a symbolic link (store files are never reached through a symlink)",
+        FileType::Directory => "a directory",
+        _ => "not a regular file",
     };
     Err(ctx.corrupt(format!("it is {what}")))
 }
@@ -79,27 +67,24 @@ pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Metadata) -> Result<(), StoreErro
 /// the process registry entry, so no SQLite lock of this process can be dropped by it.
 pub(crate) fn check(
     ctx: &Ctx<'_>,
-    path: &Path,
-    meta: &Metadata,
+    dir: &Folder,
+    name: &str,
+    meta: &Stat,
     wal_is_empty: bool,
 ) -> Result<(), StoreError> {
-    // O_NOFOLLOW: a symlink swapped in after the lstat is refused (ELOOP), never followed;
-    // O_NONBLOCK: a FIFO or device swapped in does not block the open (a FIFO hung the store
-    // step for its whole deadline); the fstat below then refuses anything but the regular
-    // file the lstat saw.
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_flags::NOFOLLOW | libc_flags::NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc_flags::ELOOP) {
-                ctx.corrupt("it was replaced by a symbolic link while it was being opened")
-            } else {
-                ctx.io("open (header check)", e)
-            }
-        })?;
+    // openat beneath the held folder, O_NOFOLLOW: a symlink swapped in after the lstat is
+    // refused (ELOOP), never followed; O_NONBLOCK: a FIFO or device swapped in does not
+    // block the open (a FIFO hung the store step for its whole deadline); the fstat below
+    // then refuses anything but the regular file the lstat saw.
+    let mut f = dir.open_read(name).map_err(|e| {
+        if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+            ctx.corrupt("it was replaced by a symbolic link while it was being opened")
+        } else {
+            ctx.io("open (header check)", e)
+        }
+    })?;
     let fmeta = f.metadata().map_err(|e| ctx.io("fstat", e))?;
-    if !fmeta.file_type().is_file() || (fmeta.dev(), fmeta.ino()) != (meta.dev(), meta.ino()) {
+    if !fmeta.file_type().is_file() || (fmeta.dev(), fmeta.ino()) != folder::key(meta) {
         return Err(ctx.corrupt(
             "the file was replaced while it was being opened (a symlink or another file took its place)",
         ));
@@ -180,7 +165,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.sqlite");
         std::fs::write(&path, b"x").unwrap();
-        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let folder = Folder::open(dir.path()).unwrap();
+        let meta = folder.lstat("run.sqlite").unwrap().unwrap();
         let ctx = Ctx {
             run: "r",
             file: "store/run.sqlite",
@@ -192,13 +178,13 @@ mod tests {
             .unwrap();
         assert!(made.success());
         let started = std::time::Instant::now();
-        let e = check(&ctx, &path, &meta, true).unwrap_err();
+        let e = check(&ctx, &folder, "run.sqlite", &meta, true).unwrap_err();
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
 
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
-        let e = check(&ctx, &path, &meta, true).unwrap_err();
+        let e = check(&ctx, &folder, "run.sqlite", &meta, true).unwrap_err();
         assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
     }
 }

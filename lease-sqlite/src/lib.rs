@@ -121,6 +121,23 @@
 //! owners (the lease decides who holds a run, and reports 76); a busy store only means
 //! another handle has not closed yet, which a retry can outlast.
 //!
+//! ## Opened beneath a held folder descriptor
+//!
+//! [`Store::open_in`] takes a descriptor of the store's folder (the run layer opens
+//! `store/` beneath the run's held root) and makes every system call on the store's files
+//! relative to it: `fstatat`, `openat` (`O_NOFOLLOW|O_NONBLOCK` for the header check),
+//! `linkat`, `unlinkat`, `fsync` of the folder. SQLite itself is given the name
+//! `/proc/self/fd/N/run.sqlite` and opens it through the VFS `runlease-fd`: SQLite's own
+//! `unix` VFS, registered a second time with one function replaced, `xFullPathname`, which
+//! leaves such a name as it is (the stock one resolves the magic link back into the folder's
+//! path and would walk it again). The kernel resolves `/proc/self/fd/N` to the held
+//! directory, so swapping `store/` for a symlink after it is held changes nothing; the last
+//! component is opened `O_NOFOLLOW` by SQLite's VFS. That VFS shim (src/vfs.rs) is the only
+//! `unsafe` code in the workspace. Where `/proc` is not mounted, SQLite is given the folder's
+//! path instead, and the open re-checks afterwards that the name is still the file it
+//! checked; [`Store::reached_through_fd`] says which happened. [`Store::open`] opens the
+//! folder of a path (never through a symlink in its last component) and then does the same.
+//!
 //! ## Bad input
 //!
 //! A file in the store's place that is not a regular file (directory, symlink), is empty,
@@ -148,10 +165,12 @@
 
 mod codec;
 pub mod error;
+mod folder;
 mod header;
 mod registry;
 pub mod schema;
 pub mod store;
+mod vfs;
 
 pub use error::{STORE_ERROR_CODES, StoreError};
 pub use schema::SCHEMA_VERSION;

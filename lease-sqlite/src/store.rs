@@ -3,6 +3,7 @@
 
 use crate::codec;
 use crate::error::StoreError;
+use crate::folder::{self, Folder};
 use crate::header::{self, Ctx};
 use crate::registry::Registration;
 use crate::schema::{CREATE_V1, SCHEMA_VERSION, TABLES};
@@ -10,9 +11,11 @@ use lease_core::seal::StoreState;
 use lease_core::{Generation, Identity, LeaseError, RunId, Seal, Timestamp};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use std::fs::{self, Metadata};
+use rustix::fd::OwnedFd;
+use rustix::fs::Stat;
+use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// `PRAGMA wal_autocheckpoint`: SQLite's default (pages), set explicitly and read back.
@@ -128,6 +131,9 @@ pub type CommitGate = Box<dyn Fn() -> Result<(), StoreError> + Send>;
 struct Inner {
     conn: Option<Connection>,
     _registration: Registration,
+    /// The held store folder: SQLite's names (`/proc/self/fd/N/…`) resolve through it, so
+    /// it is closed only after the connection.
+    dir: Folder,
     run: String,
     file: String,
     path: PathBuf,
@@ -203,10 +209,17 @@ fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
 /// Prefix of temp names (reserved for temp files by docs/PROTOCOL.md §2).
 const TEMP_PREFIX: &str = ".tmp-";
 
-fn wal_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push("-wal");
-    PathBuf::from(s)
+fn wal_name(name: &str) -> String {
+    format!("{name}-wal")
+}
+
+/// Open a connection to `name` in `dir`: beneath the held folder descriptor through the
+/// [`crate::vfs`] shim (`/proc/self/fd/N/name`), or by path when `/proc` is unavailable.
+fn connect(dir: &Folder, name: &str) -> Result<Connection, rusqlite::Error> {
+    match dir.sqlite_target(name) {
+        (target, Some(vfs)) => Connection::open_with_flags_and_vfs(target, open_flags(), vfs),
+        (target, None) => Connection::open_with_flags(target, open_flags()),
+    }
 }
 
 /// Classify an SQLite error.
@@ -303,60 +316,46 @@ fn apply_durability(conn: &Connection) -> Result<Vec<String>, rusqlite::Error> {
     Ok(m)
 }
 
-/// Create a new store at `path`: build it whole in a temp file beside it, then link it
-/// into place (`link(2)` never replaces an existing file) and fsync the folder. Returns
-/// `Ok(())` also when another creator won the race (the caller then opens theirs).
-fn create_store(ctx: &Ctx<'_>, path: &Path) -> Result<(), StoreError> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !parent.exists() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&parent)
-            .map_err(|e| ctx.io("mkdir (store folder)", e))?;
-        if let Some(grand) = parent.parent().filter(|g| !g.as_os_str().is_empty()) {
-            fsync_dir(ctx, grand)?;
-        }
-    }
+/// Create a new store named `name` in `dir`. Order of writes (every call relative to the
+/// held folder descriptor):
+/// 1. create a temp file `.tmp-<pid>-store-<random>` (O_EXCL, mode 0600);
+/// 2. SQLite builds the schema in it (its WAL is checkpointed and removed by the close);
+/// 3. fsync the temp file;
+/// 4. `linkat` it to `name` (never replaces an existing file: a concurrent creator that won
+///    keeps its store, and ours is discarded);
+/// 5. `unlinkat` the temp name (and a WAL a failed build left);
+/// 6. fsync the folder, so the new name is durable.
+///
+/// A crash before 4 leaves only a temp name (reserved namespace, removed by orphan
+/// cleanup); between 4 and 5 a second name of the whole store, which the next open removes
+/// ([`check_single_name`]); between 5 and 6 a power loss may drop the name, and the store
+/// was not yet reported as created. Returns `Ok(())` also when another creator won.
+fn create_store(ctx: &Ctx<'_>, dir: &Folder, name: &str) -> Result<(), StoreError> {
     // A temp name in the reserved `.tmp-` namespace of docs/PROTOCOL.md §2: it never parses
     // as anything, and lease-fs's orphan cleanup may remove it after a crash.
     let suffix = random_hex(8).map_err(|e| ctx.io("getrandom", e))?;
-    let tmp = parent.join(format!(
-        "{TEMP_PREFIX}{}-store-{suffix}",
-        std::process::id()
-    ));
-    let result = build_new_store(ctx, &tmp).and_then(|()| match fs::hard_link(&tmp, path) {
+    let tmp = format!("{TEMP_PREFIX}{}-store-{suffix}", std::process::id());
+    let result = build_new_store(ctx, dir, &tmp).and_then(|()| match dir.link(&tmp, name) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(ctx.io("link (store into place)", e)),
     });
-    let _ = fs::remove_file(&tmp);
-    let _ = fs::remove_file(wal_path(&tmp));
+    let _ = dir.unlink(&tmp);
+    let _ = dir.unlink(&wal_name(&tmp));
     result?;
-    fsync_dir(ctx, &parent)
+    dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))
 }
 
-fn fsync_dir(ctx: &Ctx<'_>, dir: &Path) -> Result<(), StoreError> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| ctx.io("fsync (store folder)", e))
-}
-
-fn build_new_store(ctx: &Ctx<'_>, tmp: &Path) -> Result<(), StoreError> {
+fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreError> {
     // The empty file is created here with mode 0600 (SQLite's journal and WAL files take
     // the mode of the database file).
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(tmp)
-        .map_err(|e| ctx.io("create (new store)", e))?;
+    drop(
+        dir.create_new(tmp, 0o600)
+            .map_err(|e| ctx.io("create (new store)", e))?,
+    );
     let store_id = random_hex(16).map_err(|e| ctx.io("getrandom", e))?;
     let sq = |op, e| sqlite_err(ctx, op, e);
-    let mut conn = Connection::open_with_flags(tmp, open_flags()).map_err(|e| sq("open", e))?;
+    let mut conn = connect(dir, tmp).map_err(|e| sq("open", e))?;
     let mismatches = apply_durability(&conn).map_err(|e| sq("pragma", e))?;
     if !mismatches.is_empty() {
         return Err(StoreError::Pragma {
@@ -382,7 +381,7 @@ fn build_new_store(ctx: &Ctx<'_>, tmp: &Path) -> Result<(), StoreError> {
     // Close checkpoints the WAL into the file and removes the WAL, so the file linked into
     // place is whole on its own.
     conn.close().map_err(|(_, e)| sq("close (create)", e))?;
-    fs::File::open(tmp)
+    dir.open_read(tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| ctx.io("fsync (new store)", e))
 }
@@ -518,7 +517,98 @@ impl Store {
             run: &run_s,
             file: &file,
         };
-        let meta = match lstat(&ctx, path)? {
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            StoreError::ArgumentInvalid {
+                what: "store path",
+                reason: format!("{file} does not end in a UTF-8 file name"),
+            }
+        })?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        // Only the folders above the store file are reached by path, and a missing one is
+        // created (mode 0700, its parent fsynced) only when a new store may be created.
+        if options.create
+            && options.expect.is_none()
+            && matches!(fs::symlink_metadata(&parent), Err(e) if e.kind() == ErrorKind::NotFound)
+        {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&parent)
+                .map_err(|e| ctx.io("mkdir (store folder)", e))?;
+            if let Some(grand) = parent.parent().filter(|g| !g.as_os_str().is_empty()) {
+                fs::File::open(grand)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| ctx.io("fsync (store folder's parent)", e))?;
+            }
+        }
+        let dir = match Folder::open(&parent) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(StoreError::Missing {
+                    run: run_s.clone(),
+                    file: file.clone(),
+                    detail: format!("its folder {} does not exist", parent.display()),
+                });
+            }
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+            {
+                return Err(ctx.corrupt(format!(
+                    "its folder {} is a symbolic link or not a directory (store files are never reached through a symlink)",
+                    parent.display()
+                )));
+            }
+            Err(e) => return Err(ctx.io("open (store folder)", e)),
+        };
+        Store::open_folder(&ctx, dir, name, options)
+    }
+
+    /// Open the store file `name` in the folder `dir`, a descriptor the caller opened (the
+    /// run layer passes `store/`, opened beneath the run's held root). `dir_path` is the
+    /// folder's path, used only in messages. Every system call on the store's files is
+    /// then made relative to `dir` (SQLite reaches them as `/proc/self/fd/N/name`; see the
+    /// crate docs), so nothing below the folder is looked up by path. Otherwise exactly
+    /// [`Store::open`], whose checks and errors apply.
+    ///
+    /// # Errors
+    /// As [`Store::open`]; `ARGUMENT_INVALID` if `name` is not a plain file name.
+    pub fn open_in(
+        run: &RunId,
+        dir: OwnedFd,
+        dir_path: &Path,
+        name: &str,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
+        let file = dir_path.join(name).display().to_string();
+        let run_s = run.to_string();
+        let ctx = Ctx {
+            run: &run_s,
+            file: &file,
+        };
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(StoreError::ArgumentInvalid {
+                what: "store file name",
+                reason: format!("{name:?} is not a plain file name"),
+            });
+        }
+        let dir = Folder::from_fd(dir, dir_path.to_path_buf())
+            .map_err(|e| ctx.io("open (store folder)", e))?;
+        Store::open_folder(&ctx, dir, name, options)
+    }
+
+    fn open_folder(
+        ctx: &Ctx<'_>,
+        dir: Folder,
+        name: &str,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
+        let (run_s, file) = (ctx.run.to_string(), ctx.file.to_string());
+        let lstat = |n: &str| dir.lstat(n).map_err(|e| ctx.io("stat", e));
+        let meta = match lstat(name)? {
             Some(m) => m,
             None => {
                 if options.expect.is_some() {
@@ -539,32 +629,26 @@ impl Store {
                         detail: "it was opened without create".into(),
                     });
                 }
-                create_store(&ctx, path)?;
-                lstat(&ctx, path)?.ok_or_else(|| {
+                create_store(ctx, &dir, name)?;
+                lstat(name)?.ok_or_else(|| {
                     ctx.io("open", "the new store vanished right after it was created")
                 })?
             }
         };
-        header::check_kind(&ctx, &meta)?;
-        let key = (meta.dev(), meta.ino());
+        header::check_kind(ctx, &meta)?;
+        let key = folder::key(&meta);
         let registration = Registration::take(key).ok_or_else(|| StoreError::Busy {
             run: run_s.clone(),
             file: file.clone(),
             detail: "this process already has it open; only one connection per store file per process is allowed (closing a second descriptor would drop SQLite's POSIX locks)".into(),
         })?;
-        if meta.nlink() > 1 {
-            check_single_name(&ctx, path, &meta)?;
+        if meta.st_nlink > 1 {
+            check_single_name(ctx, &dir, name, &meta)?;
         }
-        let wal = wal_path(path);
-        let wal_len = match fs::symlink_metadata(&wal) {
-            Ok(m) => Some(m.len()),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(ctx.io("stat (WAL)", e)),
-        };
-        header::check(&ctx, path, &meta, wal_len.unwrap_or(0) == 0)?;
+        let wal_len = lstat(&wal_name(name))?.map(|m| m.st_size);
+        header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;
 
-        let conn = Connection::open_with_flags(path, open_flags())
-            .map_err(|e| sqlite_err(&ctx, "open", e))?;
+        let conn = connect(&dir, name).map_err(|e| sqlite_err(ctx, "open", e))?;
         let refuse = |conn: Connection, err: StoreError| -> StoreError {
             // Leave the file as it was: no checkpoint on close, except that a WAL SQLite
             // created itself (there was none) is empty and is removed by the close.
@@ -579,7 +663,7 @@ impl Store {
             .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .and_then(|_| conn.busy_timeout(std::time::Duration::ZERO))
             .and_then(|()| conn.is_readonly(rusqlite::MAIN_DB))
-            .map_err(|e| sqlite_err(&ctx, "configure", e));
+            .map_err(|e| sqlite_err(ctx, "configure", e));
         match setup {
             Ok(false) => {}
             // SQLite falls back to read-only when the file is write-protected; a store that
@@ -595,7 +679,7 @@ impl Store {
             }
             Err(e) => return Err(refuse(conn, e)),
         }
-        let m = match validate(&ctx, &conn) {
+        let m = match validate(ctx, &conn) {
             Ok(m) => m,
             Err(e) => return Err(refuse(conn, e)),
         };
@@ -611,11 +695,11 @@ impl Store {
                     },
                 ));
             }
-            Err(e) => return Err(refuse(conn, sqlite_err(&ctx, "pragma", e))),
+            Err(e) => return Err(refuse(conn, sqlite_err(ctx, "pragma", e))),
         }
-        // The path must still name the file we registered and SQLite locked.
-        match fs::symlink_metadata(path) {
-            Ok(now) if (now.dev(), now.ino()) == key => {}
+        // The name must still be the file we registered and SQLite locked.
+        match dir.lstat(name) {
+            Ok(Some(now)) if folder::key(&now) == key => {}
             _ => {
                 return Err(refuse(
                     conn,
@@ -636,13 +720,15 @@ impl Store {
                 return Err(refuse(conn, err));
             }
         }
+        let display_path = dir.display().join(name);
         Ok(OpenedStore {
             inner: Inner {
                 conn: Some(conn),
                 _registration: registration,
+                dir,
                 run: run_s,
                 file,
-                path: path.to_path_buf(),
+                path: display_path,
                 store_id: m.store_id,
                 created_at: m.created_at,
                 broken: None,
@@ -674,6 +760,14 @@ impl Store {
     /// The store file's path as given to [`Store::open`].
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Whether SQLite reaches the store's files beneath the held folder descriptor
+    /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
+    /// then SQLite is given the folder's path, and the open re-checks that the name still
+    /// is the file it checked.
+    pub fn reached_through_fd(&self) -> bool {
+        self.inner.dir.through_fd()
     }
 
     /// When the store was created (creator's wall clock).
@@ -1026,22 +1120,21 @@ fn prefix_successor(prefix: &str) -> Option<String> {
 /// with) the commits in the WAL. The only second name this crate makes is the temp name it
 /// creates a store under, which a crash between `link` and `unlink` can leave behind: such
 /// a `.tmp-*` sibling with the same inode is removed here. Any other extra link is refused.
-fn check_single_name(ctx: &Ctx<'_>, path: &Path, meta: &Metadata) -> Result<(), StoreError> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let entries = fs::read_dir(parent).map_err(|e| ctx.io("list (store folder)", e))?;
+fn check_single_name(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    name: &str,
+    meta: &Stat,
+) -> Result<(), StoreError> {
+    let entries = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
     let mut removed = false;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with(TEMP_PREFIX) {
+    for entry in entries {
+        let Some(entry) = entry.to_str().filter(|n| n.starts_with(TEMP_PREFIX)) else {
             continue;
-        }
-        let same = fs::symlink_metadata(entry.path())
-            .is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()));
+        };
+        let same = matches!(dir.lstat(entry), Ok(Some(m)) if folder::key(&m) == folder::key(meta));
         if same {
-            match fs::remove_file(entry.path()) {
+            match dir.unlink(entry) {
                 Ok(()) => removed = true,
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(ctx.io("remove (leftover temp name)", e)),
@@ -1049,24 +1142,19 @@ fn check_single_name(ctx: &Ctx<'_>, path: &Path, meta: &Metadata) -> Result<(), 
         }
     }
     if removed {
-        fsync_dir(ctx, parent)?;
+        dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
     }
-    let now = fs::symlink_metadata(path).map_err(|e| ctx.io("stat", e))?;
-    if now.nlink() > 1 {
+    let now = dir
+        .lstat(name)
+        .map_err(|e| ctx.io("stat", e))?
+        .ok_or_else(|| ctx.io("stat", "the file vanished while it was being opened"))?;
+    if now.st_nlink > 1 {
         return Err(ctx.corrupt(format!(
             "the file has {} hard links; a store file must have exactly one name (SQLite finds its WAL by name, so another name would miss acknowledged commits)",
-            now.nlink()
+            now.st_nlink
         )));
     }
     Ok(())
-}
-
-fn lstat(ctx: &Ctx<'_>, path: &Path) -> Result<Option<Metadata>, StoreError> {
-    match fs::symlink_metadata(path) {
-        Ok(m) => Ok(Some(m)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ctx.io("stat", e)),
-    }
 }
 
 impl Inner {
@@ -1169,6 +1257,14 @@ impl OpenedStore {
     /// The store file's path as given to [`Store::open`].
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Whether SQLite reaches the store's files beneath the held folder descriptor
+    /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
+    /// then SQLite is given the folder's path, and the open re-checks that the name still
+    /// is the file it checked.
+    pub fn reached_through_fd(&self) -> bool {
+        self.inner.dir.through_fd()
     }
 
     /// The store's identity (created with it) and its head: what the seal check compares.

@@ -498,3 +498,64 @@ fn concurrent_openers_and_creators_in_one_process_get_one_handle() {
     names.sort();
     assert_eq!(names, ["run.sqlite", "run.sqlite-wal"]);
 }
+
+/// Issue #15: once the store folder is held, swapping it for a symlink to another run's
+/// store folder changes nothing. The store is created, opened and written in the held
+/// folder (SQLite reaches it as `/proc/self/fd/N/…`), and nothing appears in the other
+/// folder.
+#[test]
+fn a_store_folder_swapped_for_a_symlink_after_it_is_held_is_not_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let (held, other) = (root.path().join("store"), root.path().join("other-store"));
+    std::fs::create_dir(&held).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    let fd: std::os::fd::OwnedFd = std::fs::File::open(&held).unwrap().into();
+    let moved = root.path().join("store.moved");
+    std::fs::rename(&held, &moved).unwrap();
+    std::os::unix::fs::symlink(&other, &held).unwrap();
+
+    let opened = Store::open_in(&run(), fd, &held, "run.sqlite", create()).unwrap();
+    assert!(
+        opened.reached_through_fd(),
+        "/proc is mounted here, so SQLite must be reached through the held descriptor"
+    );
+    let mut store = opened.check_seal(None, None).unwrap();
+    store.commit(g(1), &Batch::new().put("doc/a", "x")).unwrap();
+    store.close().unwrap();
+
+    assert!(
+        moved.join("run.sqlite").is_file(),
+        "the store is in the held folder"
+    );
+    let in_other: Vec<_> = std::fs::read_dir(&other).unwrap().collect();
+    assert!(
+        in_other.is_empty(),
+        "nothing may be written in the symlink's target: {in_other:?}"
+    );
+    // And the store reopens from the held folder with the commit in it.
+    let s = open_store(&moved.join("run.sqlite"));
+    assert_eq!(s.head().unwrap(), 1);
+}
+
+/// A store folder that is itself a symlink is refused by `Store::open` (never followed),
+/// and the symlink's target is left as it was.
+#[test]
+fn a_symlinked_store_folder_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let other = root.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    std::os::unix::fs::symlink(&other, root.path().join("store")).unwrap();
+    let path = root.path().join("store/run.sqlite");
+    let err = Store::open(&run(), &path, create()).unwrap_err();
+    assert_refused(&err, "STORE_CORRUPT", 65, &path);
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
+}
+
+/// `open_in` takes a plain file name only.
+#[test]
+fn open_in_refuses_a_name_with_a_slash() {
+    let root = tempfile::tempdir().unwrap();
+    let fd: std::os::fd::OwnedFd = std::fs::File::open(root.path()).unwrap().into();
+    let err = Store::open_in(&run(), fd, root.path(), "../run.sqlite", create()).unwrap_err();
+    assert_eq!(err.code(), "ARGUMENT_INVALID", "{err}");
+}
