@@ -178,6 +178,10 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 /// The run's SQLite store, relative to the run folder (lease-sqlite's file, PROTOCOL.md §2;
 /// opened only by its owner). Not a [`FileRef`]: it is not a protocol record.
 pub const STORE_FILE: &str = "store/run.sqlite";
+/// The folder of the store file (relative to the run root).
+pub const STORE_DIR: &str = "store";
+/// The store file's name within [`STORE_DIR`].
+pub const STORE_FILE_NAME: &str = "run.sqlite";
 
 #[cfg(test)]
 mod tests {

@@ -40,7 +40,7 @@ pub mod sim;
 pub mod store;
 
 pub use error::{EX_NOPERM, FS_ERROR_CODES, FsError};
-pub use real::RealFs;
+pub use real::{RealFs, is_run_folder};
 pub use sim::SimFs;
 pub use store::{
     Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_of, this_holder,

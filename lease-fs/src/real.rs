@@ -305,6 +305,27 @@ impl fmt::Debug for RealFs {
     }
 }
 
+/// Whether `path` is a run folder: a directory (not a symlink) holding `lease/epochs/`,
+/// looked up beneath the folder's descriptor without following symlinks. Judges only the
+/// type, not the owner (`runlease list` shows a foreign run and lets `status` refuse it).
+pub fn is_run_folder(path: &Path) -> io::Result<bool> {
+    let fd = match retry(|| rfs::open(path, dir_flags(), Mode::empty())) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let lease = match retry(|| rfs::openat(&fd, "lease", dir_flags(), Mode::empty())) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    match retry(|| rfs::statat(&lease, "epochs", AtFlags::SYMLINK_NOFOLLOW)) {
+        Ok(st) => Ok(type_of(&st) == FileType::Directory),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl RealFs {
     /// Open the existing run root `root`.
     ///
@@ -415,6 +436,15 @@ impl RealFs {
     /// The held descriptor of the run root.
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
+    }
+
+    /// A descriptor of directory `dir` below the root (`""` = the root), resolved beneath
+    /// the held root without following symlinks and judged like every directory runlease
+    /// uses (ours, not group/other writable). A new descriptor (close-on-exec) the caller
+    /// owns, e.g. for the store folder that lease-sqlite opens its files beneath.
+    pub fn open_dir(&self, dir: &str) -> io::Result<OwnedFd> {
+        let fd = self.dir_fd(dir, dir)?;
+        Ok(rustix::io::fcntl_dupfd_cloexec(&*fd, 0)?)
     }
 
     fn lock_dirs(&self) -> MutexGuard<'_, HashMap<String, CachedDir>> {

@@ -57,7 +57,8 @@
 //!    [`lease_core::seal::requirements`] gives the seal (of a clean release: store id,
 //!    sequence, generation) and the floor (the highest store head any change of owner
 //!    recorded, including the head a crashed or stale owner last reported in a heartbeat).
-//!    Open `store/run.sqlite` (`lease_sqlite::Store::open`) expecting the sealed store id;
+//!    Open `store/run.sqlite` beneath the held `store/` descriptor
+//!    (`lease_sqlite::Store::open_in`) expecting the sealed store id;
 //!    a new store is created only when the chain names none (no seal, floor absent or 0);
 //!    otherwise a missing store is `STORE_MISSING` (65), never recreated.
 //! 9. `seal`: `OpenedStore::check_seal(seal, floor)`: another store id is
@@ -189,9 +190,6 @@
 //! - cgroup v2: no controllers (memory, pids limits) are set; the directory is containment
 //!   and kill only. A cgroup that cannot be joined at spawn fails the spawn
 //!   (`SPAWN_FAILED`), it never silently falls back for one command.
-//! - The store is opened by path (`<run>/store/run.sqlite`), not beneath the run's held
-//!   root descriptor like the lease files: a run folder renamed while open is not noticed by
-//!   the store.
 //! - A `store` or `seal` step that times out keeps running in the blocking pool; if it
 //!   finishes after the undo, the store stays open in this process until it exits.
 //! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at

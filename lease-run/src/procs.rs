@@ -65,7 +65,30 @@ pub fn scan() -> Vec<ProcInfo> {
     .collect()
 }
 
-/// The state letter of `/proc/<pid>/stat` (`T` = stopped), `None` if gone.
+/// The gate every command starts as (`argv[0..4]`, then the command's argv): it stops
+/// itself so its record is written before the program runs (see the crate docs).
+pub const GATE: [&str; 4] = [
+    "/bin/sh",
+    "-c",
+    r#"kill -STOP $$ && exec "$@""#,
+    "lease-run-gate",
+];
+
+/// Whether `pid` is still the gate (has not exec'd the program yet), from its command line.
+pub fn is_gate(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mut want = Vec::new();
+    for a in GATE {
+        want.extend_from_slice(a.as_bytes());
+        want.push(0);
+    }
+    cmdline.starts_with(&want)
+}
+
+/// The state letter of `/proc/<pid>/stat` (`T` = stopped, `t` = stopped by a tracer),
+/// `None` if gone.
 pub fn state_of(pid: u32) -> Option<char> {
     let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     line[line.rfind(')')? + 1..].trim_start().chars().next()
@@ -81,10 +104,13 @@ fn signallable(pid: u32, own: u32) -> bool {
 /// Send `sig` to process group `pgid` (errors ignored: ESRCH when it is gone, EPERM).
 /// Group 0, 1 and this process's own group are never signalled.
 pub fn kill_group(pgid: u32, sig: Signal) {
-    let own = rustix::process::getpgrp()
-        .as_raw_nonzero()
-        .get()
-        .unsigned_abs();
+    // Our own group from /proc, not getpgrp(2): in a pid namespace whose init inherited a
+    // group from outside, the kernel reports 0 (and rustix's getpgrp asserts it is not),
+    // which is right: a group not visible here cannot be named by a pgid from here. If it
+    // cannot be read at all, nothing is signalled.
+    let Some(own) = proc_info(std::process::id()).map(|p| p.pgrp) else {
+        return;
+    };
     if !signallable(pgid, own) || pgid == std::process::id() {
         return;
     }

@@ -695,6 +695,8 @@ impl std::fmt::Debug for Run {
 /// What open has done so far, for the undo.
 struct Opening {
     dir: Arc<RunDir>,
+    /// The held run root (the store folder is opened beneath it).
+    root: Arc<RealFs>,
     auth: Arc<dyn LeaseAuthority>,
     lock: Option<OwnerLock>,
     lease: Option<OwnedLease>,
@@ -722,7 +724,7 @@ impl Run {
         let (p, create, lock_timeout) = (path.to_path_buf(), opts.create, opts.lock_timeout);
         let (rid, nm) = (run_id.clone(), name.clone());
         let (authority, fence_after) = (opts.authority.clone(), opts.policy.self_fence_after());
-        let (dir, lock, auth) = timed(
+        let (dir, lock, auth, root) = timed(
             &cb,
             StepName::OwnerLock,
             blocking(
@@ -755,13 +757,13 @@ impl Run {
                         std::thread::sleep(Duration::from_millis(10));
                     };
                     let dir = Arc::new(RunDir::with_fs(
-                        fs,
+                        fs.clone(),
                         rid.clone(),
                         &p,
                         Arc::new(ProcLiveness::new(&p).holding_lock()),
                     ));
                     let auth = authority.connect(dir.clone(), rid, deadline, fence_after)?;
-                    Ok((dir, lock, auth))
+                    Ok((dir, lock, auth, fs))
                 },
             ),
         )
@@ -769,6 +771,7 @@ impl Run {
 
         let mut st = Opening {
             dir,
+            root,
             auth,
             lock: Some(lock),
             lease: None,
@@ -1026,7 +1029,8 @@ impl Run {
             lease.generation,
             st.carry_seal.clone(),
         );
-        let store_path = path.join(lease_core::layout::STORE_FILE);
+        let root = st.root.clone();
+        let store_dir = path.join(lease_core::layout::STORE_DIR);
         let (opened, seal, floor) = timed(
             cb,
             StepName::Store,
@@ -1045,9 +1049,16 @@ impl Run {
                 let expect = seal.as_ref().map(|s| Expected {
                     store_id: s.store_id.clone(),
                 });
-                let opened = Store::open(
+                // The store folder is opened beneath the held root (no symlink followed,
+                // trust-checked), and the store's files only ever beneath that folder.
+                let folder = root.open_dir(lease_core::layout::STORE_DIR).map_err(|e| {
+                    FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e)
+                })?;
+                let opened = Store::open_in(
                     &rid,
-                    &store_path,
+                    folder,
+                    &store_dir,
+                    lease_core::layout::STORE_FILE_NAME,
                     lease_sqlite::OpenOptions { create, expect },
                 )?;
                 Ok((opened, seal, floor))
@@ -1320,10 +1331,10 @@ impl Run {
             run: run.clone(),
             detail,
         };
-        let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(r#"kill -STOP $$ && exec "$@""#)
-            .arg("lease-run-gate")
+        let mut cmd = tokio::process::Command::new(procs::GATE[0]);
+        cmd.arg(procs::GATE[1])
+            .arg(procs::GATE[2])
+            .arg(procs::GATE[3])
             .args(argv)
             .process_group(0)
             .env("RUNLEASE_RUN", self.lease.run_id.as_str())
@@ -1374,7 +1385,9 @@ impl Run {
                 let end = Instant::now() + Duration::from_secs(5);
                 loop {
                     match procs::state_of(pid) {
-                        Some('T') => break,
+                        // 't': the same stop seen by a tracer (runlease run under strace
+                        // or a debugger); SIGCONT resumes it all the same.
+                        Some('T' | 't') => break,
                         None | Some('Z') | Some('X') => {
                             return Err(RunError::Io(format!("command gate {pid} exited early")));
                         }
@@ -1437,6 +1450,21 @@ impl Run {
                 RunError::Fenced { .. } => e,
                 other => spawn_err(other.to_string()),
             });
+        }
+        // Under a tracer (`strace -f`, a debugger) the gate's SIGSTOP is first a
+        // signal-delivery stop ('t'), and a SIGCONT sent then is lost when the tracer
+        // re-injects the SIGSTOP: the gate would stay stopped for ever. So until the gate
+        // has exec'd the program (or exited), a stopped gate gets SIGCONT again, for at
+        // most 10 s. Its pid cannot be reused meanwhile: it is our unreaped child. Without
+        // a tracer the exec follows the first SIGCONT within a millisecond or so.
+        for _ in 0..10_000 {
+            if !procs::is_gate(pid) {
+                break;
+            }
+            if matches!(procs::state_of(pid), Some('T' | 't')) {
+                procs::kill_group(pid, Signal::CONT);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         Ok(RunCommand { pid, child })
     }
