@@ -35,6 +35,29 @@ fn read_status(dir: &Path, authority: &RunAuthority) -> Result<(Lease, StatusVie
     Ok((run, view))
 }
 
+/// A command record whose live process cannot be proved ours (PROTOCOL §11.1).
+struct Unproven {
+    file: String,
+    pid: u32,
+    why: String,
+}
+
+/// The command records `status` reports: those the next `runlease run` would refuse over
+/// (`RUN_COMMAND_UNPROVEN`). Reads `/proc` only; signals nothing.
+fn unproven_commands(run: &lease_fs::RunDir) -> Result<Vec<Unproven>, lease_run::RunError> {
+    Ok(lease_run::audit_commands(run)?
+        .into_iter()
+        .filter_map(|a| match a.state {
+            lease_run::CommandState::Unproven { why } => Some(Unproven {
+                file: a.file,
+                pid: a.pid,
+                why,
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
 /// `runlease status DIR...`: exit 0 when every status could be read (an invalid run is a
 /// status, printed, not a failure); otherwise the exit code of the first run that could
 /// not be read.
@@ -47,19 +70,40 @@ pub fn status(
     for (i, dir) in dirs.iter().enumerate() {
         match read_status(dir, authority) {
             Ok((run, view)) => {
+                let unproven = run.folder.as_deref().map(unproven_commands);
                 if out.json {
-                    out.json_line(&status_json(
-                        dir,
-                        run.run_id().as_str(),
-                        &view,
-                        run.run_status(),
-                    ));
+                    let mut v = status_json(dir, run.run_id().as_str(), &view, run.run_status());
+                    if let Some(u) = &unproven {
+                        v["unproven_commands"] = match u {
+                            Ok(list) => json!(
+                                list.iter()
+                                    .map(|a| json!({"file": a.file, "pid": a.pid, "why": a.why}))
+                                    .collect::<Vec<_>>()
+                            ),
+                            Err(e) => json!({"error": e.to_string()}),
+                        };
+                    }
+                    out.json_line(&v);
                 } else {
                     if i > 0 {
                         out.line("");
                     }
                     for l in status_human(dir, &view, &run.run_status()) {
                         out.line(&l);
+                    }
+                    match &unproven {
+                        Some(Ok(list)) => {
+                            for a in list {
+                                out.line(&format!(
+                                    "  unproven: {} names live pid {}, which runlease cannot prove it started ({}); it is left alone, and the next `runlease run` refuses until you stop that process yourself (if it is this run's old command) or remove the record (if it is not)",
+                                    a.file, a.pid, a.why
+                                ));
+                            }
+                        }
+                        Some(Err(e)) => {
+                            out.line(&format!("  command records: {e}"));
+                        }
+                        None => {}
                     }
                 }
             }
@@ -137,13 +181,9 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
     let mut dirs: Vec<_> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| {
-            // Never follow symlinks: a run folder that is a symlink is refused anyway.
-            // A run holds `lease/epochs/` (`RunDir::init`'s test).
-            std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
-                && std::fs::symlink_metadata(p.join("lease")).is_ok_and(|m| m.is_dir())
-                && std::fs::symlink_metadata(p.join("lease/epochs")).is_ok_and(|m| m.is_dir())
-        })
+        // Never follow symlinks: a run folder that is a symlink is refused anyway. A run
+        // holds `lease/epochs/` (`RunDir::init`'s test), looked up beneath the folder.
+        .filter(|p| lease_fs::is_run_folder(p).unwrap_or(false))
         .collect();
     dirs.sort();
     if !out.json {
@@ -885,13 +925,17 @@ pub fn events(
     // Polls every 500 ms. On a run folder an idle poll is one `stat` of the next event's
     // name; only when it exists is the whole log re-read and re-judged (the judgment of
     // already printed events is not re-printed if it changes). Over etcd every poll reads.
-    let folder = matches!(authority, RunAuthority::RunFolder);
+    // The `stat` is made beneath the held run root, like every other read.
+    let folder = match authority {
+        RunAuthority::RunFolder => opened.folder.clone(),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
     loop {
         std::thread::sleep(Duration::from_millis(500));
-        if folder {
-            let next =
-                lease_core::Sequence::new(last + 1).map(|s| dir.join(FileRef::Event(s).path()));
-            if next.is_some_and(|p| std::fs::symlink_metadata(p).is_err()) {
+        if let Some(f) = &folder {
+            let next = lease_core::Sequence::new(last + 1).map(|s| FileRef::Event(s).path());
+            if next.is_some_and(|p| !f.fs().exists(&p).unwrap_or(false)) {
                 continue;
             }
         }
@@ -1013,10 +1057,8 @@ fn store_findings(
             }
             _ => None,
         };
-        let missing = matches!(
-            std::fs::symlink_metadata(run.root().join(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound
-        );
+        // Beneath the held root, without following a symlink.
+        let missing = matches!(run.fs().exists(file), Ok(false));
         if let (Some(named), true) = (named, missing) {
             findings.push(Finding {
                 code: "STORE_MISSING",
@@ -1053,33 +1095,27 @@ struct Finding {
 }
 
 /// Count `.tmp-*` files (total, older than the grace) in the run's protocol folders.
-fn count_temp_files(root: &Path) -> (usize, usize) {
-    let mut total = 0;
-    let mut old = 0;
-    let now = std::time::SystemTime::now();
+fn count_temp_files(fs: &dyn lease_fs::fs::Fs) -> (usize, usize) {
+    let (mut total, mut old) = (0, 0);
     for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
-        let path = root.join(d);
-        if !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+        // Beneath the held root; a missing or refused folder has nothing to count.
+        let mut temps = Vec::new();
+        let listed = fs.for_each_name(d, &mut |name| {
+            if name.starts_with(lease_fs::primitives::TEMP_PREFIX) {
+                temps.push(lease_fs::fs::join(d, name));
+            }
+        });
+        if listed.is_err() {
             continue;
         }
-        let Ok(rd) = std::fs::read_dir(&path) else {
-            continue;
-        };
-        for e in rd.filter_map(Result::ok) {
-            if !e
-                .file_name()
-                .to_string_lossy()
-                .starts_with(lease_fs::primitives::TEMP_PREFIX)
-            {
-                continue;
-            }
+        for t in temps {
             total += 1;
-            let age = e
-                .metadata()
-                .and_then(|m| m.modified())
+            if fs
+                .age_secs(&t)
                 .ok()
-                .and_then(|t| now.duration_since(t).ok());
-            if age.is_some_and(|a| a.as_secs() >= TEMP_MIN_AGE_SECS) {
+                .flatten()
+                .is_some_and(|a| a >= TEMP_MIN_AGE_SECS)
+            {
                 old += 1;
             }
         }
@@ -1100,7 +1136,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     if clean_temp {
         cleaned = Some(run.clean_temp_files(TEMP_MIN_AGE_SECS)?);
     }
-    let (temps, old_temps) = count_temp_files(dir);
+    let (temps, old_temps) = count_temp_files(&**run.fs());
     if temps > 0 {
         findings.push(Finding {
             code: "ORPHAN_TEMP_FILES",
