@@ -334,9 +334,133 @@ fn a_forged_command_record_naming_a_bystander_is_refused_before_claiming_and_nev
     let o = runlease(&["doctor", "--json", d]);
     let report = text(&o.stdout);
     assert!(report.contains("COMMAND_UNPROVEN"), "{report}");
+    // `status` reports it too (human and JSON), and leaves it alone.
+    let s = status_json(&dir);
+    assert_eq!(s["unproven_commands"][0]["file"], f.as_str(), "{s}");
+    assert_eq!(s["unproven_commands"][0]["pid"], pid, "{s}");
+    let o = runlease(&["status", d]);
+    let human = text(&o.stdout) + &text(&o.stderr);
+    assert!(
+        human.contains("unproven:") && human.contains(&f) && human.contains("remove the record"),
+        "{human}"
+    );
+    assert_eq!(tree(&dir), before, "status wrote something");
+    assert!(alive(pid), "the bystander was signalled");
     bystander.kill().unwrap();
     bystander.wait().unwrap();
     // Once the process is gone the record is stale: the next run removes it and proceeds.
     assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(0));
     assert!(!dir.join(&f).exists());
+}
+
+/// The shell script of [`a_reused_pid_in_a_private_pid_namespace_is_never_signalled`], run
+/// as pid 1 of a private pid namespace (`$1` runlease, `$2` run folder, `$3` scratch).
+const PID_REUSE_SCRIPT: &str = r#"
+set -u
+BIN=$1; R=$2; T=$3
+"$BIN" run "$R" --heartbeat 100 --self-fence-after 500 --stale-after 1000 -- \
+    sh -c 'echo $$ > "$0/child.pid"; exec sleep 600' "$T" >"$T/owner.out" 2>&1 &
+OWNER=$!
+i=0
+while [ ! -s "$T/child.pid" ]; do
+    sleep 0.05; i=$((i+1)); [ $i -lt 200 ] || { echo "NO_CHILD"; exit 90; }
+done
+P=$(cat "$T/child.pid")
+# The crash: owner and command killed; both reaped (pid 1 of the namespace reaps orphans).
+kill -9 "$OWNER" "$P"
+wait
+while [ -e "/proc/$P" ]; do wait; sleep 0.01; done
+# The reuse: the kernel hands out P again, to an unrelated process group leader whose
+# child is in its group (setsid does not fork: a background job is not a group leader).
+echo $((P - 1)) > /proc/sys/kernel/ns_last_pid || { echo "NO_NS_LAST_PID"; exit 91; }
+setsid sh -c 'sleep 600 & echo $! > "$0/grandchild.pid"; exec sleep 600' "$T" &
+B=$!
+[ "$B" = "$P" ] || { echo "NOT_REUSED $B $P"; exit 92; }
+i=0
+while [ ! -s "$T/grandchild.pid" ]; do sleep 0.01; i=$((i+1)); [ $i -lt 500 ] || exit 93; done
+G=$(cat "$T/grandchild.pid")
+PGID=$(cut -d' ' -f5 "/proc/$P/stat")
+echo "REUSED pid=$P pgid=$PGID grandchild=$G"
+"$BIN" run "$R" --retire-dead -- true >"$T/retire.out" 2>&1
+echo "RETIRE_EXIT=$?"
+sleep 0.3
+kill -0 "$P" 2>/dev/null && echo "LEADER_ALIVE" || echo "LEADER_KILLED"
+kill -0 "$G" 2>/dev/null && echo "GRANDCHILD_ALIVE" || echo "GRANDCHILD_KILLED"
+kill -9 "$P" "$G" 2>/dev/null
+exit 0
+"#;
+
+/// Issue #15, attack 2, with a real pid reuse: in a private pid namespace (`unshare -r -p
+/// -f --mount-proc`; `ns_last_pid` makes the kernel hand out the very pid), an owner and its
+/// command are `kill -9`ed, an unrelated process group takes the command's pid with a child
+/// in its group, and `runlease run --retire-dead` must signal neither. Skipped, with the
+/// reason printed, where unprivileged user and pid namespaces are not available.
+#[test]
+fn a_reused_pid_in_a_private_pid_namespace_is_never_signalled() {
+    let probe = std::process::Command::new("unshare")
+        .args(["-r", "-p", "-f", "--mount-proc", "sh", "-c"])
+        .arg("echo $$ > /dev/null && echo 1 > /proc/sys/kernel/ns_last_pid")
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        let why = match &probe {
+            Ok(o) => text(&o.stderr),
+            Err(e) => e.to_string(),
+        };
+        println!("hostile: pid-reuse scenario SKIPPED (no private pid namespace: {why})");
+        return;
+    }
+    let (tmp, dir) = scratch();
+    let o = std::process::Command::new("unshare")
+        .args([
+            "-r",
+            "-p",
+            "-f",
+            "--mount-proc",
+            "sh",
+            "-c",
+            PID_REUSE_SCRIPT,
+            "sh",
+        ])
+        .arg(BIN)
+        .arg(&dir)
+        .arg(tmp.path())
+        .env("PATH", path_with_binary())
+        .env_remove("RUNLEASE_RUN")
+        .env_remove("RUNLEASE_GENERATION")
+        .env_remove("RUNLEASE_OWNER")
+        .env_remove("RUNLEASE_AUTHORITY")
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    let retire = std::fs::read_to_string(tmp.path().join("retire.out")).unwrap_or_default();
+    assert!(
+        o.status.success() && out.contains("REUSED pid="),
+        "the scenario did not reach the reuse: {out}{}\nowner: {}",
+        text(&o.stderr),
+        std::fs::read_to_string(tmp.path().join("owner.out")).unwrap_or_default()
+    );
+    let reused = out.lines().find(|l| l.starts_with("REUSED")).unwrap();
+    let killed =
+        usize::from(out.contains("LEADER_KILLED")) + usize::from(out.contains("GRANDCHILD_KILLED"));
+    println!(
+        "hostile: pid-reuse in a private pid namespace ({reused}): bystanders killed={killed}"
+    );
+    println!("runlease run --retire-dead said: {retire}");
+    assert!(
+        out.contains("LEADER_ALIVE") && out.contains("GRANDCHILD_ALIVE"),
+        "a bystander that reused the command's pid was signalled: {out}\n{retire}"
+    );
+    // The record cannot be proved to be that process: either it is known dead (the pid's
+    // start time is not the recorded one) and the run proceeds, or it is refused (76) with
+    // the record named. Never a kill.
+    assert!(
+        out.contains("RETIRE_EXIT=0") || out.contains("RETIRE_EXIT=76"),
+        "{out}\n{retire}"
+    );
+    if out.contains("RETIRE_EXIT=76") {
+        assert!(
+            retire.contains("commands/"),
+            "the refusal names the record: {retire}"
+        );
+    }
 }
