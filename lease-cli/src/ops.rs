@@ -525,11 +525,7 @@ pub struct ReleaseOpts {
 
 /// The parent pid of `pid` (from `/proc/PID/stat`), if readable.
 fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 4 (ppid) follows the command name, which is in parentheses and may hold
-    // spaces or parentheses itself: parse after the LAST ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    lease_run::procs::proc_info(pid).map(|p| p.ppid)
 }
 
 /// Whether `pid` is a proper ancestor of this process (walks the parent chain).

@@ -22,9 +22,51 @@ pub fn boot_id() -> io::Result<String> {
     Ok(id.to_string())
 }
 
-/// The start time of process `pid` (clock ticks after boot, field 22 of `/proc/<pid>/stat`),
-/// or `None` if no such process exists (a zombie still exists until it is reaped).
-pub fn process_start_time(pid: u32) -> io::Result<Option<u64>> {
+/// The fields of one `/proc/<pid>/stat` line that runlease uses. The one parser of that
+/// file in the workspace: lease-run, lease-cli and the tests read through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Field 3, the state letter (`R`, `S`, `D`, `T` stopped, `t` tracing stop, `Z`
+    /// zombie, `X`/`x` dead, …).
+    pub state: char,
+    /// Field 4, the parent pid.
+    pub ppid: u32,
+    /// Field 5, the process group (0 when it lies outside this pid namespace).
+    pub pgrp: u32,
+    /// Field 6, the session.
+    pub session: u32,
+    /// Field 22, the start time in clock ticks after boot.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Whether it has exited (`Z`, `X` or `x`): only its exit status is left to reap.
+    pub fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parse a `/proc/<pid>/stat` line. The second field, `(comm)`, may contain spaces and
+/// parentheses, so the line is split at its *last* `)`; the fields after it start with
+/// field 3 (`state`). `None` if a field is missing or not a number.
+pub fn parse_stat(line: &str) -> Option<ProcStat> {
+    let (_, rest) = line.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    fn num<T: std::str::FromStr>(f: &[&str], field: usize) -> Option<T> {
+        f.get(field - 3)?.parse().ok()
+    }
+    Some(ProcStat {
+        state: f.first()?.chars().next()?,
+        ppid: num(&f, 4)?,
+        pgrp: num(&f, 5)?,
+        session: num(&f, 6)?,
+        start_time: num(&f, 22)?,
+    })
+}
+
+/// `/proc/<pid>/stat` of process `pid`, parsed; `Ok(None)` if no such process exists (a
+/// zombie exists until it is reaped: see [`ProcStat::exited`]).
+pub fn read_stat(pid: u32) -> io::Result<Option<ProcStat>> {
     if pid == 0 {
         return Ok(None);
     }
@@ -39,53 +81,29 @@ pub fn process_start_time(pid: u32) -> io::Result<Option<u64>> {
         Err(e) => return Err(e),
     };
     // comm may hold any bytes, so parse bytes (lossily: only the fields after it matter).
-    let text = String::from_utf8_lossy(&text);
-    parse_start_time(&text).map(Some).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("cannot parse the start time (field 22) of {path}"),
-        )
-    })
+    parse_stat(&String::from_utf8_lossy(&text))
+        .map(Some)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("cannot parse {path}")))
+}
+
+/// The start time of process `pid` (clock ticks after boot, field 22 of `/proc/<pid>/stat`),
+/// or `None` if no such process exists (a zombie still exists until it is reaped).
+pub fn process_start_time(pid: u32) -> io::Result<Option<u64>> {
+    Ok(read_stat(pid)?.map(|st| st.start_time))
 }
 
 /// Whether process `pid` can still act: `Ok(Some(start_time))` for a running (or
 /// stopped) process, `Ok(None)` when it does not exist **or is a zombie** (state `Z`/`X`:
 /// it has exited and closed its files, only its exit status waits to be reaped).
 pub fn live_process_start_time(pid: u32) -> io::Result<Option<u64>> {
-    if pid == 0 {
-        return Ok(None);
-    }
-    let path = format!("/proc/{pid}/stat");
-    let text = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    };
-    let text = String::from_utf8_lossy(&text);
-    let state = text
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_ascii_whitespace().next());
-    if matches!(state, Some("Z") | Some("X") | Some("x")) {
-        return Ok(None);
-    }
-    parse_start_time(&text).map(Some).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("cannot parse the start time (field 22) of {path}"),
-        )
-    })
+    Ok(read_stat(pid)?
+        .filter(|st| !st.exited())
+        .map(|st| st.start_time))
 }
 
-/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line.
-///
-/// The second field, `(comm)`, may contain spaces and parentheses, so the line is split at
-/// its *last* `)`; the fields after it start with field 3 (`state`).
+/// Field 22 (`starttime`) of a `/proc/<pid>/stat` line ([`parse_stat`]'s `start_time`).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+    parse_stat(stat).map(|st| st.start_time)
 }
 
 /// This host's name (`uname().nodename`, lossily decoded).
@@ -147,15 +165,7 @@ mod tests {
         // Wait until it has exited but is not reaped.
         let mut state = String::new();
         for _ in 0..500 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-            state = stat
-                .rsplit_once(')')
-                .unwrap()
-                .1
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .into();
+            state = read_stat(pid).unwrap().unwrap().state.to_string();
             if state == "Z" {
                 break;
             }
@@ -178,6 +188,26 @@ mod tests {
         assert_eq!(parse_start_time("1234 (x) S 1 2"), None);
         assert_eq!(parse_start_time("garbage"), None);
         assert_eq!(parse_start_time(""), None);
+    }
+
+    #[test]
+    fn parse_stat_reads_state_parent_group_session_and_start() {
+        let line = "77 (a) (b)) t 5 6 7 0 -1 4194304 66 0 0 0 1 0 0 0 20 0 1 0 1265854 265 3\n";
+        let st = parse_stat(line).unwrap();
+        assert_eq!(
+            (st.state, st.ppid, st.pgrp, st.session, st.start_time),
+            ('t', 5, 6, 7, 1_265_854)
+        );
+        assert!(!st.exited());
+        assert!(parse_stat(&line.replace(" t ", " Z ")).unwrap().exited());
+        // A group outside this pid namespace reads as 0.
+        assert_eq!(
+            parse_stat(&line.replace(" 5 6 7 ", " 5 0 0 "))
+                .unwrap()
+                .pgrp,
+            0
+        );
+        assert_eq!(parse_stat(&line.replace(" 5 6 7 ", " 5 x 7 ")), None);
     }
 
     #[test]

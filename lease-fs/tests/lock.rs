@@ -257,14 +257,7 @@ fn a_zombie_process_counts_as_gone_for_liveness() {
     // Wait until it has exited but is not reaped.
     let start = std::time::Instant::now();
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        if stat
-            .rsplit_once(')')
-            .unwrap()
-            .1
-            .trim_start()
-            .starts_with('Z')
-        {
+        if lease_fs::probe::read_stat(pid).unwrap().unwrap().state == 'Z' {
             break;
         }
         assert!(start.elapsed() < std::time::Duration::from_secs(5));

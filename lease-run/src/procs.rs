@@ -30,19 +30,16 @@ pub struct ProcInfo {
     pub zombie: bool,
 }
 
-/// Parse a `/proc/<pid>/stat` line (split at the last `)`: comm may hold anything).
+/// Parse a `/proc/<pid>/stat` line (through lease-fs's one parser of that file).
 pub fn parse_stat(pid: u32, line: &str) -> Option<ProcInfo> {
-    let rest = &line[line.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] = field 3 (state), f[1] = 4 (ppid), f[2] = 5 (pgrp), f[3] = 6 (session),
-    // f[19] = 22 (starttime).
+    let st = lease_fs::probe::parse_stat(line)?;
     Some(ProcInfo {
         pid,
-        zombie: matches!(*f.first()?, "Z" | "X"),
-        ppid: f.get(1)?.parse().ok()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        session: f.get(3)?.parse().ok()?,
-        start_time: f.get(19)?.parse().ok()?,
+        zombie: matches!(st.state, 'Z' | 'X'),
+        ppid: st.ppid,
+        pgrp: st.pgrp,
+        session: st.session,
+        start_time: st.start_time,
     })
 }
 
@@ -90,8 +87,10 @@ pub fn is_gate(pid: u32) -> bool {
 /// The state letter of `/proc/<pid>/stat` (`T` = stopped, `t` = stopped by a tracer),
 /// `None` if gone.
 pub fn state_of(pid: u32) -> Option<char> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    line[line.rfind(')')? + 1..].trim_start().chars().next()
+    lease_fs::probe::read_stat(pid)
+        .ok()
+        .flatten()
+        .map(|st| st.state)
 }
 
 /// Whether `pid` (or group `pid`) may be signalled at all: never 0 or 1 (`kill(-1)` would

@@ -274,12 +274,8 @@ fn fields(line: &str) -> (String, HashMap<String, String>) {
 
 /// A process as `/proc/<pid>/stat` shows it: parent and state letter.
 fn proc_stat(pid: u32) -> Option<(u32, char)> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = line[line.rfind(')')? + 1..].trim_start();
-    let mut w = rest.split_whitespace();
-    let state = w.next()?.chars().next()?;
-    let ppid = w.next()?.parse().ok()?;
-    Some((ppid, state))
+    let st = lease_fs::probe::read_stat(pid).ok()??;
+    Some((st.ppid, st.state))
 }
 
 /// Every process with its parent and state.

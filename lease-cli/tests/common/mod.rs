@@ -106,13 +106,10 @@ pub fn signal(pid: u32, sig: Signal) {
 
 /// Whether a process exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    lease_fs::probe::read_stat(pid)
         .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
-        })
-        .is_some_and(|zombie| !zombie)
+        .flatten()
+        .is_some_and(|st| !st.exited())
 }
 
 /// PATH with the binary's folder first (so commands under `run` find `runlease`).
