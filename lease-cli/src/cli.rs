@@ -48,29 +48,9 @@ pub fn parse_wait(s: &str) -> Result<WaitFor, String> {
     Ok(WaitFor::For(Duration::from_millis(ms)))
 }
 
-/// Top-level help appended after the subcommand list.
+/// Top-level help appended after the subcommand list and the exit codes
+/// ([`crate::exit_codes::help_block`]; [`command`] puts the two together).
 pub const AFTER_HELP: &str = "\
-Exit codes (ARCHITECTURE.md section 6):
-  0    ok; for `run`, the command's own exit code
-  1    other failure: a takeover not confirmed at the prompt, a wall clock before 1970
-  64   usage error: bad arguments, unknown subcommand, run folder not found, bad run id,
-       `run` on a non-empty folder that is not a run (RUN_FOLDER_FOREIGN: see `init`)
-  65   data error: invalid record, broken hash chain, event log gap, symlinked run folder
-  69   the etcd cluster of --authority did not answer within the deadline; retry
-  70   internal error, or a record schema this build does not read (a newer runlease)
-  74   I/O error
-  75   fenced, a race lost, or a release not answered in time (temporary: observe
-       again, then retry)
-  76   held: a live owner (on this host or another) holds the run
-  77   not owned: the run folder, or a file or folder in it, is not owned by the user
-       runlease runs as, or others may write it (a record: others may read it); it is
-       refused, never read, written or chmodded (RUN_NOT_OWNED); also `run`: a
-       command process it may no longer signal (RUN_COMMAND_NOT_PERMITTED)
-  126  `run`: the command could not be started
-  127  `run`: the command was not found
-  128+N  `run`: the command was killed by signal N (also: runlease was interrupted by
-       signal N before the command started)
-
 Examples:
   runlease run ./demo-run -- sh -c 'echo \"I own $RUNLEASE_RUN at generation $RUNLEASE_GENERATION\"'
   runlease init ./existing-folder
@@ -404,7 +384,10 @@ pub struct AppendArgs {
 
 /// The clap `Command` of `runlease` (for parsing, completions and the man page).
 pub fn command() -> clap::Command {
-    <Cli as clap::CommandFactory>::command()
+    <Cli as clap::CommandFactory>::command().after_help(format!(
+        "{}\n\n{AFTER_HELP}",
+        crate::exit_codes::help_block()
+    ))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ pub struct CliError {
     pub code: String,
     /// Human message, without the code prefix.
     pub message: String,
-    /// Process exit code (ARCHITECTURE.md §6).
+    /// Process exit code (README.md "Exit codes").
     pub exit: i32,
     /// Extra fields for the `--json` error object (e.g. who holds the run).
     pub extra: Option<Value>,

@@ -19,3 +19,4 @@
 //! ```
 
 pub mod cli;
+pub mod exit_codes;

@@ -3,7 +3,7 @@
 //! Every subcommand takes `--json` (one JSON object per line on stdout, each with a
 //! `schema` field such as `runlease/cli/status/1`); human output otherwise. Errors go to
 //! stderr as `runlease: CODE: message` (and, with `--json`, also as a
-//! `runlease/cli/error/1` object on stdout); the exit code follows ARCHITECTURE.md §6
+//! `runlease/cli/error/1` object on stdout); the exit code follows README.md "Exit codes"
 //! (`FsError::exit_code`), and usage errors exit 64 (not clap's default 2).
 //!
 //! `run` is built on the lease-run lifecycle (`run.json`, command records, reaping of a

@@ -1,4 +1,4 @@
-//! One test per exit code the CLI can return (ARCHITECTURE.md §6, `runlease --help`,
+//! One test per exit code the CLI can return (README.md "Exit codes", `runlease --help`,
 //! README). 69 (the etcd cluster of `--authority` did not answer) is tested in
 //! tests/etcd.rs (feature `etcd`); without the feature `--authority` exits 64 (below).
 
@@ -207,7 +207,7 @@ fn help_lists_every_exit_code() {
         );
     }
     assert!(
-        h.contains("69   the etcd cluster of --authority did not answer"),
+        h.contains("69    the etcd cluster of --authority did not answer"),
         "69 must say what it means"
     );
     let readme = include_str!("../../README.md");

@@ -335,7 +335,7 @@ impl LeaseError {
         }
     }
 
-    /// The sysexits-style process exit code for this error (ARCHITECTURE.md §6):
+    /// The sysexits-style process exit code for this error (README.md "Exit codes"):
     /// 64 usage, 65 data, 70 internal/unsupported schema, 75 fenced/temporary, 76 held.
     pub fn exit_code(&self) -> i32 {
         match self {

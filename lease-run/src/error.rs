@@ -169,8 +169,82 @@ impl RunError {
     }
 }
 
+/// Every lease-run specific code with its exit code (the layers below have theirs:
+/// `lease_core::ERROR_CODES`, `lease_fs::FS_ERROR_CODES`, `lease_sqlite::STORE_ERROR_CODES`,
+/// `lease_etcd::ETCD_ERROR_CODES`; `ARGUMENT_INVALID`, `FENCED` and `IO_ERROR` are shared
+/// with them).
+pub const RUN_ERROR_CODES: &[(&str, i32)] = &[
+    ("OWNER_LOCK_HELD", 76),
+    ("RUN_COMMANDS_SURVIVE", 76),
+    ("RUN_COMMAND_UNPROVEN", 76),
+    ("RUN_COMMAND_NOT_PERMITTED", 77),
+    ("STEP_TIMEOUT", 74),
+    ("RUN_RELEASED", 70),
+    ("SPAWN_FAILED", 70),
+];
+
 impl From<LeaseError> for RunError {
     fn from(e: LeaseError) -> RunError {
         RunError::Fs(FsError::Lease(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_table_matches_the_variants() {
+        let run = || "r".to_string();
+        let own = [
+            RunError::OwnerLockHeld { run: run() },
+            RunError::CommandsSurvive {
+                run: run(),
+                pid: 2,
+                pgid: 2,
+                generation: 1,
+            },
+            RunError::CommandUnproven {
+                run: run(),
+                file: "commands/x".into(),
+                pid: 2,
+                start_time: 1,
+                why: "w".into(),
+            },
+            RunError::NotPermitted {
+                run: run(),
+                pid: 2,
+                generation: 1,
+                detail: "d".into(),
+            },
+            RunError::StepTimeout {
+                run: run(),
+                step: "store",
+                ms: 1,
+            },
+            RunError::Released { run: run() },
+            RunError::Spawn {
+                run: run(),
+                detail: "d".into(),
+            },
+        ];
+        let got: Vec<(&str, i32)> = own.iter().map(|e| (e.code(), e.exit_code())).collect();
+        assert_eq!(got, RUN_ERROR_CODES);
+        // The shared codes keep the exit code of the table that defines them.
+        let shared = [
+            RunError::InvalidArgument("x".into()),
+            RunError::Fenced {
+                run: run(),
+                reason: "x".into(),
+            },
+            RunError::Io("x".into()),
+        ];
+        for e in shared {
+            let defined = lease_core::ERROR_CODES
+                .iter()
+                .chain(lease_fs::FS_ERROR_CODES)
+                .find(|(c, _)| *c == e.code());
+            assert_eq!(defined.map(|d| d.1), Some(e.exit_code()), "{}", e.code());
+        }
     }
 }

@@ -256,7 +256,7 @@ mod sync;
 
 #[cfg(not(loom))]
 pub use authority::{Authority, LeaseAuthority};
-pub use error::RunError;
+pub use error::{RUN_ERROR_CODES, RunError};
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{

@@ -1,0 +1,113 @@
+//! The exit codes of `runlease`, and the codes only the CLI produces: the one table that
+//! `runlease --help` is rendered from and that README.md's "Exit codes" table and
+//! docs/PROTOCOL.md §12 are checked against (`lease-cli/tests/docs_drift.rs` fails when a
+//! copy drifts).
+
+/// Every exit code (as written in the docs: `128+N` for a signal) with its meaning.
+pub const EXIT_CODES: &[(&str, &str)] = &[
+    ("0", "ok; for `run`, the command's own exit code"),
+    (
+        "1",
+        "other failure: a takeover not confirmed at the prompt, a wall clock before 1970 or past 9999",
+    ),
+    (
+        "64",
+        "usage error: bad arguments, unknown subcommand, run folder not found, bad run id, `run` on a non-empty folder that is not a run (see `init`)",
+    ),
+    (
+        "65",
+        "data error: invalid record, broken hash chain, event log gap, symlinked run folder, a store that is not the sealed one",
+    ),
+    (
+        "69",
+        "the etcd cluster of --authority did not answer within the deadline; retry",
+    ),
+    (
+        "70",
+        "internal error, or a record schema this build does not read (a newer runlease)",
+    ),
+    ("74", "I/O error"),
+    (
+        "75",
+        "fenced, a race lost, or a release not answered in time (temporary: observe again, then retry)",
+    ),
+    (
+        "76",
+        "held: a live owner (on this host or another) holds the run, or a process a command record names is still alive",
+    ),
+    (
+        "77",
+        "not owned: the run folder, or a file or folder in it, is not owned by the user runlease runs as, or others may write it (refused, never read, written or chmodded); or a command process runlease may not signal",
+    ),
+    ("126", "`run`: the command could not be started"),
+    ("127", "`run`: the command was not found"),
+    (
+        "128+N",
+        "`run`: the command was killed by signal N (also: runlease was interrupted by signal N before the command started)",
+    ),
+];
+
+/// The error codes only lease-cli produces, with their exit codes as written in the docs
+/// (the layers' own: `lease_core::ERROR_CODES`, `lease_fs::FS_ERROR_CODES`,
+/// `lease_sqlite::STORE_ERROR_CODES`, `lease_run::RUN_ERROR_CODES`,
+/// `lease_etcd::ETCD_ERROR_CODES`).
+pub const CLI_ERROR_CODES: &[(&str, &str)] = &[
+    ("ABORTED", "1"),
+    ("CLOCK_INVALID", "1"),
+    ("AUTHORITY_UNSUPPORTED", "64"),
+    ("INTERNAL", "70"),
+    ("RELEASE_TIMEOUT", "75"),
+    ("RELEASE_NOT_DELIVERED", "76"),
+    ("COMMAND_NOT_STARTED", "126/127"),
+    ("INTERRUPTED", "128+N"),
+];
+
+/// The `Exit codes:` block of `runlease --help`, rendered from [`EXIT_CODES`] (wrapped at
+/// 90 columns, continuation lines indented under the meaning).
+pub fn help_block() -> String {
+    const WIDTH: usize = 90;
+    let mut out = String::from(
+        "Exit codes (README.md \"Exit codes\"; every code: docs/PROTOCOL.md section 12):",
+    );
+    for (code, meaning) in EXIT_CODES {
+        // Meanings start at column 9, after the widest code (`128+N`) and a space.
+        let indent = " ".repeat(8);
+        let mut line = format!("  {code:<6}");
+        let mut first = true;
+        for word in meaning.split(' ') {
+            let fits = line.len() + 1 + word.len() <= WIDTH;
+            if !first && !fits {
+                out.push('\n');
+                out.push_str(line.trim_end());
+                line = indent.clone();
+            } else if !first {
+                line.push(' ');
+            }
+            line.push_str(word);
+            first = false;
+        }
+        out.push('\n');
+        out.push_str(line.trim_end());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_help_block_lists_every_exit_code_within_90_columns() {
+        let b = help_block();
+        for (code, meaning) in EXIT_CODES {
+            assert!(
+                b.lines().any(|l| l.starts_with(&format!("  {code} "))),
+                "{code} missing:\n{b}"
+            );
+            // Every word of the meaning is there, in order.
+            let flat: String = b.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(flat.contains(meaning), "{meaning}");
+        }
+        assert!(b.lines().all(|l| l.len() <= 90), "{b}");
+    }
+}
