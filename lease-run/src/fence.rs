@@ -12,7 +12,7 @@
 //! - the store head of the last acknowledged commit (raised under the slot's mutex), which
 //!   each heartbeat reports as the floor.
 
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
 
 /// Why a store access was refused.
 #[derive(Debug)]
@@ -33,10 +33,6 @@ pub(crate) struct FenceCore<S> {
     store: Mutex<Option<S>>,
     store_head: AtomicU64,
     has_store: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<S> FenceCore<S> {

@@ -4,6 +4,7 @@ use crate::authority::{Authority, LeaseAuthority};
 use crate::error::RunError;
 use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tracked};
 use crate::procs::{self, Tracked, boottime_ns};
+use crate::sync::lock_std;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
 use lease_core::{
@@ -341,7 +342,7 @@ impl Shared {
     }
 
     fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {
-        self.tracked.lock().unwrap_or_else(|p| p.into_inner())
+        lock_std(&self.tracked)
     }
 
     /// The head to report in the next heartbeat (read before it starts).
@@ -1044,7 +1045,7 @@ impl Run {
                 };
                 let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
                 let seal = seal.cloned();
-                *carry.lock().unwrap_or_else(|p| p.into_inner()) = seal.clone();
+                *lock_std(&carry) = seal.clone();
                 let create = seal.is_none() && floor.is_none_or(|(f, _)| f == 0);
                 let expect = seal.as_ref().map(|s| Expected {
                     store_id: s.store_id.clone(),
@@ -1133,15 +1134,10 @@ impl Run {
             let store = shared.core.take_store();
             if !shared.is_fenced() {
                 if let Ok(now) = wall_now() {
-                    let carried = st
-                        .carry_seal
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone()
-                        .map(|s| Seal {
-                            generation: lease.generation,
-                            ..s
-                        });
+                    let carried = lock_std(&st.carry_seal).clone().map(|s| Seal {
+                        generation: lease.generation,
+                        ..s
+                    });
                     let mut rec = st.current.clone().unwrap_or(record_fallback(&lease, now));
                     rec.status = RunState::Failed;
                     rec.detail = Some(failure_detail(err));
@@ -1242,10 +1238,7 @@ impl Run {
 
     /// The last `run.json` this run wrote.
     pub fn status(&self) -> RunStatus {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock_std(&self.current).clone()
     }
 
     /// Errors with [`RunError::Fenced`] once the run is fenced or its last successful
@@ -1308,7 +1301,7 @@ impl Run {
             move || write_status_blocking(&dir, &*auth, &sh, &l, &r),
         )
         .await?;
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
+        *lock_std(&self.current) = rec;
         Ok(())
     }
 
@@ -1641,7 +1634,7 @@ impl Run {
             }
             return Err(e);
         }
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = rec;
+        *lock_std(&self.current) = rec;
 
         timed(&cb, StepName::StopHeartbeat, async {
             for t in self.tasks.drain(..) {
