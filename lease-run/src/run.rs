@@ -1269,7 +1269,8 @@ impl Run {
     }
 
     /// Fault injection for tests: skip heartbeats from now on (a stuck heartbeat), so the
-    /// run self-fences after `self_fence_after`.
+    /// run self-fences after `self_fence_after`. Only with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
     pub fn suspend_heartbeats(&self) {
         self.shared.beats_suspended.store(true, Ordering::SeqCst);
     }
