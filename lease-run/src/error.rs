@@ -8,9 +8,14 @@ use lease_sqlite::StoreError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
-    /// A lease-fs error (I/O, layout, or a protocol error from lease-core).
+    /// A lease-fs error (I/O, layout, or a protocol error from lease-core met on the run
+    /// folder).
     #[error(transparent)]
     Fs(#[from] FsError),
+    /// A protocol error from lease-core raised by the run layer itself, whichever backend
+    /// holds the lease (not labelled a file-system error).
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
     /// A store error (lease-sqlite): a refused seal or floor (`STORE_BEHIND_SEAL`,
     /// `STORE_IDENTITY_MISMATCH`), a corrupt or missing store, a fenced commit, I/O.
     #[error(transparent)]
@@ -122,6 +127,7 @@ impl RunError {
     pub fn code(&self) -> &'static str {
         match self {
             RunError::Fs(e) => e.code(),
+            RunError::Lease(e) => e.code(),
             RunError::Store(e) => e.code(),
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.code(),
@@ -143,6 +149,7 @@ impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Fs(e) => e.exit_code(),
+            RunError::Lease(e) => e.exit_code(),
             RunError::Store(e) => e.exit_code(),
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.exit_code(),
@@ -161,6 +168,7 @@ impl RunError {
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
             RunError::Fs(e) => e.lease(),
+            RunError::Lease(e) => Some(e),
             RunError::Store(e) => e.lease(),
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.lease(),
@@ -182,12 +190,6 @@ pub const RUN_ERROR_CODES: &[(&str, i32)] = &[
     ("RUN_RELEASED", 70),
     ("SPAWN_FAILED", 70),
 ];
-
-impl From<LeaseError> for RunError {
-    fn from(e: LeaseError) -> RunError {
-        RunError::Fs(FsError::Lease(e))
-    }
-}
 
 #[cfg(test)]
 mod tests {
