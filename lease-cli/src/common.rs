@@ -95,14 +95,14 @@ fn strip_code(code: &str, msg: String) -> String {
 
 impl From<FsError> for CliError {
     fn from(e: FsError) -> CliError {
-        let code = e.code();
+        let code = e.code().as_str();
         CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
     }
 }
 
 impl From<LeaseError> for CliError {
     fn from(e: LeaseError) -> CliError {
-        let code = e.code();
+        let code = e.code().as_str();
         CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
     }
 }
@@ -110,7 +110,7 @@ impl From<LeaseError> for CliError {
 /// Name the run folder argument in a `RUN_ID_INVALID` error (the run id is the folder's
 /// last path component, so the message alone would not say which argument was wrong).
 fn name_folder(dir: &Path, e: FsError) -> CliError {
-    let code = e.code();
+    let code = e.code().as_str();
     let err = CliError::from(e);
     if code == "RUN_ID_INVALID" {
         err.with_hint(format!(
@@ -124,7 +124,7 @@ fn name_folder(dir: &Path, e: FsError) -> CliError {
 
 impl From<lease_run::RunError> for CliError {
     fn from(e: lease_run::RunError) -> CliError {
-        let code = e.code();
+        let code = e.code().as_str();
         CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
     }
 }
@@ -139,7 +139,7 @@ pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, Cl
     #[cfg(feature = "etcd")]
     {
         let addr = lease_etcd::AuthorityAddr::parse(v).map_err(|e| {
-            let code = e.code();
+            let code = e.code().as_str();
             CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
         })?;
         Ok(lease_run::Authority::Etcd(addr))
@@ -602,7 +602,7 @@ pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Valu
     };
     let error = match &view.status {
         Status::Invalid(e) => {
-            json!({"code": e.code(), "message": strip_code(e.code(), e.to_string())})
+            json!({"code": e.code(), "message": strip_code(e.code().as_str(), e.to_string())})
         }
         _ => Value::Null,
     };

@@ -6,6 +6,7 @@ use crate::common::{
     new_nonce, new_owner_id, open_lease, run_status_json, shell_path, status_human, status_json,
     wall_now,
 };
+use lease_core::Code;
 use lease_core::ops::{Authority, Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
 use lease_core::{Dir, FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
 use lease_fs::lock::OwnerLock;
@@ -1227,7 +1228,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
         Err(e) => {
             let code = e.code();
             let msg = e.to_string();
-            if matches!(code, "CHAIN_BROKEN" | "EVENT_LOG_GAP") {
+            if matches!(code, Code::ChainBroken | Code::EventLogGap) {
                 findings.push(Finding {
                     code: "BROKEN_CHAIN",
                     severity: "error",
@@ -1236,7 +1237,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
                         "runlease verify {d} names the first broken link; restore the files from a backup or archive the run"
                     ),
                 });
-            } else if matches!(code, "RECORD_INVALID" | "SCHEMA_UNSUPPORTED") {
+            } else if matches!(code, Code::RecordInvalid | Code::SchemaUnsupported) {
                 if invalid_message.as_deref() != Some(msg.as_str()) {
                     findings.push(Finding {
                         code: "INVALID_RECORD",
@@ -1265,7 +1266,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     // Command records (read by the next `runlease run` to reap a killed incarnation's
     // commands): one it cannot read refuses the run.
     if let Err(e) = crate::common::check_command_records(&run) {
-        if e.code == "RUN_COMMAND_UNPROVEN" {
+        if e.code == Code::RunCommandUnproven.as_str() {
             // The message carries both safe next steps; `runlease run` refuses until then.
             findings.push(Finding {
                 code: "COMMAND_UNPROVEN",

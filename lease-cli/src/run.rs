@@ -50,6 +50,7 @@ use crate::common::{
     CliError, Lease, Out, held_description, human_ms, is_stale, policy_json, shell_path, wall_now,
 };
 use lease_cli::cli::WaitFor;
+use lease_core::Code;
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{HeartbeatDurability, TimingPolicy};
 use lease_fs::RunDir;
@@ -125,7 +126,7 @@ impl Fwd {
 
 /// A `RunError` as a CLI error (same code and exit code).
 fn run_err(e: RunError) -> CliError {
-    let code = e.code();
+    let code = e.code().as_str();
     let msg = e.to_string();
     let msg = msg
         .strip_prefix(code)
@@ -377,7 +378,7 @@ async fn run_async(
         Ok(c) => c,
         Err(e) => {
             let e = run_err(e);
-            if e.code == "FENCED" {
+            if e.code == Code::Fenced.as_str() {
                 drop(run);
                 return Err(e.with_hint("nothing was started or released"));
             }
@@ -867,7 +868,7 @@ async fn attempt(
         Err(e) => e,
     };
     match err.code() {
-        "OWNER_LOCK_HELD" => {
+        Code::OwnerLockHeld => {
             // Another process on this host holds the kernel lock: a live owner, or one
             // that is starting, stopping, stopped or stuck (even if already replaced: it
             // also still holds the store). Never claimed around it (DECISIONS).
@@ -907,7 +908,7 @@ async fn attempt(
                 waited: true,
             })
         }
-        "RUN_ALREADY_ACTIVE" | "RUN_STALE_REQUIRES_TAKEOVER" | "RETIRE_REFUSED_NOT_DEAD" => {
+        Code::RunAlreadyActive | Code::RunStaleRequiresTakeover | Code::RetireRefusedNotDead => {
             let view = rundir.auth.status(wall_now()?, true)?;
             if let Status::Invalid(e) = view.status {
                 return Err(e.into());
@@ -929,12 +930,12 @@ async fn attempt(
                 _ => "wait (--wait), or ask the owner to release".into(),
             };
             Ok(Attempt::Held {
-                err: held_error(rundir, Some(err.code()), &view, &hint),
+                err: held_error(rundir, Some(err.code().as_str()), &view, &hint),
                 waited: false,
             })
         }
         // The head changed under the watch: decide again.
-        "TAKEOVER_RACE" | "TAKEOVER_ACTIVE_REFUSED" => {
+        Code::TakeoverRace | Code::TakeoverActiveRefused => {
             *watch = None;
             Ok(Attempt::Again)
         }

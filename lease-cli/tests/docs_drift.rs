@@ -141,3 +141,23 @@ fn runlease_help_prints_the_exit_code_table() {
         "{help}"
     );
 }
+
+#[test]
+fn every_library_code_is_a_code_variant_and_back() {
+    // The layers' tables and `lease_core::Code` name the same codes: a variant no table
+    // lists (so no document either) or a table entry that is no variant fails here.
+    let all = all_codes();
+    let cli: Vec<&str> = CLI_ERROR_CODES.iter().map(|(c, _)| *c).collect();
+    for code in all.keys().filter(|c| !cli.contains(&c.as_str())) {
+        assert!(
+            lease_core::Code::parse(code).is_some(),
+            "{code} is in a code table but not a lease_core::Code"
+        );
+    }
+    for c in lease_core::Code::ALL {
+        assert!(
+            all.contains_key(c.as_str()),
+            "lease_core::Code::{c:?} is in no code table (and so in no document)"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The one error type of the protocol core, with stable codes and exit codes.
 
+use crate::Code;
 use crate::ids::{Generation, RunId};
 use crate::time::Timestamp;
 
@@ -310,28 +311,28 @@ fn watched_suffix(w: &Option<u64>) -> String {
 
 impl LeaseError {
     /// The stable, machine-readable code of this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            LeaseError::RunIdInvalid { .. } => "RUN_ID_INVALID",
-            LeaseError::ArgumentInvalid { .. } => "ARGUMENT_INVALID",
-            LeaseError::PolicyInvalid { .. } => "POLICY_INVALID",
-            LeaseError::RecordInvalid { .. } => "RECORD_INVALID",
-            LeaseError::SchemaUnsupported { .. } => "SCHEMA_UNSUPPORTED",
-            LeaseError::ChainBroken { .. } => "CHAIN_BROKEN",
-            LeaseError::EventLogGap { .. } => "EVENT_LOG_GAP",
-            LeaseError::Overflow { .. } => "GENERATION_OVERFLOW",
-            LeaseError::RunAlreadyActive { .. } => "RUN_ALREADY_ACTIVE",
-            LeaseError::RunStaleRequiresTakeover { .. } => "RUN_STALE_REQUIRES_TAKEOVER",
-            LeaseError::RunDeadRequiresRetirement { .. } => "RUN_DEAD_REQUIRES_RETIREMENT",
-            LeaseError::TakeoverActiveRefused { .. } => "TAKEOVER_ACTIVE_REFUSED",
-            LeaseError::TakeoverRace { .. } => "TAKEOVER_RACE",
-            LeaseError::RetireRefusedNotDead { .. } => "RETIRE_REFUSED_NOT_DEAD",
-            LeaseError::Fenced { .. } => "FENCED",
-            LeaseError::EventContention { .. } => "EVENT_CONTENTION",
-            LeaseError::StoreBehindSeal { .. } => "STORE_BEHIND_SEAL",
-            LeaseError::StoreIdentityMismatch { .. } => "STORE_IDENTITY_MISMATCH",
-            LeaseError::ProtocolViolation { .. } => "PROTOCOL_VIOLATION",
-            LeaseError::ConcurrentChange { .. } => "CONCURRENT_CHANGE",
+            LeaseError::RunIdInvalid { .. } => Code::RunIdInvalid,
+            LeaseError::ArgumentInvalid { .. } => Code::ArgumentInvalid,
+            LeaseError::PolicyInvalid { .. } => Code::PolicyInvalid,
+            LeaseError::RecordInvalid { .. } => Code::RecordInvalid,
+            LeaseError::SchemaUnsupported { .. } => Code::SchemaUnsupported,
+            LeaseError::ChainBroken { .. } => Code::ChainBroken,
+            LeaseError::EventLogGap { .. } => Code::EventLogGap,
+            LeaseError::Overflow { .. } => Code::GenerationOverflow,
+            LeaseError::RunAlreadyActive { .. } => Code::RunAlreadyActive,
+            LeaseError::RunStaleRequiresTakeover { .. } => Code::RunStaleRequiresTakeover,
+            LeaseError::RunDeadRequiresRetirement { .. } => Code::RunDeadRequiresRetirement,
+            LeaseError::TakeoverActiveRefused { .. } => Code::TakeoverActiveRefused,
+            LeaseError::TakeoverRace { .. } => Code::TakeoverRace,
+            LeaseError::RetireRefusedNotDead { .. } => Code::RetireRefusedNotDead,
+            LeaseError::Fenced { .. } => Code::Fenced,
+            LeaseError::EventContention { .. } => Code::EventContention,
+            LeaseError::StoreBehindSeal { .. } => Code::StoreBehindSeal,
+            LeaseError::StoreIdentityMismatch { .. } => Code::StoreIdentityMismatch,
+            LeaseError::ProtocolViolation { .. } => Code::ProtocolViolation,
+            LeaseError::ConcurrentChange { .. } => Code::ConcurrentChange,
         }
     }
 

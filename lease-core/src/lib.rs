@@ -53,6 +53,7 @@
 #![deny(missing_docs)]
 
 pub mod canonical;
+pub mod code;
 pub mod error;
 pub mod ids;
 pub mod layout;
@@ -64,6 +65,7 @@ pub mod seal;
 pub mod time;
 
 pub use canonical::{Record, decode, decode_for, encode};
+pub use code::Code;
 pub use error::{ERROR_CODES, HeldBy, LeaseError, RecordKind};
 pub use ids::{Digest, Generation, Identity, RunId, Sequence};
 pub use layout::{Dir, FileRef};

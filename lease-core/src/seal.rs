@@ -120,13 +120,16 @@ mod tests {
             head: 9,
         };
         let e = check_seal(&run(), Some(&seal), None, &behind).unwrap_err();
-        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65));
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65)
+        );
         let other = StoreState {
             store_id: "s2".into(),
             head: 99,
         };
         let e = check_seal(&run(), Some(&seal), None, &other).unwrap_err();
-        assert_eq!(e.code(), "STORE_IDENTITY_MISMATCH");
+        assert_eq!(e.code().as_str(), "STORE_IDENTITY_MISMATCH");
         let floor = check_seal(
             &run(),
             None,
@@ -136,6 +139,6 @@ mod tests {
                 head: 4,
             },
         );
-        assert_eq!(floor.unwrap_err().code(), "STORE_BEHIND_SEAL");
+        assert_eq!(floor.unwrap_err().code().as_str(), "STORE_BEHIND_SEAL");
     }
 }

@@ -23,11 +23,14 @@ fn claim_is_refused_while_the_owner_is_fresh_and_needs_takeover_once_stale() {
     let mut d = MemDisk::new();
     claim(&mut d, "a", 1, 0).unwrap();
     let e = claim(&mut d, "b", 2, 20_000).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("RUN_ALREADY_ACTIVE", 76));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("RUN_ALREADY_ACTIVE", 76)
+    );
     assert!(e.to_string().contains("host-a"), "{e}");
     let e = claim(&mut d, "b", 2, 20_001).unwrap_err();
     assert_eq!(
-        (e.code(), e.exit_code()),
+        (e.code().as_str(), e.exit_code()),
         ("RUN_STALE_REQUIRES_TAKEOVER", 76)
     );
 }
@@ -38,7 +41,7 @@ fn heartbeat_keeps_the_owner_fresh() {
     let l = claim(&mut d, "a", 1, 0).unwrap();
     heartbeat(&mut d, &l, 15_000, 1).unwrap();
     assert_eq!(
-        claim(&mut d, "b", 2, 30_000).unwrap_err().code(),
+        claim(&mut d, "b", 2, 30_000).unwrap_err().code().as_str(),
         "RUN_ALREADY_ACTIVE"
     );
     assert_eq!(status(&mut d, 30_000).head.unwrap().heartbeat_count(), 1);
@@ -63,7 +66,10 @@ fn takeover_is_refused_while_fresh() {
     let mut d = MemDisk::new();
     claim(&mut d, "a", 1, 0).unwrap();
     let e = takeover(&mut d, "b", 2, 10_000, 1).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_ACTIVE_REFUSED", 76));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("TAKEOVER_ACTIVE_REFUSED", 76)
+    );
     assert_eq!(
         status(&mut d, 10_000).head.unwrap().epoch.owner_id.as_str(),
         "a"
@@ -82,7 +88,7 @@ fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
             &all_alive,
         )
         .unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_RACE", 75));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("TAKEOVER_RACE", 75));
     let mut exp = expect_head(&mut d, 60_000);
     exp.heartbeat_at = t(1);
     let e = d
@@ -91,7 +97,7 @@ fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
             &all_alive,
         )
         .unwrap_err();
-    assert_eq!(e.code(), "TAKEOVER_RACE");
+    assert_eq!(e.code().as_str(), "TAKEOVER_RACE");
     assert_eq!(status(&mut d, 60_000).head.unwrap().generation().get(), 1);
 }
 
@@ -146,7 +152,7 @@ fn two_concurrent_takeovers_have_one_winner() {
     let (r1, r2) = (r1.unwrap(), r2.unwrap());
     assert!(r1.is_ok() != r2.is_ok(), "{r1:?} {r2:?}");
     let loser = if r1.is_ok() { r2 } else { r1 };
-    assert_eq!(loser.unwrap_err().code(), "TAKEOVER_RACE");
+    assert_eq!(loser.unwrap_err().code().as_str(), "TAKEOVER_RACE");
 }
 
 #[test]
@@ -158,13 +164,13 @@ fn a_superseded_owner_is_fenced_on_heartbeat_append_and_release() {
     let before = d.files.clone();
     // Heartbeat: writes its own beat file (harmless) but reports FENCED.
     let e = heartbeat(&mut d, &old, 60_001, 5).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("FENCED", 75));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("FENCED", 75));
     // Append: refused before writing anything (its cutoff exists).
     let e = append(&mut d, &old, 60_002, 2).unwrap_err();
-    assert_eq!(e.code(), "FENCED");
+    assert_eq!(e.code().as_str(), "FENCED");
     // Release: a harmless no-op.
     let e = release(&mut d, &old, 60_003).unwrap_err();
-    assert_eq!(e.code(), "FENCED");
+    assert_eq!(e.code().as_str(), "FENCED");
     let changed: Vec<_> = d
         .files
         .keys()
@@ -229,7 +235,7 @@ fn a_zombie_append_racing_a_takeover_answers_exactly_its_authority() {
                 a.sequence
             ),
             Err(e) => {
-                assert_eq!(e.code(), "FENCED", "split {split}");
+                assert_eq!(e.code().as_str(), "FENCED", "split {split}");
                 assert_eq!(counted(&view), vec![1], "split {split}");
             }
         }
@@ -308,7 +314,7 @@ fn a_live_owner_is_never_retired() {
             )
             .unwrap_err();
         assert_eq!(
-            (e.code(), e.exit_code()),
+            (e.code().as_str(), e.exit_code()),
             ("RETIRE_REFUSED_NOT_DEAD", 76),
             "{name}"
         );
@@ -375,7 +381,7 @@ fn a_pending_cutoff_is_finalized_by_the_next_reader() {
     assert_eq!(counted(&v), vec![1]);
     // The zombie's next append is past the cutoff and fenced.
     assert_eq!(
-        append(&mut d, &old, 60_200, 2).unwrap_err().code(),
+        append(&mut d, &old, 60_200, 2).unwrap_err().code().as_str(),
         "FENCED"
     );
     assert_eq!(counted(&read_events(&mut d, 60_300).unwrap()), vec![1]);
@@ -410,7 +416,7 @@ fn corrupting_or_deleting_the_newest_epoch_never_makes_a_retired_owners_events_c
     d.files
         .insert(FileRef::Epoch(new.generation), b"{}\n".to_vec());
     let e = read_events(&mut d, 60_020).unwrap_err();
-    assert_eq!(e.code(), "RECORD_INVALID");
+    assert_eq!(e.code().as_str(), "RECORD_INVALID");
     assert!(
         e.to_string()
             .contains("lease/epochs/00000000000000000002.json"),
@@ -445,7 +451,7 @@ fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
             )
             .unwrap_err();
         assert!(
-            matches!(e.code(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
+            matches!(e.code().as_str(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
             "{e}"
         );
         let e = d
@@ -463,7 +469,7 @@ fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
             )
             .unwrap_err();
         assert!(
-            matches!(e.code(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
+            matches!(e.code().as_str(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
             "{e}"
         );
         assert_eq!(d.files, before, "nothing may change on disk");
@@ -495,7 +501,8 @@ fn a_torn_heartbeat_is_invalid_not_stale() {
             &all_alive
         )
         .unwrap_err()
-        .code(),
+        .code()
+        .as_str(),
         "RECORD_INVALID"
     );
 }
@@ -521,7 +528,10 @@ fn prune_keeps_a_run_small_and_every_judgment_unchanged() {
     // A zombie of generation ~ (i=10) appends late: past its cutoff.
     let z = zombie.unwrap();
     assert_eq!(
-        append(&mut d, &z, now + 10, 999).unwrap_err().code(),
+        append(&mut d, &z, now + 10, 999)
+            .unwrap_err()
+            .code()
+            .as_str(),
         "FENCED"
     );
     let before = read_events(&mut d, now + 20).unwrap();
@@ -543,7 +553,10 @@ fn prune_keeps_a_run_small_and_every_judgment_unchanged() {
     assert_eq!(counted(&before), counted(&after));
     // A zombie below the floor stays fenced.
     assert_eq!(
-        append(&mut d, &z, now + 50, 1000).unwrap_err().code(),
+        append(&mut d, &z, now + 50, 1000)
+            .unwrap_err()
+            .code()
+            .as_str(),
         "FENCED"
     );
     let v = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
@@ -571,7 +584,7 @@ fn verify_reports_the_first_broken_link() {
         encode(&e2).unwrap(),
     );
     let e = d.run(&mut Verify::new(run_id()), &all_alive).unwrap_err();
-    assert_eq!(e.code(), "CHAIN_BROKEN");
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN");
     assert!(e.to_string().contains("event chain broken at 3"), "{e}");
 }
 
@@ -614,7 +627,10 @@ fn a_claim_with_a_generation_at_u64_max_reports_overflow() {
     d.files
         .insert(FileRef::Epoch(rec.generation), encode(&rec).unwrap());
     let e = claim(&mut d, "b", 2, 10).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("GENERATION_OVERFLOW", 65));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("GENERATION_OVERFLOW", 65)
+    );
 }
 
 #[test]
@@ -656,7 +672,7 @@ fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_
     let c1 = append(&mut d, &c, 200_001, 2).unwrap();
     // A wakes up and appends: it must be fenced, and its event must not count.
     let e = append(&mut d, &a, 200_002, 3).unwrap_err();
-    assert_eq!(e.code(), "FENCED");
+    assert_eq!(e.code().as_str(), "FENCED");
     let v = read_events(&mut d, 200_003).unwrap();
     assert_eq!(counted(&v), vec![1, c1.sequence.get()]);
 }
@@ -721,7 +737,7 @@ fn concurrent_prunes_never_change_which_events_count() {
             }
             for r in [r1.unwrap(), r2.unwrap()] {
                 if let Err(e) = r {
-                    assert_eq!(e.code(), "CONCURRENT_CHANGE", "{e}");
+                    assert_eq!(e.code().as_str(), "CONCURRENT_CHANGE", "{e}");
                 }
             }
             let got = counted(&read_events(&mut d, 9_000_000).unwrap());
@@ -818,7 +834,7 @@ fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_cha
                 Ok(Some(view)) => assert_eq!(counted(&view), expected, "split {split}/{rsplit}"),
                 Ok(None) => {}
                 Err(e) => assert_eq!(
-                    e.code(),
+                    e.code().as_str(),
                     "CONCURRENT_CHANGE",
                     "split {split}/{rsplit} verify {verify}: {e}"
                 ),
@@ -851,7 +867,7 @@ fn prune_refuses_to_compact_under_an_invalid_head_and_removes_nothing() {
             &all_alive,
         )
         .unwrap_err();
-    assert_eq!(e.code(), "RECORD_INVALID", "{e}");
+    assert_eq!(e.code().as_str(), "RECORD_INVALID", "{e}");
     assert_eq!(d.files, before);
 }
 
@@ -892,7 +908,10 @@ fn the_store_head_in_the_last_heartbeat_becomes_the_floor_after_a_takeover_or_re
     let (seal, floor) = requirements(&e2, Some(&e1));
     assert_eq!((seal, floor), (None, Some((42, b.generation))));
     let e = check_seal(&run_id(), seal, floor, &store(41)).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("STORE_BEHIND_SEAL", 65)
+    );
     assert!(e.to_string().contains("floor"), "{e}");
     check_seal(&run_id(), seal, floor, &store(42)).unwrap();
 
@@ -919,7 +938,8 @@ fn the_store_head_in_the_last_heartbeat_becomes_the_floor_after_a_takeover_or_re
     assert_eq!(
         check_seal(&run_id(), seal, floor, &store(49))
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "STORE_BEHIND_SEAL"
     );
 
@@ -947,7 +967,8 @@ fn the_store_head_in_the_last_heartbeat_becomes_the_floor_after_a_takeover_or_re
     assert_eq!(
         check_seal(&run_id(), seal, floor, &store(59))
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "STORE_BEHIND_SEAL"
     );
 }

@@ -854,7 +854,7 @@ fn check_rejected_or_canonical(decode: DecodeFn, bytes: &[u8]) -> Result<(), Tes
         ),
         Err(e) => prop_assert!(
             matches!(
-                (e.code(), e.exit_code()),
+                (e.code().as_str(), e.exit_code()),
                 ("RECORD_INVALID", 65) | ("SCHEMA_UNSUPPORTED", 70)
             ),
             "unexpected error {} for {:?}",
@@ -879,7 +879,7 @@ fn check_rejected_with(
             String::from_utf8_lossy(bytes)
         ),
         Err(e) => prop_assert_eq!(
-            (e.code(), e.exit_code()),
+            (e.code().as_str(), e.exit_code()),
             (code, exit_code),
             "{} gave {} for {:?}",
             sample.version,
@@ -1597,7 +1597,7 @@ fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
     let null = "{\"count\":3,\"generation\":2,\"heartbeat_at\":\"2026-12-02T00:00:00.000Z\",\"owner_id\":\"o\",\"run_id\":\"r\",\"store_head\":null,\"version\":\"runlease/heartbeat/1\"}\n";
     assert!(null.contains("\"store_head\":null"), "{null}");
     let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("RECORD_INVALID", 65));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("RECORD_INVALID", 65));
 }
 
 // Strict parsing of payload text (issue #15): duplicate keys and numbers that cannot be

@@ -103,7 +103,7 @@ mod tests {
         ] {
             let e = AuthorityAddr::parse(bad).unwrap_err();
             assert_eq!(
-                (e.code(), e.exit_code()),
+                (e.code().as_str(), e.exit_code()),
                 ("AUTHORITY_INVALID", 64),
                 "{bad}"
             );

@@ -1,6 +1,7 @@
 //! The typed error of lease-etcd: protocol errors from lease-core plus the failures of
 //! talking to an etcd cluster, each naming the run and the key.
 
+use lease_core::Code;
 use lease_core::{HeldBy, LeaseError};
 
 /// Every failure of the etcd authority.
@@ -82,14 +83,14 @@ pub enum EtcdError {
 
 impl EtcdError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             EtcdError::Lease(e) => e.code(),
-            EtcdError::Unavailable { .. } => "UNAVAILABLE",
-            EtcdError::Refused { .. } => "ETCD_REFUSED",
-            EtcdError::AuthorityInvalid { .. } => "AUTHORITY_INVALID",
-            EtcdError::LivenessInvalid { .. } => "LIVENESS_INVALID",
-            EtcdError::OwnerLeaseAlive { .. } => "TAKEOVER_ACTIVE_REFUSED",
+            EtcdError::Unavailable { .. } => Code::Unavailable,
+            EtcdError::Refused { .. } => Code::EtcdRefused,
+            EtcdError::AuthorityInvalid { .. } => Code::AuthorityInvalid,
+            EtcdError::LivenessInvalid { .. } => Code::LivenessInvalid,
+            EtcdError::OwnerLeaseAlive { .. } => Code::TakeoverActiveRefused,
         }
     }
 
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn codes_table_matches_the_variants() {
-        let e = |err: EtcdError| (err.code(), err.exit_code());
+        let e = |err: EtcdError| (err.code().as_str(), err.exit_code());
         let cases = [
             e(EtcdError::Unavailable {
                 run: "r".into(),

@@ -69,6 +69,7 @@ use crate::error::EtcdError;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
+use lease_core::Code;
 use lease_core::ops::{
     Append, AppendParams, Appended, Claim, ClaimParams, EventLogView, Expectation, Heartbeat,
     LivenessEvidence, Operation, OwnedLease, OwnerLock, ProcessState, Prune, PruneParams,
@@ -873,7 +874,7 @@ impl EtcdRun {
         // retried, which needs it) and otherwise expires by itself.
         let done = match &r {
             Ok(_) => true,
-            Err(e) => e.lease().is_some_and(|l| l.code() == "FENCED"),
+            Err(e) => e.lease().is_some_and(|l| l.code() == Code::Fenced),
         };
         if done {
             let id = self

@@ -111,7 +111,7 @@ impl Beater {
                     }
                     Err(e) => {
                         assert_eq!(
-                            (e.code(), e.exit_code()),
+                            (e.code().as_str(), e.exit_code()),
                             ("UNAVAILABLE", 69),
                             "unexpected heartbeat error: {e}"
                         );
@@ -201,7 +201,7 @@ fn exclusive_claim_among_8_clients() {
                         }
                         Err(e) => {
                             assert!(
-                                matches!(e.code(), "RUN_ALREADY_ACTIVE" | "TAKEOVER_RACE"),
+                                matches!(e.code().as_str(), "RUN_ALREADY_ACTIVE" | "TAKEOVER_RACE"),
                                 "client {c}: unexpected {e}"
                             );
                             lost += 1;
@@ -333,12 +333,12 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
             Err(e) => {
                 assert!(
                     matches!(
-                        e.code(),
+                        e.code().as_str(),
                         "TAKEOVER_ACTIVE_REFUSED" | "TAKEOVER_RACE" | "UNAVAILABLE"
                     ),
                     "{e}"
                 );
-                other_refusals.push(e.code());
+                other_refusals.push(e.code().as_str());
             }
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -397,13 +397,13 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
     // The cut-off owner comes back: everything it tries is fenced.
     cluster.resume(0);
     let hb = owner.heartbeat(&lease, now_ts(), 99).unwrap_err();
-    assert_eq!((hb.code(), hb.exit_code()), ("FENCED", 75), "{hb}");
+    assert_eq!((hb.code().as_str(), hb.exit_code()), ("FENCED", 75), "{hb}");
     let ap = owner
         .append(&lease, id("late.write"), serde_json::json!({}), now_ts())
         .unwrap_err();
-    assert_eq!(ap.code(), "FENCED", "{ap}");
+    assert_eq!(ap.code().as_str(), "FENCED", "{ap}");
     let rel = owner.release(&lease, now_ts(), None).unwrap_err();
-    assert_eq!(rel.code(), "FENCED", "{rel}");
+    assert_eq!(rel.code().as_str(), "FENCED", "{rel}");
     let mut store = lease_sqlite::Store::open(&run_id, &store_path, Default::default())
         .unwrap()
         .check_seal(None, None)
@@ -414,7 +414,10 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
             &lease_sqlite::Batch::new().put("k", "late"),
         )
         .unwrap_err();
-    assert_eq!((refused.code(), refused.exit_code()), ("FENCED", 75));
+    assert_eq!(
+        (refused.code().as_str(), refused.exit_code()),
+        ("FENCED", 75)
+    );
     assert_eq!(store.get("k").unwrap().unwrap().value, b"b");
     store.close().unwrap();
     // The new owner is the only one: it heartbeats and releases.
@@ -501,7 +504,7 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
         .retire(id("janitor"), holder(3), policy, now_ts(), None, 7)
         .unwrap_err();
     assert_eq!(
-        (refused.code(), refused.exit_code()),
+        (refused.code().as_str(), refused.exit_code()),
         ("RETIRE_REFUSED_NOT_DEAD", 76),
         "{refused}"
     );
@@ -512,7 +515,7 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
         );
         match other.retire(id("janitor"), holder(3), policy, now_ts(), None, 8) {
             Ok(r) => break r,
-            Err(e) => assert_eq!(e.code(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
+            Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
         }
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -554,7 +557,10 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
         )
         .unwrap_err();
     assert!(matches!(e, EtcdError::OwnerLeaseAlive { .. }), "{e}");
-    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_ACTIVE_REFUSED", 76));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("TAKEOVER_ACTIVE_REFUSED", 76)
+    );
     // ... and the bare step machine, past that check, is stopped by the epoch guard in the
     // creating transaction: no generation 2.
     let raced = taker
@@ -571,7 +577,7 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
             },
         ))
         .unwrap_err();
-    assert_eq!(raced.code(), "TAKEOVER_RACE", "{raced}");
+    assert_eq!(raced.code().as_str(), "TAKEOVER_RACE", "{raced}");
     assert!(raced.to_string().contains("etcd lease"), "{raced}");
     assert_eq!(
         owner
@@ -591,7 +597,7 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     std::thread::sleep(policy.stale_after() + Duration::from_millis(1_200));
     assert_eq!(owner.owner_lease_ttl(lease.generation).unwrap(), None);
     let hb = owner.heartbeat(&lease, now_ts(), 3).unwrap_err();
-    assert_eq!((hb.code(), hb.exit_code()), ("FENCED", 75), "{hb}");
+    assert_eq!((hb.code().as_str(), hb.exit_code()), ("FENCED", 75), "{hb}");
     assert!(hb.to_string().contains("etcd lease expired"), "{hb}");
     let view = taker.status(now_ts(), true).unwrap();
     assert_eq!(view.head.unwrap().generation(), lease.generation);
@@ -672,7 +678,7 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     let e = other
         .claim(id("owner-b"), holder(2), policy, now_ts())
         .unwrap_err();
-    assert_eq!(e.code(), "RUN_ALREADY_ACTIVE", "{e}");
+    assert_eq!(e.code().as_str(), "RUN_ALREADY_ACTIVE", "{e}");
     assert_eq!(retry.release(&lease, now_ts(), None).unwrap().get(), 4);
     assert_eq!(retry.owner_lease_ttl(lease.generation).unwrap(), None);
     retry.verify().expect("chains verify");
@@ -706,7 +712,11 @@ fn unreachable_cluster_is_unavailable_within_the_deadline() {
         }
     };
     let took = start.elapsed();
-    assert_eq!((err.code(), err.exit_code()), ("UNAVAILABLE", 69), "{err}");
+    assert_eq!(
+        (err.code().as_str(), err.exit_code()),
+        ("UNAVAILABLE", 69),
+        "{err}"
+    );
     assert!(err.to_string().contains("nowhere") || err.to_string().contains("connect"));
     assert!(
         took < Duration::from_secs(3),
@@ -740,10 +750,10 @@ fn the_blocking_api_works_inside_spawn_blocking_of_another_runtime() {
                 connect_timeout: Duration::from_millis(100),
             };
             match EtcdAuthority::connect(&addr, o) {
-                Err(e) => e.code(),
+                Err(e) => e.code().as_str(),
                 Ok(auth) => {
                     let run = auth.run(RunId::new("inside").unwrap());
-                    run.status(now_ts(), false).unwrap_err().code()
+                    run.status(now_ts(), false).unwrap_err().code().as_str()
                 }
             }
         })

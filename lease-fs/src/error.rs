@@ -1,6 +1,7 @@
 //! The typed error of lease-fs: protocol errors from lease-core plus I/O and layout errors,
 //! each naming the run and the file.
 
+use lease_core::Code;
 use lease_core::LeaseError;
 use std::io;
 
@@ -82,15 +83,15 @@ pub enum FsError {
 
 impl FsError {
     /// Stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             FsError::Lease(e) => e.code(),
-            FsError::RunNotFound { .. } => "RUN_NOT_FOUND",
-            FsError::RootChanged { .. } => "RUN_ROOT_CHANGED",
-            FsError::LayoutInvalid { .. } => "RUN_LAYOUT_INVALID",
-            FsError::NotOwned { .. } => "RUN_NOT_OWNED",
-            FsError::FolderForeign { .. } => "RUN_FOLDER_FOREIGN",
-            FsError::Io { .. } => "IO_ERROR",
+            FsError::RunNotFound { .. } => Code::RunNotFound,
+            FsError::RootChanged { .. } => Code::RunRootChanged,
+            FsError::LayoutInvalid { .. } => Code::RunLayoutInvalid,
+            FsError::NotOwned { .. } => Code::RunNotOwned,
+            FsError::FolderForeign { .. } => Code::RunFolderForeign,
+            FsError::Io { .. } => Code::IoError,
         }
     }
 

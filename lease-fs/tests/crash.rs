@@ -305,7 +305,7 @@ fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
                 let first = operate(&run, &pre);
                 if let Err(e) = &first {
                     assert!(
-                        matches!(e.code(), "IO_ERROR"),
+                        matches!(e.code().as_str(), "IO_ERROR"),
                         "{name}: fault {errno} at call {k}: {e}"
                     );
                     // The same actor retries: it ends owned (adopting its own epoch) or
@@ -314,7 +314,7 @@ fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
                     if let Err(e) = &retry {
                         assert!(
                             matches!(
-                                e.code(),
+                                e.code().as_str(),
                                 "FENCED" | "TAKEOVER_RACE" | "RUN_ALREADY_ACTIVE" | "IO_ERROR"
                             ),
                             "{name}: retry after fault {errno} at call {k}: {e}"
@@ -409,7 +409,7 @@ fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
                 1,
             )
             .unwrap_err();
-        assert_eq!(e.code(), "RECORD_INVALID");
+        assert_eq!(e.code().as_str(), "RECORD_INVALID");
     } else {
         // The rename's directory entry was not durable: the old beat (or none) came back,
         // which is a valid state.

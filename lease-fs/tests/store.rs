@@ -80,7 +80,7 @@ fn eight_concurrent_claimers_threads_exactly_one_wins() {
     let winners = results.iter().filter(|r| r.is_ok()).count();
     assert_eq!(winners, 1, "{results:?}");
     for r in results.iter().filter_map(|r| r.as_ref().err()) {
-        assert_eq!(r.code(), "RUN_ALREADY_ACTIVE", "{r}");
+        assert_eq!(r.code().as_str(), "RUN_ALREADY_ACTIVE", "{r}");
     }
 }
 
@@ -106,7 +106,7 @@ fn child_process_entry() {
                 t(0),
             ) {
                 Ok(l) => println!("RESULT won {}", l.generation),
-                Err(e) => println!("RESULT {}", e.code()),
+                Err(e) => println!("RESULT {}", e.code().as_str()),
             }
         }
         "hold" => {
@@ -184,10 +184,13 @@ fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_afte
     let (_, run) = new_run(dir.path(), "life");
     let l = claim(&run, "a", 0).unwrap();
     let e = claim(&run, "b", 1_000).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("RUN_ALREADY_ACTIVE", 76));
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("RUN_ALREADY_ACTIVE", 76)
+    );
     let e = claim(&run, "b", 20_001).unwrap_err();
     assert_eq!(
-        (e.code(), e.exit_code()),
+        (e.code().as_str(), e.exit_code()),
         ("RUN_STALE_REQUIRES_TAKEOVER", 76)
     );
     run.release(&l, t(20_002), None).unwrap();
@@ -201,7 +204,7 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
     let (path, run) = new_run(dir.path(), "tk");
     claim(&run, "a", 0).unwrap();
     assert_eq!(
-        takeover(&run, "b", 1_000, 1).unwrap_err().code(),
+        takeover(&run, "b", 1_000, 1).unwrap_err().code().as_str(),
         "TAKEOVER_ACTIVE_REFUSED"
     );
     let head = run.status(t(60_000), false).unwrap().head.unwrap();
@@ -218,7 +221,7 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
             2,
         )
         .unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("TAKEOVER_RACE", 75));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("TAKEOVER_RACE", 75));
     let mut wrong = Expectation::of(&head);
     wrong.owner_id = id("nobody");
     assert_eq!(
@@ -232,7 +235,8 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
             3
         )
         .unwrap_err()
-        .code(),
+        .code()
+        .as_str(),
         "TAKEOVER_RACE"
     );
     takeover(&run, "c", 60_000, 4).unwrap();
@@ -271,7 +275,11 @@ fn two_concurrent_takeovers_have_exactly_one_winner() {
     let rs: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(rs.iter().filter(|r| r.is_ok()).count(), 1, "{rs:?}");
     assert_eq!(
-        rs.iter().find_map(|r| r.as_ref().err()).unwrap().code(),
+        rs.iter()
+            .find_map(|r| r.as_ref().err())
+            .unwrap()
+            .code()
+            .as_str(),
         "TAKEOVER_RACE"
     );
 }
@@ -287,15 +295,21 @@ fn a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_write
     let new = takeover(&run, "new", 60_000, 1).unwrap();
     // It resumes: every operation reports fenced.
     assert_eq!(
-        run.heartbeat(&old, t(60_001), 1).unwrap_err().code(),
+        run.heartbeat(&old, t(60_001), 1)
+            .unwrap_err()
+            .code()
+            .as_str(),
         "FENCED"
     );
     let e = run
         .append(&old, id("e"), serde_json::json!(2), t(60_002))
         .unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("FENCED", 75));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("FENCED", 75));
     assert_eq!(
-        run.release(&old, t(60_003), None).unwrap_err().code(),
+        run.release(&old, t(60_003), None)
+            .unwrap_err()
+            .code()
+            .as_str(),
         "FENCED"
     );
     let s = run.status(t(60_004), false).unwrap();
@@ -326,7 +340,7 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
     let e = run
         .retire(id("retirer"), me(), TimingPolicy::default(), t(1), None, 1)
         .unwrap_err();
-    assert_eq!(e.code(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
+    assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
     // A forged record whose pid matches the live child but whose start time does not: the
     // pid evidence says "dead", the held kernel lock says otherwise. Never retired.
     {
@@ -340,7 +354,7 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
         let e = run
             .retire(id("retirer"), me(), TimingPolicy::default(), t(2), None, 2)
             .unwrap_err();
-        assert_eq!(e.code(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
+        assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
         std::fs::write(&epoch_path, original).unwrap();
     }
     // SIGKILL: retired at once, no waiting for staleness.
@@ -390,7 +404,8 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     assert_eq!(
         run.append(&old, id("late"), serde_json::json!(2), t(60_001))
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "FENCED"
     );
     // Delete the newest epoch by hand: the recorded cutoff still applies.
@@ -400,7 +415,8 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     assert_eq!(
         run.append(&old, id("late"), serde_json::json!(3), t(60_002))
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "FENCED"
     );
     assert_eq!(counted(&run, 60_003), vec![1]);
@@ -409,7 +425,7 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     std::fs::write(&newest, b"{\"version\":\"runlease/epoch/1\"}\n").unwrap();
     std::fs::set_permissions(&newest, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let e = run.read_events(None).unwrap_err();
-    assert_eq!(e.code(), "RECORD_INVALID");
+    assert_eq!(e.code().as_str(), "RECORD_INVALID");
     assert!(e.to_string().contains("lease/epochs/"), "{e}");
     std::fs::write(&newest, saved).unwrap();
     let view = run.read_events(None).unwrap();
@@ -517,7 +533,11 @@ fn a_symlinked_folder_or_a_folder_in_place_of_a_file_is_refused_and_untouched() 
     std::fs::create_dir(path.join("lease")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, path.join("lease/epochs")).unwrap();
     let e = claim(&run, "a", 0).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("RUN_LAYOUT_INVALID", 65), "{e}");
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("RUN_LAYOUT_INVALID", 65),
+        "{e}"
+    );
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     std::fs::remove_file(path.join("lease/epochs")).unwrap();
     // A folder where the epoch file should be.
@@ -525,7 +545,7 @@ fn a_symlinked_folder_or_a_folder_in_place_of_a_file_is_refused_and_untouched() 
     match run.status(t(0), false) {
         Ok(s) => assert!(matches!(s.status, Status::Invalid(_)), "{:?}", s.status),
         Err(e) => {
-            assert_eq!(e.code(), "RUN_LAYOUT_INVALID", "{e}");
+            assert_eq!(e.code().as_str(), "RUN_LAYOUT_INVALID", "{e}");
             assert!(
                 e.to_string()
                     .contains("lease/epochs/00000000000000000001.json")
@@ -535,7 +555,7 @@ fn a_symlinked_folder_or_a_folder_in_place_of_a_file_is_refused_and_untouched() 
     let e = claim(&run, "a", 0).unwrap_err();
     assert!(
         matches!(
-            e.code(),
+            e.code().as_str(),
             "RUN_LAYOUT_INVALID" | "IO_ERROR" | "RECORD_INVALID"
         ),
         "{e}"
@@ -549,7 +569,7 @@ fn a_claim_on_a_missing_run_folder_fails_within_100ms() {
     let start = Instant::now();
     let e = RunDir::open(&dir.path().join("missing")).unwrap_err();
     assert!(start.elapsed() < Duration::from_millis(100));
-    assert_eq!((e.code(), e.exit_code()), ("RUN_NOT_FOUND", 64));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("RUN_NOT_FOUND", 64));
     assert!(e.to_string().contains("missing"));
 }
 
@@ -561,7 +581,11 @@ fn a_run_root_renamed_underneath_is_reported_and_not_written_through() {
     std::fs::rename(&path, dir.path().join("moved-away")).unwrap();
     std::fs::create_dir(&path).unwrap();
     let e = run.heartbeat(&l, t(1), 1).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("RUN_ROOT_CHANGED", 74), "{e}");
+    assert_eq!(
+        (e.code().as_str(), e.exit_code()),
+        ("RUN_ROOT_CHANGED", 74),
+        "{e}"
+    );
     assert_eq!(
         std::fs::read_dir(&path).unwrap().count(),
         0,

@@ -1,5 +1,6 @@
 //! The typed error of lease-run, with a stable code and a sysexits-style exit code.
 
+use lease_core::Code;
 use lease_core::LeaseError;
 use lease_fs::FsError;
 use lease_sqlite::StoreError;
@@ -124,23 +125,23 @@ pub enum RunError {
 
 impl RunError {
     /// The stable error code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             RunError::Fs(e) => e.code(),
             RunError::Lease(e) => e.code(),
             RunError::Store(e) => e.code(),
             #[cfg(feature = "etcd")]
             RunError::Etcd(e) => e.code(),
-            RunError::InvalidArgument(_) => "ARGUMENT_INVALID",
-            RunError::OwnerLockHeld { .. } => "OWNER_LOCK_HELD",
-            RunError::CommandsSurvive { .. } => "RUN_COMMANDS_SURVIVE",
-            RunError::CommandUnproven { .. } => "RUN_COMMAND_UNPROVEN",
-            RunError::NotPermitted { .. } => "RUN_COMMAND_NOT_PERMITTED",
-            RunError::Fenced { .. } => "FENCED",
-            RunError::StepTimeout { .. } => "STEP_TIMEOUT",
-            RunError::Released { .. } => "RUN_RELEASED",
-            RunError::Spawn { .. } => "SPAWN_FAILED",
-            RunError::Io(_) => "IO_ERROR",
+            RunError::InvalidArgument(_) => Code::ArgumentInvalid,
+            RunError::OwnerLockHeld { .. } => Code::OwnerLockHeld,
+            RunError::CommandsSurvive { .. } => Code::RunCommandsSurvive,
+            RunError::CommandUnproven { .. } => Code::RunCommandUnproven,
+            RunError::NotPermitted { .. } => Code::RunCommandNotPermitted,
+            RunError::Fenced { .. } => Code::Fenced,
+            RunError::StepTimeout { .. } => Code::StepTimeout,
+            RunError::Released { .. } => Code::RunReleased,
+            RunError::Spawn { .. } => Code::SpawnFailed,
+            RunError::Io(_) => Code::IoError,
         }
     }
 
@@ -230,7 +231,10 @@ mod tests {
                 detail: "d".into(),
             },
         ];
-        let got: Vec<(&str, i32)> = own.iter().map(|e| (e.code(), e.exit_code())).collect();
+        let got: Vec<(&str, i32)> = own
+            .iter()
+            .map(|e| (e.code().as_str(), e.exit_code()))
+            .collect();
         assert_eq!(got, RUN_ERROR_CODES);
         // The shared codes keep the exit code of the table that defines them.
         let shared = [
@@ -245,8 +249,13 @@ mod tests {
             let defined = lease_core::ERROR_CODES
                 .iter()
                 .chain(lease_fs::FS_ERROR_CODES)
-                .find(|(c, _)| *c == e.code());
-            assert_eq!(defined.map(|d| d.1), Some(e.exit_code()), "{}", e.code());
+                .find(|(c, _)| *c == e.code().as_str());
+            assert_eq!(
+                defined.map(|d| d.1),
+                Some(e.exit_code()),
+                "{}",
+                e.code().as_str()
+            );
         }
     }
 }

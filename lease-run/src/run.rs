@@ -5,6 +5,7 @@ use crate::error::RunError;
 use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tracked};
 use crate::procs::{self, Tracked, boottime_ns};
 use crate::sync::lock_std;
+use lease_core::Code;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
 use lease_core::{
@@ -864,7 +865,18 @@ impl Run {
                 }
                 match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
                     Ok(l) => Ok(l),
-                    Err(e) if retire_dead && e.exit_code() == 76 => {
+                    // Held (76): the status below decides whether the holder is dead.
+                    Err(e)
+                        if retire_dead
+                            && matches!(
+                                e.code(),
+                                Code::RunAlreadyActive
+                                    | Code::RunStaleRequiresTakeover
+                                    | Code::RunDeadRequiresRetirement
+                                    | Code::TakeoverActiveRefused
+                                    | Code::RetireRefusedNotDead
+                            ) =>
+                    {
                         let view = dir.status(wall_now()?, true)?;
                         match (&view.status, &view.head) {
                             (Status::Dead, Some(head)) => {
@@ -1595,7 +1607,7 @@ impl Run {
         let seal = match sealed {
             Ok(seal) => seal,
             Err(e) => {
-                if self.check_live().is_err() || e.code() == "FENCED" {
+                if self.check_live().is_err() || e.code() == Code::Fenced {
                     return Err(self.finish_fenced(e).await);
                 }
                 return Err(e);
@@ -1694,7 +1706,7 @@ impl Drop for Run {
 /// `run.json`'s `detail` for a failure: the error's code and message (at most 4096 bytes).
 fn failure_detail(err: &RunError) -> String {
     let msg = err.to_string();
-    let mut d = if msg.starts_with(err.code()) {
+    let mut d = if msg.starts_with(err.code().as_str()) {
         msg
     } else {
         format!("{}: {msg}", err.code())
@@ -1762,7 +1774,7 @@ async fn heartbeat_loop(dir: Arc<dyn LeaseAuthority>, shared: Arc<Shared>, lease
                 shared.note_beat(started);
                 count += 1;
             }
-            Ok(Ok(Err(e))) if e.code() == "FENCED" => {
+            Ok(Ok(Err(e))) if e.code() == Code::Fenced => {
                 shared.fence(e.to_string());
                 return;
             }

@@ -162,7 +162,7 @@ fn a_second_owner_is_refused_while_the_first_holds_the_etcd_lease() {
         let run = Run::open(&a, o.clone()).await.unwrap();
         let err = Run::open(&b, o.clone()).await.unwrap_err();
         assert_eq!(
-            (err.code(), err.exit_code()),
+            (err.code().as_str(), err.exit_code()),
             ("RUN_ALREADY_ACTIVE", 76),
             "{err}"
         );
@@ -170,13 +170,16 @@ fn a_second_owner_is_refused_while_the_first_holds_the_etcd_lease() {
         assert!(!b.join("run.json").exists());
         // The same folder: its kernel owner lock refuses first, as without etcd.
         let err = Run::open(&a, o.clone()).await.unwrap_err();
-        assert_eq!((err.code(), err.exit_code()), ("OWNER_LOCK_HELD", 76));
+        assert_eq!(
+            (err.code().as_str(), err.exit_code()),
+            ("OWNER_LOCK_HELD", 76)
+        );
         run.commit(Batch::new().put("k", "1")).await.unwrap();
         run.release(FinalStatus::Done).await.unwrap();
         // Free now, but the chain names a store host-b's folder lacks.
         let err = Run::open(&b, o.clone()).await.unwrap_err();
         assert_eq!(
-            (err.code(), err.exit_code()),
+            (err.code().as_str(), err.exit_code()),
             ("STORE_MISSING", 65),
             "{err}"
         );
@@ -217,7 +220,7 @@ fn a_stopped_cluster_fences_the_owner_and_kills_its_command() {
             .await
             .expect("fenced within 5 s of stopping the cluster");
         let fenced = stopped.elapsed();
-        assert_eq!(e.code(), "FENCED");
+        assert_eq!(e.code().as_str(), "FENCED");
         let status = tokio::time::timeout(Duration::from_secs(2), cmd.wait())
             .await
             .expect("the command was killed")
@@ -241,7 +244,7 @@ fn a_stopped_cluster_fences_the_owner_and_kills_its_command() {
     }
     // A fenced run writes nothing: its release reports the fence.
     let err = rt.block_on(run.release(FinalStatus::Done)).unwrap_err();
-    assert_eq!(err.code(), "FENCED");
+    assert_eq!(err.code().as_str(), "FENCED");
     assert_eq!(run_json(&path).status, RunState::Running);
 }
 
@@ -273,7 +276,7 @@ fn a_takeover_succeeds_only_after_the_owner_etcd_lease_expired() {
                 Err(e) => {
                     assert!(
                         matches!(
-                            e.code(),
+                            e.code().as_str(),
                             "TAKEOVER_ACTIVE_REFUSED" | "TAKEOVER_RACE" | "RUN_ALREADY_ACTIVE"
                         ),
                         "{e}"
@@ -306,7 +309,7 @@ fn a_takeover_succeeds_only_after_the_owner_etcd_lease_expired() {
         assert_eq!(taken.generation().get(), 2);
         taken.release(FinalStatus::Done).await.unwrap();
         assert_eq!(
-            run.release(FinalStatus::Done).await.unwrap_err().code(),
+            run.release(FinalStatus::Done).await.unwrap_err().code().as_str(),
             "FENCED"
         );
     });
@@ -331,7 +334,11 @@ fn an_unreachable_cluster_fails_the_open_with_unavailable() {
     };
     let started = Instant::now();
     let err = rt().block_on(Run::open(&path, o)).unwrap_err();
-    assert_eq!((err.code(), err.exit_code()), ("UNAVAILABLE", 69), "{err}");
+    assert_eq!(
+        (err.code().as_str(), err.exit_code()),
+        ("UNAVAILABLE", 69),
+        "{err}"
+    );
     // An operation ends by half the step deadline.
     assert!(
         started.elapsed() < Duration::from_secs(3),

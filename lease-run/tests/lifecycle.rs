@@ -163,7 +163,7 @@ fn helper_process() {
                 }
                 Err(e) => {
                     eprintln!("helper: {e}");
-                    println!("REFUSED {}", e.code());
+                    println!("REFUSED {}", e.code().as_str());
                     std::process::exit(e.exit_code())
                 }
             },
@@ -286,7 +286,7 @@ fn invalid_run_json_is_refused_and_kept() {
     std::fs::create_dir_all(&path).unwrap();
     std::fs::write(path.join("run.json"), b"{not json").unwrap();
     let e = rt().block_on(Run::open(&path, fast())).unwrap_err();
-    assert_eq!(e.code(), "RECORD_INVALID");
+    assert_eq!(e.code().as_str(), "RECORD_INVALID");
     assert_eq!(std::fs::read(path.join("run.json")).unwrap(), b"{not json");
     let rel = rt()
         .block_on(Run::open(Path::new("relative/run"), fast()))
@@ -377,7 +377,7 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
             .filter(|p| p.pgrp == pid && !p.zombie)
             .collect();
         assert!(members.is_empty(), "{members:?}");
-        assert_eq!(run.check_live().unwrap_err().code(), "FENCED");
+        assert_eq!(run.check_live().unwrap_err().code().as_str(), "FENCED");
         // Another owner takes over once the record is stale: the fenced run never wrote.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         let other = RunDir::open(&path).unwrap();
@@ -407,7 +407,7 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
         let before = std::fs::read(path.join("run.json")).unwrap();
         let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
-        assert_eq!(e.code(), "FENCED");
+        assert_eq!(e.code().as_str(), "FENCED");
         assert_eq!(std::fs::read(path.join("run.json")).unwrap(), before);
         cgroup_removed_after_fence(cg);
     });
@@ -449,7 +449,7 @@ fn watchdog_kills_commands_while_the_runtime_is_blocked() {
         assert!(past <= Duration::from_millis(100), "{past:?} past the deadline");
         let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();
-        assert_eq!(e.code(), "FENCED");
+        assert_eq!(e.code().as_str(), "FENCED");
         cgroup_removed_after_fence(cg);
     });
 }
@@ -708,7 +708,7 @@ fn invalid_options_are_refused_before_anything_is_touched() {
         ] {
             let e = Run::open(&p, o).await.unwrap_err();
             assert_eq!(
-                (e.code(), e.exit_code()),
+                (e.code().as_str(), e.exit_code()),
                 ("ARGUMENT_INVALID", 64),
                 "{what}: {e}"
             );
@@ -772,7 +772,11 @@ fn a_store_rewound_behind_its_seal_is_refused_65_and_run_json_says_failed() {
 
         put_store(&old, &path);
         let e = Run::open(&path, fast()).await.unwrap_err();
-        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65), "{e}");
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
         let st = read_status(&path);
         assert_eq!(st.status, RunState::Failed);
         let detail = st.detail.unwrap();
@@ -839,7 +843,11 @@ fn a_store_rewound_below_the_floor_recorded_by_a_takeover_is_refused_65() {
     put_store(&old, &path);
     rt().block_on(async {
         let e = Run::open(&path, fast()).await.unwrap_err();
-        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65), "{e}");
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
         assert!(e.to_string().contains("floor"), "{e}");
         let st = read_status(&path);
         assert_eq!(st.status, RunState::Failed);
@@ -971,7 +979,7 @@ fn a_recorded_command_that_cannot_be_killed_refuses_the_open_76_and_its_record_i
 
         let e = Run::open(&path, opts.clone()).await.unwrap_err();
         assert_eq!(
-            (e.code(), e.exit_code()),
+            (e.code().as_str(), e.exit_code()),
             ("RUN_COMMANDS_SURVIVE", 76),
             "{e}"
         );
@@ -1165,7 +1173,7 @@ fn a_watched_takeover_is_recorded_as_automatic_and_refused_when_watched_too_brie
             ..fast()
         };
         let e = Run::open(&path, brief).await.unwrap_err();
-        assert_eq!(e.code(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
+        assert_eq!(e.code().as_str(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
         assert_eq!(e.exit_code(), 76, "{e}");
         let watched = OpenOptions {
             takeover: Some(Expectation::of(&head)),
@@ -1217,7 +1225,11 @@ fn a_store_rewound_below_the_floor_recorded_by_a_retirement_is_refused_65() {
     };
     rt().block_on(async {
         let e = Run::open(&path, opts.clone()).await.unwrap_err();
-        assert_eq!((e.code(), e.exit_code()), ("STORE_BEHIND_SEAL", 65), "{e}");
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
         assert!(e.to_string().contains("floor"), "{e}");
         let head = RunDir::open(&path)
             .unwrap()
@@ -1259,14 +1271,18 @@ fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
             .unwrap();
         std::fs::remove_file(&store).unwrap();
         let e = Run::open(&path, fast()).await.unwrap_err();
-        assert_eq!((e.code(), e.exit_code()), ("STORE_MISSING", 65), "{e}");
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_MISSING", 65),
+            "{e}"
+        );
         assert!(!store.exists(), "an expected store is never recreated");
         let st = read_status(&path);
         assert_eq!(st.status, RunState::Failed);
         assert!(st.detail.unwrap().starts_with("STORE_MISSING"));
         // The failed open re-issued the seal: still refused, still not recreated.
         let e = Run::open(&path, fast()).await.unwrap_err();
-        assert_eq!(e.code(), "STORE_MISSING");
+        assert_eq!(e.code().as_str(), "STORE_MISSING");
         assert!(!store.exists());
     });
 }

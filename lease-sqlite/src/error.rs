@@ -4,6 +4,7 @@
 //! `ARCHITECTURE.md` §6 (sysexits): 64 usage, 65 data, 70 internal or unsupported schema,
 //! 74 I/O, 75 fenced or temporary.
 
+use lease_core::Code;
 use lease_core::LeaseError;
 
 /// Every failure of the store.
@@ -152,18 +153,18 @@ impl From<LeaseError> for StoreError {
 
 impl StoreError {
     /// The stable, machine-readable code of this error.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
             StoreError::Lease { source, .. } => source.code(),
-            StoreError::Fenced { .. } => "FENCED",
-            StoreError::Busy { .. } => "STORE_BUSY",
-            StoreError::Corrupt { .. } => "STORE_CORRUPT",
-            StoreError::Missing { .. } => "STORE_MISSING",
-            StoreError::SchemaUnsupported { .. } => "SCHEMA_UNSUPPORTED",
-            StoreError::Pragma { .. } => "STORE_PRAGMA",
-            StoreError::Io { .. } => "STORE_IO",
-            StoreError::ArgumentInvalid { .. } => "ARGUMENT_INVALID",
-            StoreError::Internal { .. } => "STORE_INTERNAL",
+            StoreError::Fenced { .. } => Code::Fenced,
+            StoreError::Busy { .. } => Code::StoreBusy,
+            StoreError::Corrupt { .. } => Code::StoreCorrupt,
+            StoreError::Missing { .. } => Code::StoreMissing,
+            StoreError::SchemaUnsupported { .. } => Code::SchemaUnsupported,
+            StoreError::Pragma { .. } => Code::StorePragma,
+            StoreError::Io { .. } => Code::StoreIo,
+            StoreError::ArgumentInvalid { .. } => Code::ArgumentInvalid,
+            StoreError::Internal { .. } => Code::StoreInternal,
         }
     }
 

@@ -171,7 +171,7 @@ fn commit_gate_refuses_before_the_transaction() {
     assert_eq!(store.get("k").unwrap().unwrap().value, b"v");
     // A self-fenced owner cannot seal either.
     let e = store.seal(g(3)).unwrap_err();
-    assert_eq!(e.code(), "FENCED");
+    assert_eq!(e.code().as_str(), "FENCED");
     // The handle was consumed and dropped: the file can be opened again.
     let store = open_store(&path);
     assert_eq!(store.head().unwrap(), 1);
@@ -195,7 +195,11 @@ fn a_fenced_generation_cannot_seal_and_a_seal_raises_the_fence() {
         .unwrap();
     assert_eq!(store.identity().unwrap().store_id, seal.store_id.as_str());
     assert_eq!(
-        store.commit(g(5), &Batch::new()).unwrap_err().code(),
+        store
+            .commit(g(5), &Batch::new())
+            .unwrap_err()
+            .code()
+            .as_str(),
         "FENCED"
     );
     assert_eq!(store.commit(g(7), &Batch::new()).unwrap(), 2);
@@ -265,8 +269,8 @@ fn reads_prefix_scan_deletes_and_paging() {
     assert_eq!(page[0].committed_at.len(), 24);
     assert!(store.commits_since(2).unwrap().is_empty());
     let e = store.commits_since(u64::MAX).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("ARGUMENT_INVALID", 64));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("ARGUMENT_INVALID", 64));
     let e = store.commit(g(u64::MAX), &Batch::new()).unwrap_err();
-    assert_eq!((e.code(), e.exit_code()), ("ARGUMENT_INVALID", 64));
+    assert_eq!((e.code().as_str(), e.exit_code()), ("ARGUMENT_INVALID", 64));
     assert_eq!(store.head().unwrap(), 2);
 }

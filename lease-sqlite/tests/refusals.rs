@@ -318,7 +318,8 @@ fn second_open_in_the_same_process_is_refused() {
     assert_eq!(
         Store::open(&run(), &path, OpenOptions::default())
             .unwrap_err()
-            .code(),
+            .code()
+            .as_str(),
         "STORE_BUSY"
     );
     let store = opened.check_seal(None, None).unwrap();
@@ -353,7 +354,7 @@ fn second_process_open_is_refused() {
                 let head = opened.identity().unwrap().head;
                 format!("RESULT ok {head}")
             }
-            Err(e) => format!("RESULT {} {} {}", e.code(), e.exit_code(), e),
+            Err(e) => format!("RESULT {} {} {}", e.code().as_str(), e.exit_code(), e),
         };
         println!("{line}");
         return;
@@ -470,7 +471,7 @@ fn concurrent_openers_and_creators_in_one_process_get_one_handle() {
                     let r = Store::open(&run(), &path, create());
                     let out = match &r {
                         Ok(o) => Ok(o.identity().unwrap().store_id),
-                        Err(e) => Err(e.code()),
+                        Err(e) => Err(e.code().as_str()),
                     };
                     barrier.wait(); // everyone holds its result until all have tried
                     out
@@ -557,5 +558,5 @@ fn open_in_refuses_a_name_with_a_slash() {
     let root = tempfile::tempdir().unwrap();
     let fd: std::os::fd::OwnedFd = std::fs::File::open(root.path()).unwrap().into();
     let err = Store::open_in(&run(), fd, root.path(), "../run.sqlite", create()).unwrap_err();
-    assert_eq!(err.code(), "ARGUMENT_INVALID", "{err}");
+    assert_eq!(err.code().as_str(), "ARGUMENT_INVALID", "{err}");
 }

@@ -57,7 +57,7 @@ pub fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// Assert `err` has `code` and `exit`, and that its message names `path`.
 pub fn assert_refused(err: &StoreError, code: &str, exit: i32, path: &Path) {
     assert_eq!(
-        (err.code(), err.exit_code()),
+        (err.code().as_str(), err.exit_code()),
         (code, exit),
         "unexpected error: {err}"
     );

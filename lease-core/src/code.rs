@@ -1,0 +1,149 @@
+//! [`Code`]: every stable error code of the library layers as one enum, so control flow
+//! matches on variants, never on strings. Each layer's error has `code() -> Code`; the text
+//! (`Code::as_str`) is what `--json` prints and the docs list (docs/PROTOCOL.md §12). The
+//! exit codes are not here: each layer's `exit_code()` says them, and the CLI maps them.
+//!
+//! ```
+//! use lease_core::Code;
+//! assert_eq!(Code::Fenced.as_str(), "FENCED");
+//! assert_eq!(Code::parse("FENCED"), Some(Code::Fenced));
+//! assert!(Code::Fenced == "FENCED");
+//! ```
+
+use std::fmt;
+
+macro_rules! codes {
+    ($($variant:ident = $text:literal,)*) => {
+        /// A stable error code (its text is [`Code::as_str`]).
+        #[non_exhaustive]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $(
+                #[doc = concat!("`", $text, "`")]
+                $variant,
+            )*
+        }
+
+        impl Code {
+            /// Every code, in the order of docs/PROTOCOL.md §12's layers.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The code's stable text (`FENCED`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text,)*
+                }
+            }
+
+            /// The code named by `text`, if any.
+            pub fn parse(text: &str) -> Option<Code> {
+                match text {
+                    $($text => Some(Code::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    RunIdInvalid = "RUN_ID_INVALID",
+    ArgumentInvalid = "ARGUMENT_INVALID",
+    PolicyInvalid = "POLICY_INVALID",
+    RecordInvalid = "RECORD_INVALID",
+    ChainBroken = "CHAIN_BROKEN",
+    EventLogGap = "EVENT_LOG_GAP",
+    GenerationOverflow = "GENERATION_OVERFLOW",
+    StoreBehindSeal = "STORE_BEHIND_SEAL",
+    StoreIdentityMismatch = "STORE_IDENTITY_MISMATCH",
+    SchemaUnsupported = "SCHEMA_UNSUPPORTED",
+    ProtocolViolation = "PROTOCOL_VIOLATION",
+    TakeoverRace = "TAKEOVER_RACE",
+    Fenced = "FENCED",
+    EventContention = "EVENT_CONTENTION",
+    ConcurrentChange = "CONCURRENT_CHANGE",
+    RunAlreadyActive = "RUN_ALREADY_ACTIVE",
+    RunStaleRequiresTakeover = "RUN_STALE_REQUIRES_TAKEOVER",
+    RunDeadRequiresRetirement = "RUN_DEAD_REQUIRES_RETIREMENT",
+    TakeoverActiveRefused = "TAKEOVER_ACTIVE_REFUSED",
+    RetireRefusedNotDead = "RETIRE_REFUSED_NOT_DEAD",
+    RunNotFound = "RUN_NOT_FOUND",
+    RunRootChanged = "RUN_ROOT_CHANGED",
+    RunLayoutInvalid = "RUN_LAYOUT_INVALID",
+    IoError = "IO_ERROR",
+    RunNotOwned = "RUN_NOT_OWNED",
+    RunFolderForeign = "RUN_FOLDER_FOREIGN",
+    StoreCorrupt = "STORE_CORRUPT",
+    StoreMissing = "STORE_MISSING",
+    StorePragma = "STORE_PRAGMA",
+    StoreInternal = "STORE_INTERNAL",
+    StoreIo = "STORE_IO",
+    StoreBusy = "STORE_BUSY",
+    OwnerLockHeld = "OWNER_LOCK_HELD",
+    RunCommandsSurvive = "RUN_COMMANDS_SURVIVE",
+    RunCommandUnproven = "RUN_COMMAND_UNPROVEN",
+    RunCommandNotPermitted = "RUN_COMMAND_NOT_PERMITTED",
+    StepTimeout = "STEP_TIMEOUT",
+    RunReleased = "RUN_RELEASED",
+    SpawnFailed = "SPAWN_FAILED",
+    Unavailable = "UNAVAILABLE",
+    EtcdRefused = "ETCD_REFUSED",
+    AuthorityInvalid = "AUTHORITY_INVALID",
+    LivenessInvalid = "LIVENESS_INVALID",
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<str> for Code {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<Code> for &str {
+    fn eq(&self, other: &Code) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl From<Code> for &'static str {
+    fn from(c: Code) -> &'static str {
+        c.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_and_is_unique() {
+        let mut seen = std::collections::BTreeSet::new();
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(*c));
+            assert!(seen.insert(c.as_str()), "{c} twice");
+            assert!(
+                c.as_str()
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b == b'_')
+            );
+        }
+        assert_eq!(Code::parse("NOPE"), None);
+    }
+}
