@@ -46,7 +46,7 @@ fn one<R: Record + Debug + PartialEq>(data: &[u8]) {
         }
         Err(e) => {
             assert!(
-                matches!(e.code(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
+                matches!(e.code().as_str(), "RECORD_INVALID" | "SCHEMA_UNSUPPORTED"),
                 "{:?}: unexpected error kind {}: {e}",
                 R::KIND,
                 e.code()

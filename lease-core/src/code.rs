@@ -122,6 +122,12 @@ impl serde::Serialize for Code {
     }
 }
 
+impl From<Code> for String {
+    fn from(c: Code) -> String {
+        c.as_str().to_string()
+    }
+}
+
 impl From<Code> for &'static str {
     fn from(c: Code) -> &'static str {
         c.as_str()
