@@ -42,7 +42,7 @@
 //! let g2 = Generation::new(2).unwrap();
 //! store.commit(g2, &Batch::new().delete("doc/a"))?;
 //! let refused = store.commit(g1, &Batch::new().put("doc/a", "late")).unwrap_err();
-//! assert_eq!((refused.code(), refused.exit_code()), ("FENCED", 75));
+//! assert_eq!((refused.code().as_str(), refused.exit_code()), ("FENCED", 75));
 //! assert_eq!(store.commits_since(0)?.len(), 2);
 //! store.close()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
