@@ -314,7 +314,13 @@ pub fn is_run_folder(path: &Path) -> io::Result<bool> {
         Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
-    let lease = match retry(|| rfs::openat(&fd, "lease", dir_flags(), Mode::empty())) {
+    has_run_marker_in(&fd)
+}
+
+/// Whether `lease/epochs/` is a directory beneath the folder `root`, resolved without
+/// following symlinks (type only, not owner).
+fn has_run_marker_in(root: &OwnedFd) -> io::Result<bool> {
+    let lease = match retry(|| rfs::openat(root, "lease", dir_flags(), Mode::empty())) {
         Ok(fd) => fd,
         Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
         Err(e) => return Err(e.into()),
@@ -394,16 +400,7 @@ impl RealFs {
     /// `RunDir::init`), resolved without following symlinks. Checks only the type, not
     /// the owner (a foreign folder is classified before it is judged).
     pub fn has_run_marker(&self) -> io::Result<bool> {
-        let lease = match retry(|| rfs::openat(&*self.root, "lease", dir_flags(), Mode::empty())) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(false),
-            Err(e) => return Err(e.into()),
-        };
-        match retry(|| rfs::statat(&lease, "epochs", AtFlags::SYMLINK_NOFOLLOW)) {
-            Ok(st) => Ok(type_of(&st) == FileType::Directory),
-            Err(Errno::NOENT) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        has_run_marker_in(&self.root)
     }
 
     /// Error unless directory `dir` (non-empty, below the root) is absent or trusted: a
