@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{BIN, FAST, cmd, path_with_binary, read_pid, scratch, signal, text, wait_for_state};
+use common::{BIN, FAST, cmd, read_pid, scratch, signal, text, wait_for_state};
 use rustix::process::Signal;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -56,24 +56,28 @@ fn quoted(line: &str) -> Vec<String> {
 /// Run `runlease args` under strace; returns its output and every traced line that names
 /// a path below `root`.
 fn traced(root: &Path, args: &[&str]) -> (Output, Vec<String>) {
+    traced_via(root, &[], args)
+}
+
+/// [`traced`], with runlease started through `wrapper` (e.g. `timeout -s INT 1.5`).
+fn traced_via(root: &Path, wrapper: &[&str], args: &[&str]) -> (Output, Vec<String>) {
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut c = cmd(args);
     let mut strace = Command::new("strace");
     strace
         .args(["-f", "-qq", "-s", "4096", "-e", "trace=%file", "-o"])
         .arg(log.path())
         .arg("--")
+        .args(wrapper)
         .arg(BIN)
         .args(args);
     // The same environment as `cmd` (no inherited owner token, the binary on PATH).
-    for (k, v) in c.get_envs() {
+    for (k, v) in cmd(args).get_envs() {
         match v {
             Some(v) => strace.env(k, v),
             None => strace.env_remove(k),
         };
     }
     strace.stdin(std::process::Stdio::null());
-    let _ = &mut c;
     let out = strace.output().expect("run strace");
     let below = format!("{}/", root.display());
     let trace = std::fs::read_to_string(log.path()).unwrap();
@@ -134,27 +138,15 @@ fn no_system_call_names_a_path_below_the_run_root() {
         check(&dir, &args, &[0], &mut v);
     }
     // `events --follow`: its polling, stopped by SIGINT after 1.5 s (exit 130 or 0).
-    let (o, bad) = {
-        let log = tempfile::NamedTempFile::new().unwrap();
-        let out = Command::new("strace")
-            .args(["-f", "-qq", "-s", "4096", "-e", "trace=%file", "-o"])
-            .arg(log.path())
-            .args([
-                "--", "timeout", "-s", "INT", "1.5", BIN, "events", "--follow", d,
-            ])
-            .env("PATH", path_with_binary())
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let below = format!("{d}/");
-        let trace = std::fs::read_to_string(log.path()).unwrap();
-        let bad: Vec<String> = trace
-            .lines()
-            .filter(|l| quoted(l).iter().any(|s| s.starts_with(&below)))
-            .map(|l| format!("runlease events --follow: {l}"))
-            .collect();
-        (out, bad)
-    };
+    let (o, bad) = traced_via(
+        &dir,
+        &["timeout", "-s", "INT", "1.5"],
+        &["events", "--follow", d],
+    );
+    let bad: Vec<String> = bad
+        .into_iter()
+        .map(|l| format!("runlease events --follow: {l}"))
+        .collect();
     assert!(
         text(&o.stdout).contains("step"),
         "events --follow printed the events: {}",
