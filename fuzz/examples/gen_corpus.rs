@@ -172,7 +172,11 @@ fn decode_records_seeds(root: &Path) {
         boot_id: id("boot-a"),
         argv: vec!["/bin/sh".into(), "-c".into(), "echo hi".into()],
         started_at: t(31_500),
-        incarnation: Some(CommandRecord::incarnation_digest(&run_id(), g2, "fuzz-secret")),
+        incarnation: Some(CommandRecord::incarnation_digest(
+            &run_id(),
+            g2,
+            "fuzz-secret",
+        )),
     })
     .expect("command");
     let seeds: [(&str, Vec<u8>); 8] = [

@@ -27,6 +27,7 @@
 //! answers.
 
 use crate::fixtures::{LiveMode, holder, id, run_id, t};
+use lease_core::LeaseOps;
 use lease_core::mem::MemDisk;
 use lease_core::ops::{
     Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence, Operation,
@@ -779,29 +780,33 @@ fn judge_sim(folder: &Folder, expect: Expectation, forged: Option<&OwnedLease>) 
     }
 
     let fresh = || run_dir(&folder.sim_fs(), live);
-    let claim = fresh().claim(
-        c.claimer.0.clone(),
-        c.claimer.1.clone(),
-        TimingPolicy::default(),
+    let claim = fresh().claim(lease_core::ops::ClaimParams {
+        run_id: fresh().run_id().clone(),
+        owner_id: c.claimer.0.clone(),
+        holder: c.claimer.1.clone(),
+        policy: TimingPolicy::default(),
         now,
-    );
-    let takeover = fresh().takeover(
-        c.taker.0.clone(),
-        c.taker.1.clone(),
-        TimingPolicy::default(),
+        store_floor: None,
+    });
+    let takeover = fresh().takeover(lease_core::ops::TakeoverParams {
+        run_id: fresh().run_id().clone(),
+        owner_id: c.taker.0.clone(),
+        holder: c.taker.1.clone(),
+        policy: TimingPolicy::default(),
         now,
         expect,
-        TakeoverTrigger::Operator,
-        7,
-    );
-    let retire = fresh().retire(
-        c.retirer.0.clone(),
-        c.retirer.1.clone(),
-        TimingPolicy::default(),
+        trigger: TakeoverTrigger::Operator,
+        nonce: 7,
+    });
+    let retire = fresh().retire(lease_core::ops::RetireParams {
+        run_id: fresh().run_id().clone(),
+        owner_id: c.retirer.0.clone(),
+        holder: c.retirer.1.clone(),
+        policy: TimingPolicy::default(),
         now,
-        None,
-        9,
-    );
+        expect: None,
+        nonce: 9,
+    });
     let fin = fresh().read_events(Some((id("fuzz-reader"), now)));
     let (mut hb, mut ap, mut rel) = (
         Err("no lease".to_string()),
@@ -809,12 +814,30 @@ fn judge_sim(folder: &Folder, expect: Expectation, forged: Option<&OwnedLease>) 
         Err("no lease".to_string()),
     );
     if let Some(l) = forged {
-        hb = fs_outcome("heartbeat", &fresh().heartbeat(l, now, 1), |_| "ok".into());
-        rel = fs_outcome("release", &fresh().release(l, now, None), |g| g.to_string());
+        hb = fs_outcome("heartbeat", &fresh().heartbeat(l, now, 1, None), |_| {
+            "ok".into()
+        });
+        rel = fs_outcome(
+            "release",
+            &fresh().release(lease_core::ops::ReleaseParams {
+                lease: l.clone(),
+                now,
+                seal: None,
+            }),
+            |g| g.to_string(),
+        );
         let p = append_params(now);
         ap = fs_outcome(
             "append",
-            &fresh().append(l, p.event_type, p.payload, now),
+            &fresh().append(
+                l,
+                lease_core::ops::AppendParams {
+                    event_type: p.event_type,
+                    payload: p.payload,
+                    now,
+                    tail_hint: None,
+                },
+            ),
             |a| a.sequence.to_string(),
         );
     }

@@ -188,7 +188,7 @@ pub struct Lease {
 impl Lease {
     /// The run id.
     pub fn run_id(&self) -> &lease_core::RunId {
-        self.auth.lease_run_id()
+        self.auth.run_id()
     }
 
     /// [`run_status_json`] of the folder, `null` when there is no folder here.
@@ -220,7 +220,7 @@ pub fn open_lease(
                 None => open_run(dir)?,
             });
             Ok(Lease {
-                auth: run.clone(),
+                auth: Arc::new(lease_run::FolderAuthority(run.clone())),
                 folder: Some(run),
             })
         }

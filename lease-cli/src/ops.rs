@@ -7,7 +7,11 @@ use crate::common::{
     wall_now,
 };
 use lease_core::Code;
-use lease_core::ops::{Authority, Expectation, OwnedLease, Status, StatusView, TakeoverTrigger};
+use lease_core::LeaseOps;
+use lease_core::ops::{
+    AppendParams, Authority, Expectation, OwnedLease, PruneParams, ReleaseParams, RetireParams,
+    Status, StatusView, TakeoverParams, TakeoverTrigger,
+};
 use lease_core::{Dir, FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
 use lease_fs::lock::OwnerLock;
 use lease_fs::{ProcLiveness, this_holder};
@@ -268,7 +272,7 @@ pub struct TakeoverOpts {
 fn read_cutoff(run: &dyn LeaseAuthority, g: Generation) -> Option<u64> {
     match run.perform(lease_core::ops::Request::Read(FileRef::Cutoff(g))) {
         Ok(lease_core::ops::Response::Content(Some(b))) => {
-            decode_for::<RetirementRecord>(run.lease_run_id(), &b)
+            decode_for::<RetirementRecord>(run.run_id(), &b)
                 .ok()
                 .map(|r| r.events_through)
         }
@@ -295,7 +299,7 @@ fn active_owner(
         return Err(CliError::new(
             "TAKEOVER_RACE",
             75,
-            format!("run {} is free: {free_why}", run.lease_run_id()),
+            format!("run {} is free: {free_why}", run.run_id()),
         ));
     };
     Ok((view, head))
@@ -346,10 +350,7 @@ pub fn takeover(
                 return Err(CliError::new(
                     "TAKEOVER_ACTIVE_REFUSED",
                     76,
-                    format!(
-                        "run {}: {desc}: the owner is fresh; {hint}",
-                        run.lease_run_id()
-                    ),
+                    format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
                 )
                 .with_extra(held));
             }
@@ -380,22 +381,29 @@ pub fn takeover(
         }
     };
     let policy: TimingPolicy = head.epoch.policy;
-    let lease = run.takeover(
-        new_owner_id()?,
-        this_holder()?,
+    let lease = run.takeover(TakeoverParams {
+        run_id: run.run_id().clone(),
+        owner_id: new_owner_id()?,
+        holder: this_holder()?,
         policy,
-        wall_now()?,
+        now: wall_now()?,
         expect,
-        TakeoverTrigger::Operator,
-        new_nonce()?,
-    )?;
-    let cutoff = read_cutoff(run, head.generation());
-    let released = run.release(&lease, wall_now()?, None).map_err(|e| {
-        CliError::from(e).with_hint(format!(
-            "the takeover itself succeeded (generation {}); the old owner is fenced",
-            lease.generation
-        ))
+        trigger: TakeoverTrigger::Operator,
+        nonce: new_nonce()?,
     })?;
+    let cutoff = read_cutoff(run, head.generation());
+    let released = run
+        .release(ReleaseParams {
+            lease: lease.clone(),
+            now: wall_now()?,
+            seal: None,
+        })
+        .map_err(|e| {
+            CliError::from(e).with_hint(format!(
+                "the takeover itself succeeded (generation {}); the old owner is fenced",
+                lease.generation
+            ))
+        })?;
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/takeover/1",
@@ -460,14 +468,15 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     let (view, head) = active_owner(run, dir, "there is no owner to retire")?;
     check_before_replacing(run)?;
     let retired = run
-        .retire(
-            new_owner_id()?,
-            this_holder()?,
-            head.epoch.policy,
-            wall_now()?,
-            Some(Expectation::of(&head)),
-            new_nonce()?,
-        )
+        .retire(RetireParams {
+            run_id: run.run_id().clone(),
+            owner_id: new_owner_id()?,
+            holder: this_holder()?,
+            policy: head.epoch.policy,
+            now: wall_now()?,
+            expect: Some(Expectation::of(&head)),
+            nonce: new_nonce()?,
+        })
         .map_err(|e| {
             let code = e.code();
             let err = CliError::from(e);
@@ -596,7 +605,7 @@ pub fn release(
             76,
             format!(
                 "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
-                run.lease_run_id(),
+                run.run_id(),
                 holder.pid
             ),
         ));
@@ -635,7 +644,7 @@ pub fn release(
                         75,
                         format!(
                             "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
-                            run.lease_run_id(),
+                            run.run_id(),
                             h.generation(),
                             h.epoch.owner_id
                         ),
@@ -649,7 +658,7 @@ pub fn release(
                     75,
                     format!(
                         "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
-                        run.lease_run_id(),
+                        run.run_id(),
                         holder.pid,
                         human_ms(i64::try_from(o.timeout.as_millis()).unwrap_or(i64::MAX))
                     ),
@@ -657,7 +666,11 @@ pub fn release(
             }
         }
     } else {
-        run.release(&lease, wall_now()?, None)?
+        run.release(ReleaseParams {
+            lease: lease.clone(),
+            now: wall_now()?,
+            seal: None,
+        })?
     };
     let how = if via_run { "owner" } else { "direct" };
     if out.json {
@@ -740,7 +753,7 @@ fn owned_head(
             75,
             format!(
                 "run {}: generation {generation} is fenced: {detail}; {nothing}",
-                run.lease_run_id()
+                run.run_id()
             ),
         )
     };
@@ -748,7 +761,7 @@ fn owned_head(
         None => {
             return Err(CliError::usage(format!(
                 "run {} was never claimed: generation {generation} does not exist",
-                run.lease_run_id()
+                run.run_id()
             )));
         }
         Some(h) if h.generation() < generation => {
@@ -775,7 +788,7 @@ fn owned_head(
         Some(h) => h.clone(),
     };
     let lease = OwnedLease {
-        run_id: run.lease_run_id().clone(),
+        run_id: run.run_id().clone(),
         generation,
         owner_id: owner.clone(),
         holder: head.epoch.holder.clone(),
@@ -807,7 +820,15 @@ pub fn append(
     let run = &*opened.auth;
     // Act as that owner: the append's own pre- and post-checks decide whether it counts.
     let (lease, _) = owned_head(run, generation, &owner, "nothing was appended")?;
-    let appended = run.append(&lease, event_type.clone(), payload, wall_now()?)?;
+    let appended = run.append(
+        &lease,
+        AppendParams {
+            event_type: event_type.clone(),
+            payload,
+            now: wall_now()?,
+            tail_hint: None,
+        },
+    )?;
     if let Some(by) = appended.superseded_by {
         eprintln!(
             "runlease: warning: event {} counts, but generation {generation} was superseded by generation {by} meanwhile: stop writing",
@@ -1373,7 +1394,12 @@ pub fn prune(dir: &Path, authority: &RunAuthority, keep: u64, out: Out) -> Resul
     if let Status::Invalid(e) = run.status(wall_now()?, false)?.status {
         return Err(e.into());
     }
-    let r = run.prune(keep, cli_identity("prune"), wall_now()?)?;
+    let r = run.prune(PruneParams {
+        run_id: run.run_id().clone(),
+        keep,
+        by: cli_identity("prune"),
+        now: wall_now()?,
+    })?;
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/prune/1",

@@ -51,6 +51,7 @@ use crate::common::{
 };
 use lease_cli::cli::WaitFor;
 use lease_core::Code;
+use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{HeartbeatDurability, TimingPolicy};
 use lease_fs::RunDir;

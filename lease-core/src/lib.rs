@@ -63,6 +63,7 @@ pub mod policy;
 pub mod records;
 pub mod seal;
 pub mod time;
+pub mod transport;
 
 pub use canonical::{Record, decode, decode_for, encode};
 pub use code::Code;
@@ -76,3 +77,4 @@ pub use records::{
     TakeoverMode,
 };
 pub use time::Timestamp;
+pub use transport::{LeaseOps, TailHint, Transport};

@@ -5,10 +5,13 @@
 //! crashes or torn writes; the simulated file system of `lease-fs` does.
 
 use crate::LeaseError;
+use crate::RunId;
 use crate::layout::FileRef;
-use crate::ops::{LivenessEvidence, Operation, Request, Response, Step};
+use crate::ops::{LivenessEvidence, Operation, OwnerLock, ProcessState, Request, Response};
 use crate::records::Holder;
+use crate::transport::{TailHint, Transport};
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 /// An in-memory run directory.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,12 +94,77 @@ impl MemDisk {
         op: &mut O,
         liveness: &dyn Fn(&Holder) -> LivenessEvidence,
     ) -> Result<O::Output, LeaseError> {
-        let mut input = None;
-        loop {
-            match op.next(input.take()) {
-                Step::Io(req) => input = Some(self.perform(req, liveness)),
-                Step::Done(r) => return r,
-            }
+        match crate::ops::drive(op, |req| {
+            Ok::<_, std::convert::Infallible>(self.perform(req, liveness))
+        }) {
+            Ok(result) => result,
+            Err(never) => match never {},
         }
+    }
+}
+
+/// A [`MemDisk`] behind the [`Transport`] seam, so every [`crate::LeaseOps`] operation runs
+/// against memory (examples, property tests). Liveness probes answer what its `liveness`
+/// function says; [`MemTransport::new`]'s answers "gone, lock free" (every owner dead).
+pub struct MemTransport {
+    run_id: RunId,
+    disk: Mutex<MemDisk>,
+    tail: TailHint,
+    liveness: Box<dyn Fn(&Holder) -> LivenessEvidence + Send + Sync>,
+}
+
+impl std::fmt::Debug for MemTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemTransport")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemTransport {
+    /// An empty run `run_id` whose every probed owner is gone.
+    pub fn new(run_id: RunId) -> MemTransport {
+        MemTransport::with_liveness(run_id, |h| LivenessEvidence {
+            observer_boot_id: h.boot_id.clone(),
+            process: ProcessState::Gone,
+            owner_lock: OwnerLock::Free,
+        })
+    }
+
+    /// An empty run whose liveness probes `liveness` answers.
+    pub fn with_liveness(
+        run_id: RunId,
+        liveness: impl Fn(&Holder) -> LivenessEvidence + Send + Sync + 'static,
+    ) -> MemTransport {
+        MemTransport {
+            run_id,
+            disk: Mutex::new(MemDisk::new()),
+            tail: TailHint::new(),
+            liveness: Box::new(liveness),
+        }
+    }
+
+    /// A copy of the disk as it is now.
+    pub fn disk(&self) -> MemDisk {
+        self.disk
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+}
+
+impl Transport for MemTransport {
+    type Error = LeaseError;
+    type Bound = ();
+    fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    fn default_bound(&self) {}
+    fn execute(&self, req: Request, _bound: ()) -> Result<Response, LeaseError> {
+        let mut disk = self.disk.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(disk.perform(req, &*self.liveness))
+    }
+    fn tail_hint(&self) -> &TailHint {
+        &self.tail
     }
 }

@@ -33,7 +33,7 @@
 //! # Liveness and fencing
 //!
 //! The fencing token stays the generation. The etcd lease is kept alive only by
-//! [`EtcdRun::heartbeat_until`] (one keep-alive per heartbeat, no background keeper), so
+//! [`LeaseOps::heartbeat_within`] (one keep-alive per heartbeat, no background keeper), so
 //! the cluster stops hearing the owner exactly when its heartbeats stop succeeding. The
 //! owner self-fences when its last successful heartbeat *started* `self_fence_after` ago
 //! ([`lease_core::must_self_fence`]); the cluster can drop its etcd lease no earlier than
@@ -69,17 +69,13 @@ use crate::error::EtcdError;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
-use lease_core::Code;
 use lease_core::ops::{
-    Append, AppendParams, Appended, Claim, ClaimParams, EventLogView, Expectation, Heartbeat,
-    LivenessEvidence, Operation, OwnedLease, OwnerLock, ProcessState, Prune, PruneParams,
-    PruneReport, ReadEvents, Release, ReleaseParams, Request, Response, Retire, RetireParams,
-    Retired, Status, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
-    VerifyReport,
+    LivenessEvidence, OwnedLease, OwnerLock, ProcessState, Request, Response, Status, StatusView,
+    TakeoverParams,
 };
 use lease_core::{
-    Digest, Dir, EpochRecord, EpochState, FileRef, Generation, Holder, Identity, LeaseError, RunId,
-    Seal, Sequence, Timestamp, TimingPolicy,
+    Dir, EpochRecord, EpochState, FileRef, Generation, Holder, LeaseError, LeaseOps, RunId,
+    TailHint, Timestamp, TimingPolicy, Transport,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -197,7 +193,7 @@ impl EtcdAuthority {
             inner: self.inner.clone(),
             run_id,
             owned: Mutex::new(BTreeMap::new()),
-            tail: Mutex::new(None),
+            tail: TailHint::new(),
         }
     }
 
@@ -220,7 +216,7 @@ pub struct EtcdRun {
     /// etcd lease id per generation this handle owns.
     owned: Mutex<BTreeMap<Generation, i64>>,
     /// Tail of the event log (a hint, verified on use).
-    tail: Mutex<Option<(Sequence, Digest)>>,
+    tail: TailHint,
 }
 
 impl std::fmt::Debug for EtcdRun {
@@ -293,7 +289,7 @@ pub fn lease_ttl_secs(policy: &TimingPolicy) -> i64 {
 }
 
 /// The instant by which an owner whose last successful heartbeat started at
-/// `last_ok_started` must have fenced itself: pass it to [`EtcdRun::heartbeat_until`] so a
+/// `last_ok_started` must have fenced itself: pass it to [`LeaseOps::heartbeat_within`] so a
 /// heartbeat never outlives the self-fence deadline.
 pub fn self_fence_deadline(policy: &TimingPolicy, last_ok_started: Instant) -> Instant {
     last_ok_started + policy.self_fence_after()
@@ -444,7 +440,7 @@ impl EtcdRun {
     }
 
     /// Perform one request of a lease-core operation, finishing by `deadline`.
-    async fn perform(&self, req: Request, deadline: Instant) -> Result<Response, EtcdError> {
+    async fn perform_async(&self, req: Request, deadline: Instant) -> Result<Response, EtcdError> {
         match req {
             Request::List(dir) => Ok(Response::Listing(self.list(dir, deadline).await?)),
             // Counted from a keys-only listing: over etcd the names come in one response
@@ -667,72 +663,17 @@ impl EtcdRun {
         }))
     }
 
-    async fn drive_async<O: Operation>(
-        &self,
-        op: &mut O,
-        deadline: Instant,
-    ) -> Result<O::Output, EtcdError> {
-        let mut input = None;
-        loop {
-            match op.next(input.take()) {
-                Step::Io(req) => input = Some(self.perform(req, deadline).await?),
-                Step::Done(r) => return r.map_err(EtcdError::from),
-            }
-        }
-    }
-
-    /// Run a lease-core operation to completion within the operation deadline.
-    pub fn drive<O: Operation>(&self, op: &mut O) -> Result<O::Output, EtcdError> {
-        self.drive_until(op, self.deadline())
-    }
-
-    /// Run a lease-core operation to completion, failing with `UNAVAILABLE` by `deadline`.
-    pub fn drive_until<O: Operation>(
-        &self,
-        op: &mut O,
-        deadline: Instant,
-    ) -> Result<O::Output, EtcdError> {
-        self.inner.rt.block_on(self.drive_async(op, deadline))
-    }
-
-    /// Perform one request (for adapters and tests), within the operation deadline.
-    pub fn perform_request(&self, req: Request) -> Result<Response, EtcdError> {
-        let deadline = self.deadline();
-        self.inner.rt.block_on(self.perform(req, deadline))
-    }
-
-    /// Claim the run for a new owner.
-    pub fn claim(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-    ) -> Result<OwnedLease, EtcdError> {
-        let lease = self.drive(&mut Claim::new(ClaimParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            store_floor: None,
-        }))?;
-        self.adopt_liveness(&lease)?;
-        Ok(lease)
-    }
-
     /// Make sure this handle can keep `lease`'s etcd lease alive. A claim or takeover
     /// returns an epoch this handle did not create when it adopts the epoch of an earlier
     /// attempt of the same owner and process (lease-core's adoption on retry, e.g. after
     /// that attempt's handle died right after the creating transaction). The etcd lease is
     /// then taken over from the epoch's liveness key, which must hold this very holder;
     /// if the key is gone the lease already expired and the adopted epoch is `FENCED`.
-    fn adopt_liveness(&self, lease: &OwnedLease) -> Result<(), EtcdError> {
+    fn adopt_liveness(&self, lease: &OwnedLease, deadline: Instant) -> Result<(), EtcdError> {
         let g = lease.generation;
         if self.owned.lock().is_ok_and(|o| o.contains_key(&g)) {
             return Ok(());
         }
-        let deadline = self.deadline();
         let lk = self.live_key(g);
         let found = self.inner.rt.block_on(async {
             let k = lk.clone();
@@ -773,162 +714,6 @@ impl EtcdRun {
         Ok(())
     }
 
-    /// One heartbeat within the operation deadline; see [`EtcdRun::heartbeat_until`].
-    pub fn heartbeat(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-    ) -> Result<(), EtcdError> {
-        self.heartbeat_until(lease, now, count, self.deadline())
-    }
-
-    /// One heartbeat (`count` = 1, 2, ...) that returns by `deadline` at the latest: a
-    /// keep-alive of the owner's etcd lease, then lease-core's heartbeat (write the beat
-    /// record, check no higher generation exists).
-    ///
-    /// The caller reads its monotonic clock *before* the call and, on `Ok`, records that
-    /// reading as the start of its last successful heartbeat; it passes
-    /// [`self_fence_deadline`] of the previous one as `deadline`, so a cut-off cluster
-    /// costs it at most until the instant it must fence itself anyway.
-    ///
-    /// `FENCED` if the etcd lease has expired (the cluster may already have let another
-    /// owner in) or a higher generation exists; `UNAVAILABLE` if the cluster did not answer.
-    pub fn heartbeat_until(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        deadline: Instant,
-    ) -> Result<(), EtcdError> {
-        self.heartbeat_with_store_head_until(lease, now, count, None, deadline)
-    }
-
-    /// [`EtcdRun::heartbeat_until`] that also reports the owner's store head (the head
-    /// after its last acknowledged commit, read before the beat started) in the beat
-    /// record, as lease-fs's `RunDir::heartbeat_with_store_head` does: whoever replaces
-    /// this owner records it as the next epoch's store floor.
-    pub fn heartbeat_with_store_head_until(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        store_head: Option<u64>,
-        deadline: Instant,
-    ) -> Result<(), EtcdError> {
-        let g = lease.generation;
-        let Some(id) = self.owned.lock().ok().and_then(|o| o.get(&g).copied()) else {
-            return Err(fenced(
-                &self.run_id,
-                g,
-                "this handle holds no etcd lease for it (it was never claimed here, or the lease expired or was released)",
-            ));
-        };
-        let mut op = Heartbeat::new(lease, now, count)?.with_store_head(store_head)?;
-        self.inner.rt.block_on(async {
-            let lk = self.live_key(g);
-            let alive = self
-                .call("keep-alive", &lk, deadline, true, move |mut c| async move {
-                    match c.lease_keep_alive(id).await {
-                        Ok(_) => Ok(true),
-                        // etcd-client's answer to a keep-alive with TTL <= 0.
-                        Err(etcd_client::Error::LeaseKeepAliveError(m))
-                            if m == "lease not found" =>
-                        {
-                            Ok(false)
-                        }
-                        Err(e) => Err(e),
-                    }
-                })
-                .await?;
-            if !alive {
-                if let Ok(mut o) = self.owned.lock() {
-                    o.remove(&g);
-                }
-                return Err(fenced(
-                    &self.run_id,
-                    g,
-                    "its etcd lease expired (the cluster stopped hearing its keep-alives for stale_after)",
-                ));
-            }
-            self.drive_async(&mut op, deadline).await
-        })
-    }
-
-    /// Release the lease (with the store's seal, if any), then revoke its etcd lease.
-    /// `FENCED` (a no-op) if superseded. As on the file system, an owner that is stale but
-    /// not superseded (here: its etcd lease expired) may still release.
-    pub fn release(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        seal: Option<Seal>,
-    ) -> Result<Generation, EtcdError> {
-        let r = self.drive(&mut Release::new(ReleaseParams {
-            lease: lease.clone(),
-            now,
-            seal,
-        }));
-        // After the next epoch exists (or the lease was superseded) the liveness key is
-        // no longer needed; on an availability error it is kept (the release may be
-        // retried, which needs it) and otherwise expires by itself.
-        let done = match &r {
-            Ok(_) => true,
-            Err(e) => e.lease().is_some_and(|l| l.code() == Code::Fenced),
-        };
-        if done {
-            let id = self
-                .owned
-                .lock()
-                .ok()
-                .and_then(|mut o| o.remove(&lease.generation));
-            if let Some(id) = id {
-                self.inner.rt.block_on(self.revoke_quietly(id));
-            }
-        }
-        r
-    }
-
-    /// Exact takeover of a stale owner. Besides lease-core's checks (wall-clock
-    /// staleness, the exact expectation), it is refused with `TAKEOVER_ACTIVE_REFUSED` (76)
-    /// while the owner's etcd lease is alive; the epoch guard enforces the same inside
-    /// the creating transaction.
-    #[allow(clippy::too_many_arguments)]
-    pub fn takeover(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Expectation,
-        trigger: TakeoverTrigger,
-        nonce: u64,
-    ) -> Result<OwnedLease, EtcdError> {
-        let view = self.status(now, false)?;
-        if let Some(head) = view.head.as_ref().filter(|h| h.is_active()) {
-            if let Some(ttl_s) = self.owner_lease_ttl(head.generation())? {
-                return Err(EtcdError::OwnerLeaseAlive {
-                    run: self.run_id.to_string(),
-                    held: Box::new(head.held_by()),
-                    ttl_s,
-                    stale_after_ms: head.epoch.policy.stale_after_ms(),
-                });
-            }
-        }
-        let lease = self.drive(&mut Takeover::new(TakeoverParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            expect,
-            trigger,
-            nonce,
-        }))?;
-        self.adopt_liveness(&lease)?;
-        Ok(lease)
-    }
-
     /// Seconds left of the etcd lease of generation `g`'s owner, `None` when its
     /// liveness key is gone (lease expired or revoked, or never an active epoch).
     pub fn owner_lease_ttl(&self, g: Generation) -> Result<Option<i64>, EtcdError> {
@@ -957,83 +742,113 @@ impl EtcdRun {
         })
     }
 
-    /// Retire a definitely-dead owner (its etcd lease is gone); the run becomes free.
-    pub fn retire(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Option<Expectation>,
-        nonce: u64,
-    ) -> Result<Retired, EtcdError> {
-        self.drive(&mut Retire::new(RetireParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            expect,
-            nonce,
-        }))
-    }
-
-    /// Status of the run; with `probe`, an active owner's etcd lease decides `dead`.
-    pub fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, EtcdError> {
-        self.drive(&mut StatusView::read(self.run_id.clone(), now, probe))
-    }
-
     /// Whether the run is held by a live owner (status `active`), for quick checks.
     pub fn is_active(&self, now: Timestamp) -> Result<bool, EtcdError> {
         Ok(matches!(self.status(now, false)?.status, Status::Active))
     }
+}
 
-    /// Append an event as the owner of `lease`: `FENCED` when it does not count.
-    pub fn append(
-        &self,
-        lease: &OwnedLease,
-        event_type: Identity,
-        payload: serde_json::Value,
-        now: Timestamp,
-    ) -> Result<Appended, EtcdError> {
-        let hint = self.tail.lock().ok().and_then(|t| t.clone());
-        let result = self.drive(&mut Append::new(
-            lease,
-            AppendParams {
-                event_type,
-                payload,
-                now,
-                tail_hint: hint,
-            },
-        ));
-        if let (Ok(a), Ok(mut t)) = (&result, self.tail.lock()) {
-            *t = Some((a.sequence, a.hash.clone()));
+/// The etcd cluster as a lease-core [`Transport`]: every operation of
+/// [`lease_core::LeaseOps`] runs on it, each request as etcd calls (module docs), within
+/// the operation's deadline (`Bound = Instant`: [`EtcdOptions::op_timeout`] from the start
+/// of the operation, or the caller's for [`LeaseOps::heartbeat_within`]).
+///
+/// The hooks are what etcd adds to the folder's protocol: a takeover is refused with
+/// `TAKEOVER_ACTIVE_REFUSED` (76) while the owner's etcd lease is alive (the epoch guard
+/// enforces the same inside the creating transaction); a claim or takeover adopts the
+/// epoch's etcd lease; each heartbeat first sends one keep-alive and is `FENCED` once the
+/// etcd lease expired (the cluster may already have let another owner in); a release
+/// that ended the lease revokes it (on an availability error it is kept: the release may
+/// be retried, which needs it, and otherwise expires by itself).
+///
+/// The caller of a heartbeat reads its monotonic clock *before* the call and, on `Ok`,
+/// records that reading as the start of its last successful heartbeat; it passes
+/// [`self_fence_deadline`] of the previous one as the bound, so a cut-off cluster costs it
+/// at most until the instant it must fence itself anyway.
+impl Transport for EtcdRun {
+    type Error = EtcdError;
+    type Bound = Instant;
+    fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    fn default_bound(&self) -> Instant {
+        self.deadline()
+    }
+    fn execute(&self, req: Request, deadline: Instant) -> Result<Response, EtcdError> {
+        self.inner.rt.block_on(self.perform_async(req, deadline))
+    }
+    fn tail_hint(&self) -> &TailHint {
+        &self.tail
+    }
+    fn before_takeover(&self, p: &TakeoverParams, deadline: Instant) -> Result<(), EtcdError> {
+        let view = self.drive_within(
+            &mut StatusView::read(self.run_id.clone(), p.now, false),
+            deadline,
+        )?;
+        if let Some(head) = view.head.as_ref().filter(|h| h.is_active()) {
+            if let Some(ttl_s) = self.owner_lease_ttl(head.generation())? {
+                return Err(EtcdError::OwnerLeaseAlive {
+                    run: self.run_id.to_string(),
+                    held: Box::new(head.held_by()),
+                    ttl_s,
+                    stale_after_ms: head.epoch.policy.stale_after_ms(),
+                });
+            }
         }
-        result
+        Ok(())
     }
-
-    /// Read and judge the whole event log (with `finalize_as`, pending cutoffs are
-    /// finalized).
-    pub fn read_events(
-        &self,
-        finalize_as: Option<(Identity, Timestamp)>,
-    ) -> Result<EventLogView, EtcdError> {
-        self.drive(&mut ReadEvents::new(self.run_id.clone(), finalize_as))
+    fn acquired(&self, lease: &OwnedLease, deadline: Instant) -> Result<(), EtcdError> {
+        self.adopt_liveness(lease, deadline)
     }
-
-    /// Walk both hash chains.
-    pub fn verify(&self) -> Result<VerifyReport, EtcdError> {
-        self.drive(&mut Verify::new(self.run_id.clone()))
+    fn before_heartbeat(&self, lease: &OwnedLease, deadline: Instant) -> Result<(), EtcdError> {
+        let g = lease.generation;
+        let Some(id) = self.owned.lock().ok().and_then(|o| o.get(&g).copied()) else {
+            return Err(fenced(
+                &self.run_id,
+                g,
+                "this handle holds no etcd lease for it (it was never claimed here, or the lease expired or was released)",
+            ));
+        };
+        let lk = self.live_key(g);
+        let alive = self.inner.rt.block_on(self.call(
+            "keep-alive",
+            &lk,
+            deadline,
+            true,
+            move |mut c| async move {
+                match c.lease_keep_alive(id).await {
+                    Ok(_) => Ok(true),
+                    // etcd-client's answer to a keep-alive with TTL <= 0.
+                    Err(etcd_client::Error::LeaseKeepAliveError(m)) if m == "lease not found" => {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                }
+            },
+        ))?;
+        if !alive {
+            if let Ok(mut o) = self.owned.lock() {
+                o.remove(&g);
+            }
+            return Err(fenced(
+                &self.run_id,
+                g,
+                "its etcd lease expired (the cluster stopped hearing its keep-alives for stale_after)",
+            ));
+        }
+        Ok(())
     }
-
-    /// Compact old epochs, cutoffs, heartbeats and intents, keeping the newest `keep`.
-    pub fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, EtcdError> {
-        self.drive(&mut Prune::new(PruneParams {
-            run_id: self.run_id.clone(),
-            keep,
-            by,
-            now,
-        }))
+    fn released(&self, lease: &OwnedLease) {
+        // After the next epoch exists (or the lease was superseded) the liveness key is
+        // no longer needed.
+        let id = self
+            .owned
+            .lock()
+            .ok()
+            .and_then(|mut o| o.remove(&lease.generation));
+        if let Some(id) = id {
+            self.inner.rt.block_on(self.revoke_quietly(id));
+        }
     }
 }
 

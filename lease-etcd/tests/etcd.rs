@@ -6,6 +6,7 @@
 mod cluster;
 
 use cluster::{Cluster, SERIAL, etcd_binary};
+use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, TakeoverTrigger};
 use lease_core::{
     EpochRecord, EpochState, FileRef, Generation, HeartbeatDurability, Holder, Identity, RunId,
@@ -98,7 +99,7 @@ impl Beater {
                 }
                 count += 1;
                 let deadline = lease_etcd::self_fence_deadline(&policy, last);
-                match run.heartbeat_until(&lease, now_ts(), count, deadline) {
+                match run.heartbeat_within(&lease, now_ts(), count, None, deadline) {
                     Ok(()) => {
                         *l.lock().unwrap() = started;
                         if m.load(Ordering::SeqCst) {
@@ -181,23 +182,18 @@ fn exclusive_claim_among_8_clients() {
                 while claims.load(Ordering::SeqCst) < CLAIMS {
                     assert!(Instant::now() < deadline, "claims did not finish in 60 s");
                     let owner = id(&format!("client-{c}"));
-                    match run.claim(owner, holder(c as u32), TimingPolicy::default(), now_ts()) {
+                    match run.claim(lease_core::ops::ClaimParams { run_id: run.run_id().clone(), owner_id: owner, holder: holder(c as u32), policy: TimingPolicy::default(), now: now_ts(), store_floor: None }) {
                         Ok(lease) => {
                             if holders.fetch_add(1, Ordering::SeqCst) != 0 {
                                 overlaps.fetch_add(1, Ordering::SeqCst);
                             }
                             won.lock().unwrap().push((lease.generation, c));
                             claims.fetch_add(1, Ordering::SeqCst);
-                            run.append(
-                                &lease,
-                                id("work.done"),
-                                serde_json::json!({ "client": c, "generation": lease.generation.get() }),
-                                now_ts(),
-                            )
+                            run.append(&lease, lease_core::ops::AppendParams { event_type: id("work.done"), payload: serde_json::json!({ "client": c, "generation": lease.generation.get() }), now: now_ts(), tail_hint: None })
                             .expect("the owner's append counts");
                             std::thread::sleep(Duration::from_millis(2));
                             holders.fetch_sub(1, Ordering::SeqCst);
-                            run.release(&lease, now_ts(), None).expect("release");
+                            run.release(lease_core::ops::ReleaseParams { lease: lease.clone(), now: now_ts(), seal: None }).expect("release");
                         }
                         Err(e) => {
                             assert!(
@@ -235,7 +231,7 @@ fn exclusive_claim_among_8_clients() {
     assert_eq!(gens.len(), won.len(), "a generation was won twice: {won:?}");
     let (run, _auth) = &keep[0];
     for (g, c) in &won {
-        let bytes = match run.perform_request(lease_core::ops::Request::Read(FileRef::Epoch(*g))) {
+        let bytes = match run.perform(lease_core::ops::Request::Read(FileRef::Epoch(*g))) {
             Ok(lease_core::ops::Response::Content(Some(b))) => b,
             other => panic!("epoch {g}: {other:?}"),
         };
@@ -272,7 +268,14 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
     let owner_auth = cluster.authority(&[0], "t", opts());
     let owner = Arc::new(owner_auth.run(run_id.clone()));
     let lease = owner
-        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: owner.run_id().clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .expect("claim");
     assert_eq!(lease.generation.get(), 1);
     {
@@ -319,15 +322,16 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
             Err(e) => panic!("status: {e}"),
         };
         let head = view.head.expect("a head exists");
-        match taker.takeover(
-            id("owner-b"),
-            holder(2),
+        match taker.takeover(lease_core::ops::TakeoverParams {
+            run_id: taker.run_id().clone(),
+            owner_id: id("owner-b"),
+            holder: holder(2),
             policy,
-            now_ts(),
-            Expectation::of(&head),
-            TakeoverTrigger::Operator,
-            0x5eed_0000 + lease_alive_refusals + other_refusals.len() as u64,
-        ) {
+            now: now_ts(),
+            expect: Expectation::of(&head),
+            trigger: TakeoverTrigger::Operator,
+            nonce: 0x5eed_0000 + lease_alive_refusals + other_refusals.len() as u64,
+        }) {
             Ok(l) => break (l, Instant::now()),
             Err(EtcdError::OwnerLeaseAlive { .. }) => lease_alive_refusals += 1,
             Err(e) => {
@@ -396,13 +400,27 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
 
     // The cut-off owner comes back: everything it tries is fenced.
     cluster.resume(0);
-    let hb = owner.heartbeat(&lease, now_ts(), 99).unwrap_err();
+    let hb = owner.heartbeat(&lease, now_ts(), 99, None).unwrap_err();
     assert_eq!((hb.code().as_str(), hb.exit_code()), ("FENCED", 75), "{hb}");
     let ap = owner
-        .append(&lease, id("late.write"), serde_json::json!({}), now_ts())
+        .append(
+            &lease,
+            lease_core::ops::AppendParams {
+                event_type: id("late.write"),
+                payload: serde_json::json!({}),
+                now: now_ts(),
+                tail_hint: None,
+            },
+        )
         .unwrap_err();
     assert_eq!(ap.code().as_str(), "FENCED", "{ap}");
-    let rel = owner.release(&lease, now_ts(), None).unwrap_err();
+    let rel = owner
+        .release(lease_core::ops::ReleaseParams {
+            lease: lease.clone(),
+            now: now_ts(),
+            seal: None,
+        })
+        .unwrap_err();
     assert_eq!(rel.code().as_str(), "FENCED", "{rel}");
     let mut store = lease_sqlite::Store::open(&run_id, &store_path, Default::default())
         .unwrap()
@@ -422,10 +440,14 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
     store.close().unwrap();
     // The new owner is the only one: it heartbeats and releases.
     taker
-        .heartbeat(&new_lease, now_ts(), 1)
+        .heartbeat(&new_lease, now_ts(), 1, None)
         .expect("new owner heartbeats");
     taker
-        .release(&new_lease, now_ts(), None)
+        .release(lease_core::ops::ReleaseParams {
+            lease: new_lease.clone(),
+            now: now_ts(),
+            seal: None,
+        })
         .expect("new owner releases");
 }
 
@@ -442,7 +464,14 @@ fn member_crash_during_heartbeats_keeps_the_lease() {
     let auth = cluster.authority(&[0, 1, 2], "t", opts());
     let run = Arc::new(auth.run(run_id.clone()));
     let lease = run
-        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .expect("claim");
     let mut beater = Beater::start(run.clone(), lease.clone());
     std::thread::sleep(Duration::from_millis(800));
@@ -475,9 +504,23 @@ fn member_crash_during_heartbeats_keeps_the_lease() {
     // Still the owner: its etcd lease is alive, status active, appends and release work.
     assert!(run.owner_lease_ttl(lease.generation).unwrap().is_some());
     assert!(run.is_active(now_ts()).unwrap());
-    run.append(&lease, id("after.crash"), serde_json::json!({}), now_ts())
-        .expect("append after a member crash");
-    let g = run.release(&lease, now_ts(), None).expect("release");
+    run.append(
+        &lease,
+        lease_core::ops::AppendParams {
+            event_type: id("after.crash"),
+            payload: serde_json::json!({}),
+            now: now_ts(),
+            tail_hint: None,
+        },
+    )
+    .expect("append after a member crash");
+    let g = run
+        .release(lease_core::ops::ReleaseParams {
+            lease: lease.clone(),
+            now: now_ts(),
+            seal: None,
+        })
+        .expect("release");
     assert_eq!(g.get(), 2);
     assert_eq!(run.owner_lease_ttl(lease.generation).unwrap(), None);
 }
@@ -493,15 +536,30 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
     let (lease, crashed_at) = {
         let owner = auth.run(run_id.clone());
         let l = owner
-            .claim(id("owner-a"), holder(1), policy, now_ts())
+            .claim(lease_core::ops::ClaimParams {
+                run_id: owner.run_id().clone(),
+                owner_id: id("owner-a"),
+                holder: holder(1),
+                policy,
+                now: now_ts(),
+                store_floor: None,
+            })
             .unwrap();
-        owner.heartbeat(&l, now_ts(), 1).unwrap();
+        owner.heartbeat(&l, now_ts(), 1, None).unwrap();
         (l, Instant::now())
         // The handle is dropped without release: a crash.
     };
     let other = auth.run(run_id.clone());
     let refused = other
-        .retire(id("janitor"), holder(3), policy, now_ts(), None, 7)
+        .retire(lease_core::ops::RetireParams {
+            run_id: other.run_id().clone(),
+            owner_id: id("janitor"),
+            holder: holder(3),
+            policy,
+            now: now_ts(),
+            expect: None,
+            nonce: 7,
+        })
         .unwrap_err();
     assert_eq!(
         (refused.code().as_str(), refused.exit_code()),
@@ -513,7 +571,15 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
             crashed_at.elapsed() < Duration::from_secs(10),
             "never retired"
         );
-        match other.retire(id("janitor"), holder(3), policy, now_ts(), None, 8) {
+        match other.retire(lease_core::ops::RetireParams {
+            run_id: other.run_id().clone(),
+            owner_id: id("janitor"),
+            holder: holder(3),
+            policy,
+            now: now_ts(),
+            expect: None,
+            nonce: 8,
+        }) {
             Ok(r) => break r,
             Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
         }
@@ -522,7 +588,14 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
     assert!(crashed_at.elapsed() >= policy.stale_after() - Duration::from_millis(100));
     assert_eq!(retired.generation.get(), lease.generation.get() + 1);
     let next = other
-        .claim(id("owner-c"), holder(4), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: other.run_id().clone(),
+            owner_id: id("owner-c"),
+            holder: holder(4),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .unwrap();
     assert_eq!(next.generation.get(), lease.generation.get() + 2);
 }
@@ -536,9 +609,16 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     let run_id = RunId::new("guard").unwrap();
     let owner = cluster.authority(&[0], "t", opts()).run(run_id.clone());
     let lease = owner
-        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: owner.run_id().clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .unwrap();
-    owner.heartbeat(&lease, now_ts(), 1).unwrap();
+    owner.heartbeat(&lease, now_ts(), 1, None).unwrap();
 
     // A taker whose wall clock runs 60 s ahead: lease-core judges the owner stale, but the
     // owner's etcd lease is alive. The high-level takeover refuses up front (76) ...
@@ -546,15 +626,16 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     let skewed = now_ts().plus_millis(60_000);
     let head = taker.status(skewed, false).unwrap().head.unwrap();
     let e = taker
-        .takeover(
-            id("owner-b"),
-            holder(2),
+        .takeover(lease_core::ops::TakeoverParams {
+            run_id: taker.run_id().clone(),
+            owner_id: id("owner-b"),
+            holder: holder(2),
             policy,
-            skewed,
-            Expectation::of(&head),
-            TakeoverTrigger::Operator,
-            1,
-        )
+            now: skewed,
+            expect: Expectation::of(&head),
+            trigger: TakeoverTrigger::Operator,
+            nonce: 1,
+        })
         .unwrap_err();
     assert!(matches!(e, EtcdError::OwnerLeaseAlive { .. }), "{e}");
     assert_eq!(
@@ -589,14 +670,14 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
         lease.generation
     );
     owner
-        .heartbeat(&lease, now_ts(), 2)
+        .heartbeat(&lease, now_ts(), 2, None)
         .expect("the owner is untouched");
 
     // An owner that stopped heartbeating past its lease is fenced by the cluster: its
     // heartbeat is refused, and the run shows `dead` (liveness is the etcd lease).
     std::thread::sleep(policy.stale_after() + Duration::from_millis(1_200));
     assert_eq!(owner.owner_lease_ttl(lease.generation).unwrap(), None);
-    let hb = owner.heartbeat(&lease, now_ts(), 3).unwrap_err();
+    let hb = owner.heartbeat(&lease, now_ts(), 3, None).unwrap_err();
     assert_eq!((hb.code().as_str(), hb.exit_code()), ("FENCED", 75), "{hb}");
     assert!(hb.to_string().contains("etcd lease expired"), "{hb}");
     let view = taker.status(now_ts(), true).unwrap();
@@ -608,10 +689,23 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     );
     // As on the file system, a stale owner nobody replaced may still release (with its
     // seal); nobody else can hold its generation's liveness key.
-    let g = owner.release(&lease, now_ts(), None).expect("release");
+    let g = owner
+        .release(lease_core::ops::ReleaseParams {
+            lease: lease.clone(),
+            now: now_ts(),
+            seal: None,
+        })
+        .expect("release");
     assert_eq!(g.get(), 2);
     let next = taker
-        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: taker.run_id().clone(),
+            owner_id: id("owner-b"),
+            holder: holder(2),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .unwrap();
     assert_eq!(next.generation.get(), 3);
 }
@@ -635,9 +729,22 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     {
         let first = auth.run(run_id.clone());
         let l = first
-            .claim(id("owner-0"), holder(9), policy, now_ts())
+            .claim(lease_core::ops::ClaimParams {
+                run_id: first.run_id().clone(),
+                owner_id: id("owner-0"),
+                holder: holder(9),
+                policy,
+                now: now_ts(),
+                store_floor: None,
+            })
             .unwrap();
-        first.release(&l, now_ts(), None).unwrap();
+        first
+            .release(lease_core::ops::ReleaseParams {
+                lease: l.clone(),
+                now: now_ts(),
+                seal: None,
+            })
+            .unwrap();
     }
     {
         let dying = auth.run(run_id.clone());
@@ -654,7 +761,7 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
             match op.next(input.take()) {
                 Step::Io(req) => {
                     let is_epoch = matches!(req, Request::CreateExclusive(FileRef::Epoch(_), _));
-                    let resp = dying.perform_request(req).unwrap();
+                    let resp = dying.perform(req).unwrap();
                     if is_epoch {
                         assert_eq!(resp, lease_core::ops::Response::Created);
                         break; // the process dies here
@@ -667,19 +774,43 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     }
     let retry = auth.run(run_id.clone());
     let lease = retry
-        .claim(id("owner-a"), holder(1), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: retry.run_id().clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .expect("the retry adopts its own epoch");
     assert_eq!(lease.generation.get(), 3);
     retry
-        .heartbeat(&lease, now_ts(), 1)
+        .heartbeat(&lease, now_ts(), 1, None)
         .expect("and keeps its etcd lease alive");
     // Another owner is still refused while it lives.
     let other = auth.run(run_id.clone());
     let e = other
-        .claim(id("owner-b"), holder(2), policy, now_ts())
+        .claim(lease_core::ops::ClaimParams {
+            run_id: other.run_id().clone(),
+            owner_id: id("owner-b"),
+            holder: holder(2),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .unwrap_err();
     assert_eq!(e.code().as_str(), "RUN_ALREADY_ACTIVE", "{e}");
-    assert_eq!(retry.release(&lease, now_ts(), None).unwrap().get(), 4);
+    assert_eq!(
+        retry
+            .release(lease_core::ops::ReleaseParams {
+                lease: lease.clone(),
+                now: now_ts(),
+                seal: None
+            })
+            .unwrap()
+            .get(),
+        4
+    );
     assert_eq!(retry.owner_lease_ttl(lease.generation).unwrap(), None);
     retry.verify().expect("chains verify");
 }
@@ -707,8 +838,15 @@ fn unreachable_cluster_is_unavailable_within_the_deadline() {
         Err(e) => e,
         Ok(auth) => {
             let run = auth.run(RunId::new("nowhere").unwrap());
-            run.claim(id("owner-a"), holder(1), fast_policy(), now_ts())
-                .unwrap_err()
+            run.claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("owner-a"),
+                holder: holder(1),
+                policy: fast_policy(),
+                now: now_ts(),
+                store_floor: None,
+            })
+            .unwrap_err()
         }
     };
     let took = start.elapsed();

@@ -6,6 +6,7 @@
 //! link, fsync dir, unlink temp), and `raw/two_link_exclusive_creates`.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, TakeoverTrigger};
 use lease_core::{
     Digest, Event, FileRef, Generation, Identity, RunId, Sequence, Timestamp, TimingPolicy, encode,
@@ -76,9 +77,21 @@ fn lease(c: &mut Criterion) {
                 run.fs().ensure_dir("lease/cutoffs").unwrap();
                 let start = Instant::now();
                 let l = run
-                    .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+                    .claim(lease_core::ops::ClaimParams {
+                        run_id: run.run_id().clone(),
+                        owner_id: id("bench"),
+                        holder: holder.clone(),
+                        policy: TimingPolicy::default(),
+                        now: t(0),
+                        store_floor: None,
+                    })
                     .unwrap();
-                run.release(&l, t(1), None).unwrap();
+                run.release(lease_core::ops::ReleaseParams {
+                    lease: l.clone(),
+                    now: t(1),
+                    seal: None,
+                })
+                .unwrap();
                 total += start.elapsed();
             }
             total
@@ -90,22 +103,36 @@ fn lease(c: &mut Criterion) {
     ] {
         let run = RunDir::create(&dir.path().join(name)).unwrap();
         let l = run
-            .claim(id("bench"), holder.clone(), policy, t(0))
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("bench"),
+                holder: holder.clone(),
+                policy,
+                now: t(0),
+                store_floor: None,
+            })
             .unwrap();
         let mut count = 0;
         g.bench_function(name, |b| {
             b.iter(|| {
                 count += 1;
-                run.heartbeat(&l, t(count), count).unwrap();
+                run.heartbeat(&l, t(count), count, None).unwrap();
             })
         });
     }
     {
         let run = RunDir::create(&dir.path().join("status")).unwrap();
         let l = run
-            .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("bench"),
+                holder: holder.clone(),
+                policy: TimingPolicy::default(),
+                now: t(0),
+                store_floor: None,
+            })
             .unwrap();
-        run.heartbeat(&l, t(1), 1).unwrap();
+        run.heartbeat(&l, t(1), 1, None).unwrap();
         g.bench_function("status_read", |b| {
             b.iter(|| run.status(t(2), false).unwrap())
         });
@@ -117,22 +144,30 @@ fn lease(c: &mut Criterion) {
                 runs += 1;
                 let run = RunDir::create(&dir.path().join(format!("tk{runs}"))).unwrap();
                 let old = run
-                    .claim(id("old"), holder.clone(), TimingPolicy::default(), t(0))
+                    .claim(lease_core::ops::ClaimParams {
+                        run_id: run.run_id().clone(),
+                        owner_id: id("old"),
+                        holder: holder.clone(),
+                        policy: TimingPolicy::default(),
+                        now: t(0),
+                        store_floor: None,
+                    })
                     .unwrap();
                 run.fs().ensure_dir("lease/intents").unwrap();
                 run.fs().ensure_dir("lease/cutoffs").unwrap();
                 let head = run.status(t(60_000), false).unwrap().head.unwrap();
                 let start = Instant::now();
                 let new = run
-                    .takeover(
-                        id("new"),
-                        holder.clone(),
-                        TimingPolicy::default(),
-                        t(60_000),
-                        Expectation::of(&head),
-                        TakeoverTrigger::Operator,
-                        i,
-                    )
+                    .takeover(lease_core::ops::TakeoverParams {
+                        run_id: run.run_id().clone(),
+                        owner_id: id("new"),
+                        holder: holder.clone(),
+                        policy: TimingPolicy::default(),
+                        now: t(60_000),
+                        expect: Expectation::of(&head),
+                        trigger: TakeoverTrigger::Operator,
+                        nonce: i,
+                    })
                     .unwrap();
                 total += start.elapsed();
                 assert!(new.generation > old.generation);
@@ -173,7 +208,14 @@ fn append(c: &mut Criterion) {
         let root = dir.path().join(format!("log{n}"));
         let run = RunDir::create(&root).unwrap();
         let l = run
-            .claim(id("bench"), holder.clone(), TimingPolicy::default(), t(0))
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("bench"),
+                holder: holder.clone(),
+                policy: TimingPolicy::default(),
+                now: t(0),
+                store_floor: None,
+            })
             .unwrap();
         prefill(&root, run.run_id(), l.generation, &l.owner_id, n);
         g.bench_with_input(BenchmarkId::new("events", n), &n, |b, &n| {
@@ -183,8 +225,16 @@ fn append(c: &mut Criterion) {
                 let run = RunDir::open(&root).unwrap();
                 let start = Instant::now();
                 for i in 0..iters {
-                    run.append(&l, id("bench"), serde_json::json!(i), t(i))
-                        .unwrap();
+                    run.append(
+                        &l,
+                        lease_core::ops::AppendParams {
+                            event_type: id("bench"),
+                            payload: serde_json::json!(i),
+                            now: t(i),
+                            tail_hint: None,
+                        },
+                    )
+                    .unwrap();
                 }
                 let took = start.elapsed();
                 // Untimed: remove what was appended so every batch starts at n events.

@@ -10,22 +10,37 @@
 //!   failing the N-th call).
 //! - [`primitives`]: link-exclusive create, atomic replace, remove, orphan temp cleanup, each
 //!   with its order of writes and fsyncs.
-//! - [`RunDir`]: the lease (claim, heartbeat, release, exact takeover, dead-owner
-//!   retirement, prune, status) and the event log (append, authoritative read, verify).
+//! - [`RunDir`]: the run folder as a lease-core [`Transport`](lease_core::Transport), so
+//!   every operation of [`LeaseOps`](lease_core::LeaseOps) runs on it: the lease (claim,
+//!   heartbeat, release, exact takeover, dead-owner retirement, prune, status) and the event
+//!   log (append, authoritative read, verify).
 //! - [`lock::OwnerLock`]: the kernel owner lock (`flock`), released by the kernel when the
 //!   owner dies; [`probe`]: boot id and process start times for liveness evidence.
 //!
 //! ```
 //! use lease_fs::{RunDir, this_holder};
-//! use lease_core::{Identity, Timestamp, TimingPolicy};
+//! use lease_core::ops::{AppendParams, ClaimParams, ReleaseParams};
+//! use lease_core::{Identity, LeaseOps, Timestamp, TimingPolicy};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let run = RunDir::create(&dir.path().join("demo-run"))?;
 //! let now = Timestamp::parse("2026-12-02T12:00:00.000Z").unwrap();
-//! let lease = run.claim(Identity::new("owner-1").unwrap(), this_holder()?, TimingPolicy::default(), now)?;
-//! let ev = run.append(&lease, Identity::new("step.done").unwrap(), serde_json::json!({"n": 1}), now)?;
+//! let lease = run.claim(ClaimParams {
+//!     run_id: run.run_id().clone(),
+//!     owner_id: Identity::new("owner-1").unwrap(),
+//!     holder: this_holder()?,
+//!     policy: TimingPolicy::default(),
+//!     now,
+//!     store_floor: None,
+//! })?;
+//! let ev = run.append(&lease, AppendParams {
+//!     event_type: Identity::new("step.done").unwrap(),
+//!     payload: serde_json::json!({"n": 1}),
+//!     now,
+//!     tail_hint: None,
+//! })?;
 //! assert_eq!(ev.sequence.get(), 1);
-//! run.release(&lease, now, None)?;
+//! run.release(ReleaseParams { lease, now, seal: None })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]

@@ -5,17 +5,8 @@ use crate::error::FsError;
 use crate::fs::Fs;
 use crate::primitives;
 use lease_core::canonical::MAX_RECORD_BYTES;
-use lease_core::ops::{
-    Append, AppendParams, Appended, Claim, ClaimParams, Durability, EventLogView, Expectation,
-    Heartbeat, LivenessEvidence, Operation, OwnedLease, OwnerLock, ProcessState, Prune,
-    PruneParams, PruneReport, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
-    RetireParams, Retired, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
-    VerifyReport,
-};
-use lease_core::{
-    Digest, Dir, EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, RunId, Seal,
-    Sequence, Timestamp, TimingPolicy,
-};
+use lease_core::ops::{Durability, LivenessEvidence, OwnerLock, ProcessState, Request, Response};
+use lease_core::{Dir, FileRef, Holder, Identity, RunId, TailHint, Transport};
 use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -112,7 +103,7 @@ pub struct RunDir {
     root: PathBuf,
     liveness: Arc<dyn Liveness>,
     dirs: Mutex<HashSet<&'static str>>,
-    tail: Mutex<Option<(Sequence, Digest)>>,
+    tail: TailHint,
 }
 
 impl std::fmt::Debug for RunDir {
@@ -395,7 +386,7 @@ impl RunDir {
             root: root.to_path_buf(),
             liveness,
             dirs: Mutex::new(HashSet::new()),
-            tail: Mutex::new(None),
+            tail: TailHint::new(),
         }
     }
 
@@ -438,8 +429,10 @@ impl RunDir {
         Ok(())
     }
 
-    /// Perform one request of a lease-core operation.
-    pub fn perform(&self, req: Request) -> Result<Response, FsError> {
+    /// Carry out one request of a lease-core operation ([`Transport::execute`]): the
+    /// directory of a created or replaced file is made on first use, reads make their one
+    /// system call, writes step their primitive ([`start_request`]).
+    fn execute_request(&self, req: Request) -> Result<Response, FsError> {
         if let Request::CreateExclusive(f, _) | Request::Replace(f, _, _) = &req {
             self.ensure_dir_of(*f)?;
         }
@@ -462,8 +455,8 @@ impl RunDir {
         }
     }
 
-    /// Run a lease-core operation to completion.
-    pub fn drive<O: Operation>(&self, op: &mut O) -> Result<O::Output, FsError> {
+    /// Re-check that the root is still the directory opened ([`Transport::begin`]).
+    fn check_root_unchanged(&self) -> Result<(), FsError> {
         self.fs.check_root().map_err(|e| {
             // `check_root` reports a changed root as a plain `Other` error without an OS
             // error code; anything else is an I/O failure of the check itself.
@@ -478,198 +471,7 @@ impl RunDir {
             } else {
                 self.io("check run root", "", e)
             }
-        })?;
-        let mut input = None;
-        loop {
-            match op.next(input.take()) {
-                Step::Io(req) => input = Some(self.perform(req)?),
-                Step::Done(r) => return r.map_err(FsError::from),
-            }
-        }
-    }
-
-    /// Claim the run for a new owner.
-    pub fn claim(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-    ) -> Result<OwnedLease, FsError> {
-        self.drive(&mut Claim::new(ClaimParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            store_floor: None,
-        }))
-    }
-
-    /// One heartbeat (`count` = 1, 2, ...). `FENCED` if a higher generation exists.
-    pub fn heartbeat(&self, lease: &OwnedLease, now: Timestamp, count: u64) -> Result<(), FsError> {
-        self.drive(&mut Heartbeat::new(lease, now, count)?)
-    }
-
-    /// One heartbeat that also reports the owner's store head (its last acknowledged
-    /// commit, read before the heartbeat started): whoever takes over or retires this
-    /// owner records it as a store floor (PROTOCOL.md §7.2).
-    pub fn heartbeat_with_store_head(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        store_head: Option<u64>,
-    ) -> Result<(), FsError> {
-        self.drive(&mut Heartbeat::new(lease, now, count)?.with_store_head(store_head)?)
-    }
-
-    /// Read and decode epoch `generation` (`None` if absent: never created, or pruned).
-    pub fn read_epoch(&self, generation: Generation) -> Result<Option<EpochRecord>, FsError> {
-        let f = FileRef::Epoch(generation);
-        match self.perform(Request::Read(f))? {
-            Response::Content(None) => Ok(None),
-            Response::Content(Some(bytes)) => Ok(Some(
-                lease_core::decode_for(&self.run_id, &bytes)
-                    .map_err(|e| FsError::from(e.in_file(f.path())))?,
-            )),
-            other => Err(FsError::from(LeaseError::ProtocolViolation {
-                detail: format!("Read answered {other:?}"),
-            })),
-        }
-    }
-
-    /// Release the lease (with the store's seal, if any). `FENCED` (a no-op) if superseded.
-    pub fn release(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        seal: Option<Seal>,
-    ) -> Result<Generation, FsError> {
-        self.drive(&mut Release::new(ReleaseParams {
-            lease: lease.clone(),
-            now,
-            seal,
-        }))
-    }
-
-    /// Exact takeover of a stale owner.
-    #[allow(clippy::too_many_arguments)]
-    pub fn takeover(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Expectation,
-        trigger: TakeoverTrigger,
-        nonce: u64,
-    ) -> Result<OwnedLease, FsError> {
-        self.drive(&mut Takeover::new(TakeoverParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            expect,
-            trigger,
-            nonce,
-        }))
-    }
-
-    /// Retire a definitely-dead owner; the run becomes free.
-    pub fn retire(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Option<Expectation>,
-        nonce: u64,
-    ) -> Result<Retired, FsError> {
-        self.drive(&mut Retire::new(RetireParams {
-            run_id: self.run_id.clone(),
-            owner_id,
-            holder,
-            policy,
-            now,
-            expect,
-            nonce,
-        }))
-    }
-
-    /// Status of the run; with `probe`, an active owner's liveness is checked (`dead`).
-    pub fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, FsError> {
-        self.drive(&mut StatusView::read(self.run_id.clone(), now, probe))
-    }
-
-    /// Append an event as the owner of `lease`. Returns when the event is durable and
-    /// authoritative; `FENCED` when it does not count.
-    pub fn append(
-        &self,
-        lease: &OwnedLease,
-        event_type: Identity,
-        payload: serde_json::Value,
-        now: Timestamp,
-    ) -> Result<Appended, FsError> {
-        let hint = self.tail.lock().ok().and_then(|t| t.clone());
-        let result = self.drive(&mut Append::new(
-            lease,
-            AppendParams {
-                event_type,
-                payload,
-                now,
-                tail_hint: hint,
-            },
-        ));
-        if let (Ok(a), Ok(mut t)) = (&result, self.tail.lock()) {
-            *t = Some((a.sequence, a.hash.clone()));
-        }
-        result
-    }
-
-    /// Read and judge the whole event log. With `finalize_as`, pending cutoffs are
-    /// finalized (a write); without, the read is read-only.
-    pub fn read_events(
-        &self,
-        finalize_as: Option<(Identity, Timestamp)>,
-    ) -> Result<EventLogView, FsError> {
-        self.drive(&mut ReadEvents::new(self.run_id.clone(), finalize_as))
-    }
-
-    /// Read and judge the event log one event at a time, memory flat in its length: a
-    /// read-only first pass verifies the log link by link and reads the chain
-    /// ([`ReadEvents::chain_only`]), then each event is read again and handed to `each`,
-    /// judged ([`lease_core::ops::JudgeLog`]), until `each` returns `false`. The judgments
-    /// are those of [`RunDir::read_events`] with `None`.
-    pub fn for_each_event(
-        &self,
-        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
-    ) -> Result<(), FsError> {
-        let view = self.drive(&mut ReadEvents::chain_only(self.run_id.clone(), None))?;
-        let mut pass = lease_core::ops::JudgeLog::new(self.run_id.clone(), view);
-        while let Some(req) = pass.request() {
-            let judged = pass.feed(self.perform(req)?)?;
-            if !each(&judged) {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Walk both hash chains.
-    pub fn verify(&self) -> Result<VerifyReport, FsError> {
-        self.drive(&mut Verify::new(self.run_id.clone()))
-    }
-
-    /// Compact old epochs, cutoffs, heartbeats and intents, keeping the newest `keep`.
-    pub fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, FsError> {
-        self.drive(&mut Prune::new(PruneParams {
-            run_id: self.run_id.clone(),
-            keep,
-            by,
-            now,
-        }))
+        })
     }
 
     /// Remove orphan temp files older than `min_age_secs` from every protocol folder.
@@ -701,6 +503,28 @@ impl RunDir {
     }
 }
 
+/// The run folder as a lease-core [`Transport`]: every operation of [`lease_core::LeaseOps`]
+/// (claim ... prune) runs on it. Operations are not bounded here (`Bound = ()`): each
+/// request is one blocking system call or primitive, and callers that need a deadline
+/// run the call on a thread of their own.
+impl Transport for RunDir {
+    type Error = FsError;
+    type Bound = ();
+    fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    fn default_bound(&self) {}
+    fn execute(&self, req: Request, _bound: ()) -> Result<Response, FsError> {
+        self.execute_request(req)
+    }
+    fn tail_hint(&self) -> &TailHint {
+        &self.tail
+    }
+    fn begin(&self) -> Result<(), FsError> {
+        self.check_root_unchanged()
+    }
+}
+
 /// How one request is carried out.
 #[derive(Debug, Clone)]
 pub enum Exec {
@@ -712,7 +536,7 @@ pub enum Exec {
 
 /// Start carrying out `req` on `fs`: read-only requests make their one system call now;
 /// writes return the primitive to step. `tmp` names a temp file in a directory. Shared by
-/// [`RunDir::perform`] and the model checker, so both run the same order of calls.
+/// `RunDir`'s [`Transport::execute`] and the model checker, so both run the same order of calls.
 /// Directories must exist (RunDir creates them on first use).
 pub fn start_request(
     fs: &dyn Fs,

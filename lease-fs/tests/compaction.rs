@@ -1,6 +1,7 @@
 //! A run that changes owner 10,000 times stays small when pruned regularly, and every
 //! judgment and both hash chains survive the compaction.
 
+use lease_core::LeaseOps;
 use lease_core::ops::{LivenessEvidence, OwnerLock, ProcessState};
 use lease_core::*;
 use lease_fs::{Liveness, RunDir, SimFs};
@@ -44,24 +45,34 @@ fn ten_thousand_owner_changes_stay_small_with_regular_prunes() {
     let mut max_lease_files = 0usize;
     for i in 0..owners {
         let l = run
-            .claim(
-                Identity::new(format!("o{i}")).unwrap(),
-                holder.clone(),
-                TimingPolicy::default(),
-                t(i * 10),
-            )
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: Identity::new(format!("o{i}")).unwrap(),
+                holder: holder.clone(),
+                policy: TimingPolicy::default(),
+                now: t(i * 10),
+                store_floor: None,
+            })
             .unwrap();
         if i % 100 == 0 {
             run.append(
                 &l,
-                Identity::new("e").unwrap(),
-                serde_json::json!(i),
-                t(i * 10 + 1),
+                lease_core::ops::AppendParams {
+                    event_type: Identity::new("e").unwrap(),
+                    payload: serde_json::json!(i),
+                    now: t(i * 10 + 1),
+                    tail_hint: None,
+                },
             )
             .unwrap();
             counted += 1;
         }
-        run.release(&l, t(i * 10 + 2), None).unwrap();
+        run.release(lease_core::ops::ReleaseParams {
+            lease: l.clone(),
+            now: t(i * 10 + 2),
+            seal: None,
+        })
+        .unwrap();
         if i % 32 == 31 {
             let before = sim
                 .snapshot_live()
@@ -69,8 +80,13 @@ fn ten_thousand_owner_changes_stay_small_with_regular_prunes() {
                 .filter(|k| k.starts_with("lease/"))
                 .count();
             max_lease_files = max_lease_files.max(before);
-            run.prune(8, Identity::new("pruner").unwrap(), t(i * 10 + 3))
-                .unwrap();
+            run.prune(lease_core::ops::PruneParams {
+                run_id: run.run_id().clone(),
+                keep: 8,
+                by: Identity::new("pruner").unwrap(),
+                now: t(i * 10 + 3),
+            })
+            .unwrap();
             let lease_files = sim
                 .snapshot_live()
                 .keys()

@@ -7,6 +7,7 @@
 //! owner, keep every event whose append returned success, verify both hash chains, and
 //! let a new owner make progress. Prints `crash states explored: N`.
 
+use lease_core::LeaseOps;
 use lease_core::ops::{
     Expectation, LivenessEvidence, OwnedLease, OwnerLock, ProcessState, Status, TakeoverTrigger,
 };
@@ -81,14 +82,31 @@ type Prepare = fn(&RunDir) -> Pre;
 type Operate = fn(&RunDir, &Pre) -> Result<Outcome, FsError>;
 
 fn pre_owned(run: &RunDir) -> Pre {
-    let l = run.claim(id("a"), holder(1), durable(), t(0)).unwrap();
+    let l = run
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("a"),
+            holder: holder(1),
+            policy: durable(),
+            now: t(0),
+            store_floor: None,
+        })
+        .unwrap();
     let mut acked = BTreeSet::new();
     for i in 0..2u64 {
         acked.insert(
-            run.append(&l, id("e"), serde_json::json!(i), t(1))
-                .unwrap()
-                .sequence
-                .get(),
+            run.append(
+                &l,
+                lease_core::ops::AppendParams {
+                    event_type: id("e"),
+                    payload: serde_json::json!(i),
+                    now: t(1),
+                    tail_hint: None,
+                },
+            )
+            .unwrap()
+            .sequence
+            .get(),
         );
     }
     Pre {
@@ -110,20 +128,35 @@ fn pre_churn(run: &RunDir) -> Pre {
     let mut last = None;
     for i in 0..10u64 {
         let l = run
-            .claim(
-                id(&format!("o{i}")),
-                holder(10 + i as u32),
-                durable(),
-                t(i * 100),
-            )
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id(&format!("o{i}")),
+                holder: holder(10 + i as u32),
+                policy: durable(),
+                now: t(i * 100),
+                store_floor: None,
+            })
             .unwrap();
         acked.insert(
-            run.append(&l, id("e"), serde_json::json!(i), t(i * 100 + 1))
-                .unwrap()
-                .sequence
-                .get(),
+            run.append(
+                &l,
+                lease_core::ops::AppendParams {
+                    event_type: id("e"),
+                    payload: serde_json::json!(i),
+                    now: t(i * 100 + 1),
+                    tail_hint: None,
+                },
+            )
+            .unwrap()
+            .sequence
+            .get(),
         );
-        run.release(&l, t(i * 100 + 2), None).unwrap();
+        run.release(lease_core::ops::ReleaseParams {
+            lease: l.clone(),
+            now: t(i * 100 + 2),
+            seal: None,
+        })
+        .unwrap();
         last = Some(l);
     }
     let _ = last;
@@ -131,45 +164,74 @@ fn pre_churn(run: &RunDir) -> Pre {
 }
 
 fn op_claim(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
-    run.claim(id("b"), holder(2), durable(), t(10))
-        .map(Outcome::Lease)
+    run.claim(lease_core::ops::ClaimParams {
+        run_id: run.run_id().clone(),
+        owner_id: id("b"),
+        holder: holder(2),
+        policy: durable(),
+        now: t(10),
+        store_floor: None,
+    })
+    .map(Outcome::Lease)
 }
 fn op_heartbeat(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
-    run.heartbeat(pre.lease.as_ref().unwrap(), t(5_000), 1)
+    run.heartbeat(pre.lease.as_ref().unwrap(), t(5_000), 1, None)
         .map(|_| Outcome::Other)
 }
 fn op_release(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
-    run.release(pre.lease.as_ref().unwrap(), t(5_000), None)
-        .map(|_| Outcome::Other)
+    run.release(lease_core::ops::ReleaseParams {
+        lease: pre.lease.as_ref().unwrap().clone(),
+        now: t(5_000),
+        seal: None,
+    })
+    .map(|_| Outcome::Other)
 }
 fn op_takeover(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
     let head = run.status(t(60_000), false)?.head.unwrap();
-    run.takeover(
-        id("b"),
-        holder(2),
-        durable(),
-        t(60_000),
-        Expectation::of(&head),
-        TakeoverTrigger::Operator,
-        9,
-    )
+    run.takeover(lease_core::ops::TakeoverParams {
+        run_id: run.run_id().clone(),
+        owner_id: id("b"),
+        holder: holder(2),
+        policy: durable(),
+        now: t(60_000),
+        expect: Expectation::of(&head),
+        trigger: TakeoverTrigger::Operator,
+        nonce: 9,
+    })
     .map(Outcome::Lease)
 }
 fn op_retire(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
-    run.retire(id("b"), holder(2), durable(), t(100), None, 9)
-        .map(|_| Outcome::Other)
+    run.retire(lease_core::ops::RetireParams {
+        run_id: run.run_id().clone(),
+        owner_id: id("b"),
+        holder: holder(2),
+        policy: durable(),
+        now: t(100),
+        expect: None,
+        nonce: 9,
+    })
+    .map(|_| Outcome::Other)
 }
 fn op_append(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
     run.append(
         pre.lease.as_ref().unwrap(),
-        id("e"),
-        serde_json::json!("x"),
-        t(50),
+        lease_core::ops::AppendParams {
+            event_type: id("e"),
+            payload: serde_json::json!("x"),
+            now: t(50),
+            tail_hint: None,
+        },
     )
     .map(|a| Outcome::Appended(a.sequence.get()))
 }
 fn op_prune(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
-    run.prune(3, id("pruner"), t(5_000)).map(|_| Outcome::Other)
+    run.prune(lease_core::ops::PruneParams {
+        run_id: run.run_id().clone(),
+        keep: 3,
+        by: id("pruner"),
+        now: t(5_000),
+    })
+    .map(|_| Outcome::Other)
 }
 
 const SCENARIOS: [(&str, Prepare, Operate); 8] = [
@@ -225,17 +287,47 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
         .unwrap_or_else(|e| panic!("{what}: hash chains broken after recovery: {e}"));
     // Progress: a new owner gets the run (retiring the dead one if needed) and appends.
     let l = match status.status {
-        Status::Free => run.claim(id("next"), holder(3), durable(), t(100_001)),
+        Status::Free => run.claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("next"),
+            holder: holder(3),
+            policy: durable(),
+            now: t(100_001),
+            store_floor: None,
+        }),
         Status::Dead | Status::Active | Status::Stale => {
-            run.retire(id("next"), holder(3), durable(), t(100_001), None, 77)
-                .unwrap_or_else(|e| panic!("{what}: cannot retire the dead owner: {e}"));
-            run.claim(id("next"), holder(3), durable(), t(100_002))
+            run.retire(lease_core::ops::RetireParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("next"),
+                holder: holder(3),
+                policy: durable(),
+                now: t(100_001),
+                expect: None,
+                nonce: 77,
+            })
+            .unwrap_or_else(|e| panic!("{what}: cannot retire the dead owner: {e}"));
+            run.claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("next"),
+                holder: holder(3),
+                policy: durable(),
+                now: t(100_002),
+                store_floor: None,
+            })
         }
         Status::Invalid(_) => unreachable!(),
     }
     .unwrap_or_else(|e| panic!("{what}: no progress after recovery: {e}"));
     let a = run
-        .append(&l, id("after"), serde_json::json!(null), t(100_003))
+        .append(
+            &l,
+            lease_core::ops::AppendParams {
+                event_type: id("after"),
+                payload: serde_json::json!(null),
+                now: t(100_003),
+                tail_hint: None,
+            },
+        )
         .unwrap_or_else(|e| panic!("{what}: cannot append after recovery: {e}"));
     let view = run.read_events(None).unwrap();
     assert!(
@@ -369,11 +461,18 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
     let sim = SimFs::new();
     let run = run_on(&sim);
     let l = run
-        .claim(id("a"), holder(1), TimingPolicy::default(), t(0))
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("a"),
+            holder: holder(1),
+            policy: TimingPolicy::default(),
+            now: t(0),
+            store_floor: None,
+        })
         .unwrap();
-    run.heartbeat(&l, t(1), 1).unwrap();
+    run.heartbeat(&l, t(1), 1, None).unwrap();
     sim.reset_counters();
-    run.heartbeat(&l, t(2), 2).unwrap();
+    run.heartbeat(&l, t(2), 2, None).unwrap();
     assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 0);
 }
 
@@ -382,32 +481,40 @@ fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
     let sim = SimFs::new();
     let run = run_on(&sim);
     let l = run
-        .claim(id("a"), holder(1), TimingPolicy::default(), t(0))
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("a"),
+            holder: holder(1),
+            policy: TimingPolicy::default(),
+            now: t(0),
+            store_floor: None,
+        })
         .unwrap();
-    run.heartbeat(&l, t(1), 1).unwrap();
+    run.heartbeat(&l, t(1), 1, None).unwrap();
     // Heartbeat 2 is not fsynced (local policy); power is lost right after its rename.
     sim.crash_after(3); // check_root, write_new temp, rename; power is lost at the listing
-    let _ = run.heartbeat(&l, t(2), 2);
+    let _ = run.heartbeat(&l, t(2), 2, None);
     sim.recover(true);
     let run = run_on(&sim);
     let s = run.status(t(100_000), false).unwrap();
     if let Status::Invalid(e) = &s.status {
         assert!(e.to_string().contains("lease/beats/"), "{e}");
         let e = run
-            .takeover(
-                id("b"),
-                holder(2),
-                durable(),
-                t(100_000),
-                Expectation {
+            .takeover(lease_core::ops::TakeoverParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("b"),
+                holder: holder(2),
+                policy: durable(),
+                now: t(100_000),
+                expect: Expectation {
                     generation: None,
                     owner_id: id("a"),
                     heartbeat_at: t(2),
                     heartbeat_count: None,
                 },
-                TakeoverTrigger::Operator,
-                1,
-            )
+                trigger: TakeoverTrigger::Operator,
+                nonce: 1,
+            })
             .unwrap_err();
         assert_eq!(e.code().as_str(), "RECORD_INVALID");
     } else {

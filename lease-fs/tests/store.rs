@@ -1,5 +1,6 @@
 //! The lease and the event log on a real disk: the named tests of issue #3.
 
+use lease_core::LeaseOps;
 use lease_core::ops::{Authority, Expectation, Status, TakeoverTrigger};
 use lease_core::*;
 use lease_fs::{FsError, RunDir, this_holder};
@@ -29,7 +30,14 @@ fn me() -> Holder {
 }
 
 fn claim(run: &RunDir, owner: &str, now: u64) -> Result<lease_core::ops::OwnedLease, FsError> {
-    run.claim(id(owner), me(), TimingPolicy::default(), t(now))
+    run.claim(lease_core::ops::ClaimParams {
+        run_id: run.run_id().clone(),
+        owner_id: id(owner),
+        holder: me(),
+        policy: TimingPolicy::default(),
+        now: t(now),
+        store_floor: None,
+    })
 }
 
 fn takeover(
@@ -39,15 +47,16 @@ fn takeover(
     nonce: u64,
 ) -> Result<lease_core::ops::OwnedLease, FsError> {
     let head = run.status(t(now), false).unwrap().head.unwrap();
-    run.takeover(
-        id(owner),
-        me(),
-        TimingPolicy::default(),
-        t(now),
-        Expectation::of(&head),
-        TakeoverTrigger::Operator,
+    run.takeover(lease_core::ops::TakeoverParams {
+        run_id: run.run_id().clone(),
+        owner_id: id(owner),
+        holder: me(),
+        policy: TimingPolicy::default(),
+        now: t(now),
+        expect: Expectation::of(&head),
+        trigger: TakeoverTrigger::Operator,
         nonce,
-    )
+    })
 }
 
 fn counted(run: &RunDir, now: u64) -> Vec<u64> {
@@ -99,12 +108,14 @@ fn child_process_entry() {
             while !go.exists() {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            match run.claim(
-                id(&format!("p{}", std::process::id())),
-                me(),
-                TimingPolicy::default(),
-                t(0),
-            ) {
+            match run.claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id(&format!("p{}", std::process::id())),
+                holder: me(),
+                policy: TimingPolicy::default(),
+                now: t(0),
+                store_floor: None,
+            }) {
                 Ok(l) => println!("RESULT won {}", l.generation),
                 Err(e) => println!("RESULT {}", e.code().as_str()),
             }
@@ -114,12 +125,14 @@ fn child_process_entry() {
                 .unwrap()
                 .unwrap();
             let l = run
-                .claim(
-                    id(&format!("p{}", std::process::id())),
-                    me(),
-                    TimingPolicy::default(),
-                    t(0),
-                )
+                .claim(lease_core::ops::ClaimParams {
+                    run_id: run.run_id().clone(),
+                    owner_id: id(&format!("p{}", std::process::id())),
+                    holder: me(),
+                    policy: TimingPolicy::default(),
+                    now: t(0),
+                    store_floor: None,
+                })
                 .unwrap();
             println!("RESULT held {}", l.generation);
             std::thread::sleep(Duration::from_secs(60));
@@ -193,7 +206,12 @@ fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_afte
         (e.code().as_str(), e.exit_code()),
         ("RUN_STALE_REQUIRES_TAKEOVER", 76)
     );
-    run.release(&l, t(20_002), None).unwrap();
+    run.release(lease_core::ops::ReleaseParams {
+        lease: l.clone(),
+        now: t(20_002),
+        seal: None,
+    })
+    .unwrap();
     let l2 = claim(&run, "b", 20_003).unwrap();
     assert_eq!(l2.generation.get(), 3);
 }
@@ -211,29 +229,31 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
     let mut wrong = Expectation::of(&head);
     wrong.heartbeat_at = t(5);
     let e = run
-        .takeover(
-            id("b"),
-            me(),
-            TimingPolicy::default(),
-            t(60_000),
-            wrong,
-            TakeoverTrigger::Operator,
-            2,
-        )
+        .takeover(lease_core::ops::TakeoverParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("b"),
+            holder: me(),
+            policy: TimingPolicy::default(),
+            now: t(60_000),
+            expect: wrong,
+            trigger: TakeoverTrigger::Operator,
+            nonce: 2,
+        })
         .unwrap_err();
     assert_eq!((e.code().as_str(), e.exit_code()), ("TAKEOVER_RACE", 75));
     let mut wrong = Expectation::of(&head);
     wrong.owner_id = id("nobody");
     assert_eq!(
-        run.takeover(
-            id("b"),
-            me(),
-            TimingPolicy::default(),
-            t(60_000),
-            wrong,
-            TakeoverTrigger::Operator,
-            3
-        )
+        run.takeover(lease_core::ops::TakeoverParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("b"),
+            holder: me(),
+            policy: TimingPolicy::default(),
+            now: t(60_000),
+            expect: wrong,
+            trigger: TakeoverTrigger::Operator,
+            nonce: 3
+        })
         .unwrap_err()
         .code()
         .as_str(),
@@ -259,15 +279,16 @@ fn two_concurrent_takeovers_have_exactly_one_winner() {
             std::thread::spawn(move || {
                 let run = RunDir::open(&path).unwrap();
                 barrier.wait();
-                run.takeover(
-                    id(&format!("t{i}")),
-                    me(),
-                    TimingPolicy::default(),
-                    t(60_000),
-                    Expectation::of(&head),
-                    TakeoverTrigger::Operator,
-                    100 + i,
-                )
+                run.takeover(lease_core::ops::TakeoverParams {
+                    run_id: run.run_id().clone(),
+                    owner_id: id(&format!("t{i}")),
+                    holder: me(),
+                    policy: TimingPolicy::default(),
+                    now: t(60_000),
+                    expect: Expectation::of(&head),
+                    trigger: TakeoverTrigger::Operator,
+                    nonce: 100 + i,
+                })
                 .map(|l| l.generation)
             })
         })
@@ -289,27 +310,47 @@ fn a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_write
     let dir = tempfile::tempdir().unwrap();
     let (_, run) = new_run(dir.path(), "paused");
     let old = claim(&run, "old", 0).unwrap();
-    run.append(&old, id("e"), serde_json::json!(1), t(1))
-        .unwrap();
+    run.append(
+        &old,
+        lease_core::ops::AppendParams {
+            event_type: id("e"),
+            payload: serde_json::json!(1),
+            now: t(1),
+            tail_hint: None,
+        },
+    )
+    .unwrap();
     // The owner "pauses" (stops heartbeating); another takes over after staleness.
     let new = takeover(&run, "new", 60_000, 1).unwrap();
     // It resumes: every operation reports fenced.
     assert_eq!(
-        run.heartbeat(&old, t(60_001), 1)
+        run.heartbeat(&old, t(60_001), 1, None)
             .unwrap_err()
             .code()
             .as_str(),
         "FENCED"
     );
     let e = run
-        .append(&old, id("e"), serde_json::json!(2), t(60_002))
+        .append(
+            &old,
+            lease_core::ops::AppendParams {
+                event_type: id("e"),
+                payload: serde_json::json!(2),
+                now: t(60_002),
+                tail_hint: None,
+            },
+        )
         .unwrap_err();
     assert_eq!((e.code().as_str(), e.exit_code()), ("FENCED", 75));
     assert_eq!(
-        run.release(&old, t(60_003), None)
-            .unwrap_err()
-            .code()
-            .as_str(),
+        run.release(lease_core::ops::ReleaseParams {
+            lease: old.clone(),
+            now: t(60_003),
+            seal: None
+        })
+        .unwrap_err()
+        .code()
+        .as_str(),
         "FENCED"
     );
     let s = run.status(t(60_004), false).unwrap();
@@ -338,7 +379,15 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
     }
     // Alive (holds the owner lock, pid and start time match): never retired.
     let e = run
-        .retire(id("retirer"), me(), TimingPolicy::default(), t(1), None, 1)
+        .retire(lease_core::ops::RetireParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("retirer"),
+            holder: me(),
+            policy: TimingPolicy::default(),
+            now: t(1),
+            expect: None,
+            nonce: 1,
+        })
         .unwrap_err();
     assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
     // A forged record whose pid matches the live child but whose start time does not: the
@@ -352,7 +401,15 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
         let original = std::fs::read(&epoch_path).unwrap();
         std::fs::write(&epoch_path, &bytes).unwrap();
         let e = run
-            .retire(id("retirer"), me(), TimingPolicy::default(), t(2), None, 2)
+            .retire(lease_core::ops::RetireParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("retirer"),
+                holder: me(),
+                policy: TimingPolicy::default(),
+                now: t(2),
+                expect: None,
+                nonce: 2,
+            })
             .unwrap_err();
         assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
         std::fs::write(&epoch_path, original).unwrap();
@@ -361,7 +418,15 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
     child.kill().unwrap();
     child.wait().unwrap();
     let r = run
-        .retire(id("retirer"), me(), TimingPolicy::default(), t(3), None, 3)
+        .retire(lease_core::ops::RetireParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("retirer"),
+            holder: me(),
+            policy: TimingPolicy::default(),
+            now: t(3),
+            expect: None,
+            nonce: 3,
+        })
         .unwrap();
     assert_eq!(r.generation.get(), r.retired.get() + 1);
     assert_eq!(run.status(t(4), false).unwrap().status, Status::Free);
@@ -379,10 +444,18 @@ fn thirty_two_concurrent_appenders_get_sequences_1_to_32() {
             std::thread::spawn(move || {
                 let run = RunDir::open(&path).unwrap();
                 barrier.wait();
-                run.append(&l, id("e"), serde_json::json!(i), t(1))
-                    .unwrap()
-                    .sequence
-                    .get()
+                run.append(
+                    &l,
+                    lease_core::ops::AppendParams {
+                        event_type: id("e"),
+                        payload: serde_json::json!(i),
+                        now: t(1),
+                        tail_hint: None,
+                    },
+                )
+                .unwrap()
+                .sequence
+                .get()
             })
         })
         .collect();
@@ -398,14 +471,30 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     let dir = tempfile::tempdir().unwrap();
     let (path, run) = new_run(dir.path(), "late");
     let old = claim(&run, "old", 0).unwrap();
-    run.append(&old, id("e"), serde_json::json!(1), t(1))
-        .unwrap();
+    run.append(
+        &old,
+        lease_core::ops::AppendParams {
+            event_type: id("e"),
+            payload: serde_json::json!(1),
+            now: t(1),
+            tail_hint: None,
+        },
+    )
+    .unwrap();
     let new = takeover(&run, "new", 60_000, 1).unwrap();
     assert_eq!(
-        run.append(&old, id("late"), serde_json::json!(2), t(60_001))
-            .unwrap_err()
-            .code()
-            .as_str(),
+        run.append(
+            &old,
+            lease_core::ops::AppendParams {
+                event_type: id("late"),
+                payload: serde_json::json!(2),
+                now: t(60_001),
+                tail_hint: None
+            }
+        )
+        .unwrap_err()
+        .code()
+        .as_str(),
         "FENCED"
     );
     // Delete the newest epoch by hand: the recorded cutoff still applies.
@@ -413,10 +502,18 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     let saved = std::fs::read(&newest).unwrap();
     std::fs::remove_file(&newest).unwrap();
     assert_eq!(
-        run.append(&old, id("late"), serde_json::json!(3), t(60_002))
-            .unwrap_err()
-            .code()
-            .as_str(),
+        run.append(
+            &old,
+            lease_core::ops::AppendParams {
+                event_type: id("late"),
+                payload: serde_json::json!(3),
+                now: t(60_002),
+                tail_hint: None
+            }
+        )
+        .unwrap_err()
+        .code()
+        .as_str(),
         "FENCED"
     );
     assert_eq!(counted(&run, 60_003), vec![1]);
@@ -482,20 +579,21 @@ fn hostile_records_give_typed_errors_naming_the_file_and_change_nothing() {
         }
         assert!(claim(&run, "b", 100_000).is_err(), "{name}");
         let e = run
-            .takeover(
-                id("b"),
-                me(),
-                TimingPolicy::default(),
-                t(100_000),
-                Expectation {
+            .takeover(lease_core::ops::TakeoverParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("b"),
+                holder: me(),
+                policy: TimingPolicy::default(),
+                now: t(100_000),
+                expect: Expectation {
                     generation: None,
                     owner_id: id("a"),
                     heartbeat_at: t(0),
                     heartbeat_count: None,
                 },
-                TakeoverTrigger::Operator,
-                1,
-            )
+                trigger: TakeoverTrigger::Operator,
+                nonce: 1,
+            })
             .unwrap_err();
         assert_eq!(e.exit_code(), 65, "{name}: {e}");
         assert_eq!(snapshot(&path), before, "{name}: something changed on disk");
@@ -580,7 +678,7 @@ fn a_run_root_renamed_underneath_is_reported_and_not_written_through() {
     let l = claim(&run, "a", 0).unwrap();
     std::fs::rename(&path, dir.path().join("moved-away")).unwrap();
     std::fs::create_dir(&path).unwrap();
-    let e = run.heartbeat(&l, t(1), 1).unwrap_err();
+    let e = run.heartbeat(&l, t(1), 1, None).unwrap_err();
     assert_eq!(
         (e.code().as_str(), e.exit_code()),
         ("RUN_ROOT_CHANGED", 74),
@@ -598,7 +696,16 @@ fn orphan_temp_files_change_nothing_a_reader_sees_and_are_cleaned() {
     let dir = tempfile::tempdir().unwrap();
     let (path, run) = new_run(dir.path(), "orphans");
     let l = claim(&run, "a", 0).unwrap();
-    run.append(&l, id("e"), serde_json::json!(1), t(1)).unwrap();
+    run.append(
+        &l,
+        lease_core::ops::AppendParams {
+            event_type: id("e"),
+            payload: serde_json::json!(1),
+            now: t(1),
+            tail_hint: None,
+        },
+    )
+    .unwrap();
     let before_status = format!("{:?}", run.status(t(2), false).unwrap().head);
     let before_events = run.read_events(None).unwrap();
     for d in ["lease/epochs", "events", "lease/cutoffs"] {

@@ -11,14 +11,10 @@
 //! cluster makes the owner fence, never hang.
 
 use crate::error::RunError;
-use lease_core::ops::{
-    Appended, EventLogView, Expectation, OwnedLease, PruneReport, Request, Response, Retired,
-    StatusView, TakeoverTrigger, VerifyReport,
-};
-use lease_core::{
-    EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, RunId, Seal, Timestamp,
-    TimingPolicy,
-};
+#[cfg(feature = "etcd")]
+use lease_core::ops::{OwnedLease, TakeoverParams};
+use lease_core::ops::{Request, Response};
+use lease_core::{RunId, TailHint, Transport};
 use lease_fs::RunDir;
 use std::time::{Duration, Instant};
 
@@ -62,7 +58,7 @@ impl Authority {
     ) -> Result<std::sync::Arc<dyn LeaseAuthority>, RunError> {
         let _ = (&run_id, step_deadline, self_fence_after);
         match self {
-            Authority::RunFolder => Ok(folder),
+            Authority::RunFolder => Ok(std::sync::Arc::new(FolderAuthority(folder))),
             #[cfg(feature = "etcd")]
             Authority::Etcd(addr) => Ok(std::sync::Arc::new(EtcdLease::connect(
                 addr,
@@ -84,209 +80,51 @@ pub fn etcd_url(addr: &lease_etcd::AuthorityAddr) -> String {
     format!("etcd://{}/{}", hosts.join(","), addr.prefix)
 }
 
-/// The lease operations of one run, whichever authority holds it. Every method is
-/// blocking; the etcd implementation may be called from async code too (each call runs
-/// on a thread of its own, see `EtcdLease`).
-pub trait LeaseAuthority: Send + Sync + std::fmt::Debug {
+/// The lease of one run, whichever authority holds it: a lease-core [`Transport`] with
+/// lease-run's error type and an [`Instant`] as the bound of an operation, so every
+/// operation of [`lease_core::LeaseOps`] (claim ... prune, written once in lease-core)
+/// runs on it. The implementations only carry requests and hooks: [`FolderAuthority`]
+/// (lease-fs's `RunDir`) and, with feature `etcd`, [`EtcdLease`].
+///
+/// Every call blocks; the etcd implementation may be called from async code too (each
+/// call runs on a thread of its own, see `EtcdLease`). The folder ignores the bound (the
+/// caller bounds the blocking call); etcd answers `UNAVAILABLE` by it at the latest.
+pub trait LeaseAuthority:
+    Transport<Error = RunError, Bound = Instant> + Send + Sync + std::fmt::Debug
+{
     /// `run folder` or the `etcd://` URL, for messages.
     fn describe(&self) -> String;
-    /// The run id.
-    fn lease_run_id(&self) -> &RunId;
-    /// Claim a free run.
-    fn claim(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-    ) -> Result<OwnedLease, RunError>;
-    /// Exact takeover of a stale owner.
-    #[allow(clippy::too_many_arguments)]
-    fn takeover(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Expectation,
-        trigger: TakeoverTrigger,
-        nonce: u64,
-    ) -> Result<OwnedLease, RunError>;
-    /// Retire a definitely-dead owner.
-    fn retire(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Option<Expectation>,
-        nonce: u64,
-    ) -> Result<Retired, RunError>;
-    /// The run's status; with `probe`, liveness decides `dead` (the folder: same boot,
-    /// process gone, owner lock free; etcd: the owner's etcd lease is gone).
-    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError>;
-    /// One heartbeat reporting `store_head`. The folder ignores `deadline` (the caller
-    /// bounds the blocking call); etcd returns `UNAVAILABLE` by `deadline` at the latest.
-    fn heartbeat(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        store_head: Option<u64>,
-        deadline: Instant,
-    ) -> Result<(), RunError>;
-    /// Release with the store's seal; returns the release epoch's generation.
-    fn release(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        seal: Option<Seal>,
-    ) -> Result<Generation, RunError>;
-    /// One lease-core request (e.g. read a cutoff).
-    fn perform(&self, req: Request) -> Result<Response, RunError>;
-    /// Read and decode epoch `g` (`None` if absent).
-    fn read_epoch(&self, g: Generation) -> Result<Option<EpochRecord>, RunError> {
-        let f = FileRef::Epoch(g);
-        match self.perform(Request::Read(f))? {
-            Response::Content(None) => Ok(None),
-            Response::Content(Some(bytes)) => Ok(Some(
-                lease_core::decode_for(self.lease_run_id(), &bytes)
-                    .map_err(|e| RunError::from(e.in_file(f.path())))?,
-            )),
-            other => Err(RunError::from(LeaseError::ProtocolViolation {
-                detail: format!("Read answered {other:?}"),
-            })),
-        }
-    }
-    /// Append an event as the owner of `lease`.
-    fn append(
-        &self,
-        lease: &OwnedLease,
-        event_type: Identity,
-        payload: serde_json::Value,
-        now: Timestamp,
-    ) -> Result<Appended, RunError>;
-    /// Read and judge the event log.
-    fn read_events(
-        &self,
-        finalize_as: Option<(Identity, Timestamp)>,
-    ) -> Result<EventLogView, RunError>;
-    /// Read and judge the event log (read-only) and hand each event to `each`, in order,
-    /// until it returns `false`. The run folder streams it (memory flat in the log's
-    /// length: `RunDir::for_each_event`); the default reads the whole log first.
-    fn for_each_event(
-        &self,
-        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
-    ) -> Result<(), RunError> {
-        for je in &self.read_events(None)?.events {
-            if !each(je) {
-                break;
-            }
-        }
-        Ok(())
-    }
-    /// Walk both hash chains.
-    fn verify(&self) -> Result<VerifyReport, RunError>;
-    /// Compact old lease records, keeping the newest `keep` generations.
-    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError>;
 }
 
-impl LeaseAuthority for RunDir {
+/// The run folder as the authority ([`Authority::RunFolder`]): lease-fs's `RunDir`
+/// transport with its errors as [`RunError`]s.
+#[derive(Debug, Clone)]
+pub struct FolderAuthority(pub std::sync::Arc<RunDir>);
+
+impl Transport for FolderAuthority {
+    type Error = RunError;
+    type Bound = Instant;
+    fn run_id(&self) -> &RunId {
+        self.0.run_id()
+    }
+    fn default_bound(&self) -> Instant {
+        // Unused by the folder: each request is one blocking call.
+        Instant::now()
+    }
+    fn execute(&self, req: Request, _bound: Instant) -> Result<Response, RunError> {
+        Ok(Transport::execute(&*self.0, req, ())?)
+    }
+    fn tail_hint(&self) -> &TailHint {
+        Transport::tail_hint(&*self.0)
+    }
+    fn begin(&self) -> Result<(), RunError> {
+        Ok(Transport::begin(&*self.0)?)
+    }
+}
+
+impl LeaseAuthority for FolderAuthority {
     fn describe(&self) -> String {
         "run folder".into()
-    }
-    fn lease_run_id(&self) -> &RunId {
-        self.run_id()
-    }
-    fn claim(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-    ) -> Result<OwnedLease, RunError> {
-        Ok(RunDir::claim(self, owner_id, holder, policy, now)?)
-    }
-    fn takeover(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Expectation,
-        trigger: TakeoverTrigger,
-        nonce: u64,
-    ) -> Result<OwnedLease, RunError> {
-        Ok(RunDir::takeover(
-            self, owner_id, holder, policy, now, expect, trigger, nonce,
-        )?)
-    }
-    fn retire(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Option<Expectation>,
-        nonce: u64,
-    ) -> Result<Retired, RunError> {
-        Ok(RunDir::retire(
-            self, owner_id, holder, policy, now, expect, nonce,
-        )?)
-    }
-    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError> {
-        Ok(RunDir::status(self, now, probe)?)
-    }
-    fn heartbeat(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        store_head: Option<u64>,
-        _deadline: Instant,
-    ) -> Result<(), RunError> {
-        Ok(self.heartbeat_with_store_head(lease, now, count, store_head)?)
-    }
-    fn release(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        seal: Option<Seal>,
-    ) -> Result<Generation, RunError> {
-        Ok(RunDir::release(self, lease, now, seal)?)
-    }
-    fn perform(&self, req: Request) -> Result<Response, RunError> {
-        Ok(RunDir::perform(self, req)?)
-    }
-    fn read_epoch(&self, g: Generation) -> Result<Option<EpochRecord>, RunError> {
-        Ok(RunDir::read_epoch(self, g)?)
-    }
-    fn append(
-        &self,
-        lease: &OwnedLease,
-        event_type: Identity,
-        payload: serde_json::Value,
-        now: Timestamp,
-    ) -> Result<Appended, RunError> {
-        Ok(RunDir::append(self, lease, event_type, payload, now)?)
-    }
-    fn read_events(
-        &self,
-        finalize_as: Option<(Identity, Timestamp)>,
-    ) -> Result<EventLogView, RunError> {
-        Ok(RunDir::read_events(self, finalize_as)?)
-    }
-    fn for_each_event(
-        &self,
-        each: &mut dyn FnMut(&lease_core::ops::JudgedEvent) -> bool,
-    ) -> Result<(), RunError> {
-        Ok(RunDir::for_each_event(self, each)?)
-    }
-    fn verify(&self) -> Result<VerifyReport, RunError> {
-        Ok(RunDir::verify(self)?)
-    }
-    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError> {
-        Ok(RunDir::prune(self, keep, by, now)?)
     }
 }
 
@@ -392,91 +230,42 @@ impl Drop for EtcdLease {
 }
 
 #[cfg(feature = "etcd")]
+impl Transport for EtcdLease {
+    type Error = RunError;
+    type Bound = Instant;
+    fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+    fn default_bound(&self) -> Instant {
+        self.etcd_run().default_bound()
+    }
+    fn execute(&self, req: Request, bound: Instant) -> Result<Response, RunError> {
+        self.on_thread(|r| r.execute(req, bound))
+    }
+    fn tail_hint(&self) -> &TailHint {
+        self.etcd_run().tail_hint()
+    }
+    fn before_takeover(&self, p: &TakeoverParams, bound: Instant) -> Result<(), RunError> {
+        self.on_thread(|r| r.before_takeover(p, bound))
+    }
+    fn acquired(&self, lease: &OwnedLease, bound: Instant) -> Result<(), RunError> {
+        self.on_thread(|r| r.acquired(lease, bound))
+    }
+    fn before_heartbeat(&self, lease: &OwnedLease, bound: Instant) -> Result<(), RunError> {
+        self.on_thread(|r| r.before_heartbeat(lease, bound))
+    }
+    fn released(&self, lease: &OwnedLease) {
+        let _ = self.on_thread(|r| {
+            r.released(lease);
+            Ok(())
+        });
+    }
+}
+
+#[cfg(feature = "etcd")]
 impl LeaseAuthority for EtcdLease {
     fn describe(&self) -> String {
         self.url.clone()
-    }
-    fn lease_run_id(&self) -> &RunId {
-        &self.run_id
-    }
-    fn claim(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-    ) -> Result<OwnedLease, RunError> {
-        self.on_thread(|r| r.claim(owner_id, holder, policy, now))
-    }
-    fn takeover(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Expectation,
-        trigger: TakeoverTrigger,
-        nonce: u64,
-    ) -> Result<OwnedLease, RunError> {
-        self.on_thread(|r| r.takeover(owner_id, holder, policy, now, expect, trigger, nonce))
-    }
-    fn retire(
-        &self,
-        owner_id: Identity,
-        holder: Holder,
-        policy: TimingPolicy,
-        now: Timestamp,
-        expect: Option<Expectation>,
-        nonce: u64,
-    ) -> Result<Retired, RunError> {
-        self.on_thread(|r| r.retire(owner_id, holder, policy, now, expect, nonce))
-    }
-    fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, RunError> {
-        self.on_thread(|r| r.status(now, probe))
-    }
-    fn heartbeat(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        count: u64,
-        store_head: Option<u64>,
-        deadline: Instant,
-    ) -> Result<(), RunError> {
-        self.on_thread(|r| {
-            r.heartbeat_with_store_head_until(lease, now, count, store_head, deadline)
-        })
-    }
-    fn release(
-        &self,
-        lease: &OwnedLease,
-        now: Timestamp,
-        seal: Option<Seal>,
-    ) -> Result<Generation, RunError> {
-        self.on_thread(|r| r.release(lease, now, seal))
-    }
-    fn perform(&self, req: Request) -> Result<Response, RunError> {
-        self.on_thread(|r| r.perform_request(req))
-    }
-    fn append(
-        &self,
-        lease: &OwnedLease,
-        event_type: Identity,
-        payload: serde_json::Value,
-        now: Timestamp,
-    ) -> Result<Appended, RunError> {
-        self.on_thread(|r| r.append(lease, event_type, payload, now))
-    }
-    fn read_events(
-        &self,
-        finalize_as: Option<(Identity, Timestamp)>,
-    ) -> Result<EventLogView, RunError> {
-        self.on_thread(|r| r.read_events(finalize_as))
-    }
-    fn verify(&self) -> Result<VerifyReport, RunError> {
-        self.on_thread(|r| r.verify())
-    }
-    fn prune(&self, keep: u64, by: Identity, now: Timestamp) -> Result<PruneReport, RunError> {
-        self.on_thread(|r| r.prune(keep, by, now))
     }
 }
 

@@ -255,7 +255,7 @@ mod run;
 mod sync;
 
 #[cfg(not(loom))]
-pub use authority::{Authority, LeaseAuthority};
+pub use authority::{Authority, FolderAuthority, LeaseAuthority};
 pub use error::{RUN_ERROR_CODES, RunError};
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]

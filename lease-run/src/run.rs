@@ -6,8 +6,12 @@ use crate::fence::{Access, FenceCore, Tick, Tracking, fence_tick, gate, start_tr
 use crate::procs::{self, Tracked, boottime_ns};
 use crate::sync::lock_std;
 use lease_core::Code;
+use lease_core::LeaseOps;
 use lease_core::canonical::MAX_RECORD_BYTES;
-use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
+use lease_core::ops::{
+    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status, TakeoverParams,
+    TakeoverTrigger,
+};
 use lease_core::{
     CommandRecord, Dir, FileRef, Generation, Identity, LeaseError, RunState, RunStatus, Seal,
     Timestamp, TimingPolicy, decode_for, encode, must_self_fence,
@@ -109,7 +113,7 @@ pub struct OpenOptions {
     pub retire_dead: bool,
     /// Exact takeover of a stale owner instead of a claim (operator trigger): the owner id
     /// and heartbeat observation (time, and count if given) the caller saw, e.g. from
-    /// `RunDir::status`; the takeover refuses a fresh owner (`TAKEOVER_ACTIVE_REFUSED`, 76)
+    /// `LeaseOps::status`; the takeover refuses a fresh owner (`TAKEOVER_ACTIVE_REFUSED`, 76)
     /// and any other observation (`TAKEOVER_RACE`, 75). The kernel owner lock is taken
     /// first as always, so a stale owner still running on this host must end (or be
     /// fenced and release its lock) before this open can proceed. Default `None`.
@@ -853,17 +857,28 @@ impl Run {
                     // top of the chain: a broken record anywhere refuses it (65, naming
                     // the file), as doctor advises ("do not take over").
                     dir.verify()?;
-                    return dir.takeover(
-                        new_owner_id()?,
+                    return dir.takeover(TakeoverParams {
+                        run_id: dir.run_id().clone(),
+                        owner_id: new_owner_id()?,
                         holder,
                         policy,
-                        wall_now()?,
+                        now: wall_now()?,
                         expect,
                         trigger,
-                        random_u64()?,
-                    );
+                        nonce: random_u64()?,
+                    });
                 }
-                match dir.claim(new_owner_id()?, holder.clone(), policy, wall_now()?) {
+                let claim = |holder: lease_core::Holder| -> Result<ClaimParams, RunError> {
+                    Ok(ClaimParams {
+                        run_id: dir.run_id().clone(),
+                        owner_id: new_owner_id()?,
+                        holder,
+                        policy,
+                        now: wall_now()?,
+                        store_floor: None,
+                    })
+                };
+                match dir.claim(claim(holder.clone())?) {
                     Ok(l) => Ok(l),
                     // Held (76): the status below decides whether the holder is dead.
                     Err(e)
@@ -881,15 +896,16 @@ impl Run {
                         match (&view.status, &view.head) {
                             (Status::Dead, Some(head)) => {
                                 dir.verify()?;
-                                dir.retire(
-                                    new_owner_id()?,
-                                    holder.clone(),
+                                dir.retire(RetireParams {
+                                    run_id: dir.run_id().clone(),
+                                    owner_id: new_owner_id()?,
+                                    holder: holder.clone(),
                                     policy,
-                                    wall_now()?,
-                                    Some(Expectation::of(head)),
-                                    random_u64()?,
-                                )?;
-                                dir.claim(new_owner_id()?, holder, policy, wall_now()?)
+                                    now: wall_now()?,
+                                    expect: Some(Expectation::of(head)),
+                                    nonce: random_u64()?,
+                                })?;
+                                dir.claim(claim(holder)?)
                             }
                             _ => Err(e),
                         }
@@ -1172,7 +1188,11 @@ impl Run {
                             };
                             rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
                             write_status_blocking(&dir, &*auth, &sh, &l, &rec)?;
-                            auth.release(&l, wall_now()?, seal)?;
+                            auth.release(ReleaseParams {
+                                lease: l.clone(),
+                                now: wall_now()?,
+                                seal,
+                            })?;
                             Ok(())
                         },
                     )
@@ -1663,7 +1683,11 @@ impl Run {
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
-                auth.release(&l, wall_now()?, Some(seal))?;
+                auth.release(ReleaseParams {
+                    lease: l.clone(),
+                    now: wall_now()?,
+                    seal: Some(seal),
+                })?;
                 Ok(())
             }),
         )
@@ -1766,7 +1790,9 @@ async fn heartbeat_loop(dir: Arc<dyn LeaseAuthority>, shared: Arc<Shared>, lease
         let (d, l) = (dir.clone(), lease.clone());
         let r = tokio::time::timeout(
             shared.policy.self_fence_after(),
-            tokio::task::spawn_blocking(move || d.heartbeat(&l, now, count, store_head, until)),
+            tokio::task::spawn_blocking(move || {
+                d.heartbeat_within(&l, now, count, store_head, until)
+            }),
         )
         .await;
         match r {

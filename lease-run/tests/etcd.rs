@@ -12,10 +12,11 @@
 mod cluster;
 
 use cluster::{Cluster, SERIAL, etcd_binary};
+use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, Status};
 use lease_core::{HeartbeatDurability, RunId, RunState, RunStatus, Timestamp, TimingPolicy};
 use lease_run::authority::EtcdLease;
-use lease_run::{Authority, Batch, FinalStatus, LeaseAuthority, OpenOptions, Run};
+use lease_run::{Authority, Batch, FinalStatus, OpenOptions, Run};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};

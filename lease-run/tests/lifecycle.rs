@@ -1,5 +1,6 @@
 //! End-to-end tests of the run lifecycle with real child processes.
 
+use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
 use lease_core::{
     EpochRecord, FileRef, Generation, HeartbeatDurability, Identity, RunState, RunStatus,
@@ -53,15 +54,16 @@ fn take_over_when_stale(path: &Path) -> OwnedLease {
         if view.status == Status::Stale {
             let head = view.head.unwrap();
             return dir
-                .takeover(
-                    Identity::new("taker").unwrap(),
-                    lease_fs::this_holder().unwrap(),
-                    fast().policy,
-                    now_ts(),
-                    Expectation::of(&head),
-                    TakeoverTrigger::Operator,
-                    0x7a6b,
-                )
+                .takeover(lease_core::ops::TakeoverParams {
+                    run_id: dir.run_id().clone(),
+                    owner_id: Identity::new("taker").unwrap(),
+                    holder: lease_fs::this_holder().unwrap(),
+                    policy: fast().policy,
+                    now: now_ts(),
+                    expect: Expectation::of(&head),
+                    trigger: TakeoverTrigger::Operator,
+                    nonce: 0x7a6b,
+                })
                 .unwrap();
         }
         assert!(Instant::now() < end, "never stale: {:?}", view.status);
@@ -394,15 +396,16 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
         let view = other.status(now, false).unwrap();
         let head = view.head.clone().unwrap();
         other
-            .takeover(
-                lease_core::Identity::new("taker").unwrap(),
-                lease_fs::this_holder().unwrap(),
-                fast().policy,
+            .takeover(lease_core::ops::TakeoverParams {
+                run_id: other.run_id().clone(),
+                owner_id: lease_core::Identity::new("taker").unwrap(),
+                holder: lease_fs::this_holder().unwrap(),
+                policy: fast().policy,
                 now,
-                lease_core::ops::Expectation::of(&head),
-                lease_core::ops::TakeoverTrigger::Operator,
-                7,
-            )
+                expect: lease_core::ops::Expectation::of(&head),
+                trigger: lease_core::ops::TakeoverTrigger::Operator,
+                nonce: 7,
+            })
             .unwrap();
         let before = std::fs::read(path.join("run.json")).unwrap();
         let cg = run.cgroup();
@@ -834,7 +837,11 @@ fn a_store_rewound_below_the_floor_recorded_by_a_takeover_is_refused_65() {
     owner.wait().unwrap();
     RunDir::open(&path)
         .unwrap()
-        .release(&taken, now_ts(), None)
+        .release(lease_core::ops::ReleaseParams {
+            lease: taken.clone(),
+            now: now_ts(),
+            seal: None,
+        })
         .unwrap();
     copy_store(&path, &good);
 
@@ -1149,12 +1156,14 @@ fn a_watched_takeover_is_recorded_as_automatic_and_refused_when_watched_too_brie
     // A stale owner from another "host": claim with lease-fs and never beat again.
     let d = RunDir::create(&path).unwrap();
     let lease = d
-        .claim(
-            Identity::new("gone-owner").unwrap(),
-            lease_fs::this_holder().unwrap(),
-            fast().policy,
-            now_ts(),
-        )
+        .claim(lease_core::ops::ClaimParams {
+            run_id: d.run_id().clone(),
+            owner_id: Identity::new("gone-owner").unwrap(),
+            holder: lease_fs::this_holder().unwrap(),
+            policy: fast().policy,
+            now: now_ts(),
+            store_floor: None,
+        })
         .unwrap();
     let end = Instant::now() + Duration::from_secs(10);
     let head = loop {

@@ -1,6 +1,7 @@
 //! A real 3-member etcd cluster for tests: Debian's `etcd` binary on free loopback ports,
 //! data in a temporary folder, every member killed and the folder removed on drop.
 
+use lease_core::LeaseOps;
 use lease_core::ops::{Request, Response};
 use lease_core::{Dir, RunId};
 use lease_etcd::{AuthorityAddr, EtcdAuthority, EtcdOptions};
@@ -139,7 +140,7 @@ impl Cluster {
         let auth = self.authority(&[0, 1, 2], "ready", EtcdOptions::default());
         let run = auth.run(RunId::new("probe").unwrap());
         loop {
-            match run.perform_request(Request::List(Dir::Epochs)) {
+            match run.perform(Request::List(Dir::Epochs)) {
                 Ok(Response::Listing(_)) => return,
                 other if start.elapsed() > within => {
                     panic!(
