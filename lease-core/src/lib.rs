@@ -64,6 +64,7 @@ pub mod records;
 pub mod seal;
 pub mod time;
 pub mod transport;
+pub mod watch;
 
 pub use canonical::{Record, decode, decode_for, encode};
 pub use code::Code;

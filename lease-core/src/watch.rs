@@ -1,0 +1,177 @@
+//! The automatic takeover's watch (PROTOCOL.md §7.4, §10): a stale owner may be taken
+//! over automatically only after the watcher saw its record **unchanged** for the owner's
+//! `stale_after` on the watcher's own monotonic clock, so no other host's wall clock
+//! decides.
+//!
+//! [`StaleWatch`] is a sans-IO machine: the caller feeds it each observed head with a
+//! monotonic reading (e.g. `CLOCK_BOOTTIME` in nanoseconds, which keeps counting while
+//! the machine sleeps) and gets back whether to keep watching or to take over. It reads
+//! no clock and does no I/O.
+//!
+//! ```
+//! use lease_core::watch::{StaleWatch, Verdict};
+//! use std::time::Duration;
+//!
+//! let mut w = StaleWatch::new();
+//! let key = (3, "owner-a".to_string(), "2026-12-03T10:00:00.000Z".to_string(), 7);
+//! let stale_after = Duration::from_secs(20);
+//! assert!(matches!(w.observe_key(key.clone(), stale_after, 1_000_000_000), Verdict::Watching { .. }));
+//! // 20 s later on the same clock, the record is unchanged: still watching (strictly more is needed).
+//! assert!(matches!(w.observe_key(key.clone(), stale_after, 21_000_000_000), Verdict::Watching { .. }));
+//! let v = w.observe_key(key, stale_after, 21_000_000_001);
+//! assert_eq!(v, Verdict::TakeOver { watched: Duration::from_nanos(20_000_000_001) });
+//! ```
+
+use crate::ops::Head;
+use std::time::Duration;
+
+/// What identifies one observation of an owner: generation, owner id, heartbeat time
+/// (as recorded, never compared with a clock) and heartbeat count. Any change means the
+/// owner (or a successor) wrote again, and the watch starts over.
+pub type WatchKey = (u64, String, String, u64);
+
+/// The key of an observed head.
+pub fn watch_key(h: &Head) -> WatchKey {
+    (
+        h.generation().get(),
+        h.epoch.owner_id.to_string(),
+        h.heartbeat_at().to_string(),
+        h.heartbeat_count(),
+    )
+}
+
+/// What the watcher should do after an observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Keep watching: the record has been unchanged for `watched`, `needed` is the owner's
+    /// `stale_after` (a takeover needs strictly more).
+    Watching {
+        /// How long the current observation has been unchanged.
+        watched: Duration,
+        /// The owner's `stale_after`.
+        needed: Duration,
+    },
+    /// Unchanged for more than `stale_after`: an automatic takeover may proceed,
+    /// conditioned on exactly this observation (it reports `watched` in its intent).
+    TakeOver {
+        /// How long the observation was unchanged.
+        watched: Duration,
+    },
+}
+
+/// The watch of one run (see the module docs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StaleWatch {
+    since: Option<(WatchKey, u64)>,
+}
+
+impl StaleWatch {
+    /// A watch that has seen nothing.
+    pub fn new() -> StaleWatch {
+        StaleWatch::default()
+    }
+
+    /// Observe `head` at monotonic reading `now_mono_ns`.
+    pub fn observe(&mut self, head: &Head, now_mono_ns: u64) -> Verdict {
+        self.observe_key(
+            watch_key(head),
+            head.epoch.policy.stale_after(),
+            now_mono_ns,
+        )
+    }
+
+    /// Observe a record identified by `key` whose owner's `stale_after` is `stale_after`,
+    /// at monotonic reading `now_mono_ns`. A changed key restarts the watch; a reading
+    /// earlier than the start (a clock that is not monotonic) counts as no time watched.
+    pub fn observe_key(
+        &mut self,
+        key: WatchKey,
+        stale_after: Duration,
+        now_mono_ns: u64,
+    ) -> Verdict {
+        let since = match &self.since {
+            Some((k, since)) if *k == key => *since,
+            _ => {
+                self.since = Some((key, now_mono_ns));
+                now_mono_ns
+            }
+        };
+        let watched = Duration::from_nanos(now_mono_ns.saturating_sub(since));
+        if watched > stale_after {
+            Verdict::TakeOver { watched }
+        } else {
+            Verdict::Watching {
+                watched,
+                needed: stale_after,
+            }
+        }
+    }
+
+    /// Forget the observation (the head changed under an attempt: decide again).
+    pub fn reset(&mut self) {
+        self.since = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(count: u64) -> WatchKey {
+        (2, "o".into(), "2026-12-03T10:00:00.000Z".into(), count)
+    }
+
+    #[test]
+    fn a_changed_record_restarts_the_watch() {
+        let mut w = StaleWatch::new();
+        let d = Duration::from_millis(100);
+        assert!(matches!(
+            w.observe_key(key(1), d, 0),
+            Verdict::Watching { .. }
+        ));
+        // A new beat at 90 ms: the watch starts over there.
+        assert!(matches!(
+            w.observe_key(key(2), d, 90_000_000),
+            Verdict::Watching { .. }
+        ));
+        assert_eq!(
+            w.observe_key(key(2), d, 150_000_000),
+            Verdict::Watching {
+                watched: Duration::from_millis(60),
+                needed: d
+            }
+        );
+        assert_eq!(
+            w.observe_key(key(2), d, 191_000_000),
+            Verdict::TakeOver {
+                watched: Duration::from_millis(101)
+            }
+        );
+    }
+
+    #[test]
+    fn exactly_stale_after_is_not_enough_and_a_backwards_clock_counts_nothing() {
+        let mut w = StaleWatch::new();
+        let d = Duration::from_millis(100);
+        w.observe_key(key(1), d, 500_000_000);
+        assert!(matches!(
+            w.observe_key(key(1), d, 600_000_000),
+            Verdict::Watching { .. }
+        ));
+        assert_eq!(
+            w.observe_key(key(1), d, 400_000_000),
+            Verdict::Watching {
+                watched: Duration::ZERO,
+                needed: d
+            }
+        );
+        w.reset();
+        assert_eq!(
+            w.observe_key(key(1), d, 10_000_000_000),
+            Verdict::Watching {
+                watched: Duration::ZERO,
+                needed: d
+            }
+        );
+    }
+}
