@@ -243,6 +243,8 @@
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
+mod acquire;
+#[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
 pub mod error;
@@ -255,11 +257,17 @@ mod run;
 mod sync;
 
 #[cfg(not(loom))]
+pub use acquire::{
+    Acquire, AcquireError, AcquireObserver, Acquired, Held, NextStep, Progress, Wait,
+    is_our_own_owner, is_stale,
+};
+#[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};
 pub use error::{RUN_ERROR_CODES, RunError};
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{
     CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run,
-    RunCommand, RunStore, StepCallback, StepName, WATCHDOG_TICK, audit_commands,
+    RunCommand, RunStore, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches,
+    preflight,
 };

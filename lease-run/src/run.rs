@@ -458,7 +458,7 @@ fn reap_orphans(t: &Tracked, procs: &[procs::ProcInfo]) {
 }
 
 /// Wall-clock now as a protocol timestamp.
-fn wall_now() -> Result<Timestamp, RunError> {
+pub(crate) fn wall_now() -> Result<Timestamp, RunError> {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_err(|_| RunError::Io("the wall clock is before 1970".into()))?
@@ -814,8 +814,11 @@ impl Run {
         let cb = &opts.on_step;
         let deadline = opts.step_deadline;
 
-        // (2) previous run.json; an invalid one is refused and never overwritten.
-        let dir = st.dir.clone();
+        // (2) previous run.json; an invalid one is refused and never overwritten. Then
+        // the preflight (`preflight`): the layout, every command record, and run.json not
+        // ahead of the lease chain. All of it reads only: a refusal here leaves the run
+        // exactly as it was (only the owner lock is let go by the undo).
+        let (dir, auth) = (st.dir.clone(), st.auth.clone());
         let previous = timed(
             cb,
             StepName::ReadStatus,
@@ -825,12 +828,15 @@ impl Run {
                     .fs()
                     .read(&p, MAX_RECORD_BYTES)
                     .map_err(|e| FsError::io(dir.run_id().as_str(), "read", &p, e))?;
-                match bytes {
-                    None => Ok(None),
-                    Some(b) => Ok(Some(
-                        decode_for::<RunStatus>(dir.run_id(), &b).map_err(|e| e.in_file(p))?,
-                    )),
-                }
+                let previous = match bytes {
+                    None => None,
+                    Some(b) => {
+                        Some(decode_for::<RunStatus>(dir.run_id(), &b).map_err(|e| e.in_file(p))?)
+                    }
+                };
+                preflight(&dir)?;
+                chain_reaches(&*auth, previous.as_ref())?;
+                Ok(previous)
             }),
         )
         .await?;
@@ -1902,6 +1908,68 @@ pub struct CommandAudit {
     pub start_time: u64,
     /// What runs of it.
     pub state: CommandState,
+}
+
+/// What an open checks before it writes anything, for runs it is about to claim: every
+/// protocol folder of the layout is listed (the event folder counted) as the lease will
+/// list it, so a misplaced file or a symlinked folder (`RUN_LAYOUT_INVALID`, 65) is refused
+/// now instead of at the release, after the command ran; and every command record is read
+/// and judged ([`audit_commands`]): an unreadable or misnamed one (65) or a live recorded
+/// process that cannot be proved ours (`RUN_COMMAND_UNPROVEN`, 76) is refused before a
+/// claim or a retirement, not while reaping after it. Read-only.
+pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
+    for d in lease_core::Dir::ALL {
+        let req = if d == lease_core::Dir::Events {
+            lease_core::ops::Request::CountEvents
+        } else {
+            lease_core::ops::Request::List(d)
+        };
+        dir.perform(req)?;
+    }
+    for a in audit_commands(dir)? {
+        if let CommandState::Unproven { why } = a.state {
+            return Err(RunError::CommandUnproven {
+                run: dir.run_id().to_string(),
+                file: a.file,
+                pid: a.pid,
+                start_time: a.start_time,
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `CHAIN_BROKEN` (65) when `run.json` was written by a generation the lease chain does
+/// not reach (its newest epochs deleted, `lease/` restored from an older copy or emptied).
+/// An owner writes `run.json` only after its epoch is durable, so no crash produces this;
+/// claiming would hand out fencing tokens already given out (the store accepts an equal
+/// token).
+pub fn chain_reaches(
+    auth: &dyn LeaseAuthority,
+    run_json: Option<&RunStatus>,
+) -> Result<(), RunError> {
+    let Some(written_by) = run_json.map(|r| r.generation.get()) else {
+        return Ok(());
+    };
+    let view = auth.status(wall_now()?, false)?;
+    let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
+    if written_by <= head {
+        return Ok(());
+    }
+    let chain = if head == 0 {
+        "the lease chain (lease/epochs/) has no epoch".to_string()
+    } else {
+        format!("the lease chain (lease/epochs/) ends at generation {head}")
+    };
+    Err(RunError::Lease(LeaseError::ChainBroken {
+        run: auth.run_id().to_string(),
+        chain: "epoch",
+        at: written_by,
+        detail: format!(
+            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out; restore lease/ from a backup"
+        ),
+    }))
 }
 
 /// Judge every command record of `dir` like the next open would (PROTOCOL §11.1), reading
