@@ -259,15 +259,21 @@ impl Run {
         let began = Instant::now();
         // The observer's view of the lease (the folder itself, or etcd): the lock
         // probed, never held.
-        let (p, authority, deadline, fence_after) = (
+        let (p, create, authority, deadline, fence_after) = (
             path.to_path_buf(),
+            opts.create,
             opts.authority.clone(),
             opts.step_deadline,
             opts.policy.self_fence_after(),
         );
         let view_of: Arc<dyn crate::LeaseAuthority> = tokio::task::spawn_blocking(move || {
             let run_id = run_id_of(&p)?;
-            let folder = Arc::new(RunDir::open(&p)?);
+            // With `create`, the folder is made here as the first attempt would make it.
+            let folder = Arc::new(if create {
+                RunDir::create(&p)?
+            } else {
+                RunDir::open(&p)?
+            });
             authority.connect(folder, run_id, deadline, fence_after)
         })
         .await
