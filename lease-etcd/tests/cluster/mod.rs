@@ -37,11 +37,17 @@ pub fn etcd_binary() -> Option<PathBuf> {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind a free loopback port")
+/// `n` distinct free loopback ports. Every listener stays bound until all `n` are chosen:
+/// binding and dropping one at a time let the kernel hand the same port out twice (CI saw
+/// `m0` and `m1` given one peer port, "initial cluster ... has duplicate url").
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port"))
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().expect("bound address").port())
+        .collect()
 }
 
 /// One member of the cluster.
@@ -76,17 +82,35 @@ pub struct Cluster {
 
 impl Cluster {
     /// Start 3 members with fast elections (50 ms heartbeat, 500 ms election timeout) and
-    /// wait until a leader answers linearizable reads.
+    /// wait until a leader answers linearizable reads. The ports are free when chosen but
+    /// another process may bind one before etcd does; a start whose member could not bind
+    /// is retried on new ports (at most 3 attempts), any other failure panics at once.
     pub fn start(bin: &PathBuf) -> Cluster {
+        let mut attempt = 1;
+        loop {
+            let mut cluster = Cluster::spawn(bin);
+            match cluster.wait_ready(Duration::from_secs(30)) {
+                Ok(()) => return cluster,
+                Err(why) if attempt < 3 && cluster.logs().contains("address already in use") => {
+                    eprintln!("etcd cluster attempt {attempt} lost a port race, retrying: {why}");
+                    attempt += 1;
+                }
+                Err(why) => panic!("{why}\n{}", cluster.logs()),
+            }
+        }
+    }
+
+    fn spawn(bin: &PathBuf) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let peers: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let ports = free_ports(7);
+        let peers: Vec<(u16, u16)> = (0..3).map(|i| (ports[2 * i], ports[2 * i + 1])).collect();
         let initial: Vec<String> = peers
             .iter()
             .enumerate()
             .map(|(i, (_, p))| format!("m{i}=http://127.0.0.1:{p}"))
             .collect();
         let initial = initial.join(",");
-        let token = format!("lease-etcd-test-{}-{}", std::process::id(), free_port());
+        let token = format!("lease-etcd-test-{}-{}", std::process::id(), ports[6]);
         let mut members = Vec::new();
         for (i, (c, p)) in peers.iter().enumerate() {
             let name = format!("m{i}");
@@ -119,9 +143,7 @@ impl Cluster {
                 stopped: false,
             });
         }
-        let cluster = Cluster { members, dir };
-        cluster.wait_ready(Duration::from_secs(30));
-        cluster
+        Cluster { members, dir }
     }
 
     /// `etcd://` address of the given members under `prefix`.
@@ -135,18 +157,24 @@ impl Cluster {
         EtcdAuthority::connect(&self.addr(which, prefix), opts).expect("connect")
     }
 
-    fn wait_ready(&self, within: Duration) {
+    /// Wait until the cluster answers; a member that exited (it could not bind, say) ends
+    /// the wait at once.
+    fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
         let start = Instant::now();
         let auth = self.authority(&[0, 1, 2], "ready", EtcdOptions::default());
         let run = auth.run(RunId::new("probe").unwrap());
         loop {
+            for m in &mut self.members {
+                if let Some(Ok(Some(status))) = m.child.as_mut().map(|c| c.try_wait()) {
+                    return Err(format!("etcd member {} exited at start: {status}", m.name));
+                }
+            }
             match run.perform(Request::List(Dir::Epochs)) {
-                Ok(Response::Listing(_)) => return,
+                Ok(Response::Listing(_)) => return Ok(()),
                 other if start.elapsed() > within => {
-                    panic!(
-                        "etcd cluster not ready after {within:?}: {other:?}\n{}",
-                        self.logs()
-                    )
+                    return Err(format!(
+                        "etcd cluster not ready after {within:?}: {other:?}"
+                    ));
                 }
                 _ => std::thread::sleep(Duration::from_millis(100)),
             }
