@@ -47,15 +47,17 @@
 //! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
 use crate::common::{
-    CliError, Lease, Out, held_description, human_ms, is_stale, policy_json, shell_path, wall_now,
+    CliError, EX_SOFTWARE, Lease, Out, held_description, human_ms, policy_json, shell_path,
+    wall_now,
 };
 use lease_cli::cli::WaitFor;
 use lease_core::Code;
 use lease_core::LeaseOps;
-use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{HeartbeatDurability, TimingPolicy};
-use lease_fs::RunDir;
-use lease_run::{Authority, FinalStatus, OpenOptions, Run, RunError};
+use lease_run::{
+    Acquire, AcquireError, Acquired, Authority, FinalStatus, Held, NextStep, OpenOptions, Run,
+    RunError, Wait,
+};
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use serde_json::json;
 use std::ffi::OsString;
@@ -66,11 +68,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How long `run` tries to take the kernel owner lock per attempt.
-const LOCK_TIMEOUT: Duration = Duration::from_millis(200);
-/// Longest pause between two attempts while waiting (`--wait`).
-const MAX_WAIT_POLL: Duration = Duration::from_secs(1);
 
 /// Options of `runlease run`.
 #[derive(Debug, Clone)]
@@ -268,7 +265,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     // A missing or empty folder, or a run; a foreign folder only with --init. Everything
     // that exists is judged (owner, mode) before the first write; nothing is chmodded.
     let rundir = crate::common::init_run(&opts.dir, opts.init)?.run;
-    preflight_layout(&rundir)?;
+    // The layout and every command record, as the open will judge them: refused (65, 76)
+    // before the program check and before anything is written.
+    lease_run::preflight(&rundir).map_err(run_err)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
@@ -288,13 +287,6 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     r
 }
 
-/// How the run was obtained.
-enum How {
-    Claim,
-    Retire(Head),
-    Takeover(Head, Duration),
-}
-
 async fn run_async(
     rundir: &Lease,
     abs: &Path,
@@ -304,22 +296,34 @@ async fn run_async(
     fwd: &Fwd,
     out: Out,
 ) -> Result<i32, CliError> {
-    let (run, how) = acquire(rundir, abs, opts, policy, out).await?;
+    let (run, how) = acquire(abs, opts, policy, out).await?;
     let lease = run.lease().clone();
     let how = match how {
-        How::Claim => "claimed".to_string(),
-        How::Retire(h) if lease.generation.get() > h.generation().get() + 1 => format!(
-            "retired dead owner {} (generation {}) and claimed",
-            h.epoch.owner_id,
-            h.generation()
-        ),
-        How::Retire(_) => "claimed".to_string(),
-        How::Takeover(h, watched) => format!(
+        Acquired::RetiredDead { from } if lease.generation.get() > from.generation().get() + 1 => {
+            format!(
+                "retired dead owner {} (generation {}) and claimed",
+                from.epoch.owner_id,
+                from.generation()
+            )
+        }
+        Acquired::TookOver {
+            from,
+            watched: Some(watched),
+        } => format!(
             "took over from stale owner {} (generation {}, unchanged for {}) and own",
-            h.epoch.owner_id,
-            h.generation(),
-            human_ms(i64::try_from(watched.as_millis()).unwrap_or(i64::MAX))
+            from.epoch.owner_id,
+            from.generation(),
+            human_duration(watched)
         ),
+        Acquired::TookOver {
+            from,
+            watched: None,
+        } => format!(
+            "took over from stale owner {} (generation {}) and own",
+            from.epoch.owner_id,
+            from.generation()
+        ),
+        _ => "claimed".to_string(),
     };
     if out.json {
         out.json_line(&json!({
@@ -623,324 +627,167 @@ async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliErro
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
-/// The observation an automatic takeover watches: it must stay the same for the owner's
-/// `stale_after` on our `CLOCK_BOOTTIME`.
-type WatchKey = (u64, String, String, u64);
-
-fn watch_key(h: &Head) -> WatchKey {
-    (
-        h.generation().get(),
-        h.epoch.owner_id.to_string(),
-        h.heartbeat_at().to_string(),
-        h.heartbeat_count(),
-    )
+/// The CLI's hooks into [`Run::acquire`]: the terminal progress line, the "waited" note,
+/// and stopping when a signal arrived before the command started.
+struct Observer {
+    progress: Progress,
+    dir: PathBuf,
+    held_once: bool,
 }
 
-/// One attempt's outcome.
-enum Attempt {
-    Owned(Box<(Run, How)>),
-    /// The run is held; `waited` says the attempt already paused (on the kernel lock).
-    Held {
-        err: CliError,
-        waited: bool,
-    },
-    /// Something changed (or an automatic takeover is still watching); decide again.
-    Again,
+impl lease_run::AcquireObserver for Observer {
+    fn progress(&mut self, p: lease_run::Progress<'_>) {
+        match p {
+            lease_run::Progress::Waiting { held, elapsed } => {
+                self.held_once = true;
+                let who = match held.view.head.as_ref().filter(|h| h.is_active()) {
+                    Some(h) if !matches!(held.next, NextStep::WaitForLockHolder) => format!(
+                        "held by owner {} (pid {} on {}, generation {})",
+                        h.epoch.owner_id,
+                        h.epoch.holder.pid,
+                        h.epoch.holder.host,
+                        h.generation()
+                    ),
+                    _ => "its owner lock is held".into(),
+                };
+                self.progress.show(&format!(
+                    "waiting {} for {}: {who}",
+                    human_duration(elapsed),
+                    self.dir.display(),
+                ));
+            }
+            lease_run::Progress::Watching {
+                head,
+                watched,
+                needed,
+            } => self.progress.show(&format!(
+                "stale owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
+                head.epoch.owner_id,
+                self.dir.display(),
+                human_duration(watched),
+                human_duration(needed),
+            )),
+            _ => {}
+        }
+    }
+
+    fn proceed(&mut self) -> bool {
+        PENDING_SIGNAL.load(Ordering::SeqCst) == 0
+    }
 }
 
-/// Own the run: open it with lease-run (claim, or as the flags allow retire a dead owner
-/// or take over a stale one); wait while it is held if `--wait` was given.
+fn human_duration(d: Duration) -> String {
+    human_ms(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Own the run with [`Run::acquire`] (claim, or as the flags allow retire a dead owner or
+/// take over a stale one; wait while it is held if `--wait` was given) and render its
+/// refusals.
 async fn acquire(
-    rundir: &Lease,
     abs: &Path,
     opts: &RunOpts,
     policy: TimingPolicy,
     out: Out,
-) -> Result<(Run, How), CliError> {
+) -> Result<(Run, Acquired), CliError> {
     let began = Instant::now();
-    let deadline = match opts.wait {
-        None => None,
-        Some(WaitFor::Forever) => Some(None),
-        Some(WaitFor::For(d)) => Some(Some(began + d)),
+    let wait = match opts.wait {
+        None => Wait::No,
+        Some(WaitFor::Forever) => Wait::Forever,
+        Some(WaitFor::For(d)) => Wait::Until(began + d),
     };
-    let poll = policy.heartbeat().min(MAX_WAIT_POLL);
-    let mut progress = Progress::new(out);
-    let mut lock_timeout = LOCK_TIMEOUT;
-    let mut held_once = false;
-    let mut watch: Option<(WatchKey, u64)> = None;
-    loop {
-        check_pending_signal()?;
-        let attempt = attempt(
-            rundir,
-            abs,
-            opts,
-            policy,
-            lock_timeout,
-            &mut watch,
-            &mut progress,
-        )
-        .await?;
-        match attempt {
-            Attempt::Owned(owned) => {
-                let (run, how) = *owned;
-                if held_once {
-                    // The one line a non-terminal stderr gets about the wait.
-                    progress.clear();
-                    out.info(&format!(
-                        "waited {} for {}",
-                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
-                        opts.dir.display()
-                    ));
-                }
-                return Ok((run, how));
-            }
-            Attempt::Again => continue,
-            Attempt::Held { err, waited } => {
-                if held_by_our_own_owner(&err, abs) {
-                    // Waiting would never end: the holder waits for our exit (the hint
-                    // in `err` says so).
-                    return Err(err);
-                }
-                let Some(deadline) = deadline else {
-                    return Err(err);
-                };
-                held_once = true;
-                let now = Instant::now();
-                if deadline.is_some_and(|d| now >= d) {
-                    return Err(err.with_hint(format!(
-                        "gave up after waiting {}",
-                        human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX))
-                    )));
-                }
-                let who = match err.extra.as_ref().and_then(|x| x.get("holder")) {
-                    Some(h) => format!(
-                        "held by owner {} (pid {} on {}, generation {})",
-                        h["owner_id"].as_str().unwrap_or("?"),
-                        h["pid"],
-                        h["host"].as_str().unwrap_or("?"),
-                        h["generation"]
-                    ),
-                    None => "its owner lock is held".into(),
-                };
-                progress.show(&format!(
-                    "waiting {} for {}: {who}",
-                    human_ms(i64::try_from(began.elapsed().as_millis()).unwrap_or(i64::MAX)),
-                    opts.dir.display(),
-                ));
-                let remaining = deadline.map_or(poll, |d| d.saturating_duration_since(now));
-                let step = poll.min(remaining).max(Duration::from_millis(10));
-                if !waited {
-                    tokio::time::sleep(step).await;
-                }
-                // Next time, wait on the kernel lock itself: we get it within 10 ms of the
-                // holder's exit.
-                lock_timeout = step;
-            }
-        }
-    }
-}
-
-/// Whether the holder named by a held-run refusal is the owner this process runs under
-/// (`RUNLEASE_OWNER` and `RUNLEASE_RUN` of a command under `runlease run` of this run).
-fn held_by_our_own_owner(err: &CliError, abs: &Path) -> bool {
-    err.extra
-        .as_ref()
-        .and_then(|x| x.get("holder"))
-        .and_then(|h| h.get("owner_id"))
-        .and_then(|o| o.as_str())
-        .is_some_and(|holder| is_our_own_owner(holder, abs))
-}
-
-/// Whether `owner_id` of run `abs` is the owner this process runs under.
-fn is_our_own_owner(owner_id: &str, abs: &Path) -> bool {
-    let (Ok(me), Some(run)) = (
-        std::env::var("RUNLEASE_OWNER"),
-        std::env::var_os("RUNLEASE_RUN"),
-    ) else {
-        return false;
-    };
-    owner_id == me && std::fs::canonicalize(run).is_ok_and(|r| r == abs)
-}
-
-/// The next step for a run held by the owner this process runs under.
-const OWN_OWNER_HINT: &str = "that owner is the `runlease run` this process runs under (RUNLEASE_OWNER): a nested run of the same folder would wait for itself; use the run you already own, or another run folder";
-
-/// The refusal for a held run: the claim's code (or, when only the owner lock told us,
-/// `RUN_STALE_REQUIRES_TAKEOVER` for a stale head, else `RUN_ALREADY_ACTIVE`), who holds
-/// it, and the next step.
-fn held_error(run: &Lease, code: Option<&str>, view: &StatusView, hint: &str) -> CliError {
-    let (desc, extra) = held_description(view);
-    let code = code.unwrap_or(match view.status {
-        Status::Stale => "RUN_STALE_REQUIRES_TAKEOVER",
-        _ => "RUN_ALREADY_ACTIVE",
-    });
-    let lock_note =
-        if code == "RUN_ALREADY_ACTIVE" && view.head.as_ref().is_none_or(|h| !h.is_active()) {
-            " (a process on this host holds its owner lock: it is starting or stopping)"
-        } else {
-            ""
-        };
-    CliError::new(
-        code,
-        76,
-        format!("run {} is {desc}{lock_note}; {hint}", run.run_id()),
-    )
-    .with_extra(extra)
-}
-
-async fn attempt(
-    rundir: &Lease,
-    abs: &Path,
-    opts: &RunOpts,
-    policy: TimingPolicy,
-    lock_timeout: Duration,
-    watch: &mut Option<(WatchKey, u64)>,
-    progress: &mut Progress,
-) -> Result<Attempt, CliError> {
-    // What the run looks like to an observer (the lock probed, not held).
-    let view = rundir.auth.status(wall_now()?, true)?;
-    if let Status::Invalid(e) = view.status {
-        return Err(e.into());
-    }
-    if let Some(msg) = crate::common::chain_behind_run_json(&view, &rundir.run_status()) {
-        return Err(CliError::new(
-            "CHAIN_BROKEN",
-            65,
-            format!(
-                "run {}: {msg}; restore lease/ from a backup",
-                rundir.run_id()
-            ),
-        ));
-    }
-    let mut o = OpenOptions {
+    let o = OpenOptions {
         policy,
-        lock_timeout,
         authority: opts.authority.clone(),
         // The folder was made a run (or refused) by `init_run`; lease-run must never
         // create one behind that check.
         create: false,
         ..OpenOptions::default()
     };
-    let how = match (&view.status, &view.head) {
-        (Status::Dead, Some(h)) if opts.retire_dead => {
-            o.retire_dead = true;
-            How::Retire(h.clone())
-        }
-        (Status::Stale | Status::Dead, Some(h)) if opts.takeover_stale && is_stale(&view) => {
-            // Automatic takeover: the record must stay unchanged for the old owner's
-            // stale_after on our CLOCK_BOOTTIME (kept across attempts while unchanged).
-            let key = watch_key(h);
-            let now = lease_run::procs::boottime_ns();
-            let since = match watch {
-                Some((k, since)) if *k == key => *since,
-                _ => {
-                    *watch = Some((key, now));
-                    now
-                }
-            };
-            let watched = Duration::from_nanos(now.saturating_sub(since));
-            let stale_after = h.epoch.policy.stale_after();
-            if watched <= stale_after {
-                progress.show(&format!(
-                    "stale owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
-                    h.epoch.owner_id,
-                    opts.dir.display(),
-                    human_ms(i64::try_from(watched.as_millis()).unwrap_or(i64::MAX)),
-                    human_ms(i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX)),
+    let how = Acquire::from_flags(opts.retire_dead, opts.takeover_stale);
+    let mut observer = Observer {
+        progress: Progress::new(out),
+        dir: opts.dir.clone(),
+        held_once: false,
+    };
+    let r = Run::acquire(abs, how, wait, o, &mut observer).await;
+    observer.progress.clear();
+    match r {
+        Ok(owned) => {
+            if observer.held_once {
+                // The one line a non-terminal stderr gets about the wait.
+                out.info(&format!(
+                    "waited {} for {}",
+                    human_duration(began.elapsed()),
+                    opts.dir.display()
                 ));
-                let poll = policy.heartbeat().min(h.epoch.policy.heartbeat());
-                tokio::time::sleep(
-                    poll.min(stale_after.saturating_sub(watched) + Duration::from_millis(1)),
-                )
-                .await;
-                return Ok(Attempt::Again);
             }
-            progress.clear();
-            o.takeover = Some(Expectation::of(h));
-            o.takeover_watched = Some(watched);
-            How::Takeover(h.clone(), watched)
+            Ok(owned)
         }
-        _ => How::Claim,
+        Err(AcquireError::Stopped) => {
+            check_pending_signal()?;
+            Err(CliError::new(
+                "INTERRUPTED",
+                EX_SOFTWARE,
+                "the acquire stopped without a signal; nothing was claimed",
+            ))
+        }
+        Err(AcquireError::Held(held)) => Err(held_error(&held, &opts.dir)),
+        Err(AcquireError::Run(e)) => Err(run_err(e)),
+        Err(e) => Err(CliError::new(
+            "INTERNAL",
+            EX_SOFTWARE,
+            format!("acquire: {e}"),
+        )),
+    }
+}
+
+/// The next step for a run held by the owner this process runs under.
+const OWN_OWNER_HINT: &str = "that owner is the `runlease run` this process runs under (RUNLEASE_OWNER): a nested run of the same folder would wait for itself; use the run you already own, or another run folder";
+
+/// A held-run refusal of [`Run::acquire`] as the CLI says it: the code (76), who holds
+/// the run, and its next step as flags and commands of `runlease`.
+fn held_error(held: &Held, dir: &Path) -> CliError {
+    let run = &held.run;
+    let err = if held.next == NextStep::WaitForLockHolder {
+        CliError::new(
+            held.code.as_str(),
+            76,
+            format!(
+                "run {run} is free, but a process on this host still holds its owner lock (an owner that is starting or stopping, or a stopped one already replaced, which also still holds the store); wait (--wait), or resume or end that process"
+            ),
+        )
+        .with_extra(json!({"state": held.view.status.name()}))
+    } else {
+        let hint = match &held.next {
+            NextStep::NestedRun => OWN_OWNER_HINT.to_string(),
+            NextStep::RetireDead => format!(
+                "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
+                shell_path(dir)
+            ),
+            NextStep::TakeoverStale => "the owner is stale: add --takeover-stale, or see `runlease status` for an exact `runlease takeover`".into(),
+            NextStep::ResumeOrEndOwner { pid } => format!(
+                "its process still holds the owner lock and the store (stopped or stuck?): if it runs on this host, resume it (`kill -CONT {pid}`: it fences itself, kills its command and exits 75) or end it, then add --takeover-stale (or --retire-dead once it is gone); --wait waits for it"
+            ),
+            _ => "wait (--wait), or ask the owner to release".into(),
+        };
+        let (desc, extra) = held_description(&held.view);
+        let lock_note = if held.code == Code::RunAlreadyActive
+            && held.view.head.as_ref().is_none_or(|h| !h.is_active())
+        {
+            " (a process on this host holds its owner lock: it is starting or stopping)"
+        } else {
+            ""
+        };
+        CliError::new(
+            held.code.as_str(),
+            76,
+            format!("run {run} is {desc}{lock_note}; {hint}"),
+        )
+        .with_extra(extra)
     };
-    // A replacement (takeover, retirement) verifies the whole run first inside lease-run's
-    // claim step: bad input anywhere refuses it (65, naming the file) before any write.
-    let err = match Run::open(abs, o).await {
-        Ok(run) => return Ok(Attempt::Owned(Box::new((run, how)))),
-        Err(e) => e,
-    };
-    match err.code() {
-        Code::OwnerLockHeld => {
-            // Another process on this host holds the kernel lock: a live owner, or one
-            // that is starting, stopping, stopped or stuck (even if already replaced: it
-            // also still holds the store). Never claimed around it (DECISIONS).
-            let view = rundir.auth.status(wall_now()?, false)?;
-            if let Status::Invalid(e) = view.status {
-                return Err(e.into());
-            }
-            if view.head.as_ref().is_none_or(|h| !h.is_active()) {
-                return Ok(Attempt::Held {
-                    err: CliError::new(
-                        "OWNER_LOCK_HELD",
-                        76,
-                        format!(
-                            "run {} is free, but a process on this host still holds its owner lock (an owner that is starting or stopping, or a stopped one already replaced, which also still holds the store); wait (--wait), or resume or end that process",
-                            rundir.run_id()
-                        ),
-                    )
-                    .with_extra(json!({"state": view.status.name()})),
-                    waited: true,
-                });
-            }
-            let hint = match (&view.status, &view.head) {
-                (_, Some(h)) if is_our_own_owner(h.epoch.owner_id.as_str(), abs) => {
-                    OWN_OWNER_HINT.into()
-                }
-                (Status::Stale, Some(h)) => {
-                    let pid = h.epoch.holder.pid;
-                    format!(
-                        "its process still holds the owner lock and the store (stopped or stuck?): if it runs on this host, resume it (`kill -CONT {pid}`: it fences itself, kills its command and exits 75) or end it, then add --takeover-stale (or --retire-dead once it is gone); --wait waits for it"
-                    )
-                }
-                _ => "wait (--wait), or ask the owner to release".into(),
-            };
-            Ok(Attempt::Held {
-                err: held_error(rundir, None, &view, &hint),
-                // Waiting on the kernel lock was the pause.
-                waited: true,
-            })
-        }
-        Code::RunAlreadyActive | Code::RunStaleRequiresTakeover | Code::RetireRefusedNotDead => {
-            let view = rundir.auth.status(wall_now()?, true)?;
-            if let Status::Invalid(e) = view.status {
-                return Err(e.into());
-            }
-            let hint = match view.status {
-                Status::Free => return Ok(Attempt::Again),
-                _ if view
-                    .head
-                    .as_ref()
-                    .is_some_and(|h| is_our_own_owner(h.epoch.owner_id.as_str(), abs)) =>
-                {
-                    OWN_OWNER_HINT.into()
-                }
-                Status::Dead => format!(
-                    "the owner is definitely dead: add --retire-dead, or run `runlease retire {}`",
-                    shell_path(&opts.dir)
-                ),
-                Status::Stale => "the owner is stale: add --takeover-stale, or see `runlease status` for an exact `runlease takeover`".into(),
-                _ => "wait (--wait), or ask the owner to release".into(),
-            };
-            Ok(Attempt::Held {
-                err: held_error(rundir, Some(err.code().as_str()), &view, &hint),
-                waited: false,
-            })
-        }
-        // The head changed under the watch: decide again.
-        Code::TakeoverRace | Code::TakeoverActiveRefused => {
-            *watch = None;
-            Ok(Attempt::Again)
-        }
-        _ => Err(run_err(err)),
+    match held.gave_up_after {
+        Some(d) => err.with_hint(format!("gave up after waiting {}", human_duration(d))),
+        None => err,
     }
 }
 
@@ -999,23 +846,4 @@ impl Drop for Progress {
     fn drop(&mut self) {
         self.clear();
     }
-}
-
-/// Before claiming: list every protocol folder, so a misplaced file or a symlinked folder
-/// (`RUN_LAYOUT_INVALID`, 65) is refused before anything is written, instead of surfacing
-/// at the release, after the command ran, with the run left claimed.
-/// Likewise a command record that cannot be read: lease-run stops at it when it reaps a
-/// killed incarnation's commands, after it has claimed (or retired a dead owner).
-fn preflight_layout(run: &RunDir) -> Result<(), CliError> {
-    for d in lease_core::Dir::ALL {
-        // The event folder is counted, not listed: the same checks of the folder, without
-        // a list of every event's name.
-        let req = if d == lease_core::Dir::Events {
-            lease_core::ops::Request::CountEvents
-        } else {
-            lease_core::ops::Request::List(d)
-        };
-        run.perform(req)?;
-    }
-    crate::common::check_command_records(run)
 }
