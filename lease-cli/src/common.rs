@@ -439,60 +439,13 @@ pub fn shell_path(p: &Path) -> String {
     lease_fs::real::shell_quote(p)
 }
 
-/// The one safe next step for a run in this state.
-pub fn next_step(view: &StatusView, dir: &Path) -> String {
-    let d = shell_path(dir);
-    match (&view.status, &view.head) {
-        (Status::Free, _) => format!("claim it (runlease run {d} -- COMMAND)"),
-        (Status::Active, _) => "wait, or ask the owner to release".into(),
-        (Status::Stale, Some(h)) => format!(
-            "runlease takeover {d} --expect-owner {} --expect-heartbeat {}",
-            h.epoch.owner_id,
-            h.heartbeat_at()
-        ),
-        (Status::Stale, None) => format!("runlease status {d} (observe again)"),
-        (Status::Dead, _) => format!("runlease retire {d}"),
-        (Status::Invalid(_), _) => format!("runlease doctor {d}; do not take over"),
-    }
-}
-
-/// The store codes a refused open leaves in `run.json` (lease-run writes the code first in
-/// `detail`) that need an operator: data errors, not transient ones like `STORE_BUSY`.
-pub const STORE_REFUSALS: [&str; 4] = [
-    "STORE_BEHIND_SEAL",
-    "STORE_IDENTITY_MISMATCH",
-    "STORE_MISSING",
-    "STORE_CORRUPT",
-];
-
-/// The store code of the last refused open, when `run.json` (as [`run_status_json`]) is
-/// `failed` with a `detail` that is one of [`STORE_REFUSALS`] or starts with `CODE:`.
-pub fn store_refusal(run_status: &Value) -> Option<&'static str> {
-    if run_status["status"] != "failed" {
-        return None;
-    }
-    let detail = run_status["detail"].as_str().unwrap_or_default();
-    STORE_REFUSALS.into_iter().find(|c| {
-        detail
-            .strip_prefix(c)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
-    })
-}
-
-/// The next step `status` prints: [`next_step`], except for a free run whose `run.json`
-/// makes the next `runlease run` refuse it (unreadable, or the last run's store refusal):
-/// then doctor, which names the file and the repair.
+/// The next step `status` prints: lease-core's [`next_step`](lease_core::diagnose::next_step)
+/// for the view and `run.json` (a free run the next `runlease run` would refuse needs
+/// doctor first), worded as a command.
 pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> String {
-    let blocked = run_status["status"] == "invalid"
-        || store_refusal(run_status).is_some()
-        || chain_behind_run_json(view, run_status).is_some();
-    if matches!(view.status, Status::Free) && blocked {
-        return format!(
-            "runlease doctor {} (the next `runlease run` would refuse this run: see run.json)",
-            shell_path(dir)
-        );
-    }
-    next_step(view, dir)
+    let mut facts = lease_core::diagnose::Facts::of_view(view.clone());
+    facts.run_json = crate::diagnosis::run_json_facts(run_status);
+    crate::diagnosis::render_next(&lease_core::diagnose::next_step(&facts), dir)
 }
 
 /// What `run.json` says (written by `runlease run` through lease-run: `running`, `paused`,
@@ -525,26 +478,6 @@ pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
         }),
         Err(e) => invalid(e.in_file(&p).to_string()),
     }
-}
-
-/// When `run.json` ([`run_status_json`]'s value) was written by a generation the lease
-/// chain does not reach (its newest epochs deleted, or `lease/` restored from an older
-/// copy): what is wrong, naming both. An owner writes `run.json` only after its epoch is
-/// durable, so this never follows from a crash; claiming would reuse generations (fencing
-/// tokens) the run already gave out.
-pub fn chain_behind_run_json(view: &StatusView, run_status: &Value) -> Option<String> {
-    let written_by = run_status.get("generation")?.as_u64()?;
-    let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
-    (written_by > head).then(|| {
-        let chain = if head == 0 {
-            "the lease chain (lease/epochs/) has no epoch".to_string()
-        } else {
-            format!("the lease chain (lease/epochs/) ends at generation {head}")
-        };
-        format!(
-            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out"
-        )
-    })
 }
 
 /// Read every command record in `commands/` as the next `runlease run` will (to reap a

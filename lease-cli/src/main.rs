@@ -36,6 +36,7 @@ macro_rules! eprint {
 }
 
 mod common;
+mod diagnosis;
 mod ops;
 mod run;
 

@@ -6,8 +6,12 @@ use crate::common::{
     new_nonce, new_owner_id, open_lease, run_status_json, shell_path, status_human, status_json,
     wall_now,
 };
+use crate::diagnosis::{
+    TEMP_MIN_AGE_SECS, render_detail, render_next, run_json_facts, short_tail_text,
+};
 use lease_core::Code;
 use lease_core::LeaseOps;
+use lease_core::diagnose::{CommandFacts, Facts, VerifyFacts, diagnose};
 use lease_core::ops::{
     AppendParams, Authority, Expectation, OwnedLease, PruneParams, ReleaseParams, RetireParams,
     Status, StatusView, TakeoverParams, TakeoverTrigger,
@@ -22,9 +26,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Temp files younger than this are never removed by `doctor --clean-temp` (a writer may
-/// still be using them).
-const TEMP_MIN_AGE_SECS: u64 = 60;
+/// One doctor finding as printed.
+struct Finding {
+    code: &'static str,
+    severity: &'static str,
+    detail: String,
+    next: String,
+}
 
 // ---------------------------------------------------------------------------------------
 // status, list
@@ -1031,87 +1039,6 @@ pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
 }
 
 /// One line for verify's `short_tail`: the log ends before a sequence the chain names.
-fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
-    let by = match t.by_cutoff_of {
-        Some(g) => format!("the finalized cutoff of generation {g}"),
-        None => "the checkpoint".to_string(),
-    };
-    format!(
-        "the event log ends at sequence {} but {by} names events through {}",
-        t.tail, t.named
-    )
-}
-
-/// Store findings, without opening `store/run.sqlite`: its owner holds it exclusively, and
-/// opening a WAL database may run SQLite's recovery, a write, which doctor never does.
-///
-/// - `STORE_MISSING`: the head epoch names a store (a seal, or a store floor above 0) and
-///   the file is gone. The next `runlease run` would refuse the run with the same code.
-/// - The store code of the last refused open (`STORE_BEHIND_SEAL`, `STORE_IDENTITY_MISMATCH`,
-///   `STORE_MISSING`, `STORE_CORRUPT`), read from `run.json` `failed` (lease-run writes the
-///   code first in `detail`); it stays until a `runlease run` opens the store again.
-///
-/// Not checked: a present store's head against the seal (needs opening it; `runlease run`
-/// checks that at every open).
-fn store_findings(
-    run: &lease_fs::RunDir,
-    view: &lease_core::ops::StatusView,
-    run_json: &serde_json::Value,
-    findings: &mut Vec<Finding>,
-) {
-    let file = lease_core::layout::STORE_FILE;
-    let restore = format!(
-        "restore {file} from the copy the lease chain names (keep what is there now); `runlease run` refuses the run until then"
-    );
-    if let Some(h) = &view.head {
-        let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
-        let named = match (seal, floor) {
-            (Some(s), _) => Some(format!(
-                "sealed at sequence {} by generation {} (store id {})",
-                s.sequence, s.generation, s.store_id
-            )),
-            (None, Some((f, g))) if f > 0 => {
-                Some(format!("a store floor of {f} recorded by generation {g}"))
-            }
-            _ => None,
-        };
-        // Beneath the held root, without following a symlink.
-        let missing = matches!(run.fs().exists(file), Ok(false));
-        if let (Some(named), true) = (named, missing) {
-            findings.push(Finding {
-                code: "STORE_MISSING",
-                severity: "error",
-                detail: format!(
-                    "{file} is missing, but epoch {} names a store: {named}",
-                    h.generation()
-                ),
-                next: restore.clone(),
-            });
-        }
-    }
-    let refused = crate::common::store_refusal(run_json);
-    if let Some(code) = refused.filter(|c| !findings.iter().any(|f| f.code == *c)) {
-        findings.push(Finding {
-            code,
-            severity: "error",
-            detail: format!(
-                "the last `runlease run` (generation {}) refused the store: {}",
-                run_json["generation"],
-                run_json["detail"].as_str().unwrap_or_default()
-            ),
-            next: restore,
-        });
-    }
-}
-
-/// One doctor finding.
-struct Finding {
-    code: &'static str,
-    severity: &'static str,
-    detail: String,
-    next: String,
-}
-
 /// Count `.tmp-*` files (total, older than the grace) in the run's protocol folders.
 fn count_temp_files(fs: &dyn lease_fs::fs::Fs) -> (usize, usize) {
     let (mut total, mut old) = (0, 0);
@@ -1147,204 +1074,62 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     let run = crate::common::open_run(dir)?;
     // Refused (77) before anything is read or removed, like every other subcommand.
     run.check_root_files()?;
-    let d = shell_path(dir);
-    let mut findings = Vec::new();
 
     let mut cleaned = None;
     if clean_temp {
         cleaned = Some(run.clean_temp_files(TEMP_MIN_AGE_SECS)?);
     }
-    let (temps, old_temps) = count_temp_files(&**run.fs());
-    if temps > 0 {
-        findings.push(Finding {
-            code: "ORPHAN_TEMP_FILES",
-            severity: "warning",
-            detail: format!(
-                "{temps} temp file(s) (.tmp-*), {old_temps} older than {TEMP_MIN_AGE_SECS} s; they never count, they only use space"
-            ),
-            next: format!("runlease doctor {d} --clean-temp"),
-        });
-    }
-
+    // Gather the facts (reads only); lease-core's diagnosis decides what they mean.
     let view = run.status(wall_now()?, true)?;
-    let mut invalid_message = None;
-    match &view.status {
-        Status::Invalid(e) => {
-            invalid_message = Some(e.to_string());
-            findings.push(Finding {
-                code: "INVALID_RECORD",
-                severity: "error",
-                detail: e.to_string(),
-                next: "repair or restore the named file by hand (keep a copy); do not take over"
-                    .into(),
-            });
-        }
-        Status::Stale => {
-            let (desc, _) = held_description(&view);
-            findings.push(Finding {
-                code: "STALE_OWNER",
-                severity: "warning",
-                detail: desc,
-                next: crate::common::next_step(&view, dir),
-            });
-        }
-        Status::Dead => {
-            let (desc, _) = held_description(&view);
-            findings.push(Finding {
-                code: "DEAD_OWNER",
-                severity: "warning",
-                detail: desc,
-                next: format!("runlease retire {d}"),
-            });
-        }
-        Status::Free | Status::Active => {}
-    }
-    if let Some(msg) =
-        crate::common::chain_behind_run_json(&view, &crate::common::run_status_json(&run))
-    {
-        findings.push(Finding {
-            code: "BROKEN_CHAIN",
-            severity: "error",
-            detail: msg,
-            next: "restore lease/ from a backup (keep a copy of what is there now); `runlease run` refuses the run until then".into(),
-        });
-    }
-    if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
-        if h.is_active() && age < -1000 {
-            findings.push(Finding {
-                code: "FUTURE_HEARTBEAT",
-                severity: "warning",
-                detail: format!(
-                    "the last heartbeat ({}) is {} ahead of this host's clock",
-                    h.heartbeat_at(),
-                    human_ms(-age)
-                ),
-                next: "check time synchronization on both hosts (PROTOCOL.md §10)".into(),
-            });
-        }
-    }
-
-    match run.verify() {
-        Ok(r) => {
-            if let Some(t) = &r.short_tail {
-                findings.push(Finding {
-                    code: "EVENT_LOG_SHORT",
-                    severity: "warning",
-                    detail: short_tail_text(t),
-                    next: "after a power loss this is expected (an event that was never acknowledged vanished; PROTOCOL.md §13); otherwise the log's tail was deleted: restore events/ from a backup".into(),
-                });
-            }
-            if !r.strays.is_empty() {
-                findings.push(Finding {
-                    code: "STRAY_EPOCHS",
-                    severity: "warning",
-                    detail: format!(
-                        "epochs below the checkpoint floor remain: {:?}",
-                        r.strays.iter().map(|g| g.get()).collect::<Vec<_>>()
-                    ),
-                    next: format!("runlease prune {d}"),
-                });
-            }
-        }
-        Err(e) => {
-            let code = e.code();
-            let msg = e.to_string();
-            if matches!(code, Code::ChainBroken | Code::EventLogGap) {
-                findings.push(Finding {
-                    code: "BROKEN_CHAIN",
-                    severity: "error",
-                    detail: msg,
-                    next: format!(
-                        "runlease verify {d} names the first broken link; restore the files from a backup or archive the run"
-                    ),
-                });
-            } else if matches!(code, Code::RecordInvalid | Code::SchemaUnsupported) {
-                if invalid_message.as_deref() != Some(msg.as_str()) {
-                    findings.push(Finding {
-                        code: "INVALID_RECORD",
-                        severity: "error",
-                        detail: msg,
-                        next: "repair or restore the named file by hand (keep a copy); do not take over".into(),
-                    });
-                }
-            } else {
-                return Err(e.into());
-            }
-        }
-    }
-
-    // run.json (written by `runlease run`): reported when unreadable, never repaired.
-    let rs = run_status_json(&run);
-    if rs["status"] == "invalid" {
-        findings.push(Finding {
-            code: "INVALID_RECORD",
-            severity: "error",
-            detail: rs["detail"].as_str().unwrap_or("run.json is invalid").to_string(),
-            next: "repair or restore the named file by hand (keep a copy); `runlease run` refuses the run until then".into(),
-        });
-    }
-
-    // Command records (read by the next `runlease run` to reap a killed incarnation's
-    // commands): one it cannot read refuses the run.
-    if let Err(e) = crate::common::check_command_records(&run) {
-        if e.code == Code::RunCommandUnproven.as_str() {
-            // The message carries both safe next steps; `runlease run` refuses until then.
-            findings.push(Finding {
-                code: "COMMAND_UNPROVEN",
-                severity: "error",
-                detail: format!("{}: {}", e.code, e.message),
-                next: "stop the named process yourself if it is this run's old command, or remove the record if it is not (runlease never signals a process it cannot prove it started); `runlease run` refuses the run until then".into(),
-            });
-        } else if e.exit != 65 {
-            return Err(e);
-        } else {
-            findings.push(Finding {
-            code: "INVALID_RECORD",
-            severity: "error",
-            detail: format!("{}: {}", e.code, e.message),
-            next: "repair or restore the named file by hand (keep a copy; its command may still run: check its pid); `runlease run` refuses the run until then".into(),
-        });
-        }
-    }
-
-    store_findings(&run, &view, &rs, &mut findings);
-
-    let strays = run.stray_names()?;
-    if !strays.is_empty() {
-        findings.push(Finding {
-            code: "STRAY_NAMES",
-            severity: "warning",
-            detail: format!(
-                "{} name(s) no reader uses: {}",
-                strays.len(),
-                strays.join(", ")
-            ),
-            next: "move them out of the run folder by hand (every reader ignores them)".into(),
-        });
-    }
-
-    // A replacement verifies the run first and refuses while an error finding stands, so
-    // a stale or dead owner's next step is to repair that first, not a refused command.
-    if findings.iter().any(|f| f.severity == "error") {
-        for f in findings
-            .iter_mut()
-            .filter(|f| matches!(f.code, "STALE_OWNER" | "DEAD_OWNER"))
+    let mut facts = Facts::of_view(view.clone());
+    facts.temp_files = count_temp_files(&**run.fs());
+    facts.verify = match run.verify() {
+        Ok(r) => VerifyFacts::Held(r),
+        Err(e)
+            if matches!(
+                e.code(),
+                Code::ChainBroken
+                    | Code::EventLogGap
+                    | Code::RecordInvalid
+                    | Code::SchemaUnsupported
+            ) =>
         {
-            f.next = format!(
-                "repair the error finding(s) first (takeover and retire refuse until then), then: {}",
-                f.next
-            );
+            VerifyFacts::Failed {
+                code: e.code(),
+                message: e.to_string(),
+            }
         }
-    }
-
-    if findings.is_empty() {
-        findings.push(Finding {
-            code: "OK",
-            severity: "ok",
-            detail: format!("run is {}; nothing to repair", view.status.name()),
-            next: "nothing to do".into(),
-        });
-    }
+        Err(e) => return Err(e.into()),
+    };
+    // run.json (written by `runlease run`): reported when unreadable, never repaired.
+    facts.run_json = run_json_facts(&run_status_json(&run));
+    // Command records (read by the next `runlease run` to reap a killed incarnation's
+    // commands): one it cannot read, or one naming a process it cannot prove, refuses
+    // the run.
+    facts.commands = match crate::common::check_command_records(&run) {
+        Ok(()) => CommandFacts::Clean,
+        Err(e) if e.code == Code::RunCommandUnproven.as_str() => CommandFacts::Unproven {
+            message: format!("{}: {}", e.code, e.message),
+        },
+        Err(e) if e.exit != 65 => return Err(e),
+        Err(e) => CommandFacts::Invalid {
+            message: format!("{}: {}", e.code, e.message),
+        },
+    };
+    // The store is never opened: its owner holds it exclusively, and opening a WAL
+    // database may run SQLite's recovery, a write, which doctor never does. Its presence
+    // is looked at beneath the held root, without following a symlink.
+    facts.store_present = run.fs().exists(lease_core::layout::STORE_FILE).ok();
+    facts.stray_names = run.stray_names()?;
+    let findings: Vec<_> = diagnose(&facts)
+        .iter()
+        .map(|f| Finding {
+            code: f.code.as_str(),
+            severity: f.severity.as_str(),
+            detail: render_detail(f, &view),
+            next: render_next(&f.next, dir),
+        })
+        .collect();
     let exit = if findings.iter().any(|f| f.severity == "error") {
         65
     } else {

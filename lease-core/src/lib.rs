@@ -54,6 +54,7 @@
 
 pub mod canonical;
 pub mod code;
+pub mod diagnose;
 pub mod error;
 pub mod ids;
 pub mod layout;

@@ -1,0 +1,616 @@
+//! One diagnosis of a run, without I/O: what is wrong, how bad it is, and the next step.
+//!
+//! The layers that read a run (lease-run's preflight, `runlease status` and
+//! `runlease doctor`) gather [`Facts`] (a status view, what `run.json` says, the outcome of
+//! a verify, the command records' audit, the store file's presence, temp files and stray
+//! names) and hand them to [`diagnose`] or [`next_step`]. The decision of what each fact
+//! means lives here once; the callers only gather facts and render the typed [`Finding`]s
+//! and [`Next`] steps (a CLI as commands, a library as it likes).
+//!
+//! ```
+//! use lease_core::diagnose::{diagnose, next_step, Facts, FindingCode, Next};
+//! use lease_core::ops::{Status, StatusView};
+//!
+//! let free = StatusView { status: Status::Free, head: None, age_ms: None, liveness: None };
+//! let facts = Facts::of_view(free);
+//! assert_eq!(next_step(&facts), Next::Claim);
+//! let findings = diagnose(&facts);
+//! assert_eq!(findings.len(), 1);
+//! assert_eq!(findings[0].code, FindingCode::Ok);
+//! ```
+
+use crate::Generation;
+use crate::code::Code;
+use crate::ops::{Head, ShortTail, Status, StatusView, VerifyReport};
+use crate::seal::seal_of;
+
+/// What `run.json` says, as far as a diagnosis needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunJsonFacts {
+    /// There is none.
+    Absent,
+    /// It exists but cannot be read or decoded (the message names the file).
+    Invalid {
+        /// The error, naming the file.
+        message: String,
+    },
+    /// A valid record.
+    Written {
+        /// Its status is `failed`.
+        failed: bool,
+        /// The generation that wrote it.
+        generation: u64,
+        /// Its `detail`, if any (a refused open writes the code first).
+        detail: Option<String>,
+    },
+}
+
+/// The outcome of verifying both hash chains, as far as a diagnosis needs it.
+#[derive(Debug, Clone)]
+pub enum VerifyFacts {
+    /// Not verified (e.g. `status`, which reads only the head).
+    NotChecked,
+    /// Both chains hold.
+    Held(VerifyReport),
+    /// A verify error with a data code (`CHAIN_BROKEN`, `EVENT_LOG_GAP`, `RECORD_INVALID`,
+    /// `SCHEMA_UNSUPPORTED`); any other error is the caller's to report, not a finding.
+    Failed {
+        /// Its code.
+        code: Code,
+        /// Its message, naming the file.
+        message: String,
+    },
+}
+
+/// The command records' audit (PROTOCOL §11.1), as far as a diagnosis needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommandFacts {
+    /// Not audited.
+    NotChecked,
+    /// Every record reads and names nothing the next open would refuse over.
+    Clean,
+    /// A record names a live process that cannot be proved ours (`RUN_COMMAND_UNPROVEN`).
+    Unproven {
+        /// The refusal's code and message (`CODE: message`), naming the record and pid.
+        message: String,
+    },
+    /// A record cannot be read or decoded, or does not match its name.
+    Invalid {
+        /// The error's code and message, naming the file.
+        message: String,
+    },
+}
+
+/// Everything a diagnosis looks at. Build it with [`Facts::of_view`] and set what was
+/// gathered; a field left at its default says "not checked", never "fine".
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// The status view (liveness probed, for `dead`).
+    pub view: StatusView,
+    /// What `run.json` says.
+    pub run_json: RunJsonFacts,
+    /// The verify outcome.
+    pub verify: VerifyFacts,
+    /// The command records' audit.
+    pub commands: CommandFacts,
+    /// Whether the store file exists (`None`: not looked at).
+    pub store_present: Option<bool>,
+    /// Temp files (`.tmp-*`) in the protocol folders: total, and older than the grace.
+    pub temp_files: (usize, usize),
+    /// Names in the run folder that no reader uses.
+    pub stray_names: Vec<String>,
+}
+
+impl Facts {
+    /// Facts with only the status view gathered.
+    pub fn of_view(view: StatusView) -> Facts {
+        Facts {
+            view,
+            run_json: RunJsonFacts::Absent,
+            verify: VerifyFacts::NotChecked,
+            commands: CommandFacts::NotChecked,
+            store_present: None,
+            temp_files: (0, 0),
+            stray_names: Vec::new(),
+        }
+    }
+}
+
+/// A finding's stable code (what `runlease doctor` prints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FindingCode {
+    /// Nothing to repair.
+    Ok,
+    /// Temp files remain.
+    OrphanTempFiles,
+    /// A record cannot be read or decoded.
+    InvalidRecord,
+    /// The owner is stale.
+    StaleOwner,
+    /// The owner is definitely dead.
+    DeadOwner,
+    /// A hash chain is broken, or `run.json` is ahead of the lease chain.
+    BrokenChain,
+    /// The head's heartbeat is ahead of this host's clock.
+    FutureHeartbeat,
+    /// A cutoff or the checkpoint names events past the log's tail.
+    EventLogShort,
+    /// Epoch files below the checkpoint floor remain.
+    StrayEpochs,
+    /// A command record names a live process that cannot be proved ours.
+    CommandUnproven,
+    /// The store file is missing but the lease chain names a store.
+    StoreMissing,
+    /// The last open refused the store with this data code (`STORE_BEHIND_SEAL`,
+    /// `STORE_IDENTITY_MISMATCH`, `STORE_MISSING`, `STORE_CORRUPT`).
+    StoreRefused(Code),
+    /// Names in the run folder that no reader uses.
+    StrayNames,
+}
+
+impl FindingCode {
+    /// The stable text (`INVALID_RECORD`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingCode::Ok => "OK",
+            FindingCode::OrphanTempFiles => "ORPHAN_TEMP_FILES",
+            FindingCode::InvalidRecord => "INVALID_RECORD",
+            FindingCode::StaleOwner => "STALE_OWNER",
+            FindingCode::DeadOwner => "DEAD_OWNER",
+            FindingCode::BrokenChain => "BROKEN_CHAIN",
+            FindingCode::FutureHeartbeat => "FUTURE_HEARTBEAT",
+            FindingCode::EventLogShort => "EVENT_LOG_SHORT",
+            FindingCode::StrayEpochs => "STRAY_EPOCHS",
+            FindingCode::CommandUnproven => "COMMAND_UNPROVEN",
+            FindingCode::StoreMissing => "STORE_MISSING",
+            FindingCode::StoreRefused(c) => c.as_str(),
+            FindingCode::StrayNames => "STRAY_NAMES",
+        }
+    }
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Nothing wrong.
+    Ok,
+    /// Worth a look; nothing refuses the run over it.
+    Warning,
+    /// Bad data: the next open (or a replacement) refuses the run until it is repaired.
+    Error,
+}
+
+impl Severity {
+    /// `ok`, `warning`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
+/// What a finding is about (the data its detail is rendered from).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Subject {
+    /// The run as a whole (the `OK` finding).
+    Run,
+    /// Temp files: total, and older than the grace.
+    TempFiles {
+        /// All of them.
+        total: usize,
+        /// Older than the grace.
+        old: usize,
+    },
+    /// An error message that names its file (or link).
+    Message(String),
+    /// The stale or dead owner of the view.
+    Owner,
+    /// The head's heartbeat is `ahead_ms` ahead of this host's clock.
+    FutureHeartbeat {
+        /// The head.
+        head: Box<Head>,
+        /// How far ahead, ms.
+        ahead_ms: i64,
+    },
+    /// The log is shorter than a cutoff or the checkpoint names.
+    ShortTail(ShortTail),
+    /// Stray epoch files.
+    StrayEpochs(Vec<Generation>),
+    /// The store is missing though epoch `generation` names one.
+    StoreMissing {
+        /// The epoch that names it.
+        generation: Generation,
+        /// What it names.
+        named: NamedStore,
+    },
+    /// The last open refused the store.
+    StoreRefused {
+        /// The generation that wrote `run.json`.
+        generation: u64,
+        /// `run.json`'s detail.
+        detail: String,
+    },
+    /// Stray names.
+    StrayNames(Vec<String>),
+}
+
+/// What an epoch says of the store it expects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamedStore {
+    /// Sealed at `sequence` by `generation`, store id `store_id`.
+    Sealed {
+        /// The sealed sequence.
+        sequence: u64,
+        /// The sealing generation.
+        generation: Generation,
+        /// The store id.
+        store_id: String,
+    },
+    /// A store floor of `floor` recorded by `generation`.
+    Floor {
+        /// The floor.
+        floor: u64,
+        /// The generation that recorded it.
+        generation: Generation,
+    },
+}
+
+/// The next step, as an action (rendered by the caller).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Next {
+    /// Claim the run.
+    Claim,
+    /// Wait, or ask the owner to release.
+    Wait,
+    /// Exact takeover of the stale owner seen.
+    Takeover {
+        /// Its owner id.
+        owner_id: String,
+        /// Its last heartbeat.
+        heartbeat_at: String,
+    },
+    /// Observe again (stale, but the head could not be read).
+    ObserveAgain,
+    /// Retire the dead owner.
+    Retire,
+    /// Run doctor: a record is invalid; do not take over.
+    DoctorDoNotTakeOver,
+    /// Run doctor: the next claim would refuse this run (see run.json).
+    DoctorBeforeRun,
+    /// Repair or restore the named lease record by hand; do not take over.
+    RepairRecord,
+    /// Repair or restore `run.json` by hand; the next open refuses until then.
+    RepairRunJson,
+    /// Repair or restore the named command record (its command may still run).
+    RepairCommandRecord,
+    /// Restore `lease/` from a backup; the next open refuses until then.
+    RestoreLease,
+    /// Find the first broken link with verify, then restore or archive.
+    VerifyAndRestore,
+    /// Restore the store file the lease chain names.
+    RestoreStore,
+    /// Remove old temp files.
+    CleanTemp,
+    /// Prune the run.
+    Prune,
+    /// Check time synchronization (PROTOCOL §10).
+    CheckClocks,
+    /// Expected after a power loss; otherwise restore `events/` from a backup.
+    PowerLossOrRestoreEvents,
+    /// Stop the named process yourself if it is the run's old command, or remove the
+    /// record if it is not.
+    StopOrRemoveRecord,
+    /// Move the stray names out by hand.
+    MoveStrays,
+    /// Repair the error findings first (replacements refuse until then), then this.
+    RepairFirst(Box<Next>),
+    /// Nothing to do.
+    Nothing,
+}
+
+/// One finding: code, severity, what it is about, and its one next step.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// The stable code.
+    pub code: FindingCode,
+    /// How bad it is.
+    pub severity: Severity,
+    /// What it is about.
+    pub subject: Subject,
+    /// The next step.
+    pub next: Next,
+}
+
+/// The store codes a refused open leaves first in `run.json`'s detail that need an
+/// operator (data errors, not a transient `STORE_BUSY`).
+pub const STORE_REFUSALS: [Code; 4] = [
+    Code::StoreBehindSeal,
+    Code::StoreIdentityMismatch,
+    Code::StoreMissing,
+    Code::StoreCorrupt,
+];
+
+/// The store code of the last refused open: `run.json` is `failed` with a detail that is
+/// one of [`STORE_REFUSALS`] or starts with `CODE:`.
+pub fn store_refusal(run_json: &RunJsonFacts) -> Option<Code> {
+    let RunJsonFacts::Written {
+        failed: true,
+        detail: Some(detail),
+        ..
+    } = run_json
+    else {
+        return None;
+    };
+    STORE_REFUSALS.into_iter().find(|c| {
+        detail
+            .strip_prefix(c.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(':'))
+    })
+}
+
+/// When `run.json` was written by generation `written_by` and the lease chain's head is
+/// `head` (0: no epoch): what is wrong, naming both, if the chain does not reach it (its
+/// newest epochs deleted, or `lease/` restored from an older copy). An owner writes
+/// `run.json` only after its epoch is durable, so no crash produces this; claiming would
+/// hand out fencing tokens already given out.
+pub fn chain_behind(written_by: u64, head: u64) -> Option<String> {
+    (written_by > head).then(|| {
+        let chain = if head == 0 {
+            "the lease chain (lease/epochs/) has no epoch".to_string()
+        } else {
+            format!("the lease chain (lease/epochs/) ends at generation {head}")
+        };
+        format!(
+            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out"
+        )
+    })
+}
+
+fn head_generation(view: &StatusView) -> u64 {
+    view.head.as_ref().map_or(0, |h| h.epoch.generation.get())
+}
+
+fn run_json_ahead(facts: &Facts) -> Option<String> {
+    match &facts.run_json {
+        RunJsonFacts::Written { generation, .. } => {
+            chain_behind(*generation, head_generation(&facts.view))
+        }
+        _ => None,
+    }
+}
+
+/// The one next step for the run as observed (what `status` prints): by its state, except
+/// that a free run the next claim would refuse (an unreadable `run.json`, the last run's
+/// store refusal, `run.json` ahead of the chain) needs doctor first.
+pub fn next_step(facts: &Facts) -> Next {
+    let blocked = matches!(facts.run_json, RunJsonFacts::Invalid { .. })
+        || store_refusal(&facts.run_json).is_some()
+        || run_json_ahead(facts).is_some();
+    if matches!(facts.view.status, Status::Free) && blocked {
+        return Next::DoctorBeforeRun;
+    }
+    next_for_view(&facts.view)
+}
+
+/// The next step by the view's state alone.
+pub fn next_for_view(view: &StatusView) -> Next {
+    match (&view.status, &view.head) {
+        (Status::Free, _) => Next::Claim,
+        (Status::Active, _) => Next::Wait,
+        (Status::Stale, Some(h)) => Next::Takeover {
+            owner_id: h.epoch.owner_id.to_string(),
+            heartbeat_at: h.heartbeat_at().to_string(),
+        },
+        (Status::Stale, None) => Next::ObserveAgain,
+        (Status::Dead, _) => Next::Retire,
+        (Status::Invalid(_), _) => Next::DoctorDoNotTakeOver,
+    }
+}
+
+/// Every finding, in a fixed order; `[OK]` when there is none. A stale or dead owner's
+/// next step is prefixed by "repair first" while an error finding stands, because a
+/// replacement verifies the run and refuses until then.
+pub fn diagnose(facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut push = |code, severity, subject, next| {
+        out.push(Finding {
+            code,
+            severity,
+            subject,
+            next,
+        })
+    };
+    let (temps, old) = facts.temp_files;
+    if temps > 0 {
+        push(
+            FindingCode::OrphanTempFiles,
+            Severity::Warning,
+            Subject::TempFiles { total: temps, old },
+            Next::CleanTemp,
+        );
+    }
+    let view = &facts.view;
+    let mut invalid_message = None;
+    match &view.status {
+        Status::Invalid(e) => {
+            invalid_message = Some(e.to_string());
+            push(
+                FindingCode::InvalidRecord,
+                Severity::Error,
+                Subject::Message(e.to_string()),
+                Next::RepairRecord,
+            );
+        }
+        Status::Stale => push(
+            FindingCode::StaleOwner,
+            Severity::Warning,
+            Subject::Owner,
+            next_for_view(view),
+        ),
+        Status::Dead => push(
+            FindingCode::DeadOwner,
+            Severity::Warning,
+            Subject::Owner,
+            Next::Retire,
+        ),
+        Status::Free | Status::Active => {}
+    }
+    if let Some(msg) = run_json_ahead(facts) {
+        push(
+            FindingCode::BrokenChain,
+            Severity::Error,
+            Subject::Message(msg),
+            Next::RestoreLease,
+        );
+    }
+    if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
+        if h.is_active() && age < -1000 {
+            push(
+                FindingCode::FutureHeartbeat,
+                Severity::Warning,
+                Subject::FutureHeartbeat {
+                    head: Box::new(h.clone()),
+                    ahead_ms: -age,
+                },
+                Next::CheckClocks,
+            );
+        }
+    }
+    match &facts.verify {
+        VerifyFacts::NotChecked => {}
+        VerifyFacts::Held(r) => {
+            if let Some(t) = &r.short_tail {
+                push(
+                    FindingCode::EventLogShort,
+                    Severity::Warning,
+                    Subject::ShortTail(t.clone()),
+                    Next::PowerLossOrRestoreEvents,
+                );
+            }
+            if !r.strays.is_empty() {
+                push(
+                    FindingCode::StrayEpochs,
+                    Severity::Warning,
+                    Subject::StrayEpochs(r.strays.clone()),
+                    Next::Prune,
+                );
+            }
+        }
+        VerifyFacts::Failed { code, message } => {
+            if matches!(code, Code::ChainBroken | Code::EventLogGap) {
+                push(
+                    FindingCode::BrokenChain,
+                    Severity::Error,
+                    Subject::Message(message.clone()),
+                    Next::VerifyAndRestore,
+                );
+            } else if invalid_message.as_deref() != Some(message.as_str()) {
+                push(
+                    FindingCode::InvalidRecord,
+                    Severity::Error,
+                    Subject::Message(message.clone()),
+                    Next::RepairRecord,
+                );
+            }
+        }
+    }
+    if let RunJsonFacts::Invalid { message } = &facts.run_json {
+        push(
+            FindingCode::InvalidRecord,
+            Severity::Error,
+            Subject::Message(message.clone()),
+            Next::RepairRunJson,
+        );
+    }
+    match &facts.commands {
+        CommandFacts::NotChecked | CommandFacts::Clean => {}
+        CommandFacts::Unproven { message } => push(
+            FindingCode::CommandUnproven,
+            Severity::Error,
+            Subject::Message(message.clone()),
+            Next::StopOrRemoveRecord,
+        ),
+        CommandFacts::Invalid { message } => push(
+            FindingCode::InvalidRecord,
+            Severity::Error,
+            Subject::Message(message.clone()),
+            Next::RepairCommandRecord,
+        ),
+    }
+    if let (Some(h), Some(false)) = (&view.head, facts.store_present) {
+        let named = match seal_of(&h.epoch) {
+            (Some(s), _) => Some(NamedStore::Sealed {
+                sequence: s.sequence,
+                generation: s.generation,
+                store_id: s.store_id.to_string(),
+            }),
+            (None, Some((floor, generation))) if floor > 0 => {
+                Some(NamedStore::Floor { floor, generation })
+            }
+            _ => None,
+        };
+        if let Some(named) = named {
+            push(
+                FindingCode::StoreMissing,
+                Severity::Error,
+                Subject::StoreMissing {
+                    generation: h.generation(),
+                    named,
+                },
+                Next::RestoreStore,
+            );
+        }
+    }
+    let refused = store_refusal(&facts.run_json);
+    if let (
+        Some(code),
+        RunJsonFacts::Written {
+            generation, detail, ..
+        },
+    ) = (refused, &facts.run_json)
+    {
+        let dup =
+            code == Code::StoreMissing && out.iter().any(|f| f.code == FindingCode::StoreMissing);
+        if !dup {
+            out.push(Finding {
+                code: FindingCode::StoreRefused(code),
+                severity: Severity::Error,
+                subject: Subject::StoreRefused {
+                    generation: *generation,
+                    detail: detail.clone().unwrap_or_default(),
+                },
+                next: Next::RestoreStore,
+            });
+        }
+    }
+    if !facts.stray_names.is_empty() {
+        out.push(Finding {
+            code: FindingCode::StrayNames,
+            severity: Severity::Warning,
+            subject: Subject::StrayNames(facts.stray_names.clone()),
+            next: Next::MoveStrays,
+        });
+    }
+    if out.iter().any(|f| f.severity == Severity::Error) {
+        for f in out
+            .iter_mut()
+            .filter(|f| matches!(f.code, FindingCode::StaleOwner | FindingCode::DeadOwner))
+        {
+            f.next = Next::RepairFirst(Box::new(f.next.clone()));
+        }
+    }
+    if out.is_empty() {
+        out.push(Finding {
+            code: FindingCode::Ok,
+            severity: Severity::Ok,
+            subject: Subject::Run,
+            next: Next::Nothing,
+        });
+    }
+    out
+}

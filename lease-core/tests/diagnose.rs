@@ -1,0 +1,182 @@
+//! lease-core's one diagnosis (`lease_core::diagnose`): what each fact means and the next
+//! step, as `status`, `doctor` and `runlease run` rely on it.
+
+mod common;
+
+use common::*;
+use lease_core::Code;
+use lease_core::diagnose::*;
+use lease_core::mem::MemDisk;
+
+fn written(generation: u64, failed: bool, detail: Option<&str>) -> RunJsonFacts {
+    RunJsonFacts::Written {
+        failed,
+        generation,
+        detail: detail.map(str::to_string),
+    }
+}
+
+fn codes(f: &[Finding]) -> Vec<&'static str> {
+    f.iter().map(|f| f.code.as_str()).collect()
+}
+
+#[test]
+fn a_free_run_is_claimed_and_a_free_run_the_next_claim_refuses_needs_doctor_first() {
+    let mut disk = MemDisk::new();
+    let lease = claim(&mut disk, "a", 10, 0).unwrap();
+    release(&mut disk, &lease, 10).unwrap();
+    let mut facts = Facts::of_view(status(&mut disk, 20));
+    assert_eq!(next_step(&facts), Next::Claim);
+    assert_eq!(codes(&diagnose(&facts)), ["OK"]);
+
+    // run.json written by generation 2 (the release): the chain reaches it.
+    facts.run_json = written(2, false, None);
+    assert_eq!(next_step(&facts), Next::Claim);
+
+    // Written by generation 5: the chain was cut back (PROTOCOL: CHAIN_BROKEN).
+    facts.run_json = written(5, false, None);
+    assert_eq!(next_step(&facts), Next::DoctorBeforeRun);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["BROKEN_CHAIN"]);
+    assert_eq!(f[0].severity, Severity::Error);
+    assert_eq!(f[0].next, Next::RestoreLease);
+
+    // The last open refused the store: doctor first, and the finding names the code.
+    facts.run_json = written(2, true, Some("STORE_BEHIND_SEAL: run r: store head 2 < 3"));
+    assert_eq!(next_step(&facts), Next::DoctorBeforeRun);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["STORE_BEHIND_SEAL"]);
+    assert_eq!(f[0].next, Next::RestoreStore);
+
+    // A transient refusal (STORE_BUSY) or another failure is no store refusal.
+    facts.run_json = written(2, true, Some("STORE_BUSY: in use"));
+    assert_eq!(next_step(&facts), Next::Claim);
+    facts.run_json = written(2, true, Some("STORE_BEHIND_SEALED: not a code"));
+    assert_eq!(store_refusal(&facts.run_json), None);
+
+    // An unreadable run.json: doctor first, INVALID_RECORD with its own next step.
+    facts.run_json = RunJsonFacts::Invalid {
+        message: "run.json: bad".into(),
+    };
+    assert_eq!(next_step(&facts), Next::DoctorBeforeRun);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["INVALID_RECORD"]);
+    assert_eq!(f[0].next, Next::RepairRunJson);
+}
+
+#[test]
+fn a_stale_owner_is_taken_over_exactly_but_only_after_the_errors_are_repaired() {
+    let mut disk = MemDisk::new();
+    claim(&mut disk, "a", 10, 0).unwrap();
+    // Default policy: stale after 30 s without a heartbeat.
+    let view = disk
+        .run(
+            &mut lease_core::ops::StatusView::read(run_id(), t(600_000), false),
+            &all_alive,
+        )
+        .unwrap();
+    assert_eq!(view.status.name(), "stale");
+    let h = view.head.clone().unwrap();
+    let mut facts = Facts::of_view(view);
+    let take = Next::Takeover {
+        owner_id: "a".into(),
+        heartbeat_at: h.heartbeat_at().to_string(),
+    };
+    assert_eq!(next_step(&facts), take);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["STALE_OWNER"]);
+    assert_eq!(f[0].next, take);
+
+    // A broken event chain: the takeover would be refused (it verifies first), so the
+    // owner's next step says to repair first.
+    facts.verify = VerifyFacts::Failed {
+        code: Code::ChainBroken,
+        message: "event chain broken at 3".into(),
+    };
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["STALE_OWNER", "BROKEN_CHAIN"]);
+    assert_eq!(f[0].next, Next::RepairFirst(Box::new(take.clone())));
+    assert_eq!(f[1].next, Next::VerifyAndRestore);
+}
+
+#[test]
+fn a_dead_owner_is_retired_and_an_unproven_command_blocks_the_run() {
+    let mut disk = MemDisk::new();
+    claim(&mut disk, "a", 10, 0).unwrap();
+    let view = disk
+        .run(
+            &mut lease_core::ops::StatusView::read(run_id(), t(1_000), true),
+            &all_dead,
+        )
+        .unwrap();
+    assert_eq!(view.status.name(), "dead");
+    let mut facts = Facts::of_view(view);
+    assert_eq!(next_step(&facts), Next::Retire);
+    assert_eq!(codes(&diagnose(&facts)), ["DEAD_OWNER"]);
+
+    facts.commands = CommandFacts::Unproven {
+        message: "RUN_COMMAND_UNPROVEN: commands/x.json names live process 7".into(),
+    };
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["DEAD_OWNER", "COMMAND_UNPROVEN"]);
+    assert_eq!(f[0].next, Next::RepairFirst(Box::new(Next::Retire)));
+    assert_eq!(f[1].next, Next::StopOrRemoveRecord);
+    assert_eq!(f[1].severity, Severity::Error);
+}
+
+#[test]
+fn a_missing_store_is_reported_once_when_run_json_names_the_same_refusal() {
+    let mut disk = MemDisk::new();
+    let lease = claim(&mut disk, "a", 10, 0).unwrap();
+    disk.run(
+        &mut lease_core::ops::Release::new(lease_core::ops::ReleaseParams {
+            lease: lease.clone(),
+            now: t(10),
+            seal: Some(lease_core::Seal {
+                store_id: id("store-1"),
+                sequence: 4,
+                generation: lease.generation,
+            }),
+        }),
+        &all_alive,
+    )
+    .unwrap();
+    let mut facts = Facts::of_view(status(&mut disk, 20));
+    // The store file is there: nothing to say.
+    facts.store_present = Some(true);
+    assert_eq!(codes(&diagnose(&facts)), ["OK"]);
+    // Gone while the chain names a seal: STORE_MISSING, naming the seal.
+    facts.store_present = Some(false);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["STORE_MISSING"]);
+    match &f[0].subject {
+        Subject::StoreMissing {
+            named: NamedStore::Sealed { sequence, .. },
+            ..
+        } => assert_eq!(*sequence, 4),
+        other => panic!("{other:?}"),
+    }
+    // The last open refused with STORE_MISSING too: still one finding.
+    facts.run_json = written(2, true, Some("STORE_MISSING: gone"));
+    assert_eq!(codes(&diagnose(&facts)), ["STORE_MISSING"]);
+    // Not looked at: no finding (not checked is never "fine" nor "missing").
+    facts.store_present = None;
+    facts.run_json = RunJsonFacts::Absent;
+    assert_eq!(codes(&diagnose(&facts)), ["OK"]);
+}
+
+#[test]
+fn chain_behind_names_both_generations() {
+    assert_eq!(chain_behind(3, 3), None);
+    assert_eq!(chain_behind(2, 3), None);
+    let m = chain_behind(4, 0).unwrap();
+    assert!(
+        m.contains("generation 4") && m.contains("has no epoch"),
+        "{m}"
+    );
+    let m = chain_behind(9, 3).unwrap();
+    assert!(
+        m.contains("generation 9") && m.contains("ends at generation 3"),
+        "{m}"
+    );
+}
