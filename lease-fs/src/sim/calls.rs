@@ -1,0 +1,240 @@
+//! The [`Fs`] calls of a [`SimFs`], each one step of the crash model.
+
+use super::{ENOSPC, Fs, Gate, Node, Op, SimFs, check_entry, err};
+use crate::fs::check_rel;
+use std::io;
+
+impl Fs for SimFs {
+    fn ensure_dir(&self, dir: &str) -> io::Result<bool> {
+        self.lock().call(Op::Other, |st| st.ensure_dir(dir))
+    }
+
+    fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(dir)?;
+            Ok(match st.dir_id("list", dir)? {
+                None => Vec::new(),
+                Some(d) => st.dir(d).live.keys().cloned().collect(),
+            })
+        })
+    }
+
+    fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            match st.lookup("read", path)? {
+                None => Ok(None),
+                Some(id) => match st.node(id) {
+                    Node::Dir(_) => Err(err(
+                        io::ErrorKind::IsADirectory,
+                        "read",
+                        path,
+                        "is a directory",
+                    )),
+                    Node::File(f) if f.live.len() > limit => Err(err(
+                        io::ErrorKind::InvalidData,
+                        "read",
+                        path,
+                        &format!("{} bytes, more than the limit {limit}", f.live.len()),
+                    )),
+                    Node::File(f) => Ok(Some(f.live.clone())),
+                },
+            }
+        })
+    }
+
+    fn exists(&self, path: &str) -> io::Result<bool> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            Ok(st.lookup("exists", path)?.is_some())
+        })
+    }
+
+    fn write_new(&self, path: &str, bytes: &[u8]) -> io::Result<()> {
+        let mut st = self.lock();
+        match st.gate(Op::Other)? {
+            Gate::Go => st.create_file(path, bytes.to_vec()),
+            Gate::Fault(errno) => {
+                if errno == ENOSPC && st.enospc_leaves_empty_file {
+                    // Whatever would have refused the create refuses the empty file too.
+                    let _ = st.create_file(path, Vec::new());
+                }
+                Err(io::Error::from_raw_os_error(errno))
+            }
+            Gate::FaultAfterEffect(errno) => {
+                st.create_file(path, bytes.to_vec())?;
+                Err(io::Error::from_raw_os_error(errno))
+            }
+        }
+    }
+
+    fn fsync(&self, path: &str) -> io::Result<()> {
+        self.lock().call(Op::Fsync, |st| {
+            check_entry("fsync", path)?;
+            match st.lookup("fsync", path)? {
+                None => Err(err(io::ErrorKind::NotFound, "fsync", path, "not found")),
+                Some(id) if st.is_dir(id) => Err(err(
+                    io::ErrorKind::IsADirectory,
+                    "fsync",
+                    path,
+                    "is a directory (use fsync_dir)",
+                )),
+                Some(id) => {
+                    let f = st.file_mut(id);
+                    f.durable = f.live.clone();
+                    f.synced = true;
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn fsync_dir(&self, dir: &str) -> io::Result<()> {
+        self.lock().call(Op::FsyncDir, |st| {
+            check_rel(dir)?;
+            match st.lookup("fsync_dir", dir)? {
+                None => Err(err(io::ErrorKind::NotFound, "fsync_dir", dir, "not found")),
+                Some(id) if !st.is_dir(id) => Err(err(
+                    io::ErrorKind::NotADirectory,
+                    "fsync_dir",
+                    dir,
+                    "not a directory",
+                )),
+                Some(id) => {
+                    let d = st.dir_mut(id);
+                    d.durable = d.live.clone();
+                    st.gc();
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn link(&self, from: &str, to: &str) -> io::Result<()> {
+        self.lock().call(Op::Other, |st| {
+            check_entry("link", from)?;
+            check_entry("link", to)?;
+            let id = match st.lookup("link", from)? {
+                None => return Err(err(io::ErrorKind::NotFound, "link", from, "not found")),
+                Some(id) if st.is_dir(id) => {
+                    return Err(err(
+                        io::ErrorKind::PermissionDenied,
+                        "link",
+                        from,
+                        "cannot link a directory",
+                    ));
+                }
+                Some(id) => id,
+            };
+            let (d, name) = st.parent("link", to)?;
+            if st.dir(d).live.contains_key(name) {
+                return Err(err(
+                    io::ErrorKind::AlreadyExists,
+                    "link",
+                    to,
+                    "already exists",
+                ));
+            }
+            st.dir_mut(d).live.insert(name.to_string(), id);
+            Ok(())
+        })
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.lock().call(Op::Other, |st| {
+            check_entry("rename", from)?;
+            check_entry("rename", to)?;
+            let (fd, fname) = st.parent("rename", from)?;
+            let id = match st.dir(fd).live.get(fname) {
+                None => return Err(err(io::ErrorKind::NotFound, "rename", from, "not found")),
+                Some(&id) if st.is_dir(id) => {
+                    return Err(err(
+                        io::ErrorKind::Unsupported,
+                        "rename",
+                        from,
+                        "the simulated FS does not rename directories",
+                    ));
+                }
+                Some(&id) => id,
+            };
+            let (td, tname) = st.parent("rename", to)?;
+            match st.dir(td).live.get(tname) {
+                Some(&old) if st.is_dir(old) => {
+                    return Err(err(
+                        io::ErrorKind::IsADirectory,
+                        "rename",
+                        to,
+                        "is a directory",
+                    ));
+                }
+                // POSIX: two links of the same file: do nothing, succeed.
+                Some(&old) if old == id => return Ok(()),
+                _ => {}
+            }
+            st.dir_mut(fd).live.remove(fname);
+            st.dir_mut(td).live.insert(tname.to_string(), id);
+            st.gc();
+            Ok(())
+        })
+    }
+
+    fn unlink(&self, path: &str) -> io::Result<()> {
+        self.lock().call(Op::Other, |st| {
+            check_entry("unlink", path)?;
+            let (d, name) = match st.parent("unlink", path) {
+                Ok(p) => p,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(err(io::ErrorKind::NotFound, "unlink", path, "not found"));
+                }
+                Err(e) => return Err(e),
+            };
+            match st.dir(d).live.get(name) {
+                None => Err(err(io::ErrorKind::NotFound, "unlink", path, "not found")),
+                Some(&id) if st.is_dir(id) => Err(err(
+                    io::ErrorKind::IsADirectory,
+                    "unlink",
+                    path,
+                    "is a directory",
+                )),
+                Some(_) => {
+                    st.dir_mut(d).live.remove(name);
+                    st.gc();
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn link_count(&self, path: &str) -> io::Result<Option<u64>> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            Ok(st.lookup("link_count", path)?.map(|id| match st.node(id) {
+                // POSIX: `.`, the entry in the parent, and each subdirectory's `..`.
+                Node::Dir(d) => 2 + d.live.values().filter(|&&c| st.is_dir(c)).count() as u64,
+                Node::File(_) => st.live_link_count(id),
+            }))
+        })
+    }
+
+    fn age_secs(&self, path: &str) -> io::Result<Option<u64>> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            Ok(st.lookup("age_secs", path)?.map(|id| match st.node(id) {
+                Node::Dir(_) => 0,
+                Node::File(f) => f.age,
+            }))
+        })
+    }
+
+    fn check_root(&self) -> io::Result<()> {
+        self.lock().call(Op::Other, |st| {
+            if st.root_replaced {
+                Err(io::Error::other(
+                    "simfs: the run root was replaced (set_root_replaced)",
+                ))
+            } else {
+                Ok(())
+            }
+        })
+    }
+}

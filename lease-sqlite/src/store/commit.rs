@@ -1,0 +1,214 @@
+//! Writing: the commit gate, commits with the fencing-token check, seal and close.
+
+#[cfg(doc)]
+use super::OpenedStore;
+use super::sqlite::{from_i64, now_text, sqlite_err, to_i64};
+use super::{Batch, CommitGate, Store, Write};
+use crate::codec;
+use crate::error::StoreError;
+use crate::header::Ctx;
+use lease_core::{Generation, Identity, Seal};
+use rusqlite::{TransactionBehavior, params};
+
+impl Store {
+    /// Install the commit gate: a hook called at the start of every [`Store::commit`] and
+    /// [`Store::seal`], before the transaction begins. If it returns an error the commit is
+    /// refused with that error and nothing touches the database.
+    ///
+    /// The run layer plugs its self-fence check in here (`docs/PROTOCOL.md` §7.11: "a store
+    /// commit checks the rule before starting"): the gate returns
+    /// `LeaseError::Fenced` (converted with `?`/`into()`) once the last successful heartbeat
+    /// started longer than `self_fence_after` ago. It runs on the committing thread and
+    /// should be quick (read a monotonic clock and an atomic). A commit that was already
+    /// running when the deadline passed is not interrupted; the run layer re-checks after
+    /// the commit returns. Replaces any previous gate.
+    pub fn set_commit_gate(&mut self, gate: CommitGate) {
+        self.inner.gate = Some(gate);
+    }
+
+    /// Commit `batch` as writer `token` (its lease generation), in one `BEGIN IMMEDIATE`
+    /// transaction: read the highest accepted token; if `token` is lower, roll back and
+    /// refuse with `FENCED` (75); else raise the highest token to `token`, record the
+    /// commit under the next sequence, apply the writes and log entries, and commit (the
+    /// WAL is fsynced before this returns). Returns the new sequence.
+    ///
+    /// The commit gate (see [`Store::set_commit_gate`]) runs first.
+    ///
+    /// # Errors
+    /// `FENCED` (75); the gate's error; `ARGUMENT_INVALID` (64) for a token above
+    /// `i64::MAX`; `STORE_IO` (74), `STORE_CORRUPT` (65) or `STORE_INTERNAL` (70) if SQLite
+    /// fails, after which this handle refuses every call. Such a failure at the final
+    /// `COMMIT` (a failed fsync) leaves the outcome unknown: the commit may or may not be in
+    /// the WAL, so the caller treats it as not acknowledged, reopens, and reads `head()`.
+    pub fn commit(&mut self, token: Generation, batch: &Batch) -> Result<u64, StoreError> {
+        self.inner.usable()?;
+        self.inner.run_gate()?;
+        let tok = to_i64("token", token.get())?;
+        let encoded =
+            codec::encode(&batch.writes).map_err(|reason| StoreError::ArgumentInvalid {
+                what: "batch",
+                reason,
+            })?;
+        let run = self.inner.run.clone();
+        let file = self.inner.file.clone();
+        let ctx = Ctx {
+            run: &run,
+            file: &file,
+        };
+        let conn = self.inner.conn_mut();
+        let outcome = (|| -> Result<Result<u64, i64>, (&'static str, rusqlite::Error)> {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| ("begin", e))?;
+            // The fencing check reads the highest accepted token inside this transaction
+            // (the write lock is already held), with the head, in one statement.
+            let (max, head): (i64, i64) = tx
+                .prepare_cached(
+                    "SELECT (SELECT max_token FROM fence WHERE singleton = 1), \
+                            (SELECT COALESCE(MAX(seq), 0) FROM commits)",
+                )
+                .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
+                .map_err(|e| ("read fence", e))?;
+            if tok < max {
+                // Dropping `tx` rolls back; nothing was written.
+                return Ok(Err(max));
+            }
+            if tok > max {
+                tx.prepare_cached("UPDATE fence SET max_token = ?1 WHERE singleton = 1")
+                    .and_then(|mut s| s.execute([tok]))
+                    .map_err(|e| ("raise fence", e))?;
+            }
+            let seq = head.checked_add(1).ok_or((
+                "next sequence",
+                rusqlite::Error::IntegralValueOutOfRange(0, head),
+            ))?;
+            let n_writes = i64::try_from(batch.writes.len()).unwrap_or(i64::MAX);
+            let n_log = i64::try_from(batch.log.len()).unwrap_or(i64::MAX);
+            tx.prepare_cached(
+                "INSERT INTO commits (seq, token, committed_at, write_count, log_entries, writes) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut s| s.execute(params![seq, tok, now_text(), n_writes, n_log, encoded]))
+            .map_err(|e| ("record commit", e))?;
+            if !batch.writes.is_empty() {
+                let mut put = tx
+                    .prepare_cached(
+                        "INSERT INTO docs (key, value, updated_seq) VALUES (?1, ?2, ?3) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_seq = excluded.updated_seq",
+                    )
+                    .map_err(|e| ("prepare writes", e))?;
+                let mut del = tx
+                    .prepare_cached("DELETE FROM docs WHERE key = ?1")
+                    .map_err(|e| ("prepare writes", e))?;
+                for w in &batch.writes {
+                    match w {
+                        Write::Put { key, value } => put
+                            .execute(params![key, value, seq])
+                            .map_err(|e| ("apply put", e))?,
+                        Write::Delete { key } => {
+                            del.execute([key]).map_err(|e| ("apply delete", e))?
+                        }
+                    };
+                }
+            }
+            if !batch.log.is_empty() {
+                let mut log = tx
+                    .prepare_cached("INSERT INTO log (seq, idx, entry) VALUES (?1, ?2, ?3)")
+                    .map_err(|e| ("prepare log", e))?;
+                for (idx, entry) in batch.log.iter().enumerate() {
+                    let idx = i64::try_from(idx).unwrap_or(i64::MAX);
+                    log.execute(params![seq, idx, entry])
+                        .map_err(|e| ("append log", e))?;
+                }
+            }
+            tx.commit().map_err(|e| ("commit", e))?;
+            Ok(Ok(u64::try_from(seq).unwrap_or(0)))
+        })();
+        match outcome {
+            Ok(Ok(seq)) => Ok(seq),
+            Ok(Err(max)) => Err(StoreError::Fenced {
+                run: run.clone(),
+                file: file.clone(),
+                token: token.get(),
+                max_token: from_i64(max),
+            }),
+            Err((op, e)) => {
+                let err = sqlite_err(&ctx, op, e);
+                if !matches!(err, StoreError::Busy { .. }) {
+                    self.inner.broken = Some(err.to_string());
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Seal the store for a clean release by `generation` and close it: the commit gate
+    /// runs; a `generation` below the highest accepted token is refused `FENCED` (a fenced
+    /// owner cannot release cleanly); otherwise the highest token is raised to
+    /// `generation` (so no older writer can commit after the release), the WAL is
+    /// checkpointed into the file and the store closed. The returned [`Seal`] (store id,
+    /// head, generation) goes into the release epoch; the next opener checks it with
+    /// [`OpenedStore::check_seal`].
+    pub fn seal(mut self, generation: Generation) -> Result<Seal, StoreError> {
+        self.inner.usable()?;
+        self.inner.run_gate()?;
+        let tok = to_i64("generation", generation.get())?;
+        let run = self.inner.run.clone();
+        let file = self.inner.file.clone();
+        let ctx = Ctx {
+            run: &run,
+            file: &file,
+        };
+        let conn = self.inner.conn_mut();
+        let outcome = (|| -> Result<Result<i64, i64>, rusqlite::Error> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let max: i64 =
+                tx.query_row("SELECT max_token FROM fence WHERE singleton = 1", [], |r| {
+                    r.get(0)
+                })?;
+            if tok < max {
+                return Ok(Err(max));
+            }
+            if tok > max {
+                tx.execute("UPDATE fence SET max_token = ?1 WHERE singleton = 1", [tok])?;
+            }
+            let head: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM commits", [], |r| {
+                r.get(0)
+            })?;
+            tx.commit()?;
+            Ok(Ok(head))
+        })();
+        let head = match outcome {
+            Ok(Ok(head)) => from_i64(head),
+            Ok(Err(max)) => {
+                return Err(StoreError::Fenced {
+                    run,
+                    file,
+                    token: generation.get(),
+                    max_token: from_i64(max),
+                });
+            }
+            Err(e) => {
+                let err = sqlite_err(&ctx, "seal", e);
+                self.inner.broken = Some(err.to_string());
+                return Err(err);
+            }
+        };
+        let store_id = Identity::new(self.inner.store_id.clone())
+            .map_err(|reason| ctx.corrupt(format!("its store id is not valid: {reason}")))?;
+        self.inner.close()?;
+        Ok(Seal {
+            store_id,
+            sequence: head,
+            generation,
+        })
+    }
+
+    /// Close the store: checkpoint the WAL into the database file (fsynced), remove the
+    /// WAL, close. Dropping a `Store` without `close` loses nothing (the WAL is replayed at
+    /// the next open) but does not checkpoint.
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.inner.usable()?;
+        self.inner.close()
+    }
+}

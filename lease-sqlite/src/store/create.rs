@@ -1,0 +1,126 @@
+//! Creating a store (whole, then linked into place) and its one-name rule (removing the
+//! temp name a crashed creation left).
+
+use super::sqlite::{apply_durability, connect, now_text, random_hex, sqlite_err, wal_name};
+use crate::error::StoreError;
+use crate::folder::{self, Folder};
+use crate::header::Ctx;
+use crate::schema::{CREATE_V1, SCHEMA_VERSION};
+use rusqlite::{TransactionBehavior, params};
+use rustix::fs::Stat;
+use std::io::ErrorKind;
+
+/// Prefix of temp names (reserved for temp files by docs/PROTOCOL.md §2).
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Create a new store named `name` in `dir`. Order of writes (every call relative to the
+/// held folder descriptor):
+/// 1. create a temp file `.tmp-<pid>-store-<random>` (O_EXCL, mode 0600);
+/// 2. SQLite builds the schema in it (its WAL is checkpointed and removed by the close);
+/// 3. fsync the temp file;
+/// 4. `linkat` it to `name` (never replaces an existing file: a concurrent creator that won
+///    keeps its store, and ours is discarded);
+/// 5. `unlinkat` the temp name (and a WAL a failed build left);
+/// 6. fsync the folder, so the new name is durable.
+///
+/// A crash before 4 leaves only a temp name (reserved namespace, removed by orphan
+/// cleanup); between 4 and 5 a second name of the whole store, which the next open removes
+/// ([`check_single_name`]); between 5 and 6 a power loss may drop the name, and the store
+/// was not yet reported as created. Returns `Ok(())` also when another creator won.
+pub(super) fn create_store(ctx: &Ctx<'_>, dir: &Folder, name: &str) -> Result<(), StoreError> {
+    // A temp name in the reserved `.tmp-` namespace of docs/PROTOCOL.md §2: it never parses
+    // as anything, and lease-fs's orphan cleanup may remove it after a crash.
+    let suffix = random_hex(8).map_err(|e| ctx.io("getrandom", e))?;
+    let tmp = format!("{TEMP_PREFIX}{}-store-{suffix}", std::process::id());
+    let result = build_new_store(ctx, dir, &tmp).and_then(|()| match dir.link(&tmp, name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(ctx.io("link (store into place)", e)),
+    });
+    let _ = dir.unlink(&tmp);
+    let _ = dir.unlink(&wal_name(&tmp));
+    result?;
+    dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))
+}
+
+fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreError> {
+    // The empty file is created here with mode 0600 (SQLite's journal and WAL files take
+    // the mode of the database file).
+    drop(
+        dir.create_new(tmp, 0o600)
+            .map_err(|e| ctx.io("create (new store)", e))?,
+    );
+    let store_id = random_hex(16).map_err(|e| ctx.io("getrandom", e))?;
+    let sq = |op, e| sqlite_err(ctx, op, e);
+    let mut conn = connect(dir, tmp).map_err(|e| sq("open", e))?;
+    let mismatches = apply_durability(&conn).map_err(|e| sq("pragma", e))?;
+    if !mismatches.is_empty() {
+        return Err(StoreError::Pragma {
+            run: ctx.run.to_string(),
+            file: ctx.file.to_string(),
+            mismatches: mismatches.join("; "),
+        });
+    }
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| sq("begin (create)", e))?;
+    tx.execute_batch(CREATE_V1)
+        .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")))
+        .and_then(|()| {
+            tx.execute(
+                "INSERT INTO store_meta (singleton, store_id, created_at, schema_version) VALUES (1, ?1, ?2, ?3)",
+                params![store_id, now_text(), SCHEMA_VERSION],
+            )
+        })
+        .and_then(|_| tx.execute("INSERT INTO fence (singleton, max_token) VALUES (1, 0)", []))
+        .and_then(|_| tx.commit())
+        .map_err(|e| sq("create schema", e))?;
+    // Close checkpoints the WAL into the file and removes the WAL, so the file linked into
+    // place is whole on its own.
+    conn.close().map_err(|(_, e)| sq("close (create)", e))?;
+    dir.open_read(tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| ctx.io("fsync (new store)", e))
+}
+
+/// A store file must have exactly one name: SQLite finds the WAL by the name it opened the
+/// file under, so a store reached through another hard link would miss (and later clash
+/// with) the commits in the WAL. The only second name this crate makes is the temp name it
+/// creates a store under, which a crash between `link` and `unlink` can leave behind: such
+/// a `.tmp-*` sibling with the same inode is removed here. Any other extra link is refused.
+pub(super) fn check_single_name(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    name: &str,
+    meta: &Stat,
+) -> Result<(), StoreError> {
+    let entries = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
+    let mut removed = false;
+    for entry in entries {
+        let Some(entry) = entry.to_str().filter(|n| n.starts_with(TEMP_PREFIX)) else {
+            continue;
+        };
+        let same = matches!(dir.lstat(entry), Ok(Some(m)) if folder::key(&m) == folder::key(meta));
+        if same {
+            match dir.unlink(entry) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(ctx.io("remove (leftover temp name)", e)),
+            }
+        }
+    }
+    if removed {
+        dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
+    }
+    let now = dir
+        .lstat(name)
+        .map_err(|e| ctx.io("stat", e))?
+        .ok_or_else(|| ctx.io("stat", "the file vanished while it was being opened"))?;
+    if now.st_nlink > 1 {
+        return Err(ctx.corrupt(format!(
+            "the file has {} hard links; a store file must have exactly one name (SQLite finds its WAL by name, so another name would miss acknowledged commits)",
+            now.st_nlink
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,270 @@
+//! Opening a store: the folder, the file's kind and header, the registry, SQLite's
+//! lock and checks, the durability settings, the expected identity.
+
+use super::create::{check_single_name, create_store};
+use super::sqlite::{apply_durability, connect, sqlite_err, wal_name};
+use super::validate::validate;
+use super::{Inner, OpenOptions, OpenedStore, Store};
+use crate::error::StoreError;
+use crate::folder::{self, Folder};
+use crate::header::{self, Ctx};
+use crate::registry::Registration;
+use lease_core::{LeaseError, RunId};
+use rusqlite::Connection;
+use rusqlite::config::DbConfig;
+use rustix::fd::OwnedFd;
+use std::fs;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+impl Store {
+    /// Open the store file at `path` (normally `<run>/store/run.sqlite`, see
+    /// `docs/PROTOCOL.md` §2) for run `run`.
+    ///
+    /// Checks, in this order, before anything is written: the path is a regular file (not
+    /// a symlink or directory); this process does not already have it open; its header is
+    /// SQLite's with our schema version; SQLite's exclusive lock can be taken; the schema's
+    /// tables and the store identity are there; `PRAGMA quick_check` passes; the durability
+    /// settings read back as set. A missing file is created (whole, then linked into place)
+    /// only if `options.create` is set and no particular store is expected.
+    ///
+    /// The result can report its identity and head; [`OpenedStore::check_seal`] turns it
+    /// into a [`Store`] that commits.
+    ///
+    /// # Errors
+    /// `STORE_CORRUPT` (65), `STORE_MISSING` (65), `STORE_IDENTITY_MISMATCH` (65),
+    /// `SCHEMA_UNSUPPORTED` (70), `STORE_PRAGMA` (70), `STORE_BUSY` (75), `STORE_IO` (74).
+    /// A refused file is left byte for byte as it was.
+    pub fn open(
+        run: &RunId,
+        path: impl AsRef<Path>,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let run_s = run.to_string();
+        let ctx = Ctx {
+            run: &run_s,
+            file: &file,
+        };
+        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+            StoreError::ArgumentInvalid {
+                what: "store path",
+                reason: format!("{file} does not end in a UTF-8 file name"),
+            }
+        })?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        // Only the folders above the store file are reached by path, and a missing one is
+        // created (mode 0700, its parent fsynced) only when a new store may be created.
+        if options.create
+            && options.expect.is_none()
+            && matches!(fs::symlink_metadata(&parent), Err(e) if e.kind() == ErrorKind::NotFound)
+        {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&parent)
+                .map_err(|e| ctx.io("mkdir (store folder)", e))?;
+            if let Some(grand) = parent.parent().filter(|g| !g.as_os_str().is_empty()) {
+                fs::File::open(grand)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| ctx.io("fsync (store folder's parent)", e))?;
+            }
+        }
+        let dir = match Folder::open(&parent) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(StoreError::Missing {
+                    run: run_s.clone(),
+                    file: file.clone(),
+                    detail: format!("its folder {} does not exist", parent.display()),
+                });
+            }
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+            {
+                return Err(ctx.corrupt(format!(
+                    "its folder {} is a symbolic link or not a directory (store files are never reached through a symlink)",
+                    parent.display()
+                )));
+            }
+            Err(e) => return Err(ctx.io("open (store folder)", e)),
+        };
+        Store::open_folder(&ctx, dir, name, options)
+    }
+
+    /// Open the store file `name` in the folder `dir`, a descriptor the caller opened (the
+    /// run layer passes `store/`, opened beneath the run's held root). `dir_path` is the
+    /// folder's path, used only in messages. Every system call on the store's files is
+    /// then made relative to `dir` (SQLite reaches them as `/proc/self/fd/N/name`; see the
+    /// crate docs), so nothing below the folder is looked up by path. Otherwise exactly
+    /// [`Store::open`], whose checks and errors apply.
+    ///
+    /// # Errors
+    /// As [`Store::open`]; `ARGUMENT_INVALID` if `name` is not a plain file name.
+    pub fn open_in(
+        run: &RunId,
+        dir: OwnedFd,
+        dir_path: &Path,
+        name: &str,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
+        let file = dir_path.join(name).display().to_string();
+        let run_s = run.to_string();
+        let ctx = Ctx {
+            run: &run_s,
+            file: &file,
+        };
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+            return Err(StoreError::ArgumentInvalid {
+                what: "store file name",
+                reason: format!("{name:?} is not a plain file name"),
+            });
+        }
+        let dir = Folder::from_fd(dir, dir_path.to_path_buf())
+            .map_err(|e| ctx.io("open (store folder)", e))?;
+        Store::open_folder(&ctx, dir, name, options)
+    }
+
+    fn open_folder(
+        ctx: &Ctx<'_>,
+        dir: Folder,
+        name: &str,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
+        let (run_s, file) = (ctx.run.to_string(), ctx.file.to_string());
+        let lstat = |n: &str| dir.lstat(n).map_err(|e| ctx.io("stat", e));
+        let meta = match lstat(name)? {
+            Some(m) => m,
+            None => {
+                if options.expect.is_some() {
+                    let expected = options.expect.as_ref().map(|e| e.store_id.to_string());
+                    return Err(StoreError::Missing {
+                        run: run_s.clone(),
+                        file: file.clone(),
+                        detail: format!(
+                            "store {} was expected; a new store is never created in its place",
+                            expected.unwrap_or_default()
+                        ),
+                    });
+                }
+                if !options.create {
+                    return Err(StoreError::Missing {
+                        run: run_s.clone(),
+                        file: file.clone(),
+                        detail: "it was opened without create".into(),
+                    });
+                }
+                create_store(ctx, &dir, name)?;
+                lstat(name)?.ok_or_else(|| {
+                    ctx.io("open", "the new store vanished right after it was created")
+                })?
+            }
+        };
+        header::check_kind(ctx, &meta)?;
+        let key = folder::key(&meta);
+        let registration = Registration::take(key).ok_or_else(|| StoreError::Busy {
+            run: run_s.clone(),
+            file: file.clone(),
+            detail: "this process already has it open; only one connection per store file per process is allowed (closing a second descriptor would drop SQLite's POSIX locks)".into(),
+        })?;
+        if meta.st_nlink > 1 {
+            check_single_name(ctx, &dir, name, &meta)?;
+        }
+        let wal_len = lstat(&wal_name(name))?.map(|m| m.st_size);
+        header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;
+
+        let conn = connect(&dir, name).map_err(|e| sqlite_err(ctx, "open", e))?;
+        let refuse = |conn: Connection, err: StoreError| -> StoreError {
+            // Leave the file as it was: no checkpoint on close, except that a WAL SQLite
+            // created itself (there was none) is empty and is removed by the close.
+            let _ = conn.set_db_config(
+                DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                wal_len.is_some(),
+            );
+            drop(conn);
+            err
+        };
+        let setup = conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .and_then(|_| conn.busy_timeout(std::time::Duration::ZERO))
+            .and_then(|()| conn.is_readonly(rusqlite::MAIN_DB))
+            .map_err(|e| sqlite_err(ctx, "configure", e));
+        match setup {
+            Ok(false) => {}
+            // SQLite falls back to read-only when the file is write-protected; a store that
+            // cannot commit is refused now rather than at its first commit.
+            Ok(true) => {
+                return Err(refuse(
+                    conn,
+                    ctx.io(
+                        "open",
+                        "the file can only be opened read-only (permissions?)",
+                    ),
+                ));
+            }
+            Err(e) => return Err(refuse(conn, e)),
+        }
+        let m = match validate(ctx, &conn) {
+            Ok(m) => m,
+            Err(e) => return Err(refuse(conn, e)),
+        };
+        match apply_durability(&conn) {
+            Ok(mismatches) if mismatches.is_empty() => {}
+            Ok(mismatches) => {
+                return Err(refuse(
+                    conn,
+                    StoreError::Pragma {
+                        run: run_s.clone(),
+                        file: file.clone(),
+                        mismatches: mismatches.join("; "),
+                    },
+                ));
+            }
+            Err(e) => return Err(refuse(conn, sqlite_err(ctx, "pragma", e))),
+        }
+        // The name must still be the file we registered and SQLite locked.
+        match dir.lstat(name) {
+            Ok(Some(now)) if folder::key(&now) == key => {}
+            _ => {
+                return Err(refuse(
+                    conn,
+                    ctx.corrupt("the file was replaced while it was being opened"),
+                ));
+            }
+        }
+        if let Some(expect) = &options.expect {
+            if expect.store_id.as_str() != m.store_id {
+                let err = StoreError::Lease {
+                    file: Some(file.clone()),
+                    source: LeaseError::StoreIdentityMismatch {
+                        run: run_s.clone(),
+                        sealed: expect.store_id.to_string(),
+                        found: m.store_id.clone(),
+                    },
+                };
+                return Err(refuse(conn, err));
+            }
+        }
+        let display_path = dir.display().join(name);
+        Ok(OpenedStore {
+            inner: Inner {
+                conn: Some(conn),
+                _registration: registration,
+                dir,
+                run: run_s,
+                file,
+                path: display_path,
+                store_id: m.store_id,
+                created_at: m.created_at,
+                broken: None,
+                gate: None,
+            },
+        })
+    }
+}

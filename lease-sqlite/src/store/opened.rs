@@ -1,0 +1,66 @@
+//! What an opened store whose seal is not checked yet can do, and the seal check.
+
+use super::{OpenedStore, Store};
+use crate::error::StoreError;
+use lease_core::seal::StoreState;
+use lease_core::{Generation, RunId, Seal};
+use std::path::Path;
+
+impl OpenedStore {
+    /// The run this store belongs to.
+    pub fn run(&self) -> &str {
+        &self.inner.run
+    }
+
+    /// The store file's path as given to [`Store::open`].
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Whether SQLite reaches the store's files beneath the held folder descriptor
+    /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
+    /// then SQLite is given the folder's path, and the open re-checks that the name still
+    /// is the file it checked.
+    pub fn reached_through_fd(&self) -> bool {
+        self.inner.dir.through_fd()
+    }
+
+    /// The store's identity (created with it) and its head: what the seal check compares.
+    pub fn identity(&self) -> Result<StoreState, StoreError> {
+        self.inner.identity()
+    }
+
+    /// The last committed sequence (0 for an empty store).
+    pub fn head(&self) -> Result<u64, StoreError> {
+        self.inner.head()
+    }
+
+    /// Check the store against the run's newest seal and store floor (from the epoch the
+    /// claim replaced, `lease_core::seal::seal_of`) with [`lease_core::seal::check_seal`],
+    /// and return the [`Store`] that can commit.
+    ///
+    /// # Errors
+    /// `STORE_IDENTITY_MISMATCH` (65): the seal names another store (a restored or
+    /// foreign copy never passes, whatever its head). `STORE_BEHIND_SEAL` (65): the head is
+    /// below the seal's sequence or below the floor. The store is closed untouched.
+    pub fn check_seal(
+        self,
+        seal: Option<&Seal>,
+        floor: Option<(u64, Generation)>,
+    ) -> Result<Store, StoreError> {
+        let state = self.inner.identity()?;
+        let run = RunId::new(self.inner.run.clone())?;
+        lease_core::seal::check_seal(&run, seal, floor, &state).map_err(|source| {
+            StoreError::Lease {
+                file: Some(self.inner.file.clone()),
+                source,
+            }
+        })?;
+        Ok(Store { inner: self.inner })
+    }
+
+    /// Close without using the store (nothing is written, no checkpoint).
+    pub fn close(self) {
+        drop(self);
+    }
+}

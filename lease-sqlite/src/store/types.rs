@@ -1,0 +1,104 @@
+//! The values a store is opened with, commits and reads back.
+
+use lease_core::Identity;
+
+/// How to open a store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Create the store (and its missing parent folders, mode 0700) if the file does not
+    /// exist. An existing file is never recreated, whatever it contains.
+    pub create: bool,
+    /// The store the caller expects to find (for example the store id of the run's last
+    /// seal). A different store id is refused with `STORE_IDENTITY_MISMATCH`, and a missing
+    /// file with `STORE_MISSING` even when `create` is set: a new, empty store is never
+    /// created in place of an expected one.
+    pub expect: Option<Expected>,
+}
+
+/// What the caller expects the store to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    /// The identity created with the store.
+    pub store_id: Identity,
+}
+
+/// One keyed document write of a [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Write {
+    /// Set `key` to `value`.
+    Put {
+        /// The key.
+        key: String,
+        /// The new value.
+        value: Vec<u8>,
+    },
+    /// Remove `key` (nothing happens if it does not exist).
+    Delete {
+        /// The key.
+        key: String,
+    },
+}
+
+/// The writes of one commit, applied in order (a later write to the same key wins), plus
+/// log entries recorded with the commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Document writes, in order.
+    pub writes: Vec<Write>,
+    /// Log entries, in order.
+    pub log: Vec<Vec<u8>>,
+}
+
+impl Batch {
+    /// An empty batch (committing it still takes a sequence number and records the token).
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    /// Add a put of `key`.
+    pub fn put(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Batch {
+        self.writes.push(Write::Put {
+            key: key.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Add a delete of `key`.
+    pub fn delete(mut self, key: impl Into<String>) -> Batch {
+        self.writes.push(Write::Delete { key: key.into() });
+        self
+    }
+
+    /// Add a log entry.
+    pub fn log(mut self, entry: impl Into<Vec<u8>>) -> Batch {
+        self.log.push(entry.into());
+        self
+    }
+}
+
+/// A document as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Document {
+    /// Its key.
+    pub key: String,
+    /// Its value.
+    pub value: Vec<u8>,
+    /// The sequence of the commit that last wrote it.
+    pub updated_seq: u64,
+}
+
+/// One committed batch, as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    /// Its sequence number (1, 2, 3, ... without gaps).
+    pub seq: u64,
+    /// The fencing token (generation) of its writer.
+    pub token: u64,
+    /// When it was committed (the writer's wall clock, `YYYY-MM-DDTHH:MM:SS.mmmZ`).
+    pub committed_at: String,
+    /// Its writes, in order.
+    pub writes: Vec<Write>,
+    /// Its log entries, in order.
+    pub log: Vec<Vec<u8>>,
+}

@@ -1,0 +1,109 @@
+//! The checks an open makes with SQLite before it writes anything.
+
+use super::sqlite::sqlite_err;
+use crate::error::StoreError;
+use crate::header::Ctx;
+use crate::schema::{SCHEMA_VERSION, TABLES};
+use lease_core::Identity;
+use rusqlite::{Connection, OptionalExtension};
+
+/// What validation found.
+pub(super) struct Meta {
+    pub(super) store_id: String,
+    pub(super) created_at: String,
+}
+
+/// Checks made with SQLite, in an order that writes nothing before the file is known to be
+/// a store of our schema.
+pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreError> {
+    let sq = |op, e| sqlite_err(ctx, op, e);
+    // Exclusive locking before the first read: in WAL mode the first read then takes the
+    // exclusive lock (a second process gets "database is locked" from here on).
+    let mode: String = conn
+        .query_row("PRAGMA locking_mode = EXCLUSIVE", [], |r| r.get(0))
+        .map_err(|e| sq("pragma locking_mode", e))?;
+    if !mode.eq_ignore_ascii_case("exclusive") {
+        return Err(StoreError::Pragma {
+            run: ctx.run.to_string(),
+            file: ctx.file.to_string(),
+            mismatches: format!("locking_mode: wanted exclusive, got {mode}"),
+        });
+    }
+    // The first read of the file: locks it, replays a WAL left by a crash (in memory).
+    let user_version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| sq("read schema version", e))?;
+    if user_version != i64::from(SCHEMA_VERSION) {
+        return Err(ctx.unsupported(user_version.to_string()));
+    }
+    let mut present = Vec::new();
+    {
+        let mut st = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .map_err(|e| sq("read schema", e))?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| sq("read schema", e))?;
+        for r in rows {
+            present.push(r.map_err(|e| sq("read schema", e))?);
+        }
+    }
+    let missing: Vec<&str> = TABLES
+        .iter()
+        .copied()
+        .filter(|t| !present.iter().any(|p| p == t))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ctx.unsupported(format!(
+            "{user_version} without the tables {} (not a runlease store of that version)",
+            missing.join(", ")
+        )));
+    }
+    let meta: Option<(String, String, i64)> = conn
+        .query_row(
+            "SELECT store_id, created_at, schema_version FROM store_meta WHERE singleton = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()
+        .map_err(|e| sq("read store_meta", e))?;
+    let Some((store_id, created_at, schema_version)) = meta else {
+        return Err(ctx.corrupt("its store_meta row is missing"));
+    };
+    if schema_version != i64::from(SCHEMA_VERSION) {
+        return Err(ctx.unsupported(format!(
+            "{schema_version} (store_meta; the header says {user_version})"
+        )));
+    }
+    if Identity::new(store_id.clone()).is_err() {
+        return Err(ctx.corrupt(format!("its store id {store_id:?} is not valid")));
+    }
+    let fence: Option<i64> = conn
+        .query_row("SELECT max_token FROM fence WHERE singleton = 1", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(|e| sq("read fence", e))?;
+    if fence.is_none() {
+        return Err(ctx.corrupt("its fence row is missing"));
+    }
+    let mut problems = Vec::new();
+    {
+        let mut st = conn
+            .prepare("PRAGMA quick_check(5)")
+            .map_err(|e| sq("quick_check", e))?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(|e| sq("quick_check", e))?;
+        for r in rows {
+            problems.push(r.map_err(|e| sq("quick_check", e))?);
+        }
+    }
+    if problems != ["ok"] {
+        return Err(ctx.corrupt(format!("integrity check failed: {}", problems.join("; "))));
+    }
+    Ok(Meta {
+        store_id,
+        created_at,
+    })
+}
