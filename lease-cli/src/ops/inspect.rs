@@ -1,0 +1,232 @@
+//! `status`, `list` and `init`: read a run (or a folder of runs) and say what it is.
+
+use crate::common::{
+    CliError, Lease, Out, human_ms, open_lease, status_human, status_json, wall_now,
+};
+use lease_core::LeaseOps;
+use lease_core::ops::StatusView;
+use lease_run::Authority as RunAuthority;
+use serde_json::json;
+use std::path::Path;
+
+/// Read one run's status (liveness probed).
+fn read_status(dir: &Path, authority: &RunAuthority) -> Result<(Lease, StatusView), CliError> {
+    let run = open_lease(dir, authority, None)?;
+    if let Some(f) = &run.folder {
+        // run.json and owner.lock of another uid or open to others: refused (77), not read.
+        f.check_root_files()?;
+    }
+    let view = run.auth.status(wall_now()?, true)?;
+    Ok((run, view))
+}
+
+/// A command record whose live process cannot be proved ours (PROTOCOL §11.1).
+struct Unproven {
+    file: String,
+    pid: u32,
+    why: String,
+}
+
+/// The command records `status` reports: those the next `runlease run` would refuse over
+/// (`RUN_COMMAND_UNPROVEN`). Reads `/proc` only; signals nothing.
+fn unproven_commands(run: &lease_fs::RunDir) -> Result<Vec<Unproven>, lease_run::RunError> {
+    Ok(lease_run::audit_commands(run)?
+        .into_iter()
+        .filter_map(|a| match a.state {
+            lease_run::CommandState::Unproven { why } => Some(Unproven {
+                file: a.file,
+                pid: a.pid,
+                why,
+            }),
+            _ => None,
+        })
+        .collect())
+}
+
+/// `runlease status DIR...`: exit 0 when every status could be read (an invalid run is a
+/// status, printed, not a failure); otherwise the exit code of the first run that could
+/// not be read.
+pub fn status(
+    dirs: &[std::path::PathBuf],
+    authority: &RunAuthority,
+    out: Out,
+) -> Result<i32, CliError> {
+    let mut exit = 0;
+    for (i, dir) in dirs.iter().enumerate() {
+        match read_status(dir, authority) {
+            Ok((run, view)) => {
+                let unproven = run.folder.as_deref().map(unproven_commands);
+                if out.json {
+                    let mut v = status_json(dir, run.run_id().as_str(), &view, run.run_status());
+                    if let Some(u) = &unproven {
+                        v["unproven_commands"] = match u {
+                            Ok(list) => json!(
+                                list.iter()
+                                    .map(|a| json!({"file": a.file, "pid": a.pid, "why": a.why}))
+                                    .collect::<Vec<_>>()
+                            ),
+                            Err(e) => json!({"error": e.to_string()}),
+                        };
+                    }
+                    out.json_line(&v);
+                } else {
+                    if i > 0 {
+                        out.line("");
+                    }
+                    for l in status_human(dir, &view, &run.run_status()) {
+                        out.line(&l);
+                    }
+                    match &unproven {
+                        Some(Ok(list)) => {
+                            for a in list {
+                                out.line(&format!(
+                                    "  unproven: {} names live pid {}, which runlease cannot prove it started ({}); it is left alone, and the next `runlease run` refuses until you stop that process yourself (if it is this run's old command) or remove the record (if it is not)",
+                                    a.file, a.pid, a.why
+                                ));
+                            }
+                        }
+                        Some(Err(e)) => {
+                            out.line(&format!("  command records: {e}"));
+                        }
+                        None => {}
+                    }
+                }
+            }
+            Err(e) => {
+                let e = e.with_extra(json!({"run": dir.display().to_string()}));
+                e.report(&out);
+                if exit == 0 {
+                    exit = e.exit;
+                }
+            }
+        }
+    }
+    Ok(exit)
+}
+
+/// `runlease init DIR`: make DIR a run explicitly (an existing non-empty folder too); on a
+/// run it only adds missing layout folders. Refuses (77) before any write when DIR, an
+/// existing layout folder, `run.json` or `owner.lock` is not ours or open to others.
+pub fn init(dir: &Path, out: Out) -> Result<i32, CliError> {
+    let done = crate::common::init_run(dir, true)?;
+    let run_id = done.run.run_id().to_string();
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/init/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "run_id": run_id,
+            "found": done.found.name(),
+            "created": done.created,
+        }));
+    } else {
+        let what = match done.found {
+            lease_fs::Found::Missing => "created the run folder",
+            lease_fs::Found::Empty => "made the empty folder a run",
+            lease_fs::Found::Run => "already a run",
+            lease_fs::Found::Foreign => {
+                "made the existing folder a run (what was there is untouched)"
+            }
+        };
+        let created = if done.created.is_empty() {
+            "nothing created".to_string()
+        } else {
+            format!("created {}", done.created.join(", "))
+        };
+        out.line(&format!(
+            "{}: {what} (run id {run_id}; {created})",
+            dir.display()
+        ));
+    }
+    Ok(0)
+}
+
+/// `runlease list FOLDER`: one row per immediate subfolder holding a `lease/epochs/` folder.
+pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
+    let entries = std::fs::read_dir(folder).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            CliError::new(
+                "RUN_NOT_FOUND",
+                64,
+                format!("folder {} does not exist", folder.display()),
+            )
+        } else if e.kind() == std::io::ErrorKind::NotADirectory {
+            CliError::usage(format!(
+                "{} is not a folder: list takes the folder that holds run folders",
+                folder.display()
+            ))
+        } else {
+            CliError::new(
+                "IO_ERROR",
+                74,
+                format!("cannot list {}: {e}", folder.display()),
+            )
+        }
+    })?;
+    let mut dirs: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        // Never follow symlinks: a run folder that is a symlink is refused anyway. A run
+        // holds `lease/epochs/` (`RunDir::init`'s test), looked up beneath the folder.
+        .filter(|p| lease_fs::is_run_folder(p).unwrap_or(false))
+        .collect();
+    dirs.sort();
+    if !out.json {
+        out.line(&format!(
+            "{:<24} {:<8} {:>5} {:<36} {:<16} {:>7} {:>14}",
+            "RUN", "STATE", "GEN", "OWNER", "HOST", "PID", "HEARTBEAT AGE"
+        ));
+    }
+    for dir in &dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match read_status(dir, &RunAuthority::RunFolder) {
+            Ok((run, view)) => {
+                if out.json {
+                    out.json_line(&status_json(
+                        dir,
+                        run.run_id().as_str(),
+                        &view,
+                        run.run_status(),
+                    ));
+                    continue;
+                }
+                let h = view.head.as_ref();
+                let active = h.is_some_and(|h| h.is_active());
+                out.line(&format!(
+                    "{:<24} {:<8} {:>5} {:<36} {:<16} {:>7} {:>14}",
+                    name,
+                    view.status.name(),
+                    h.map_or("-".into(), |h| h.generation().to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.owner_id.to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.holder.host.to_string()),
+                    h.filter(|_| active)
+                        .map_or("-".into(), |h| h.epoch.holder.pid.to_string()),
+                    view.age_ms.map_or("-".into(), human_ms),
+                ));
+            }
+            Err(e) => {
+                if out.json {
+                    out.json_line(&json!({
+                        "schema": "runlease/cli/error/1",
+                        "ok": false,
+                        "run": dir.display().to_string(),
+                        "code": e.code,
+                        "message": e.message,
+                        "exit_code": e.exit,
+                    }));
+                } else {
+                    out.line(&format!("{name:<24} error    {}: {}", e.code, e.message));
+                }
+            }
+        }
+    }
+    if dirs.is_empty() && !out.json {
+        out.line(&format!("(no runs below {})", folder.display()));
+    }
+    Ok(0)
+}

@@ -1,0 +1,285 @@
+//! `append` and `events`: write an event as the owner, read the log with each event's authority.
+
+use crate::common::{CliError, Out, open_lease, wall_now};
+use lease_core::LeaseOps;
+use lease_core::ops::{AppendParams, Authority, OwnedLease, Status};
+use lease_core::{FileRef, Generation, Identity};
+use lease_run::{Authority as RunAuthority, LeaseAuthority};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+/// Options of `runlease append`.
+#[derive(Debug, Clone)]
+pub struct AppendOpts {
+    /// `--type`.
+    pub event_type: String,
+    /// `--payload` (JSON text).
+    pub payload: Option<String>,
+    /// `--generation` / `RUNLEASE_GENERATION`.
+    pub generation: Option<u64>,
+    /// `--owner` / `RUNLEASE_OWNER`.
+    pub owner: Option<String>,
+}
+
+/// The owner's token (generation and owner id) from the flags or the environment.
+pub(super) fn token(
+    generation: Option<u64>,
+    owner: Option<&String>,
+) -> Result<(Generation, Identity), CliError> {
+    let generation = generation
+        .ok_or_else(|| {
+            CliError::usage(
+                "no generation: pass --generation or run under `runlease run` (RUNLEASE_GENERATION)",
+            )
+        })
+        .and_then(|g| {
+            Generation::new(g).ok_or_else(|| CliError::usage("--generation must be at least 1"))
+        })?;
+    let owner = owner.cloned().ok_or_else(|| {
+        CliError::usage("no owner: pass --owner or run under `runlease run` (RUNLEASE_OWNER)")
+    })?;
+    Ok((generation, Identity::arg("owner id", owner)?))
+}
+
+/// Check that `(generation, owner)` is the run's current, active head and return the
+/// lease that owner holds (its identity is the epoch on disk). A generation that does not
+/// exist is a usage error (64); a superseded, released or foreign generation is `FENCED`
+/// (75), with `nothing` saying what was not done.
+pub(super) fn owned_head(
+    run: &dyn LeaseAuthority,
+    generation: Generation,
+    owner: &Identity,
+    nothing: &str,
+) -> Result<(OwnedLease, lease_core::ops::Head), CliError> {
+    let view = run.status(wall_now()?, false)?;
+    if let Status::Invalid(e) = view.status {
+        return Err(e.into());
+    }
+    let fenced = |detail: String| {
+        CliError::new(
+            "FENCED",
+            75,
+            format!(
+                "run {}: generation {generation} is fenced: {detail}; {nothing}",
+                run.run_id()
+            ),
+        )
+    };
+    let head = match &view.head {
+        None => {
+            return Err(CliError::usage(format!(
+                "run {} was never claimed: generation {generation} does not exist",
+                run.run_id()
+            )));
+        }
+        Some(h) if h.generation() < generation => {
+            return Err(CliError::usage(format!(
+                "generation {generation} does not exist (the head is {})",
+                h.generation()
+            )));
+        }
+        Some(h) if h.generation() > generation => {
+            return Err(fenced(format!(
+                "the run is at generation {}",
+                h.generation()
+            )));
+        }
+        Some(h) if !h.is_active() => {
+            return Err(fenced("it was released".into()));
+        }
+        Some(h) if h.epoch.owner_id != *owner => {
+            return Err(fenced(format!(
+                "its owner is {}, not {owner}",
+                h.epoch.owner_id
+            )));
+        }
+        Some(h) => h.clone(),
+    };
+    let lease = OwnedLease {
+        run_id: run.run_id().clone(),
+        generation,
+        owner_id: owner.clone(),
+        holder: head.epoch.holder.clone(),
+        policy: head.epoch.policy,
+        epoch_hash: head.hash.clone(),
+    };
+    Ok((lease, head))
+}
+
+/// `runlease append DIR --type T`: append one event as the current owner (the token comes
+/// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
+/// authoritative; 75 when the generation is fenced.
+pub fn append(
+    dir: &Path,
+    authority: &RunAuthority,
+    o: &AppendOpts,
+    out: Out,
+) -> Result<i32, CliError> {
+    let (generation, owner) = token(o.generation, o.owner.as_ref())?;
+    let event_type = Identity::arg("event type", o.event_type.clone())?;
+    let payload: Value = match &o.payload {
+        None => Value::Null,
+        // Strict: a repeated key or a number that cannot be kept exactly is refused, never
+        // merged or rounded into the durable event.
+        Some(text) => lease_core::canonical::parse_json_strict(text)
+            .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
+    };
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
+    // Act as that owner: the append's own pre- and post-checks decide whether it counts.
+    let (lease, _) = owned_head(run, generation, &owner, "nothing was appended")?;
+    let appended = run.append(
+        &lease,
+        AppendParams {
+            event_type: event_type.clone(),
+            payload,
+            now: wall_now()?,
+            tail_hint: None,
+        },
+    )?;
+    if let Some(by) = appended.superseded_by {
+        eprintln!(
+            "runlease: warning: event {} counts, but generation {generation} was superseded by generation {by} meanwhile: stop writing",
+            appended.sequence
+        );
+    }
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/append/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "sequence": appended.sequence.get(),
+            "hash": appended.hash.to_string(),
+            "generation": generation.get(),
+            "type": event_type.to_string(),
+            "superseded_by": appended.superseded_by.map(|g| g.get()),
+        }));
+    } else {
+        out.line(&appended.sequence.to_string());
+    }
+    Ok(0)
+}
+
+/// The authority of an event: a short code and a human phrase.
+fn authority_text(a: &Authority) -> (&'static str, String) {
+    match a {
+        Authority::Authoritative => ("counts", "counts".into()),
+        Authority::PastCutoff { cutoff } => (
+            "past_cutoff",
+            format!("does not count: past its generation's cutoff {cutoff}"),
+        ),
+        Authority::Pending => (
+            "pending",
+            "not counted yet: its generation was superseded and the cutoff is not finalized".into(),
+        ),
+        Authority::NotOwner => (
+            "not_owner",
+            "does not count: not written by its generation's owner".into(),
+        ),
+        Authority::FreeGeneration => (
+            "free_generation",
+            "does not count: its generation had no owner".into(),
+        ),
+        Authority::UnknownGeneration => (
+            "unknown_generation",
+            "does not count: no such generation".into(),
+        ),
+        Authority::ExcludedByCheckpoint => (
+            "excluded_by_checkpoint",
+            "does not count: excluded by the checkpoint".into(),
+        ),
+    }
+}
+
+fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
+    let e = &je.event;
+    let (code, text) = authority_text(&je.authority);
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/event/1",
+            "sequence": e.sequence.get(),
+            "generation": e.generation.get(),
+            "owner_id": e.owner_id.to_string(),
+            "type": e.event_type.to_string(),
+            "timestamp": e.timestamp.to_string(),
+            "payload": e.payload,
+            "hash": je.hash.to_string(),
+            "authoritative": je.authority.counts(),
+            "authority": code,
+            "cutoff": match je.authority { Authority::PastCutoff { cutoff } => Some(cutoff), _ => None },
+        }))
+    } else {
+        let mark = if je.authority.counts() { ' ' } else { '!' };
+        out.line(&format!(
+            "{mark}{:>6}  {}  gen {:<4} {:<20} {}  [{}]",
+            e.sequence, e.timestamp, e.generation, e.event_type, e.payload, text
+        ))
+    }
+}
+
+/// `runlease events DIR [--follow]`: every event with its authority (non-authoritative
+/// events are shown, marked `!`, never hidden). Read-only: pending cutoffs are not
+/// finalized.
+pub fn events(
+    dir: &Path,
+    authority: &RunAuthority,
+    follow: bool,
+    out: Out,
+) -> Result<i32, CliError> {
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
+    // Streamed: one event in memory at a time, whatever the log's length.
+    let mut last = 0u64;
+    let mut stdout_gone = false;
+    run.for_each_event(&mut |je| {
+        if !print_event(je, &out) {
+            stdout_gone = true;
+            return false;
+        }
+        last = je.event.sequence.get();
+        true
+    })?;
+    if stdout_gone {
+        return Ok(0);
+    }
+    if last == 0 && !out.json && !follow {
+        out.line("(no events)");
+    }
+    if !follow {
+        return Ok(0);
+    }
+    // Polls every 500 ms. On a run folder an idle poll is one `stat` of the next event's
+    // name; only when it exists is the whole log re-read and re-judged (the judgment of
+    // already printed events is not re-printed if it changes). Over etcd every poll reads.
+    // The `stat` is made beneath the held run root, like every other read.
+    let folder = match authority {
+        RunAuthority::RunFolder => opened.folder.clone(),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        if let Some(f) = &folder {
+            let next = lease_core::Sequence::new(last + 1).map(|s| FileRef::Event(s).path());
+            if next.is_some_and(|p| !f.fs().exists(&p).unwrap_or(false)) {
+                continue;
+            }
+        }
+        let seen = last;
+        run.for_each_event(&mut |je| {
+            if je.event.sequence.get() <= seen {
+                return true;
+            }
+            if !print_event(je, &out) {
+                stdout_gone = true;
+                return false;
+            }
+            last = je.event.sequence.get();
+            true
+        })?;
+        if stdout_gone {
+            return Ok(0);
+        }
+    }
+}

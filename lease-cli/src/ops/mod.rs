@@ -1,0 +1,15 @@
+//! The inspection and repair subcommands, one module per job: [`inspect`] (status, list,
+//! init), [`replace`] (takeover, retire), [`release`], [`log`] (append, events) and
+//! [`repair`] (verify, doctor, prune). `run` is `crate::run`.
+
+mod inspect;
+mod log;
+mod release;
+mod repair;
+mod replace;
+
+pub use inspect::{init, list, status};
+pub use log::{AppendOpts, append, events};
+pub use release::{ReleaseOpts, release};
+pub use repair::{doctor, prune, verify};
+pub use replace::{TakeoverOpts, retire, takeover};

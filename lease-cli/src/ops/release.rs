@@ -1,0 +1,187 @@
+//! `release`: hand a run over, from a command under `runlease run` (by asking its owner) or with the token.
+
+use super::log::{owned_head, token};
+use crate::common::{CliError, EX_SOFTWARE, Out, human_ms, open_lease, wall_now};
+use lease_core::Generation;
+use lease_core::LeaseOps;
+use lease_core::ops::{ReleaseParams, Status};
+use lease_fs::this_holder;
+use lease_run::Authority as RunAuthority;
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+/// Options of `runlease release`.
+#[derive(Debug, Clone)]
+pub struct ReleaseOpts {
+    /// `--generation` / `RUNLEASE_GENERATION`.
+    pub generation: Option<u64>,
+    /// `--owner` / `RUNLEASE_OWNER`.
+    pub owner: Option<String>,
+    /// How long to wait for a `runlease run` owner to release on request.
+    pub timeout: Duration,
+}
+
+/// The parent pid of `pid` (from `/proc/PID/stat`), if readable.
+fn parent_of(pid: u32) -> Option<u32> {
+    lease_run::procs::proc_info(pid).map(|p| p.ppid)
+}
+
+/// Whether `pid` is a proper ancestor of this process (walks the parent chain).
+fn is_ancestor(pid: u32) -> bool {
+    let mut p = std::process::id();
+    for _ in 0..64 {
+        match parent_of(p) {
+            Some(parent) if parent == pid => return true,
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether process `pid` runs the same executable file as this process.
+fn same_executable(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/exe")),
+        std::fs::read_link("/proc/self/exe"),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// `runlease release [DIR]`: the owner hands the run over cleanly (the token comes from
+/// `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`, or the flags).
+///
+/// * The token must name the current, active head: a superseded, released or foreign
+///   generation is `FENCED` (75) and nothing is written; release never touches someone
+///   else's generation.
+/// * **Under `runlease run`** (the head's holder is this host and boot and an ancestor of
+///   this process, i.e. the `runlease run` running this command): send it SIGUSR1 and
+///   wait (`--timeout`) until the head shows the generation released by that owner. The
+///   owner releases from its heartbeat thread, so no heartbeat follows the release; the
+///   command runs on without the lease. If someone else supersedes the generation first:
+///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75). An ancestor holder that is
+///   not this runlease binary is not signalled (`RELEASE_NOT_DELIVERED`, 76).
+/// * **Otherwise** (an owner that claimed without `runlease run` and handed its token to
+///   this process): release directly, as that owner. If the owner process still
+///   heartbeats, it is fenced at its next heartbeat (a `runlease run` owner then kills its
+///   command and exits 75).
+pub fn release(
+    dir: &Path,
+    authority: &RunAuthority,
+    o: &ReleaseOpts,
+    out: Out,
+) -> Result<i32, CliError> {
+    let (generation, owner) = token(o.generation, o.owner.as_ref())?;
+    let opened = open_lease(dir, authority, None)?;
+    let run = &*opened.auth;
+    let (lease, head) = owned_head(run, generation, &owner, "nothing was released")?;
+    let me = this_holder()?;
+    let holder = &head.epoch.holder;
+    // The recorded start time rules out a reused pid.
+    let via_run = holder.host == me.host
+        && holder.boot_id == me.boot_id
+        && is_ancestor(holder.pid)
+        && lease_fs::probe::live_process_start_time(holder.pid)
+            .is_ok_and(|t| t == Some(holder.start_time));
+    if via_run && !same_executable(holder.pid) {
+        // SIGUSR1 would terminate a process that does not handle it: only a runlease of
+        // this very binary is asked; a direct release would fence (and so kill) our owner.
+        return Err(CliError::new(
+            "RELEASE_NOT_DELIVERED",
+            76,
+            format!(
+                "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
+                run.run_id(),
+                holder.pid
+            ),
+        ));
+    }
+    let released_as = if via_run {
+        let pid = i32::try_from(holder.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .ok_or_else(|| CliError::new("INTERNAL", EX_SOFTWARE, "holder pid out of range"))?;
+        rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
+            CliError::new(
+                "IO_ERROR",
+                74,
+                format!("cannot signal the owner (pid {}): {e}", holder.pid),
+            )
+        })?;
+        let t = std::time::Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let view = run.status(wall_now()?, false)?;
+            if let Status::Invalid(e) = view.status {
+                return Err(e.into());
+            }
+            match view.head {
+                Some(h) if h.generation() > generation => {
+                    let next = Generation::new(generation.get() + 1);
+                    if Some(h.generation()) == next
+                        && !h.is_active()
+                        && h.epoch.state == lease_core::EpochState::Released
+                        && h.epoch.owner_id == owner
+                    {
+                        break h.generation();
+                    }
+                    return Err(CliError::new(
+                        "FENCED",
+                        75,
+                        format!(
+                            "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
+                            run.run_id(),
+                            h.generation(),
+                            h.epoch.owner_id
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+            if t.elapsed() > o.timeout {
+                return Err(CliError::new(
+                    "RELEASE_TIMEOUT",
+                    75,
+                    format!(
+                        "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
+                        run.run_id(),
+                        holder.pid,
+                        human_ms(i64::try_from(o.timeout.as_millis()).unwrap_or(i64::MAX))
+                    ),
+                ));
+            }
+        }
+    } else {
+        run.release(ReleaseParams {
+            lease: lease.clone(),
+            now: wall_now()?,
+            seal: None,
+        })?
+    };
+    let how = if via_run { "owner" } else { "direct" };
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/release/1",
+            "ok": true,
+            "run": dir.display().to_string(),
+            "generation": generation.get(),
+            "released_as": released_as.get(),
+            "how": how,
+            "state": "free",
+        }));
+    } else {
+        out.line(&format!(
+            "released {} (generation {generation}) as generation {released_as}{}: the run is free",
+            dir.display(),
+            if via_run {
+                " by its runlease run owner"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(0)
+}
