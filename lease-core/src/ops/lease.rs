@@ -4,10 +4,8 @@
 //! exactly one wins, and that creation fences everyone on the generation below. See
 //! `docs/PROTOCOL.md` §7 for the numbered steps and §9 for the crash tables.
 
-use super::observe::{
-    Cut, Finalize, Freshness, Head, LivenessEvidence, Observe, Observed, Recheck, decode_beat,
-    definitely_dead, freshness,
-};
+use super::common::{Cut, Finalize, Head, Observe, Observed, Recheck, decode_beat};
+use super::observe::{Freshness, LivenessEvidence, definitely_dead, freshness};
 use super::{Durability, Operation, Request, Response, Step, step_sub, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;

@@ -1,7 +1,8 @@
 //! The event log: append with a fencing post-check, authoritative reads, chain verification.
 
-use super::observe::{
-    Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+use super::common::{
+    Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
+    newest_checkpoint,
 };
 use super::{Operation, OwnedLease, Request, Response, Step, sub_step, violation};
 use crate::canonical::{decode_for, encode};
@@ -946,27 +947,6 @@ impl Operation for ReadEvents {
             }
         }
     }
-}
-
-pub(crate) fn decode_checkpoint(
-    run: &RunId,
-    g: Generation,
-    bytes: &[u8],
-) -> Result<Checkpoint, LeaseError> {
-    let file = FileRef::Checkpoint(g).path();
-    let cp: Checkpoint = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if cp.floor_generation != g {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: RecordKind::Checkpoint,
-            file: Some(file),
-            detail: format!(
-                "file name says floor {g}, content says {}",
-                cp.floor_generation
-            ),
-        });
-    }
-    Ok(cp)
 }
 
 // ---------------------------------------------------------------------------------------
