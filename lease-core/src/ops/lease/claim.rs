@@ -82,15 +82,9 @@ impl Operation for Claim {
         let run = self.p.run_id.clone();
         loop {
             match std::mem::replace(&mut self.st, ClaimState::Done) {
-                ClaimState::Observe(mut obs) => {
-                    let observed: Observed = match obs.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = ClaimState::Observe(obs);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(o)) => o,
-                    };
+                ClaimState::Observe(obs) => {
+                    let observed: Observed =
+                        sub_step!(self.st, ClaimState::Observe, [], obs, input.take());
                     if let Some((rec, hash, fin)) = own_epoch(
                         &run,
                         observed.head.as_ref(),
@@ -172,15 +166,9 @@ impl Operation for Claim {
                     }
                     other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
                 },
-                ClaimState::Recheck(b, mut rc) => {
-                    let higher = match rc.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = ClaimState::Recheck(b, rc);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(h)) => h,
-                    };
+                ClaimState::Recheck(b, rc) => {
+                    let (b, higher) =
+                        sub_step!(self.st, ClaimState::Recheck, [b], rc, input.take());
                     let (_, rec, hash) = *b;
                     if higher.is_some() {
                         // Compaction removed the generation we replaced and someone already
@@ -195,15 +183,9 @@ impl Operation for Claim {
                     }
                     return Step::Done(Ok(self.lease(&rec, hash)));
                 }
-                ClaimState::Finalize(rec, hash, mut f) => {
-                    match f.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = ClaimState::Finalize(rec, hash, f);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(_)) => {}
-                    }
+                ClaimState::Finalize(rec, hash, f) => {
+                    let (rec, hash, _) =
+                        sub_step!(self.st, ClaimState::Finalize, [rec, hash], f, input.take());
                     return Step::Done(Ok(self.lease(&rec, hash)));
                 }
                 ClaimState::Done => {
