@@ -13,11 +13,13 @@
 //!
 //! [`drive`] runs an operation against a closure, for adapters and tests.
 
+mod common;
 mod lease;
 mod log;
 mod observe;
 mod prune;
 
+pub use common::Head;
 pub use lease::{
     Claim, ClaimParams, Expectation, Heartbeat, OwnedLease, Release, ReleaseParams, Retire,
     RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
@@ -27,7 +29,7 @@ pub use log::{
     MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Verify, VerifyReport, judge_event,
 };
 pub use observe::{
-    Freshness, Head, LivenessEvidence, OwnerLock, ProcessState, ReadStatus, Status, StatusView,
+    Freshness, LivenessEvidence, OwnerLock, ProcessState, ReadStatus, Status, StatusView,
     definitely_dead, freshness,
 };
 pub use prune::{Prune, PruneParams, PruneReport};

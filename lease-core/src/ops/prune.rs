@@ -1,10 +1,11 @@
 //! Compaction: fold old epochs, cutoffs, heartbeats and intents into a checkpoint so a run
 //! that changes owner many times stays small, keeping the chain verifiable from the floor.
 
-use super::log::{ChainView, decode_checkpoint, decode_event, judge_event};
-use super::observe::{
-    Cut, Finalize, Tail, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+use super::common::{
+    Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
+    newest_checkpoint,
 };
+use super::log::{ChainView, decode_event, judge_event};
 use super::{Operation, Request, Response, Step, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;

@@ -1,0 +1,258 @@
+//! FINALIZE(g, superseded_by) (PROTOCOL §7.0), eager and lazy, with its SYNC points.
+
+use super::{Tail, decode_checkpoint, decode_cutoff, newest_checkpoint};
+use crate::canonical::encode;
+use crate::error::LeaseError;
+use crate::ids::{Generation, Identity, RunId};
+use crate::layout::{Dir, FileRef};
+use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::records::RetirementRecord;
+use crate::time::Timestamp;
+
+/// Sub-operation: finalize the cutoff of a superseded active generation (rule 1 and 2 of
+/// ARCHITECTURE.md §3): only after the superseding generation exists, take the log tail at
+/// this moment and create the retirement record exclusively; the first finalizer wins and
+/// everyone else reads its value.
+#[derive(Debug, Clone)]
+pub(crate) struct Finalize {
+    run: RunId,
+    generation: Generation,
+    owner_id: Identity,
+    superseded_by: Generation,
+    by: Identity,
+    now: Timestamp,
+    lazy: bool,
+    st: FinalizeState,
+}
+
+#[derive(Debug, Clone)]
+enum FinalizeState {
+    Start,
+    /// Lazy finalization: read first, create only if missing.
+    Checking,
+    /// The cutoff is missing: is the generation below a checkpoint floor (compacted)?
+    ListCheckpoints,
+    ReadCheckpoint(Generation),
+    Tail(Tail),
+    /// Lazy only: the superseding epoch this finalizer saw was created by someone else
+    /// and may not be durable yet; `lease/epochs/` is fsynced before the cutoff is created
+    /// (PROTOCOL §7.0 SYNC, OQ-1 hardening), so a cutoff never outlives its successor.
+    SyncEpochs(Box<RetirementRecord>, Vec<u8>),
+    Creating(Box<RetirementRecord>),
+    Reading,
+    /// A cutoff or checkpoint this actor *read* (someone else created it): its folder is
+    /// being fsynced before the answer is given (PROTOCOL §7.0 SYNC).
+    Syncing(Box<Cut>),
+}
+
+impl Finalize {
+    pub(crate) fn new(
+        run: RunId,
+        generation: Generation,
+        owner_id: Identity,
+        superseded_by: Generation,
+        by: Identity,
+        now: Timestamp,
+    ) -> Finalize {
+        Finalize {
+            run,
+            generation,
+            owner_id,
+            superseded_by,
+            by,
+            now,
+            lazy: false,
+            st: FinalizeState::Start,
+        }
+    }
+
+    /// Read the cutoff first and create it only if missing (for callers that finalize a
+    /// cutoff someone else most likely already wrote).
+    pub(crate) fn lazy(mut self) -> Finalize {
+        self.lazy = true;
+        self
+    }
+
+    /// SYNC (PROTOCOL §7.0): a cutoff or checkpoint that was *read* (created by someone
+    /// else, who may not have fsynced its folder yet) becomes the answer only once its
+    /// folder is fsynced, so no caller acts on a record a power loss can still take away.
+    /// A cutoff this finalizer created itself is durable already (`Created` comes after
+    /// the folder's fsync) and needs none.
+    fn sync(&mut self, decoded: Result<Cut, LeaseError>) -> Step<Cut> {
+        match decoded {
+            Ok(cut) => {
+                let dir = match cut {
+                    Cut::Record(_) => Dir::Cutoffs,
+                    Cut::Compacted(_) => Dir::Checkpoints,
+                };
+                self.st = FinalizeState::Syncing(Box::new(cut));
+                Step::Io(Request::SyncDir(dir))
+            }
+            Err(e) => Step::Done(Err(e)),
+        }
+    }
+}
+
+/// The cutoff of a superseded generation: its retirement record, or, when a prune folded
+/// it away, the checkpoint that judges its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cut {
+    Record(RetirementRecord),
+    Compacted(crate::records::Checkpoint),
+}
+
+impl Cut {
+    /// Does event `s` of the superseded generation count?
+    pub(crate) fn counts(&self, s: u64) -> bool {
+        match self {
+            Cut::Record(r) => s <= r.events_through,
+            Cut::Compacted(cp) => {
+                s <= cp.through_sequence && cp.not_authoritative.binary_search(&s).is_err()
+            }
+        }
+    }
+
+    /// Human description for messages.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Cut::Record(r) => format!(
+                "superseded by generation {}; cutoff {}",
+                r.superseded_by, r.events_through
+            ),
+            Cut::Compacted(cp) => format!(
+                "compacted below checkpoint floor {} (through sequence {})",
+                cp.floor_generation, cp.through_sequence
+            ),
+        }
+    }
+}
+
+impl Operation for Finalize {
+    type Output = Cut;
+    fn next(&mut self, mut input: Option<Response>) -> Step<Cut> {
+        loop {
+            match std::mem::replace(&mut self.st, FinalizeState::Start) {
+                FinalizeState::Start if self.lazy => {
+                    self.st = FinalizeState::Checking;
+                    return Step::Io(Request::Read(FileRef::Cutoff(self.generation)));
+                }
+                FinalizeState::Start => {
+                    self.st = FinalizeState::Tail(Tail::new(0));
+                    input = None;
+                }
+                FinalizeState::Checking => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        return self
+                            .sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record));
+                    }
+                    Some(Response::Content(None)) => {
+                        // Never re-create a cutoff that a prune folded into a checkpoint:
+                        // the checkpoint (created before the cutoff was removed) decides.
+                        self.st = FinalizeState::ListCheckpoints;
+                        return Step::Io(Request::List(Dir::Checkpoints));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
+                FinalizeState::ListCheckpoints => match input.take() {
+                    Some(Response::Listing(l)) => {
+                        let top = newest_checkpoint(l);
+                        match top {
+                            Some(floor) if floor > self.generation => {
+                                self.st = FinalizeState::ReadCheckpoint(floor);
+                                return Step::Io(Request::Read(FileRef::Checkpoint(floor)));
+                            }
+                            _ => self.st = FinalizeState::Tail(Tail::new(0)),
+                        }
+                    }
+                    other => return Step::Done(Err(violation("Listing", &other))),
+                },
+                FinalizeState::ReadCheckpoint(floor) => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        return self
+                            .sync(decode_checkpoint(&self.run, floor, &b).map(Cut::Compacted));
+                    }
+                    // A newer prune replaced it: look again.
+                    Some(Response::Content(None)) => {
+                        self.st = FinalizeState::ListCheckpoints;
+                        return Step::Io(Request::List(Dir::Checkpoints));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
+                FinalizeState::Tail(mut t) => {
+                    let tail = match t.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = FinalizeState::Tail(t);
+                            return Step::Io(r);
+                        }
+                        Step::Done(Err(e)) => return Step::Done(Err(e)),
+                        Step::Done(Ok(v)) => v,
+                    };
+                    let rec = RetirementRecord {
+                        run_id: self.run.clone(),
+                        generation: self.generation,
+                        owner_id: self.owner_id.clone(),
+                        superseded_by: self.superseded_by,
+                        events_through: tail,
+                        finalized_at: self.now,
+                        finalized_by: self.by.clone(),
+                    };
+                    let bytes = match encode(&rec) {
+                        Ok(b) => b,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    if self.lazy {
+                        self.st = FinalizeState::SyncEpochs(Box::new(rec), bytes);
+                        return Step::Io(Request::SyncDir(Dir::Epochs));
+                    }
+                    self.st = FinalizeState::Creating(Box::new(rec));
+                    return Step::Io(Request::CreateExclusive(
+                        FileRef::Cutoff(self.generation),
+                        bytes,
+                    ));
+                }
+                FinalizeState::SyncEpochs(rec, bytes) => {
+                    return match input {
+                        Some(Response::Done) => {
+                            self.st = FinalizeState::Creating(rec);
+                            Step::Io(Request::CreateExclusive(
+                                FileRef::Cutoff(self.generation),
+                                bytes,
+                            ))
+                        }
+                        other => Step::Done(Err(violation("Done", &other))),
+                    };
+                }
+                FinalizeState::Creating(rec) => {
+                    return match input {
+                        Some(Response::Created) => Step::Done(Ok(Cut::Record(*rec))),
+                        Some(Response::AlreadyExists) => {
+                            self.st = FinalizeState::Reading;
+                            Step::Io(Request::Read(FileRef::Cutoff(self.generation)))
+                        }
+                        other => Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                    };
+                }
+                FinalizeState::Reading => {
+                    return match input {
+                        Some(Response::Content(Some(b))) => {
+                            self.sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record))
+                        }
+                        Some(Response::Content(None)) => Step::Done(Err(LeaseError::RecordInvalid {
+                            run: self.run.to_string(),
+                            kind: crate::error::RecordKind::Retirement,
+                            file: Some(FileRef::Cutoff(self.generation).path()),
+                            detail: "it existed a moment ago and is gone: cutoffs are never removed above a checkpoint floor".into(),
+                        })),
+                        other => Step::Done(Err(violation("Content", &other))),
+                    };
+                }
+                FinalizeState::Syncing(cut) => {
+                    return match input {
+                        Some(Response::Done) => Step::Done(Ok(*cut)),
+                        other => Step::Done(Err(violation("Done", &other))),
+                    };
+                }
+            }
+        }
+    }
+}

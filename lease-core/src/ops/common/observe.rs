@@ -1,0 +1,174 @@
+//! OBSERVE (PROTOCOL §7.0): list the epochs, read the highest and its heartbeat.
+
+use super::{decode_beat, decode_epoch, epochs_of};
+use crate::error::{HeldBy, LeaseError};
+use crate::ids::{Digest, Generation, RunId};
+use crate::layout::{Dir, FileRef};
+use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::records::{EpochRecord, EpochState, HeartbeatRecord};
+use crate::time::Timestamp;
+
+/// The authoritative (highest) epoch with its heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The epoch record.
+    pub epoch: EpochRecord,
+    /// SHA-256 of its canonical bytes (the next epoch's `prev_hash`).
+    pub hash: Digest,
+    /// Its heartbeat record, if any was written (active epochs only).
+    pub beat: Option<HeartbeatRecord>,
+}
+
+impl Head {
+    /// The head's generation.
+    pub fn generation(&self) -> Generation {
+        self.epoch.generation
+    }
+    /// Last heartbeat time: the beat's, else the claim time.
+    pub fn heartbeat_at(&self) -> Timestamp {
+        self.beat
+            .as_ref()
+            .map_or(self.epoch.claimed_at, |b| b.heartbeat_at)
+    }
+    /// Heartbeat counter: 0 when no heartbeat was written yet.
+    pub fn heartbeat_count(&self) -> u64 {
+        self.beat.as_ref().map_or(0, |b| b.count)
+    }
+    /// Whether the head is an active owner.
+    pub fn is_active(&self) -> bool {
+        self.epoch.state == EpochState::Active
+    }
+    /// Describe the holder for messages.
+    pub fn held_by(&self) -> HeldBy {
+        HeldBy {
+            generation: self.epoch.generation,
+            owner_id: self.epoch.owner_id.to_string(),
+            host: self.epoch.holder.host.to_string(),
+            pid: self.epoch.holder.pid,
+            since: self.epoch.claimed_at,
+            heartbeat_at: self.heartbeat_at(),
+            heartbeat_count: self.heartbeat_count(),
+        }
+    }
+}
+
+/// Sub-operation: list epochs, read the highest and its heartbeat.
+#[derive(Debug, Clone)]
+pub(crate) struct Observe {
+    run: RunId,
+    st: ObserveState,
+    beat: bool,
+    restarts: u32,
+}
+
+#[derive(Debug, Clone)]
+enum ObserveState {
+    Start,
+    Listed,
+    ReadEpoch(Generation),
+    ReadBeat(Box<(EpochRecord, Digest)>),
+}
+
+/// The result of [`Observe`].
+#[derive(Debug, Clone)]
+pub(crate) struct Observed {
+    /// The head, if any epoch exists.
+    pub head: Option<Head>,
+}
+
+impl Observe {
+    pub(crate) fn new(run: RunId) -> Observe {
+        Observe {
+            run,
+            st: ObserveState::Start,
+            beat: true,
+            restarts: 0,
+        }
+    }
+
+    /// Do not read the head's heartbeat record (`Head::beat` stays `None`).
+    pub(crate) fn without_beat(mut self) -> Observe {
+        self.beat = false;
+        self
+    }
+}
+
+impl Operation for Observe {
+    type Output = Observed;
+    fn next(&mut self, input: Option<Response>) -> Step<Observed> {
+        match std::mem::replace(&mut self.st, ObserveState::Start) {
+            ObserveState::Start => {
+                self.st = ObserveState::Listed;
+                Step::Io(Request::List(Dir::Epochs))
+            }
+            ObserveState::Listed => {
+                let Some(Response::Listing(l)) = input else {
+                    return Step::Done(Err(violation("Listing", &input)));
+                };
+                match epochs_of(l).last() {
+                    None => Step::Done(Ok(Observed { head: None })),
+                    Some(&h) => {
+                        self.st = ObserveState::ReadEpoch(h);
+                        Step::Io(Request::Read(FileRef::Epoch(h)))
+                    }
+                }
+            }
+            ObserveState::ReadEpoch(h) => {
+                let bytes = match input {
+                    Some(Response::Content(Some(b))) => b,
+                    Some(Response::Content(None)) => {
+                        // Listed a moment ago and gone now: epochs are only removed below a
+                        // checkpoint floor, never the head, so this is concurrent compaction
+                        // of a stray or outside interference. Start over, a bounded number of
+                        // times.
+                        self.restarts += 1;
+                        if self.restarts > 8 {
+                            return Step::Done(Err(LeaseError::ConcurrentChange {
+                                run: self.run.to_string(),
+                                detail: format!(
+                                    "epoch {h} keeps vanishing between listing and reading"
+                                ),
+                            }));
+                        }
+                        self.st = ObserveState::Listed;
+                        return Step::Io(Request::List(Dir::Epochs));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                };
+                let epoch = match decode_epoch(&self.run, h, &bytes) {
+                    Ok(e) => e,
+                    Err(e) => return Step::Done(Err(e)),
+                };
+                let hash = Digest::of(&bytes);
+                if epoch.state == EpochState::Active && self.beat {
+                    self.st = ObserveState::ReadBeat(Box::new((epoch, hash)));
+                    Step::Io(Request::Read(FileRef::Beat(h)))
+                } else {
+                    Step::Done(Ok(Observed {
+                        head: Some(Head {
+                            epoch,
+                            hash,
+                            beat: None,
+                        }),
+                    }))
+                }
+            }
+            ObserveState::ReadBeat(b) => {
+                let (epoch, hash) = *b;
+                let beat = match input {
+                    Some(Response::Content(None)) => None,
+                    Some(Response::Content(Some(bytes))) => {
+                        match decode_beat(&self.run, &epoch, &bytes) {
+                            Ok(b) => Some(b),
+                            Err(e) => return Step::Done(Err(e)),
+                        }
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                };
+                Step::Done(Ok(Observed {
+                    head: Some(Head { epoch, hash, beat }),
+                }))
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Changes of ownership: claim, heartbeat, release, exact takeover, dead-owner retirement.
+//!
+//! Every change of owner is the exclusive creation of the next epoch file; of two racers
+//! exactly one wins, and that creation fences everyone on the generation below. See
+//! `docs/PROTOCOL.md` §7 for the numbered steps and §9 for the crash tables.
+//!
+//! One file per operation (`claim`, `heartbeat`, `release`, `takeover`, `retire`), GATE and
+//! ADOPTION (PROTOCOL §7.0, used only here) in `gate`, and here what they share: the
+//! [`OwnedLease`] they produce or consume, the building of the next epoch, and the errors.
+
+mod claim;
+mod gate;
+mod heartbeat;
+mod release;
+mod retire;
+mod takeover;
+
+pub use claim::{Claim, ClaimParams};
+pub use heartbeat::Heartbeat;
+pub use release::{Release, ReleaseParams};
+pub use retire::{Retire, RetireParams, Retired};
+pub use takeover::{Expectation, Takeover, TakeoverParams, TakeoverTrigger};
+
+use super::common::Head;
+use super::{Response, violation};
+use crate::canonical::encode;
+use crate::error::LeaseError;
+use crate::ids::{Digest, Generation, Identity, RunId};
+use crate::policy::TimingPolicy;
+use crate::records::{EpochRecord, EpochState, Holder, RetiredOwner, Seal, TakeoverIntent};
+use crate::time::Timestamp;
+
+/// Proof of ownership returned by claim and takeover; the argument of every owner operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedLease {
+    /// The run.
+    pub run_id: RunId,
+    /// The owned generation: the fencing token to stamp on every write.
+    pub generation: Generation,
+    /// The owner id.
+    pub owner_id: Identity,
+    /// The owner's process.
+    pub holder: Holder,
+    /// The policy it runs with.
+    pub policy: TimingPolicy,
+    /// SHA-256 of the epoch record it created.
+    pub epoch_hash: Digest,
+}
+
+fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> LeaseError {
+    LeaseError::Fenced {
+        run: run.to_string(),
+        generation,
+        detail: detail.into(),
+    }
+}
+
+/// An intent file with our nonce already exists: fine if it is ours (a retry of the same
+/// attempt), an argument error otherwise.
+fn own_intent(
+    run: &RunId,
+    taker: &Identity,
+    nonce: u64,
+    input: Option<Response>,
+) -> Result<(), LeaseError> {
+    let bytes = match input {
+        Some(Response::Content(Some(b))) => b,
+        Some(Response::Content(None)) => {
+            return Err(LeaseError::ArgumentInvalid {
+                what: "nonce",
+                reason: format!(
+                    "the intent with nonce {nonce:016x} vanished; retry with a fresh nonce"
+                ),
+            });
+        }
+        other => return Err(violation("Content", &other)),
+    };
+    let intent: TakeoverIntent = crate::canonical::decode_for(run, &bytes)?;
+    if &intent.taker_owner_id == taker {
+        Ok(())
+    } else {
+        Err(LeaseError::ArgumentInvalid {
+            what: "nonce",
+            reason: format!(
+                "an intent with nonce {nonce:016x} of another taker already exists; use a fresh random nonce"
+            ),
+        })
+    }
+}
+
+fn race(run: &RunId, detail: impl Into<String>) -> LeaseError {
+    LeaseError::TakeoverRace {
+        run: run.to_string(),
+        detail: detail.into(),
+    }
+}
+
+/// Build the next epoch after `head` (or generation 1).
+#[allow(clippy::too_many_arguments)]
+fn next_epoch(
+    run: &RunId,
+    head: Option<&Head>,
+    state: EpochState,
+    owner_id: &Identity,
+    holder: &Holder,
+    policy: TimingPolicy,
+    now: Timestamp,
+    retired: Option<RetiredOwner>,
+    seal: Option<Seal>,
+    store_floor: Option<u64>,
+) -> Result<(EpochRecord, Vec<u8>), LeaseError> {
+    let (generation, prev_hash, inherited_floor) = match head {
+        None => (Generation::FIRST, None, None),
+        Some(h) => (
+            h.generation().next(run)?,
+            Some(h.hash.clone()),
+            // A takeover or retirement read the superseded owner's beat: the store head
+            // it reported there is a floor too (a crash leaves no seal).
+            h.epoch
+                .store_floor
+                .max(h.epoch.seal.as_ref().map(|s| s.sequence))
+                .max(h.beat.as_ref().and_then(|b| b.store_head)),
+        ),
+    };
+    let rec = EpochRecord {
+        run_id: run.clone(),
+        generation,
+        prev_hash,
+        state,
+        owner_id: owner_id.clone(),
+        holder: holder.clone(),
+        claimed_at: now,
+        policy,
+        retired,
+        seal,
+        // The floor never goes down along the chain.
+        store_floor: store_floor.max(inherited_floor),
+    };
+    let bytes = encode(&rec)?;
+    Ok((rec, bytes))
+}

@@ -1,0 +1,279 @@
+//! retire (PROTOCOL §7.5): retire a definitely-dead owner at once; the run becomes free.
+
+use super::gate::Gate;
+use super::takeover::Expectation;
+use super::{next_epoch, own_intent, race};
+use crate::canonical::encode;
+use crate::error::LeaseError;
+use crate::ids::{Generation, Identity, RunId};
+use crate::layout::FileRef;
+use crate::ops::common::{Cut, Finalize, Head, Observe, Recheck};
+use crate::ops::observe::{LivenessEvidence, definitely_dead};
+use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::policy::TimingPolicy;
+use crate::records::{
+    EpochRecord, EpochState, Holder, RetireReason, RetiredOwner, TakeoverIntent, TakeoverMode,
+};
+use crate::time::Timestamp;
+
+/// Arguments of a dead-owner retirement.
+#[derive(Debug, Clone)]
+pub struct RetireParams {
+    /// The run.
+    pub run_id: RunId,
+    /// The retirer's id (recorded as the writer of the `retired` epoch).
+    pub owner_id: Identity,
+    /// The retirer's process.
+    pub holder: Holder,
+    /// The retirer's policy (recorded in the epoch).
+    pub policy: TimingPolicy,
+    /// Wall time.
+    pub now: Timestamp,
+    /// If given, the head must match it exactly.
+    pub expect: Option<Expectation>,
+    /// A random nonce naming this attempt's intent file.
+    pub nonce: u64,
+}
+
+/// What a retirement did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    /// The retired generation.
+    pub retired: Generation,
+    /// The new, free (`retired`) epoch.
+    pub generation: Generation,
+    /// The cutoff recorded for the retired generation (its events up to this sequence
+    /// count).
+    pub cutoff: u64,
+}
+
+/// Retire a definitely-dead owner at once (no waiting for staleness): the run becomes free.
+#[derive(Debug, Clone)]
+pub struct Retire {
+    p: RetireParams,
+    st: RetireState,
+}
+
+#[derive(Debug, Clone)]
+enum RetireState {
+    Observe(Observe),
+    Probe(Box<Head>),
+    Intent(Box<(Head, EpochRecord, Vec<u8>)>),
+    IntentCheck(Box<(Head, EpochRecord, Vec<u8>)>),
+    Gate(Box<(Head, EpochRecord)>, Gate),
+    Create(Box<(Head, EpochRecord)>),
+    Recheck(Box<(Head, EpochRecord)>, Recheck),
+    Finalize(Generation, Generation, Finalize),
+    Done,
+}
+
+impl Retire {
+    /// Start a retirement.
+    pub fn new(p: RetireParams) -> Retire {
+        let obs = Observe::new(p.run_id.clone());
+        Retire {
+            p,
+            st: RetireState::Observe(obs),
+        }
+    }
+}
+
+impl Operation for Retire {
+    type Output = Retired;
+    fn next(&mut self, mut input: Option<Response>) -> Step<Retired> {
+        let run = self.p.run_id.clone();
+        loop {
+            match std::mem::replace(&mut self.st, RetireState::Done) {
+                RetireState::Observe(mut obs) => {
+                    let observed = match obs.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = RetireState::Observe(obs);
+                            return Step::Io(r);
+                        }
+                        Step::Done(Err(e)) => return Step::Done(Err(e)),
+                        Step::Done(Ok(o)) => o,
+                    };
+                    let head = match observed.head {
+                        Some(h) if h.is_active() => h,
+                        _ => {
+                            return Step::Done(Err(race(
+                                &run,
+                                "no active owner to retire (the run is free)",
+                            )));
+                        }
+                    };
+                    if let Some(exp) = &self.p.expect {
+                        if let Some(why) = exp.mismatch(&head) {
+                            return Step::Done(Err(race(&run, why)));
+                        }
+                    }
+                    let holder = head.epoch.holder.clone();
+                    self.st = RetireState::Probe(Box::new(head));
+                    return Step::Io(Request::ProbeLiveness(holder));
+                }
+                RetireState::Probe(head) => {
+                    let ev: LivenessEvidence = match input.take() {
+                        Some(Response::Liveness(ev)) => ev,
+                        other => return Step::Done(Err(violation("Liveness", &other))),
+                    };
+                    if let Err(reason) = definitely_dead(&head.epoch.holder, &ev) {
+                        return Step::Done(Err(LeaseError::RetireRefusedNotDead {
+                            run: run.to_string(),
+                            held: Box::new(head.held_by()),
+                            reason,
+                        }));
+                    }
+                    let retired = RetiredOwner {
+                        generation: head.generation(),
+                        owner_id: head.epoch.owner_id.clone(),
+                        reason: RetireReason::Dead,
+                    };
+                    let (rec, bytes) = match next_epoch(
+                        &run,
+                        Some(&head),
+                        EpochState::Retired,
+                        &self.p.owner_id,
+                        &self.p.holder,
+                        self.p.policy,
+                        self.p.now,
+                        Some(retired),
+                        None,
+                        None,
+                    ) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    let intent = TakeoverIntent {
+                        run_id: run.clone(),
+                        generation: rec.generation,
+                        expected_generation: head.generation(),
+                        expected_owner_id: head.epoch.owner_id.clone(),
+                        expected_heartbeat_at: head.heartbeat_at(),
+                        expected_heartbeat_count: head.heartbeat_count(),
+                        taker_owner_id: self.p.owner_id.clone(),
+                        taker_holder: self.p.holder.clone(),
+                        requested_at: self.p.now,
+                        mode: TakeoverMode::RetireDead,
+                    };
+                    let ibytes = match encode(&intent) {
+                        Ok(b) => b,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    let g = rec.generation;
+                    self.st = RetireState::Intent(Box::new((*head, rec, bytes)));
+                    return Step::Io(Request::CreateExclusive(
+                        FileRef::Intent {
+                            generation: g,
+                            nonce: self.p.nonce,
+                        },
+                        ibytes,
+                    ));
+                }
+                RetireState::Intent(b) => match input.take() {
+                    Some(Response::Created) => {
+                        let (head, rec, bytes) = *b;
+                        let g = rec.generation;
+                        let gate = Gate::new(
+                            &run,
+                            Some(&head),
+                            &self.p.owner_id,
+                            self.p.now,
+                            Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                        );
+                        self.st = RetireState::Gate(Box::new((head, rec)), gate);
+                    }
+                    Some(Response::AlreadyExists) => {
+                        let file = FileRef::Intent {
+                            generation: b.1.generation,
+                            nonce: self.p.nonce,
+                        };
+                        self.st = RetireState::IntentCheck(b);
+                        return Step::Io(Request::Read(file));
+                    }
+                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                },
+                RetireState::IntentCheck(b) => {
+                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
+                        return Step::Done(Err(e));
+                    }
+                    let (head, rec, bytes) = *b;
+                    let g = rec.generation;
+                    let gate = Gate::new(
+                        &run,
+                        Some(&head),
+                        &self.p.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                    );
+                    self.st = RetireState::Gate(Box::new((head, rec)), gate);
+                }
+                RetireState::Gate(b, gate) => {
+                    let (b, create) =
+                        sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
+                    self.st = RetireState::Create(b);
+                    return Step::Io(create);
+                }
+                RetireState::Recheck(b, rc) => {
+                    let (b, v) = sub_step!(self.st, RetireState::Recheck, [b], rc, input.take());
+                    match v {
+                        Some(top) => {
+                            return Step::Done(Err(race(
+                                &run,
+                                format!("generation {top} exists above the one just created"),
+                            )));
+                        }
+                        None => {
+                            let (head, rec) = *b;
+                            let f = Finalize::new(
+                                run.clone(),
+                                head.generation(),
+                                head.epoch.owner_id.clone(),
+                                rec.generation,
+                                self.p.owner_id.clone(),
+                                self.p.now,
+                            );
+                            self.st = RetireState::Finalize(head.generation(), rec.generation, f);
+                        }
+                    }
+                }
+                RetireState::Create(b) => match input.take() {
+                    Some(Response::Created) => {
+                        let g = b.1.generation;
+                        self.st = RetireState::Recheck(b, Recheck::new(g));
+                    }
+                    Some(Response::AlreadyExists) => {
+                        return Step::Done(Err(race(
+                            &run,
+                            format!(
+                                "generation {} was created by someone else first",
+                                b.1.generation
+                            ),
+                        )));
+                    }
+                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                },
+                RetireState::Finalize(old, new, mut f) => {
+                    return match f.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = RetireState::Finalize(old, new, f);
+                            Step::Io(r)
+                        }
+                        Step::Done(Err(e)) => Step::Done(Err(e)),
+                        Step::Done(Ok(Cut::Record(r))) => Step::Done(Ok(Retired {
+                            retired: old,
+                            generation: new,
+                            cutoff: r.events_through,
+                        })),
+                        Step::Done(Ok(Cut::Compacted(_))) => Step::Done(Err(violation(
+                            "a cutoff record for the generation just retired",
+                            &None,
+                        ))),
+                    };
+                }
+                RetireState::Done => {
+                    return Step::Done(Err(violation("nothing (operation finished)", &input)));
+                }
+            }
+        }
+    }
+}

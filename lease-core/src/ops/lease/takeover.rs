@@ -1,0 +1,411 @@
+//! takeover (PROTOCOL §7.4): exact takeover of a stale owner.
+
+use super::gate::{Gate, own_epoch};
+use super::{OwnedLease, next_epoch, own_intent, race};
+use crate::canonical::encode;
+use crate::error::LeaseError;
+use crate::ids::{Digest, Generation, Identity, RunId};
+use crate::layout::FileRef;
+use crate::ops::common::{Finalize, Head, Observe, Recheck, decode_beat};
+use crate::ops::observe::{Freshness, freshness};
+use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::policy::TimingPolicy;
+use crate::records::{
+    EpochRecord, EpochState, Holder, RetireReason, RetiredOwner, TakeoverIntent, TakeoverMode,
+};
+use crate::time::Timestamp;
+
+/// What the taker (or the operator) observed and expects still to be true.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expectation {
+    /// The head generation, if the caller knows it.
+    pub generation: Option<Generation>,
+    /// The owner id.
+    pub owner_id: Identity,
+    /// The heartbeat time.
+    pub heartbeat_at: Timestamp,
+    /// The heartbeat counter, if the caller knows it.
+    pub heartbeat_count: Option<u64>,
+}
+
+impl Expectation {
+    /// The expectation matching exactly what `head` shows.
+    pub fn of(head: &Head) -> Expectation {
+        Expectation {
+            generation: Some(head.generation()),
+            owner_id: head.epoch.owner_id.clone(),
+            heartbeat_at: head.heartbeat_at(),
+            heartbeat_count: Some(head.heartbeat_count()),
+        }
+    }
+
+    pub(super) fn mismatch(&self, head: &Head) -> Option<String> {
+        if let Some(g) = self.generation {
+            if g != head.generation() {
+                return Some(format!(
+                    "expected generation {g}, found {}",
+                    head.generation()
+                ));
+            }
+        }
+        if self.owner_id != head.epoch.owner_id {
+            return Some(format!(
+                "expected owner {}, found {}",
+                self.owner_id, head.epoch.owner_id
+            ));
+        }
+        if self.heartbeat_at != head.heartbeat_at() {
+            return Some(format!(
+                "expected heartbeat {}, found {}",
+                self.heartbeat_at,
+                head.heartbeat_at()
+            ));
+        }
+        if let Some(c) = self.heartbeat_count {
+            if c != head.heartbeat_count() {
+                return Some(format!(
+                    "expected heartbeat #{c}, found #{}",
+                    head.heartbeat_count()
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Who decides that the owner is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeoverTrigger {
+    /// An operator confirmed the exact observation; wall-clock staleness suffices.
+    Operator,
+    /// A program: it must also have watched the record unchanged for `stale_after` on its
+    /// own monotonic clock (immune to the owner's clock skew).
+    Automatic {
+        /// How long the observer watched the (heartbeat_at, count) pair unchanged, in ms.
+        watched_unchanged_ms: u64,
+    },
+}
+
+/// Arguments of a takeover.
+#[derive(Debug, Clone)]
+pub struct TakeoverParams {
+    /// The run.
+    pub run_id: RunId,
+    /// The taker's new owner id.
+    pub owner_id: Identity,
+    /// The taker's process.
+    pub holder: Holder,
+    /// The policy the taker will run with.
+    pub policy: TimingPolicy,
+    /// Wall time.
+    pub now: Timestamp,
+    /// The exact observation the takeover is conditioned on.
+    pub expect: Expectation,
+    /// Operator or automatic.
+    pub trigger: TakeoverTrigger,
+    /// A random nonce naming this attempt's intent file.
+    pub nonce: u64,
+}
+
+/// Exact takeover of a stale owner.
+///
+/// Writes a takeover intent for the attempt, re-reads the heartbeat, refuses a fresh owner
+/// (`TAKEOVER_ACTIVE_REFUSED`) and any difference from the expectation (`TAKEOVER_RACE`),
+/// creates the next epoch as `active` for the taker, re-checks, then finalizes the old
+/// generation's cutoff.
+#[derive(Debug, Clone)]
+pub struct Takeover {
+    p: TakeoverParams,
+    st: TakeoverState,
+}
+
+#[derive(Debug, Clone)]
+enum TakeoverState {
+    Observe(Observe),
+    Intent(Box<Head>),
+    IntentCheck(Box<Head>),
+    Reread(Box<Head>),
+    Gate(Box<(Head, EpochRecord, Digest)>, Gate),
+    Create(Box<(Head, EpochRecord, Digest)>),
+    Recheck(Box<(Head, EpochRecord, Digest)>, Recheck),
+    Finalize(Box<(EpochRecord, Digest)>, Finalize),
+    Done,
+}
+
+impl Takeover {
+    /// Start a takeover.
+    pub fn new(p: TakeoverParams) -> Takeover {
+        let obs = Observe::new(p.run_id.clone());
+        Takeover {
+            p,
+            st: TakeoverState::Observe(obs),
+        }
+    }
+
+    fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
+        OwnedLease {
+            run_id: self.p.run_id.clone(),
+            generation: rec.generation,
+            owner_id: self.p.owner_id.clone(),
+            holder: self.p.holder.clone(),
+            policy: self.p.policy,
+            epoch_hash: hash,
+        }
+    }
+}
+
+impl Operation for Takeover {
+    type Output = OwnedLease;
+    fn next(&mut self, mut input: Option<Response>) -> Step<OwnedLease> {
+        let run = self.p.run_id.clone();
+        loop {
+            match std::mem::replace(&mut self.st, TakeoverState::Done) {
+                TakeoverState::Observe(mut obs) => {
+                    let observed = match obs.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = TakeoverState::Observe(obs);
+                            return Step::Io(r);
+                        }
+                        Step::Done(Err(e)) => return Step::Done(Err(e)),
+                        Step::Done(Ok(o)) => o,
+                    };
+                    if let Some((rec, hash, fin)) = own_epoch(
+                        &run,
+                        observed.head.as_ref(),
+                        &self.p.owner_id,
+                        &self.p.holder,
+                        self.p.now,
+                    ) {
+                        match fin {
+                            Some(f) => {
+                                self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
+                                continue;
+                            }
+                            None => return Step::Done(Ok(self.lease(&rec, hash))),
+                        }
+                    }
+                    let head = match observed.head {
+                        Some(h) if h.is_active() => h,
+                        Some(h) => {
+                            return Step::Done(Err(race(
+                                &run,
+                                format!(
+                                    "generation {} is {:?}: nothing to take over (claim the run instead)",
+                                    h.generation(),
+                                    h.epoch.state
+                                ),
+                            )));
+                        }
+                        None => {
+                            return Step::Done(Err(race(
+                                &run,
+                                "no owner exists: nothing to take over (claim the run instead)",
+                            )));
+                        }
+                    };
+                    let generation = match head.generation().next(&run) {
+                        Ok(g) => g,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    let mode = match self.p.trigger {
+                        TakeoverTrigger::Operator => TakeoverMode::Operator,
+                        TakeoverTrigger::Automatic { .. } => TakeoverMode::Automatic,
+                    };
+                    // The intent records the head it observed and what the caller expects of
+                    // it; a mismatch is reported after the intent is durable.
+                    let intent = TakeoverIntent {
+                        run_id: run.clone(),
+                        generation,
+                        expected_generation: head.generation(),
+                        expected_owner_id: self.p.expect.owner_id.clone(),
+                        expected_heartbeat_at: self.p.expect.heartbeat_at,
+                        expected_heartbeat_count: self
+                            .p
+                            .expect
+                            .heartbeat_count
+                            .unwrap_or(head.heartbeat_count()),
+                        taker_owner_id: self.p.owner_id.clone(),
+                        taker_holder: self.p.holder.clone(),
+                        requested_at: self.p.now,
+                        mode,
+                    };
+                    let bytes = match encode(&intent) {
+                        Ok(b) => b,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    self.st = TakeoverState::Intent(Box::new(head));
+                    return Step::Io(Request::CreateExclusive(
+                        FileRef::Intent {
+                            generation,
+                            nonce: self.p.nonce,
+                        },
+                        bytes,
+                    ));
+                }
+                TakeoverState::Intent(head) => match input.take() {
+                    Some(Response::Created) => {
+                        let g = head.generation();
+                        self.st = TakeoverState::Reread(head);
+                        return Step::Io(Request::Read(FileRef::Beat(g)));
+                    }
+                    Some(Response::AlreadyExists) => {
+                        // A retry of this very attempt, or a nonce collision: read it.
+                        let file = FileRef::Intent {
+                            generation: head.generation().next(&run).unwrap_or(head.generation()),
+                            nonce: self.p.nonce,
+                        };
+                        self.st = TakeoverState::IntentCheck(head);
+                        return Step::Io(Request::Read(file));
+                    }
+                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                },
+                TakeoverState::IntentCheck(head) => {
+                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
+                        return Step::Done(Err(e));
+                    }
+                    let g = head.generation();
+                    self.st = TakeoverState::Reread(head);
+                    return Step::Io(Request::Read(FileRef::Beat(g)));
+                }
+                TakeoverState::Reread(head) => {
+                    let mut head = *head;
+                    head.beat = match input.take() {
+                        Some(Response::Content(None)) => None,
+                        Some(Response::Content(Some(b))) => {
+                            match decode_beat(&run, &head.epoch, &b) {
+                                Ok(b) => Some(b),
+                                Err(e) => return Step::Done(Err(e)),
+                            }
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    };
+                    if let Some(why) = self.p.expect.mismatch(&head) {
+                        return Step::Done(Err(race(&run, why)));
+                    }
+                    let stale_after_ms = head.epoch.policy.stale_after_ms();
+                    let refuse =
+                        |age_ms: i64, watched_ms: Option<u64>| LeaseError::TakeoverActiveRefused {
+                            run: run.to_string(),
+                            held: Box::new(head.held_by()),
+                            age_ms,
+                            stale_after_ms,
+                            watched_ms,
+                        };
+                    match (freshness(&head, self.p.now), self.p.trigger) {
+                        (Freshness::Fresh { age_ms }, TakeoverTrigger::Operator) => {
+                            return Step::Done(Err(refuse(age_ms, None)));
+                        }
+                        (
+                            Freshness::Fresh { age_ms },
+                            TakeoverTrigger::Automatic {
+                                watched_unchanged_ms,
+                            },
+                        ) => return Step::Done(Err(refuse(age_ms, Some(watched_unchanged_ms)))),
+                        (
+                            Freshness::Stale { age_ms },
+                            TakeoverTrigger::Automatic {
+                                watched_unchanged_ms,
+                            },
+                        ) if watched_unchanged_ms <= stale_after_ms => {
+                            return Step::Done(Err(refuse(age_ms, Some(watched_unchanged_ms))));
+                        }
+                        _ => {}
+                    }
+                    let retired = RetiredOwner {
+                        generation: head.generation(),
+                        owner_id: head.epoch.owner_id.clone(),
+                        reason: RetireReason::TakenOver,
+                    };
+                    let (rec, bytes) = match next_epoch(
+                        &run,
+                        Some(&head),
+                        EpochState::Active,
+                        &self.p.owner_id,
+                        &self.p.holder,
+                        self.p.policy,
+                        self.p.now,
+                        Some(retired),
+                        None,
+                        None,
+                    ) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    let hash = Digest::of(&bytes);
+                    let g = rec.generation;
+                    let gate = Gate::new(
+                        &run,
+                        Some(&head),
+                        &self.p.owner_id,
+                        self.p.now,
+                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                    );
+                    self.st = TakeoverState::Gate(Box::new((head, rec, hash)), gate);
+                }
+                TakeoverState::Gate(b, gate) => {
+                    let (b, create) =
+                        sub_step!(self.st, TakeoverState::Gate, [b], gate, input.take());
+                    self.st = TakeoverState::Create(b);
+                    return Step::Io(create);
+                }
+                TakeoverState::Create(b) => match input.take() {
+                    Some(Response::Created) => {
+                        let g = b.1.generation;
+                        self.st = TakeoverState::Recheck(b, Recheck::new(g));
+                    }
+                    Some(Response::AlreadyExists) => {
+                        return Step::Done(Err(race(
+                            &run,
+                            format!(
+                                "generation {} was created by someone else first",
+                                b.1.generation
+                            ),
+                        )));
+                    }
+                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
+                },
+                TakeoverState::Recheck(b, mut rc) => {
+                    let higher = match rc.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = TakeoverState::Recheck(b, rc);
+                            return Step::Io(r);
+                        }
+                        Step::Done(Err(e)) => return Step::Done(Err(e)),
+                        Step::Done(Ok(h)) => h,
+                    };
+                    let (head, rec, hash) = *b;
+                    if let Some(top) = higher {
+                        return Step::Done(Err(race(
+                            &run,
+                            format!("generation {top} exists above the one just created"),
+                        )));
+                    }
+                    let f = Finalize::new(
+                        run.clone(),
+                        head.generation(),
+                        head.epoch.owner_id.clone(),
+                        rec.generation,
+                        self.p.owner_id.clone(),
+                        self.p.now,
+                    );
+                    self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
+                }
+                TakeoverState::Finalize(b, mut f) => {
+                    match f.next(input.take()) {
+                        Step::Io(r) => {
+                            self.st = TakeoverState::Finalize(b, f);
+                            return Step::Io(r);
+                        }
+                        Step::Done(Err(e)) => return Step::Done(Err(e)),
+                        Step::Done(Ok(_)) => {}
+                    }
+                    let (rec, hash) = *b;
+                    return Step::Done(Ok(self.lease(&rec, hash)));
+                }
+                TakeoverState::Done => {
+                    return Step::Done(Err(violation("nothing (operation finished)", &input)));
+                }
+            }
+        }
+    }
+}
