@@ -480,31 +480,6 @@ pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
     }
 }
 
-/// Read every command record in `commands/` as the next `runlease run` will (to reap a
-/// killed incarnation's commands): the first that cannot be read or decoded, or that does
-/// not match its name, is the error `run` would stop at (65, naming the file).
-pub fn check_command_records(run: &lease_fs::RunDir) -> Result<(), CliError> {
-    // lease-run reads and validates every record (strictly decoded, matching its name:
-    // else the error names the file) and judges its processes as the next open would.
-    let rid = run.run_id().as_str();
-    for a in lease_run::audit_commands(run)? {
-        // A live recorded process that cannot be proved ours (PROTOCOL §11.1) refuses the
-        // next open after its claim; refuse here, before anything is written, with the
-        // same code.
-        if let lease_run::CommandState::Unproven { why } = a.state {
-            return Err(lease_run::RunError::CommandUnproven {
-                run: rid.to_string(),
-                file: a.file,
-                pid: a.pid,
-                start_time: a.start_time,
-                why,
-            }
-            .into());
-        }
-    }
-    Ok(())
-}
-
 /// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).
 pub fn run_status_human(v: &Value) -> Option<String> {
     let st = v.get("status")?.as_str()?;

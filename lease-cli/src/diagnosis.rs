@@ -8,9 +8,8 @@ use lease_core::ops::StatusView;
 use serde_json::Value;
 use std::path::Path;
 
-/// Temp files younger than this are never removed by `doctor --clean-temp` (a writer may
-/// still be using them).
-pub const TEMP_MIN_AGE_SECS: u64 = 60;
+/// Temp files younger than this are never removed by `doctor --clean-temp`.
+pub use lease_run::diagnosis::TEMP_MIN_AGE_SECS;
 
 /// `run.json` as [`crate::common::run_status_json`] prints it, as diagnosis facts.
 pub fn run_json_facts(v: &Value) -> RunJsonFacts {

@@ -247,6 +247,8 @@ mod acquire;
 #[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
+#[cfg(not(loom))]
+pub mod diagnosis;
 pub mod error;
 mod fence;
 pub mod procs;

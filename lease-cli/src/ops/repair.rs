@@ -1,15 +1,9 @@
 //! `verify`, `doctor` and `prune`: check the chains, diagnose (lease-core decides, this words it), compact.
 
-use crate::common::{
-    CliError, Out, cli_identity, open_lease, run_status_json, shell_path, wall_now,
-};
-use crate::diagnosis::{
-    TEMP_MIN_AGE_SECS, render_detail, render_next, run_json_facts, short_tail_text,
-};
-use lease_core::Code;
-use lease_core::Dir;
+use crate::common::{CliError, Out, cli_identity, open_lease, shell_path, wall_now};
+use crate::diagnosis::{TEMP_MIN_AGE_SECS, render_detail, render_next, short_tail_text};
 use lease_core::LeaseOps;
-use lease_core::diagnose::{CommandFacts, Facts, VerifyFacts, diagnose};
+use lease_core::diagnose::diagnose;
 use lease_core::ops::{PruneParams, Status};
 use lease_run::Authority as RunAuthority;
 use serde_json::json;
@@ -75,36 +69,6 @@ pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     Ok(0)
 }
 
-/// One line for verify's `short_tail`: the log ends before a sequence the chain names.
-/// Count `.tmp-*` files (total, older than the grace) in the run's protocol folders.
-fn count_temp_files(fs: &dyn lease_fs::fs::Fs) -> (usize, usize) {
-    let (mut total, mut old) = (0, 0);
-    for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
-        // Beneath the held root; a missing or refused folder has nothing to count.
-        let mut temps = Vec::new();
-        let listed = fs.for_each_name(d, &mut |name| {
-            if name.starts_with(lease_fs::primitives::TEMP_PREFIX) {
-                temps.push(lease_fs::fs::join(d, name));
-            }
-        });
-        if listed.is_err() {
-            continue;
-        }
-        for t in temps {
-            total += 1;
-            if fs
-                .age_secs(&t)
-                .ok()
-                .flatten()
-                .is_some_and(|a| a >= TEMP_MIN_AGE_SECS)
-            {
-                old += 1;
-            }
-        }
-    }
-    (total, old)
-}
-
 /// `runlease doctor DIR [--clean-temp]`: findings with stable codes and one next step each.
 /// Exit 0 unless a finding is a data error (`INVALID_RECORD`, `BROKEN_CHAIN`: 65).
 pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
@@ -116,54 +80,16 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
     if clean_temp {
         cleaned = Some(run.clean_temp_files(TEMP_MIN_AGE_SECS)?);
     }
-    // Gather the facts (reads only); lease-core's diagnosis decides what they mean.
-    let view = run.status(wall_now()?, true)?;
-    let mut facts = Facts::of_view(view.clone());
-    facts.temp_files = count_temp_files(&**run.fs());
-    facts.verify = match run.verify() {
-        Ok(r) => VerifyFacts::Held(r),
-        Err(e)
-            if matches!(
-                e.code(),
-                Code::ChainBroken
-                    | Code::EventLogGap
-                    | Code::RecordInvalid
-                    | Code::SchemaUnsupported
-            ) =>
-        {
-            VerifyFacts::Failed {
-                code: e.code(),
-                message: e.to_string(),
-            }
-        }
-        Err(e) => return Err(e.into()),
-    };
-    // run.json (written by `runlease run`): reported when unreadable, never repaired.
-    facts.run_json = run_json_facts(&run_status_json(&run));
-    // Command records (read by the next `runlease run` to reap a killed incarnation's
-    // commands): one it cannot read, or one naming a process it cannot prove, refuses
-    // the run.
-    facts.commands = match crate::common::check_command_records(&run) {
-        Ok(()) => CommandFacts::Clean,
-        Err(e) if e.code == Code::RunCommandUnproven.as_str() => CommandFacts::Unproven {
-            message: format!("{}: {}", e.code, e.message),
-        },
-        Err(e) if e.exit != 65 => return Err(e),
-        Err(e) => CommandFacts::Invalid {
-            message: format!("{}: {}", e.code, e.message),
-        },
-    };
-    // The store is never opened: its owner holds it exclusively, and opening a WAL
-    // database may run SQLite's recovery, a write, which doctor never does. Its presence
-    // is looked at beneath the held root, without following a symlink.
-    facts.store_present = run.fs().exists(lease_core::layout::STORE_FILE).ok();
-    facts.stray_names = run.stray_names()?;
+    // lease-run gathers the facts (reads only); lease-core's diagnosis decides what they
+    // mean; this only words them.
+    let facts = lease_run::diagnosis::gather_facts(&run, wall_now()?)?;
+    let view = &facts.view;
     let findings: Vec<_> = diagnose(&facts)
         .iter()
         .map(|f| Finding {
             code: f.code.as_str(),
             severity: f.severity.as_str(),
-            detail: render_detail(f, &view),
+            detail: render_detail(f, view),
             next: render_next(&f.next, dir),
         })
         .collect();

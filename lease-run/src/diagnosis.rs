@@ -1,0 +1,132 @@
+//! Gathering what lease-core's one diagnosis ([`lease_core::diagnose`]) looks at, for a run
+//! folder: reads only (nothing is written, removed or signalled; the store is never
+//! opened). `runlease doctor` is [`gather_facts`], [`lease_core::diagnose::diagnose`] and
+//! rendering.
+
+use crate::CommandState;
+use crate::error::RunError;
+use crate::run::audit_commands;
+use lease_core::canonical::MAX_RECORD_BYTES;
+use lease_core::diagnose::{CommandFacts, Facts, RunJsonFacts, VerifyFacts};
+use lease_core::{Code, Dir, FileRef, LeaseOps, RunStatus, Timestamp, decode_for};
+use lease_fs::RunDir;
+use lease_fs::fs::Fs;
+
+/// Temp files younger than this are never removed by a temp-file clean-up (a writer may
+/// still be using them), and only older ones count as orphaned.
+pub const TEMP_MIN_AGE_SECS: u64 = 60;
+
+/// Every fact of the run at `dir` that [`lease_core::diagnose::diagnose`] looks at, read
+/// at wall time `now` with liveness probed. A data error (a broken chain, an unreadable
+/// record, an unprovable command) is a fact; anything else (I/O, a folder that is not
+/// ours) is the error.
+pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
+    let view = dir.status(now, true)?;
+    let mut facts = Facts::of_view(view);
+    facts.temp_files = count_temp_files(&**dir.fs());
+    facts.verify = match dir.verify() {
+        Ok(r) => VerifyFacts::Held(r),
+        Err(e)
+            if matches!(
+                e.code(),
+                Code::ChainBroken
+                    | Code::EventLogGap
+                    | Code::RecordInvalid
+                    | Code::SchemaUnsupported
+            ) =>
+        {
+            VerifyFacts::Failed {
+                code: e.code(),
+                message: e.to_string(),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // run.json (written by `runlease run`): reported when unreadable, never repaired.
+    facts.run_json = run_json_facts(dir);
+    // Command records (read by the next open to reap a killed incarnation's commands):
+    // one it cannot read, or one naming a live process it cannot prove ours, refuses it.
+    facts.commands = match audit_commands(dir) {
+        Ok(audits) => audits
+            .into_iter()
+            .find_map(|a| match a.state {
+                CommandState::Unproven { why } => Some(CommandFacts::Unproven {
+                    message: RunError::CommandUnproven {
+                        run: dir.run_id().to_string(),
+                        file: a.file,
+                        pid: a.pid,
+                        start_time: a.start_time,
+                        why,
+                    }
+                    .to_string(),
+                }),
+                _ => None,
+            })
+            .unwrap_or(CommandFacts::Clean),
+        Err(e) if e.exit_code() == 65 => CommandFacts::Invalid {
+            message: e.to_string(),
+        },
+        Err(e) => return Err(e),
+    };
+    // The store is never opened: its owner holds it exclusively, and opening a WAL
+    // database may run SQLite's recovery, a write. Its presence is looked at beneath the
+    // held root, without following a symlink.
+    facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
+    facts.stray_names = dir.stray_names()?;
+    Ok(facts)
+}
+
+/// What `run.json` says, read beneath the held root: absent, invalid (naming the file) or
+/// its status, generation and detail.
+pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
+    let p = FileRef::RunStatus.path();
+    let bytes = match dir.fs().read(&p, MAX_RECORD_BYTES) {
+        Ok(None) => return RunJsonFacts::Absent,
+        Ok(Some(b)) => b,
+        Err(e) => {
+            return RunJsonFacts::Invalid {
+                message: format!("cannot read {p}: {e}"),
+            };
+        }
+    };
+    match decode_for::<RunStatus>(dir.run_id(), &bytes) {
+        Ok(r) => RunJsonFacts::Written {
+            failed: r.status == lease_core::RunState::Failed,
+            generation: r.generation.get(),
+            detail: r.detail,
+        },
+        Err(e) => RunJsonFacts::Invalid {
+            message: e.in_file(&p).to_string(),
+        },
+    }
+}
+
+/// Count `.tmp-*` files (total, older than [`TEMP_MIN_AGE_SECS`]) in the run's protocol
+/// folders and its root.
+fn count_temp_files(fs: &dyn Fs) -> (usize, usize) {
+    let (mut total, mut old) = (0, 0);
+    for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
+        // Beneath the held root; a missing or refused folder has nothing to count.
+        let mut temps = Vec::new();
+        let listed = fs.for_each_name(d, &mut |name| {
+            if name.starts_with(lease_fs::primitives::TEMP_PREFIX) {
+                temps.push(lease_fs::fs::join(d, name));
+            }
+        });
+        if listed.is_err() {
+            continue;
+        }
+        for t in temps {
+            total += 1;
+            if fs
+                .age_secs(&t)
+                .ok()
+                .flatten()
+                .is_some_and(|a| a >= TEMP_MIN_AGE_SECS)
+            {
+                old += 1;
+            }
+        }
+    }
+    (total, old)
+}
