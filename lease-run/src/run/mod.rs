@@ -19,6 +19,7 @@ mod step;
 mod store;
 mod watchdog;
 
+pub use crate::procs::INCARNATION_VAR;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub use preflight::{chain_reaches, preflight};
 pub use reap::{CommandAudit, CommandState, audit_commands};
@@ -49,8 +50,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-pub use crate::procs::INCARNATION_VAR;
 
 /// Where the fence stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
