@@ -2,7 +2,7 @@
 //! cargo feature `etcd`, an etcd cluster (lease-etcd's `EtcdRun`).
 //!
 //! [`LeaseAuthority`] is the set of lease operations lease-run (and the `runlease` CLI)
-//! needs; `run.rs` has one code path over it. **Only the lease moves**: `run.json`, the
+//! needs; `run/` has one code path over it. **Only the lease moves**: `run.json`, the
 //! command records, the kernel owner lock, the cgroup and the store stay in the run folder
 //! whatever the authority.
 //!

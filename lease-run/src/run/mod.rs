@@ -1,0 +1,269 @@
+//! The run: open, commands, self-fence and watchdog, reaping, release.
+//!
+//! One file per job: [`Run`] and the state its tasks share (here); the open options
+//! (`options`); each step timed under a deadline (`step`); open with its undo (`open`);
+//! the preflight of an open (`preflight`); `run.json` writes (`status`); the heartbeat
+//! task (`heartbeat`); the watchdog thread (`watchdog`); the store handle (`store`); the
+//! spawn gate (`spawn`); reaping an older incarnation's commands (`reap`); release
+//! (`release`).
+
+mod heartbeat;
+mod open;
+mod options;
+mod preflight;
+mod reap;
+mod release;
+mod spawn;
+mod status;
+mod step;
+mod store;
+mod watchdog;
+
+pub use crate::procs::INCARNATION_VAR;
+pub use options::{MIN_FENCE_MARGIN, OpenOptions};
+pub use preflight::{chain_reaches, preflight};
+pub use reap::{CommandAudit, CommandState, audit_commands};
+pub use release::FinalStatus;
+pub use spawn::RunCommand;
+pub(crate) use status::wall_now;
+pub use step::{StepCallback, StepName};
+pub use store::RunStore;
+pub use watchdog::WATCHDOG_TICK;
+
+use crate::authority::LeaseAuthority;
+use crate::error::RunError;
+use crate::fence::FenceCore;
+use crate::procs::{Tracked, boottime_ns};
+use crate::sync::lock_std;
+#[cfg(doc)]
+use lease_core::CommandRecord;
+use lease_core::ops::OwnedLease;
+use lease_core::{Generation, LeaseError, RunStatus, TimingPolicy, must_self_fence};
+use lease_fs::RunDir;
+use lease_fs::lock::OwnerLock;
+use lease_sqlite::Store;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+#[cfg(feature = "test-hooks")]
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Where the fence stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FenceState {
+    Live,
+    /// Fenced; commands being killed.
+    Fenced(String),
+    /// Fenced and every tracked process is gone.
+    Confirmed(String),
+}
+
+/// State shared by the async tasks and the watchdog OS thread (atomics and short std
+/// mutexes only: the watchdog never waits on the tokio runtime).
+struct Shared {
+    run: String,
+    policy: TimingPolicy,
+    /// The beat, the fence flag and reason, the store slot and head ([`FenceCore`]).
+    core: FenceCore<Store>,
+    /// Set when the release stopped every command: the watchdog may end.
+    stop: AtomicBool,
+    /// Test hook: heartbeats are skipped (a stuck heartbeat).
+    beats_suspended: AtomicBool,
+    tracked: Mutex<Tracked>,
+    fence_tx: watch::Sender<FenceState>,
+    exit_on_fence: bool,
+    /// The generation: the fencing token of every commit.
+    generation: Generation,
+    /// This incarnation's secret, in every command's environment as
+    /// `RUNLEASE_INCARNATION`; its records carry only its digest
+    /// ([`CommandRecord::incarnation_digest`]). 128 random bits, never written to disk.
+    incarnation: String,
+}
+
+impl Shared {
+    fn note_beat(&self, started_ns: u64) {
+        self.core.note_beat(started_ns);
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.core.is_fenced()
+    }
+
+    fn lapsed(&self, now_ns: u64) -> bool {
+        must_self_fence(
+            &self.policy,
+            Duration::from_nanos(self.core.beat_ns()),
+            Duration::from_nanos(now_ns),
+        )
+    }
+
+    /// Time left until the self-fence deadline (zero once past it).
+    fn until_lapse(&self, now_ns: u64) -> Duration {
+        let age = Duration::from_nanos(now_ns.saturating_sub(self.core.beat_ns()));
+        self.policy.self_fence_after().saturating_sub(age)
+    }
+
+    /// Record the first fence (sticky).
+    fn fence(&self, reason: String) {
+        if self.core.fence(reason.clone()) {
+            tracing::warn!(run = %self.run, %reason, "run fenced");
+            self.fence_tx.send_replace(FenceState::Fenced(reason));
+        }
+    }
+
+    /// The first fence's reason (from the core: whoever sees the flag finds it, even
+    /// before the watch channel is updated).
+    fn fence_reason(&self) -> Option<String> {
+        self.core.reason()
+    }
+
+    /// Errors once fenced or past the self-fence deadline (which fences).
+    fn check_live(&self) -> Result<(), RunError> {
+        if !self.is_fenced() && self.lapsed(boottime_ns()) {
+            self.fence(self.lapse_reason());
+        }
+        match self.fence_reason() {
+            None => Ok(()),
+            Some(reason) => Err(RunError::Fenced {
+                run: self.run.clone(),
+                reason,
+            }),
+        }
+    }
+
+    fn lapse_reason(&self) -> String {
+        format!(
+            "LEASE_LAPSED: the last successful heartbeat started more than {} ms ago",
+            self.policy.self_fence_after_ms()
+        )
+    }
+
+    fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {
+        lock_std(&self.tracked)
+    }
+
+    /// The head to report in the next heartbeat (read before it starts).
+    fn reported_store_head(&self) -> Option<u64> {
+        self.core.reported_head()
+    }
+
+    /// The error a commit gate or a closed handle reports once fenced.
+    fn fenced_lease_error(&self, detail: String) -> LeaseError {
+        LeaseError::Fenced {
+            run: self.run.clone(),
+            generation: self.generation,
+            detail,
+        }
+    }
+}
+
+/// An open run: the lease is ours, `run.json` says `running`, the heartbeat, the
+/// self-fence timer and the watchdog are running.
+pub struct Run {
+    dir: Arc<RunDir>,
+    auth: Arc<dyn LeaseAuthority>,
+    lease: OwnedLease,
+    lock: Option<OwnerLock>,
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+    current: Mutex<RunStatus>,
+    opts: OpenOptions,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("path", &self.path)
+            .field("generation", &self.lease.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Run {
+    /// The run's generation (the fencing token).
+    pub fn generation(&self) -> Generation {
+        self.lease.generation
+    }
+
+    /// The lease.
+    pub fn lease(&self) -> &OwnedLease {
+        &self.lease
+    }
+
+    /// The run folder (`run.json`, command records, owner lock, store; with the default
+    /// authority also the lease).
+    pub fn dir(&self) -> &RunDir {
+        &self.dir
+    }
+
+    /// The lease's authority (the run folder, or an etcd cluster): status, events and
+    /// the other lease operations of this run.
+    pub fn authority(&self) -> &Arc<dyn LeaseAuthority> {
+        &self.auth
+    }
+
+    /// The cgroup v2 directory holding this incarnation's commands, if one could be
+    /// created (see [`OpenOptions::cgroup`]).
+    pub fn cgroup(&self) -> Option<PathBuf> {
+        self.shared.tracked().cgroup.clone()
+    }
+
+    /// The run folder's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How long until the self-fence deadline (zero once past it): `self_fence_after`
+    /// minus the age of the start of the last successful heartbeat (CLOCK_BOOTTIME).
+    pub fn time_to_self_fence(&self) -> Duration {
+        self.shared.until_lapse(boottime_ns())
+    }
+
+    /// Errors with [`RunError::Fenced`] once the run is fenced or its last successful
+    /// heartbeat started more than `self_fence_after` ago (CLOCK_BOOTTIME). Call it right
+    /// before any commit.
+    pub fn check_live(&self) -> Result<(), RunError> {
+        self.shared.check_live()
+    }
+
+    /// Resolves when the run is fenced **and** every tracked command process is gone,
+    /// with the fence as an error.
+    pub async fn fenced(&self) -> RunError {
+        let mut rx = self.shared.fence_tx.subscribe();
+        loop {
+            if let FenceState::Confirmed(reason) = &*rx.borrow_and_update() {
+                return RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: reason.clone(),
+                };
+            }
+            if rx.changed().await.is_err() {
+                return RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: "the watchdog ended".into(),
+                };
+            }
+        }
+    }
+
+    /// Fault injection for tests: skip heartbeats from now on (a stuck heartbeat), so the
+    /// run self-fences after `self_fence_after`. Only with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
+    pub fn suspend_heartbeats(&self) {
+        self.shared.beats_suspended.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Run {
+    /// Dropping an unreleased run stops its heartbeat; the watchdog thread stays, so the
+    /// run self-fences after `self_fence_after` and its commands are killed.
+    fn drop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,668 @@
+//! Open, in order, each step timed, and its undo.
+
+use super::heartbeat::heartbeat_loop;
+use super::preflight::{chain_reaches, preflight};
+use super::reap::{reap_cgroups, reap_or_refuse};
+use super::status::{failure_detail, record_fallback, wall_now, write_status_blocking};
+use super::step::{blocking, timed};
+use super::watchdog::watchdog;
+use super::{FenceState, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK};
+use crate::authority::LeaseAuthority;
+use crate::error::RunError;
+use crate::fence::FenceCore;
+use crate::procs::{Tracked, boottime_ns};
+use crate::sync::lock_std;
+use lease_core::Code;
+use lease_core::LeaseOps;
+use lease_core::canonical::MAX_RECORD_BYTES;
+use lease_core::ops::{
+    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status, TakeoverParams,
+    TakeoverTrigger,
+};
+use lease_core::{
+    FileRef, Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal, decode_for,
+};
+use lease_fs::lock::OwnerLock;
+use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, run_id_of, this_holder};
+use lease_sqlite::{Expected, OpenedStore, Store, StoreError};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+fn random_u64() -> Result<u64, RunError> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn new_owner_id() -> Result<Identity, RunError> {
+    let (a, b) = (random_u64()?, random_u64()?);
+    Identity::new(format!("run-{a:016x}{b:016x}"))
+        .map_err(|e| RunError::Io(format!("owner id: {e}")))
+}
+
+/// What open has done so far, for the undo.
+struct Opening {
+    dir: Arc<RunDir>,
+    /// The held run root (the store folder is opened beneath it).
+    root: Arc<RealFs>,
+    auth: Arc<dyn LeaseAuthority>,
+    lock: Option<OwnerLock>,
+    lease: Option<OwnedLease>,
+    shared: Option<Arc<Shared>>,
+    tasks: Vec<JoinHandle<()>>,
+    current: Option<RunStatus>,
+    /// The seal the chain required at the `store` step (the replaced epoch's): re-issued
+    /// by the undo of an open that fails before the store is live, so the next opener
+    /// still checks the store's identity.
+    carry_seal: Arc<Mutex<Option<Seal>>>,
+}
+
+/// What every open step reads: the run folder's path, its name (as messages show it) and
+/// the options.
+struct Ctx<'a> {
+    path: &'a Path,
+    name: String,
+    opts: &'a OpenOptions,
+}
+
+/// The store as the `store` step opened it, with the seal and floor the `seal` step
+/// checks it against.
+type Unchecked = (OpenedStore, Option<Seal>, Option<(u64, Generation)>);
+
+impl Run {
+    /// Open (claim) the run at the absolute `path`, in this order, each step timed:
+    /// owner-lock → read-status → claim → run.json → heartbeat → layout → commands →
+    /// store → seal → live. A failure undoes what was done (see the crate docs).
+    pub async fn open(path: &Path, opts: OpenOptions) -> Result<Run, RunError> {
+        opts.validate(path)?;
+        let run_id = run_id_of(path)?;
+        let cx = Ctx {
+            path,
+            name: path.display().to_string(),
+            opts: &opts,
+        };
+
+        let mut st = owner_lock(&cx, run_id).await?;
+        // Steps 2 to 10; a failure is undone.
+        let steps = async {
+            let previous = read_status(&st, &cx).await?;
+            let (lease, claim_started) = claim(&mut st, &cx).await?;
+            let shared = share(&mut st, &cx, &lease, claim_started)?;
+            run_json(&mut st, &cx, &lease, &shared, previous.as_ref()).await?;
+            heartbeat(&mut st, &cx, &lease, &shared).await?;
+            layout(&st, &cx).await?;
+            commands(&st, &cx, &lease, &shared).await?;
+            let opened = store(&st, &cx, &lease).await?;
+            seal(&cx, &lease, &shared, opened).await?;
+            live(&mut st, &cx, &lease, &shared).await
+        };
+        match steps.await {
+            Ok(()) => {}
+            Err(e) => {
+                Run::undo(st, &opts, &e).await;
+                return Err(e);
+            }
+        }
+        let (Some(lease), Some(shared), Some(current)) = (st.lease, st.shared, st.current) else {
+            return Err(RunError::Io("open finished without a lease".into()));
+        };
+        Ok(Run {
+            dir: st.dir,
+            auth: st.auth,
+            lease,
+            lock: st.lock,
+            shared,
+            tasks: st.tasks,
+            current: Mutex::new(current),
+            opts,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Undo a failed open: stop the tasks; unless fenced: seal the store if it was opened
+    /// (else re-issue the seal the chain required, stamped with this generation, which
+    /// committed nothing), write `run.json` `failed` with `detail` = the error (code and
+    /// message), and release the lease with that seal; drop the owner lock. Best effort,
+    /// each step under its deadline.
+    async fn undo(mut st: Opening, opts: &OpenOptions, err: &RunError) {
+        for t in st.tasks.drain(..) {
+            t.abort();
+        }
+        let name = st.dir.root().display().to_string();
+        if let (Some(lease), Some(shared)) = (st.lease.clone(), st.shared.clone()) {
+            let store = shared.core.take_store();
+            if !shared.is_fenced() {
+                if let Ok(now) = wall_now() {
+                    let carried = lock_std(&st.carry_seal).clone().map(|s| Seal {
+                        generation: lease.generation,
+                        ..s
+                    });
+                    let mut rec = st.current.clone().unwrap_or(record_fallback(&lease, now));
+                    rec.status = RunState::Failed;
+                    rec.detail = Some(failure_detail(err));
+                    rec.wake_at = None;
+                    rec.updated_at = now;
+                    let (dir, auth, sh, l) = (
+                        st.dir.clone(),
+                        st.auth.clone(),
+                        shared.clone(),
+                        lease.clone(),
+                    );
+                    let r = blocking(
+                        &name,
+                        StepName::FinalStatus,
+                        opts.step_deadline,
+                        move || {
+                            let seal = match store {
+                                Some(s) => Some(s.seal(l.generation)?),
+                                None => carried,
+                            };
+                            rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
+                            write_status_blocking(&dir, &*auth, &sh, &l, &rec)?;
+                            auth.release(ReleaseParams {
+                                lease: l.clone(),
+                                now: wall_now()?,
+                                seal,
+                            })?;
+                            Ok(())
+                        },
+                    )
+                    .await;
+                    if let Err(e) = r {
+                        tracing::warn!(run = %name, error = %e, "undo of a failed open incomplete");
+                    }
+                }
+            }
+            // No command ran yet: the cgroup (if any) is empty and can go.
+            if let Some(cg) = shared.tracked().cgroup.clone() {
+                crate::cgroup::Cgroup::at(cg).remove();
+            }
+            // The watchdog ends once nothing is tracked (no command ran yet).
+            shared.stop.store(true, Ordering::SeqCst);
+        }
+        st.lock.take();
+    }
+}
+
+/// (1) owner lock (and, with etcd, the connection to the cluster).
+async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
+    let (path, name, opts) = (cx.path, &cx.name, cx.opts);
+    let cb = &opts.on_step;
+    let deadline = opts.step_deadline;
+    let (p, create, lock_timeout) = (path.to_path_buf(), opts.create, opts.lock_timeout);
+    let (rid, nm) = (run_id.clone(), name.clone());
+    let (authority, fence_after) = (opts.authority.clone(), opts.policy.self_fence_after());
+    let (dir, lock, auth, root) = timed(
+        cb,
+        StepName::OwnerLock,
+        blocking(
+            name,
+            StepName::OwnerLock,
+            deadline + lock_timeout,
+            move || {
+                let io = |e: std::io::Error| FsError::io(rid.as_str(), "open run folder", &nm, e);
+                let fs = if create {
+                    RealFs::create(&p)
+                } else {
+                    RealFs::open(&p)
+                };
+                let fs = Arc::new(fs.map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        RunError::Fs(FsError::RunNotFound { path: nm.clone() })
+                    } else {
+                        io(e).into()
+                    }
+                })?);
+                let end = Instant::now() + lock_timeout;
+                let lock = loop {
+                    if let Some(l) = OwnerLock::try_acquire_in(&fs).map_err(io)? {
+                        break l;
+                    }
+                    if Instant::now() >= end {
+                        return Err(RunError::OwnerLockHeld { run: nm });
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                };
+                let dir = Arc::new(RunDir::with_fs(
+                    fs.clone(),
+                    rid.clone(),
+                    &p,
+                    Arc::new(ProcLiveness::new(&p).holding_lock()),
+                ));
+                let auth = authority.connect(dir.clone(), rid, deadline, fence_after)?;
+                Ok((dir, lock, auth, fs))
+            },
+        ),
+    )
+    .await?;
+
+    Ok(Opening {
+        dir,
+        root,
+        auth,
+        lock: Some(lock),
+        lease: None,
+        shared: None,
+        tasks: Vec::new(),
+        current: None,
+        carry_seal: Arc::new(Mutex::new(None)),
+    })
+}
+
+/// (2) previous run.json; an invalid one is refused and never overwritten. Then
+/// the preflight (`preflight`): the layout, every command record, and run.json not
+/// ahead of the lease chain. All of it reads only: a refusal here leaves the run
+/// exactly as it was (only the owner lock is let go by the undo).
+async fn read_status(st: &Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>, RunError> {
+    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let (dir, auth) = (st.dir.clone(), st.auth.clone());
+    let previous = timed(
+        cb,
+        StepName::ReadStatus,
+        blocking(name, StepName::ReadStatus, deadline, move || {
+            let p = FileRef::RunStatus.path();
+            let bytes = dir
+                .fs()
+                .read(&p, MAX_RECORD_BYTES)
+                .map_err(|e| FsError::io(dir.run_id().as_str(), "read", &p, e))?;
+            let previous = match bytes {
+                None => None,
+                Some(b) => {
+                    Some(decode_for::<RunStatus>(dir.run_id(), &b).map_err(|e| e.in_file(p))?)
+                }
+            };
+            preflight(&dir)?;
+            chain_reaches(&*auth, previous.as_ref())?;
+            Ok(previous)
+        }),
+    )
+    .await?;
+    Ok(previous)
+}
+
+/// (3) claim; or exact takeover of a stale owner; or retire a definitely-dead owner
+/// and claim (with etcd, "dead" is judged by the owner's etcd lease).
+///
+/// Returns the lease and the `CLOCK_BOOTTIME` instant the claim started (the run's first
+/// beat).
+async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunError> {
+    let (name, opts) = (&cx.name, cx.opts);
+    let (cb, deadline) = (&opts.on_step, opts.step_deadline);
+    let dir = st.auth.clone();
+    let (policy, retire_dead) = (opts.policy, opts.retire_dead);
+    let takeover = opts.takeover.clone();
+    let trigger = match opts.takeover_watched {
+        None => TakeoverTrigger::Operator,
+        Some(d) => TakeoverTrigger::Automatic {
+            watched_unchanged_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+        },
+    };
+    let claim_started = boottime_ns();
+    let lease = timed(
+        cb,
+        StepName::Claim,
+        blocking(name, StepName::Claim, deadline, move || {
+            let holder = this_holder()?;
+            if let Some(expect) = takeover {
+                // Replacing an owner finalizes its cutoff over the log and writes on
+                // top of the chain: a broken record anywhere refuses it (65, naming
+                // the file), as doctor advises ("do not take over").
+                dir.verify()?;
+                return dir.takeover(TakeoverParams {
+                    run_id: dir.run_id().clone(),
+                    owner_id: new_owner_id()?,
+                    holder,
+                    policy,
+                    now: wall_now()?,
+                    expect,
+                    trigger,
+                    nonce: random_u64()?,
+                });
+            }
+            let claim = |holder: lease_core::Holder| -> Result<ClaimParams, RunError> {
+                Ok(ClaimParams {
+                    run_id: dir.run_id().clone(),
+                    owner_id: new_owner_id()?,
+                    holder,
+                    policy,
+                    now: wall_now()?,
+                    store_floor: None,
+                })
+            };
+            match dir.claim(claim(holder.clone())?) {
+                Ok(l) => Ok(l),
+                // Held (76): the status below decides whether the holder is dead.
+                Err(e)
+                    if retire_dead
+                        && matches!(
+                            e.code(),
+                            Code::RunAlreadyActive
+                                | Code::RunStaleRequiresTakeover
+                                | Code::RunDeadRequiresRetirement
+                                | Code::TakeoverActiveRefused
+                                | Code::RetireRefusedNotDead
+                        ) =>
+                {
+                    let view = dir.status(wall_now()?, true)?;
+                    match (&view.status, &view.head) {
+                        (Status::Dead, Some(head)) => {
+                            dir.verify()?;
+                            dir.retire(RetireParams {
+                                run_id: dir.run_id().clone(),
+                                owner_id: new_owner_id()?,
+                                holder: holder.clone(),
+                                policy,
+                                now: wall_now()?,
+                                expect: Some(Expectation::of(head)),
+                                nonce: random_u64()?,
+                            })?;
+                            dir.claim(claim(holder)?)
+                        }
+                        _ => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            }
+        }),
+    )
+    .await?;
+    st.lease = Some(lease.clone());
+    Ok((lease, claim_started))
+}
+
+/// The state the run's tasks share (its first beat: the start of the claim).
+fn share(
+    st: &mut Opening,
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    claim_started: u64,
+) -> Result<Arc<Shared>, RunError> {
+    let (name, opts) = (&cx.name, cx.opts);
+    let (fence_tx, _) = watch::channel(FenceState::Live);
+    let incarnation = format!("{:016x}{:016x}", random_u64()?, random_u64()?);
+    let shared = Arc::new(Shared {
+        run: name.clone(),
+        policy: opts.policy,
+        core: FenceCore::new(claim_started),
+        stop: AtomicBool::new(false),
+        beats_suspended: AtomicBool::new(false),
+        tracked: Mutex::new(Tracked {
+            secret: Some(incarnation.clone()),
+            ..Tracked::default()
+        }),
+        fence_tx,
+        exit_on_fence: opts.exit_on_fence,
+        generation: lease.generation,
+        incarnation,
+    });
+    st.shared = Some(shared.clone());
+    Ok(shared)
+}
+
+/// (4) run.json: running, as the new generation.
+async fn run_json(
+    st: &mut Opening,
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    shared: &Arc<Shared>,
+    previous: Option<&RunStatus>,
+) -> Result<(), RunError> {
+    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let now = wall_now()?;
+    let record = RunStatus {
+        run_id: lease.run_id.clone(),
+        status: RunState::Running,
+        generation: lease.generation,
+        sealed_sequence: previous.and_then(|p| p.sealed_sequence),
+        wake_at: None,
+        holder: Some(lease.holder.clone()),
+        heartbeat_at: Some(now),
+        updated_at: now,
+        detail: None,
+    };
+    let (dir, auth, sh, l, r) = (
+        st.dir.clone(),
+        st.auth.clone(),
+        shared.clone(),
+        lease.clone(),
+        record.clone(),
+    );
+    timed(
+        cb,
+        StepName::RunJson,
+        blocking(name, StepName::RunJson, deadline, move || {
+            write_status_blocking(&dir, &*auth, &sh, &l, &r)
+        }),
+    )
+    .await?;
+    st.current = Some(record);
+    Ok(())
+}
+
+/// (5) heartbeat task, self-fence timer task, watchdog OS thread.
+async fn heartbeat(
+    st: &mut Opening,
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    shared: &Arc<Shared>,
+) -> Result<(), RunError> {
+    let (path, name, opts) = (cx.path, &cx.name, cx.opts);
+    let cb = &opts.on_step;
+    let (dir, sh, l) = (st.auth.clone(), shared.clone(), lease.clone());
+    let subreaper = opts.subreaper;
+    if opts.cgroup {
+        let key = crate::cgroup::run_key(path, lease.run_id.as_str());
+        match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
+            Ok(cg) => shared.tracked().cgroup = Some(cg.path().to_path_buf()),
+            Err(reason) => tracing::info!(
+                run = %name,
+                %reason,
+                "no cgroup v2 subtree: commands are tracked by group, session and /proc scans"
+            ),
+        }
+    }
+    let tasks = timed(cb, StepName::Heartbeat, async move {
+        if subreaper {
+            if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+                tracing::warn!(error = %e, "cannot become a child subreaper");
+            }
+        }
+        let hb = tokio::spawn(heartbeat_loop(dir, sh.clone(), l));
+        let sh2 = sh.clone();
+        let timer = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(WATCHDOG_TICK);
+            loop {
+                tick.tick().await;
+                if sh2.is_fenced() {
+                    return;
+                }
+                if sh2.lapsed(boottime_ns()) {
+                    sh2.fence(sh2.lapse_reason());
+                    return;
+                }
+            }
+        });
+        std::thread::Builder::new()
+            .name("lease-run-watchdog".into())
+            .spawn(move || watchdog(sh))
+            .map_err(|e| RunError::Io(format!("cannot start the watchdog thread: {e}")))?;
+        Ok(vec![hb, timer])
+    })
+    .await?;
+    st.tasks = tasks;
+    Ok(())
+}
+
+/// (6) layout.
+async fn layout(st: &Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
+    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let dir = st.dir.clone();
+    timed(
+        cb,
+        StepName::Layout,
+        blocking(name, StepName::Layout, deadline, move || {
+            for d in ["store", "work", "tmp"] {
+                dir.fs()
+                    .ensure_dir(d)
+                    .map_err(|e| FsError::io(dir.run_id().as_str(), "mkdir", d, e))?;
+            }
+            Ok(())
+        }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// (7) reap or refuse the previous incarnations' commands.
+async fn commands(
+    st: &Opening,
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    shared: &Arc<Shared>,
+) -> Result<(), RunError> {
+    let (path, name, opts) = (cx.path, &cx.name, cx.opts);
+    let (cb, deadline) = (&opts.on_step, opts.step_deadline);
+    let dir = st.dir.clone();
+    let (gen_, grace, kill_wait) = (lease.generation, opts.term_grace, opts.kill_wait);
+    let key = crate::cgroup::run_key(path, lease.run_id.as_str());
+    timed(
+        cb,
+        StepName::Commands,
+        blocking(
+            name,
+            StepName::Commands,
+            deadline + 2 * (grace + kill_wait),
+            move || {
+                reap_or_refuse(&dir, gen_, grace, kill_wait)?;
+                reap_cgroups(dir.run_id().as_str(), &key, gen_, grace, kill_wait)
+            },
+        ),
+    )
+    .await?;
+    shared.check_live()?;
+    Ok(())
+}
+
+/// (8) store: the seal and floor from the lease chain (our epoch and the one our
+/// claim replaced), then open `store/run.sqlite`. A new store is created only when
+/// the chain names none (no seal, floor 0 or none); an expected store that is
+/// missing is STORE_MISSING, never recreated.
+async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Unchecked, RunError> {
+    let (path, name, cb, deadline) = (cx.path, &cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let dir = st.auth.clone();
+    let (rid, g, carry) = (
+        lease.run_id.clone(),
+        lease.generation,
+        st.carry_seal.clone(),
+    );
+    let root = st.root.clone();
+    let store_dir = path.join(lease_core::layout::STORE_DIR);
+    let (opened, seal, floor) = timed(
+        cb,
+        StepName::Store,
+        blocking(name, StepName::Store, deadline, move || {
+            let own = dir.read_epoch(g)?.ok_or_else(|| {
+                RunError::Io(format!("epoch {g} vanished right after it was created"))
+            })?;
+            let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
+                Some(prev) => dir.read_epoch(prev)?,
+                None => None,
+            };
+            let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
+            let seal = seal.cloned();
+            *lock_std(&carry) = seal.clone();
+            let create = seal.is_none() && floor.is_none_or(|(f, _)| f == 0);
+            let expect = seal.as_ref().map(|s| Expected {
+                store_id: s.store_id.clone(),
+            });
+            // The store folder is opened beneath the held root (no symlink followed,
+            // trust-checked), and the store's files only ever beneath that folder.
+            let folder = root
+                .open_dir(lease_core::layout::STORE_DIR)
+                .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
+            let opened = Store::open_in(
+                &rid,
+                folder,
+                &store_dir,
+                lease_core::layout::STORE_FILE_NAME,
+                lease_sqlite::OpenOptions { create, expect },
+            )?;
+            Ok((opened, seal, floor))
+        }),
+    )
+    .await?;
+    Ok((opened, seal, floor))
+}
+
+/// (9) seal: the store must be the sealed one, at or past the seal and the floor.
+/// Then the commit gate (the self-fence rule) is installed and the store handed to
+/// `RunStore` handles.
+async fn seal(
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    shared: &Arc<Shared>,
+    (opened, seal, floor): Unchecked,
+) -> Result<(), RunError> {
+    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let (sh, weak) = (shared.clone(), Arc::downgrade(shared));
+    let (run_s, g) = (name.clone(), lease.generation);
+    timed(
+        cb,
+        StepName::Seal,
+        blocking(name, StepName::Seal, deadline, move || {
+            let mut store = opened.check_seal(seal.as_ref(), floor)?;
+            let head = store.head()?;
+            store.set_commit_gate(Box::new(move || match weak.upgrade() {
+                Some(sh) => sh
+                    .check_live()
+                    .map_err(|e| StoreError::from(sh.fenced_lease_error(e.to_string()))),
+                None => Err(StoreError::from(LeaseError::Fenced {
+                    run: run_s.clone(),
+                    generation: g,
+                    detail: "the run is gone".into(),
+                })),
+            }));
+            sh.core.install_store(store, head);
+            Ok(())
+        }),
+    )
+    .await?;
+    shared.check_live()?;
+    Ok(())
+}
+
+/// (10) live: the seal is cleared while the run is live.
+async fn live(
+    st: &mut Opening,
+    cx: &Ctx<'_>,
+    lease: &OwnedLease,
+    shared: &Arc<Shared>,
+) -> Result<(), RunError> {
+    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
+    let now = wall_now()?;
+    let mut live = st.current.clone().unwrap_or(record_fallback(lease, now));
+    live.sealed_sequence = None;
+    live.heartbeat_at = Some(now);
+    live.updated_at = now;
+    let (dir, auth, sh, l, r) = (
+        st.dir.clone(),
+        st.auth.clone(),
+        shared.clone(),
+        lease.clone(),
+        live.clone(),
+    );
+    timed(
+        cb,
+        StepName::Live,
+        blocking(name, StepName::Live, deadline, move || {
+            write_status_blocking(&dir, &*auth, &sh, &l, &r)
+        }),
+    )
+    .await?;
+    st.current = Some(live);
+    Ok(())
+}

@@ -1,0 +1,275 @@
+//! Release: stop the commands, the barrier, the seal, the final `run.json`, the lease.
+
+#[cfg(doc)]
+use super::RunStore;
+use super::status::{wall_now, write_status_blocking};
+use super::step::{blocking, timed};
+use super::{Run, StepName, WATCHDOG_TICK};
+use crate::error::RunError;
+use crate::procs;
+use crate::sync::lock_std;
+use lease_core::LeaseOps;
+use lease_core::ops::ReleaseParams;
+use lease_core::{Code, Dir, FileRef, Generation, RunState, Timestamp};
+use lease_fs::{FsError, RunDir, primitives};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The final status a release writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalStatus {
+    /// Stopped on purpose, to be resumed (optionally at `wake_at`).
+    Paused {
+        /// When to resume.
+        wake_at: Option<Timestamp>,
+    },
+    /// Finished successfully.
+    Done,
+    /// Finished with a failure (`detail`, at most 4096 bytes).
+    Failed {
+        /// Why.
+        detail: String,
+    },
+}
+
+impl Run {
+    /// Release the run, in order, each step under its own deadline: stop-commands (TERM,
+    /// grace, KILL; then their records are removed) → barrier (the store is taken from
+    /// every [`RunStore`] handle, after any commit in flight: no commit can start after
+    /// it) → seal-store (the seal: store id, head, this generation; the store's highest
+    /// token is raised to this generation, the WAL checkpointed, the store closed) →
+    /// final-status (`run.json` as `final_status`, `sealed_sequence` = the sealed head) →
+    /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock.
+    /// A fenced run reports the fence and writes nothing.
+    pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, false).await
+    }
+
+    /// Release the run like [`Run::release`], except that its commands are **detached**
+    /// instead of stopped: for a command that asked its owner to hand the run over and
+    /// goes on without the lease (`runlease release` under `runlease run`).
+    ///
+    /// In place of stop-commands: the watchdog stops tracking this generation's processes
+    /// (they are no longer killed on a fence or at release), their command records are
+    /// removed durably (so the next owner does not reap them), and the members of the
+    /// incarnation's cgroup v2 directory, if any, are moved up into the owner's own cgroup
+    /// and the directory removed ([`crate::cgroup::detach`]; a member that cannot be moved
+    /// is logged, and the next open of the run kills it). All
+    /// this happens before the barrier, the seal and the lease release, so a crash in
+    /// between leaves a held run whose next owner finds no record (the commands are not
+    /// reaped: they were handed over on purpose). What a detached command still holds:
+    /// nothing that counts: the store is sealed and closed at the barrier that follows, and
+    /// once the lease is released its generation is fenced everywhere (lease-fs appends
+    /// answer `FENCED`).
+    pub async fn release_detached(self, final_status: FinalStatus) -> Result<(), RunError> {
+        self.release_with(final_status, true).await
+    }
+
+    async fn release_with(
+        mut self,
+        final_status: FinalStatus,
+        detach: bool,
+    ) -> Result<(), RunError> {
+        let name = self.shared.run.clone();
+        let cb = self.opts.on_step.clone();
+        let deadline = self.opts.step_deadline;
+        if let Err(e) = self.check_live() {
+            return Err(self.finish_fenced(e).await);
+        }
+
+        let (sh, grace, kill_wait, dir, g) = (
+            self.shared.clone(),
+            self.opts.term_grace,
+            self.opts.kill_wait,
+            self.dir.clone(),
+            self.lease.generation,
+        );
+        let stopped = timed(
+            &cb,
+            StepName::StopCommands,
+            blocking(
+                &name,
+                StepName::StopCommands,
+                grace + kill_wait + deadline,
+                move || {
+                    if detach {
+                        let cg = {
+                            let mut t = sh.tracked();
+                            t.groups.clear();
+                            t.known.clear();
+                            t.cgroup.take()
+                        };
+                        if let Some(cg) = cg {
+                            crate::cgroup::detach(&cg);
+                        }
+                        return remove_own_records(&dir, g);
+                    }
+                    let mut t = sh.tracked().clone();
+                    let gone = procs::terminate(&mut t, grace, kill_wait);
+                    let cg = t.cgroup.clone();
+                    *sh.tracked() = t;
+                    if !gone {
+                        // Name a survivor (pid and group) from a fresh scan; one that died
+                        // since still leaves its recorded group to name.
+                        let (pid, pgid) = sh.tracked().first_alive(&procs::scan()).unwrap_or((
+                            0,
+                            sh.tracked().groups.iter().next().copied().unwrap_or(0),
+                        ));
+                        return Err(RunError::CommandsSurvive {
+                            run: sh.run.clone(),
+                            pid,
+                            pgid,
+                            generation: g.get(),
+                        });
+                    }
+                    if let Some(cg) = cg {
+                        crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_secs(1));
+                    }
+                    remove_own_records(&dir, g)
+                },
+            ),
+        )
+        .await;
+        if let Err(e) = stopped {
+            // The watchdog keeps watching: once the lease lapses it SIGKILLs them again.
+            for t in self.tasks.drain(..) {
+                t.abort();
+            }
+            return Err(e);
+        }
+
+        // Barrier: take the store out of the shared slot. The slot's mutex is held by a
+        // commit for its whole duration, so this waits for one in flight; afterwards every
+        // `RunStore` call answers RUN_RELEASED.
+        let sh = self.shared.clone();
+        let store = timed(
+            &cb,
+            StepName::Barrier,
+            blocking(&name, StepName::Barrier, deadline, move || {
+                Ok(sh.core.take_store())
+            }),
+        )
+        .await?;
+
+        let sealed = timed(
+            &cb,
+            StepName::SealStore,
+            blocking(&name, StepName::SealStore, deadline, move || match store {
+                Some(s) => Ok(s.seal(g)?),
+                None => Err(RunError::Io(
+                    "the store was closed before the release (fenced?)".into(),
+                )),
+            }),
+        )
+        .await;
+        let seal = match sealed {
+            Ok(seal) => seal,
+            Err(e) => {
+                if self.check_live().is_err() || e.code() == Code::Fenced {
+                    return Err(self.finish_fenced(e).await);
+                }
+                return Err(e);
+            }
+        };
+
+        let now = wall_now()?;
+        let mut rec = self.status();
+        let (state, detail, wake_at) = match final_status {
+            FinalStatus::Paused { wake_at } => (RunState::Paused, None, wake_at),
+            FinalStatus::Done => (RunState::Done, None, None),
+            FinalStatus::Failed { detail } => (RunState::Failed, Some(detail), None),
+        };
+        rec.status = state;
+        rec.detail = detail;
+        rec.wake_at = wake_at;
+        rec.sealed_sequence = Some(seal.sequence);
+        rec.updated_at = now;
+        let (dir, auth, sh, l, r) = (
+            self.dir.clone(),
+            self.auth.clone(),
+            self.shared.clone(),
+            self.lease.clone(),
+            rec.clone(),
+        );
+        let written = timed(
+            &cb,
+            StepName::FinalStatus,
+            blocking(&name, StepName::FinalStatus, deadline, move || {
+                write_status_blocking(&dir, &*auth, &sh, &l, &r)
+            }),
+        )
+        .await;
+        if let Err(e) = written {
+            if matches!(e, RunError::Fenced { .. }) {
+                return Err(self.finish_fenced(e).await);
+            }
+            return Err(e);
+        }
+        *lock_std(&self.current) = rec;
+
+        timed(&cb, StepName::StopHeartbeat, async {
+            for t in self.tasks.drain(..) {
+                t.abort();
+                let _ = tokio::time::timeout(deadline, t).await;
+            }
+            Ok(())
+        })
+        .await?;
+
+        let (auth, l) = (self.auth.clone(), self.lease.clone());
+        timed(
+            &cb,
+            StepName::ReleaseLease,
+            blocking(&name, StepName::ReleaseLease, deadline, move || {
+                auth.release(ReleaseParams {
+                    lease: l.clone(),
+                    now: wall_now()?,
+                    seal: Some(seal),
+                })?;
+                Ok(())
+            }),
+        )
+        .await?;
+
+        timed(&cb, StepName::Unlock, async {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.lock.take();
+            Ok(())
+        })
+        .await
+    }
+
+    /// The fence path of release: stop the tasks, wait (bounded) for the watchdog to
+    /// confirm the kill, drop the lock; nothing is written.
+    async fn finish_fenced(&mut self, e: RunError) -> RunError {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        // Close the store (unless a commit holds it: it drops the store itself once it
+        // sees the fence), so the next owner can open it.
+        self.shared.core.drop_store_if_free();
+        let wait = self.opts.kill_wait + WATCHDOG_TICK * 3;
+        let confirmed = tokio::time::timeout(wait, self.fenced()).await;
+        self.lock.take();
+        confirmed.unwrap_or(e)
+    }
+}
+
+/// Remove this generation's command records (their processes are gone).
+fn remove_own_records(dir: &RunDir, ours: Generation) -> Result<(), RunError> {
+    let run = dir.run_id().as_str().to_string();
+    let names = dir
+        .fs()
+        .list(Dir::Commands.path())
+        .map_err(|e| FsError::io(&run, "list", Dir::Commands.path(), e))?;
+    for n in names {
+        if let Some(f @ FileRef::Command { generation, .. }) = Dir::Commands.parse_name(&n) {
+            if generation == ours {
+                let p = f.path();
+                primitives::remove(&**dir.fs(), &p, true)
+                    .map_err(|e| FsError::io(&run, "remove", &p, e))?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! `run.json`: the wall clock, the fenced write and the records an open or release writes.
+
+use super::step::blocking;
+use super::{Run, Shared, StepName};
+use crate::authority::LeaseAuthority;
+use crate::error::RunError;
+use crate::sync::lock_std;
+use lease_core::LeaseOps;
+use lease_core::ops::{OwnedLease, Status};
+use lease_core::{FileRef, RunState, RunStatus, Timestamp, encode};
+use lease_fs::{FsError, RunDir, primitives};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Wall-clock now as a protocol timestamp.
+pub(crate) fn wall_now() -> Result<Timestamp, RunError> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| RunError::Io("the wall clock is before 1970".into()))?
+        .as_millis();
+    u64::try_from(ms)
+        .ok()
+        .and_then(Timestamp::from_unix_millis)
+        .ok_or_else(|| RunError::Io("the wall clock is out of range".into()))
+}
+
+/// Write `run.json` as generation `lease.generation` only: the head must still be our
+/// active epoch and the run not fenced, checked right before the atomic replace.
+pub(super) fn write_status_blocking(
+    dir: &RunDir,
+    auth: &dyn LeaseAuthority,
+    shared: &Shared,
+    lease: &OwnedLease,
+    record: &RunStatus,
+) -> Result<(), RunError> {
+    shared.check_live()?;
+    let view = auth.status(record.updated_at, false)?;
+    let ours = view.head.as_ref().is_some_and(|h| {
+        h.generation() == lease.generation && h.is_active() && h.epoch.owner_id == lease.owner_id
+    });
+    if !ours {
+        // An unreadable head (edited by hand) cannot confirm the lease either: fenced,
+        // but say which file, not that another owner came.
+        let reason = match &view.status {
+            Status::Invalid(e) => format!(
+                "run.json not written: the lease head cannot be read to confirm generation {}: {e}",
+                lease.generation
+            ),
+            _ => format!(
+                "run.json not written: the lease head is no longer generation {} of this owner",
+                lease.generation
+            ),
+        };
+        shared.fence(reason.clone());
+        return Err(RunError::Fenced {
+            run: shared.run.clone(),
+            reason,
+        });
+    }
+    let bytes = encode(record)?;
+    shared.check_live()?;
+    primitives::replace(&**dir.fs(), &FileRef::RunStatus.path(), &bytes, true)
+        .map_err(|e| FsError::io(lease.run_id.as_str(), "replace", "run.json", e))?;
+    Ok(())
+}
+
+impl Run {
+    /// The last `run.json` this run wrote.
+    pub fn status(&self) -> RunStatus {
+        lock_std(&self.current).clone()
+    }
+
+    /// Write `run.json` with `status` (and `detail`), as this generation only.
+    pub async fn set_status(
+        &self,
+        status: RunState,
+        detail: Option<String>,
+        wake_at: Option<Timestamp>,
+    ) -> Result<(), RunError> {
+        let now = wall_now()?;
+        let mut rec = self.status();
+        rec.status = status;
+        rec.detail = detail;
+        rec.wake_at = wake_at;
+        rec.updated_at = now;
+        let (dir, auth, sh, l, r) = (
+            self.dir.clone(),
+            self.auth.clone(),
+            self.shared.clone(),
+            self.lease.clone(),
+            rec.clone(),
+        );
+        blocking(
+            &self.shared.run,
+            StepName::FinalStatus,
+            self.opts.step_deadline,
+            move || write_status_blocking(&dir, &*auth, &sh, &l, &r),
+        )
+        .await?;
+        *lock_std(&self.current) = rec;
+        Ok(())
+    }
+}
+
+/// `run.json`'s `detail` for a failure: the error's code and message (at most 4096 bytes).
+pub(super) fn failure_detail(err: &RunError) -> String {
+    let msg = err.to_string();
+    let mut d = if msg.starts_with(err.code().as_str()) {
+        msg
+    } else {
+        format!("{}: {msg}", err.code())
+    };
+    if d.len() > lease_core::records::DETAIL_MAX_BYTES {
+        let mut cut = lease_core::records::DETAIL_MAX_BYTES;
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        d.truncate(cut);
+    }
+    d
+}
+
+pub(super) fn record_fallback(lease: &OwnedLease, now: Timestamp) -> RunStatus {
+    RunStatus {
+        run_id: lease.run_id.clone(),
+        status: RunState::Running,
+        generation: lease.generation,
+        sealed_sequence: None,
+        wake_at: None,
+        holder: Some(lease.holder.clone()),
+        heartbeat_at: None,
+        updated_at: now,
+        detail: None,
+    }
+}

@@ -1,0 +1,114 @@
+//! The store handle: the run's store behind the fence, commits stamped with the generation.
+
+use super::{Run, Shared};
+use crate::error::RunError;
+use crate::fence::{Access, FenceCore};
+use lease_sqlite::{Batch, Commit, Document, Store, StoreError};
+use std::sync::Arc;
+
+/// A handle on the run's store (`store/run.sqlite`), from [`Run::store`]. Cloneable and
+/// `Send + Sync`: the one `lease_sqlite::Store` (`Send`, not `Sync`) sits behind a mutex,
+/// so calls from several threads run one at a time.
+///
+/// Every call is **blocking** (a commit fsyncs the WAL): from async code call it inside
+/// `tokio::task::spawn_blocking`, or use [`Run::commit`].
+///
+/// Every commit is stamped with the run's generation as its fencing token, and before it
+/// starts it applies the self-fence rule ([`Run::check_live`], as the store's commit gate):
+/// no commit begins once the run is fenced or its last successful heartbeat started more
+/// than `self_fence_after` ago. Once the run is fenced every call answers `FENCED` and the
+/// store is closed; after [`Run::release`] every call answers `RUN_RELEASED`.
+#[derive(Clone)]
+pub struct RunStore {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RunStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStore")
+            .field("run", &self.shared.run)
+            .field("generation", &self.shared.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunStore {
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&FenceCore<Store>, &mut Store) -> Result<T, StoreError>,
+    ) -> Result<T, RunError> {
+        match self.shared.core.with_store(f) {
+            Ok(x) => Ok(x),
+            Err(Access::Failed(e)) => Err(e.into()),
+            Err(Access::Fenced) => {
+                self.shared.check_live()?;
+                Err(RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason: "fenced".into(),
+                })
+            }
+            Err(Access::Closed) => {
+                self.shared.check_live()?;
+                Err(RunError::Released {
+                    run: self.shared.run.clone(),
+                })
+            }
+        }
+    }
+
+    /// Commit `batch` as this run's generation; returns its sequence (durable when this
+    /// returns). `FENCED` (75) if the run is fenced or past its self-fence deadline, or if
+    /// the store has accepted a higher generation.
+    pub fn commit(&self, batch: &Batch) -> Result<u64, RunError> {
+        let g = self.shared.generation;
+        self.with(|core, s| {
+            let seq = s.commit(g, batch)?;
+            core.acknowledge(seq);
+            Ok(seq)
+        })
+    }
+
+    /// The document at `key`, if any.
+    pub fn get(&self, key: &str) -> Result<Option<Document>, RunError> {
+        self.with(|_, s| s.get(key))
+    }
+
+    /// Every document whose key starts with `prefix`, in key order.
+    pub fn scan_prefix(&self, prefix: &str) -> Result<Vec<Document>, RunError> {
+        self.with(|_, s| s.scan_prefix(prefix))
+    }
+
+    /// The commits after sequence `after`, in order, with their writes and log entries.
+    pub fn commits_since(&self, after: u64) -> Result<Vec<Commit>, RunError> {
+        self.with(|_, s| s.commits_since(after))
+    }
+
+    /// The last committed sequence (0 for an empty store).
+    pub fn head(&self) -> Result<u64, RunError> {
+        self.with(|_, s| s.head())
+    }
+
+    /// The store's identity (created with it).
+    pub fn store_id(&self) -> Result<String, RunError> {
+        self.with(|_, s| s.identity().map(|i| i.store_id))
+    }
+}
+
+impl Run {
+    /// A handle on the run's store (see [`RunStore`]): commits carry this generation and
+    /// none starts after the self-fence deadline.
+    pub fn store(&self) -> RunStore {
+        RunStore {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Commit `batch` to the store off the async runtime (`spawn_blocking`); see
+    /// [`RunStore::commit`].
+    pub async fn commit(&self, batch: Batch) -> Result<u64, RunError> {
+        let store = self.store();
+        tokio::task::spawn_blocking(move || store.commit(&batch))
+            .await
+            .map_err(|e| RunError::Io(format!("commit task failed: {e}")))?
+    }
+}
