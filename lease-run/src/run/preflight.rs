@@ -52,20 +52,14 @@ pub fn chain_reaches(
     };
     let view = auth.status(wall_now()?, false)?;
     let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
-    if written_by <= head {
+    // The same judgement `status` and `doctor` make (lease-core's one diagnosis).
+    let Some(what) = lease_core::diagnose::chain_behind(written_by, head) else {
         return Ok(());
-    }
-    let chain = if head == 0 {
-        "the lease chain (lease/epochs/) has no epoch".to_string()
-    } else {
-        format!("the lease chain (lease/epochs/) ends at generation {head}")
     };
     Err(RunError::Lease(LeaseError::ChainBroken {
         run: auth.run_id().to_string(),
         chain: "epoch",
         at: written_by,
-        detail: format!(
-            "run.json was written by generation {written_by}, but {chain}: epochs were deleted or restored from an older copy, and claiming would reuse fencing tokens already given out; restore lease/ from a backup"
-        ),
+        detail: format!("{what}; restore lease/ from a backup"),
     }))
 }
