@@ -1,6 +1,7 @@
 //! Shared plumbing of the subcommands: the CLI error type, output (human or one JSON
 //! object per line), wall time, random ids, and how a run's status is described.
 
+use lease_core::Code;
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{EpochState, LeaseError, Timestamp, TimingPolicy};
 use lease_fs::FsError;
@@ -21,7 +22,7 @@ pub const EX_OTHER: i32 = 1;
 #[derive(Debug, Clone)]
 pub struct CliError {
     /// Stable machine-readable code (`RUN_NOT_FOUND`, `FENCED`, ...).
-    pub code: String,
+    pub code: Code,
     /// Human message, without the code prefix.
     pub message: String,
     /// Process exit code (README.md "Exit codes").
@@ -32,9 +33,9 @@ pub struct CliError {
 
 impl CliError {
     /// A new error with an explicit code and exit code.
-    pub fn new(code: &str, exit: i32, message: impl Into<String>) -> CliError {
+    pub fn new(code: Code, exit: i32, message: impl Into<String>) -> CliError {
         CliError {
-            code: code.to_string(),
+            code,
             message: message.into(),
             exit,
             extra: None,
@@ -43,7 +44,7 @@ impl CliError {
 
     /// A usage error (exit 64) with code `ARGUMENT_INVALID`.
     pub fn usage(message: impl Into<String>) -> CliError {
-        CliError::new("ARGUMENT_INVALID", EX_USAGE, message)
+        CliError::new(Code::ArgumentInvalid, EX_USAGE, message)
     }
 
     /// Attach extra JSON fields.
@@ -85,34 +86,30 @@ impl CliError {
     }
 }
 
-/// Strip a leading `CODE: ` from a message that already names its code.
-fn strip_code(code: &str, msg: String) -> String {
-    match msg.strip_prefix(code).and_then(|m| m.strip_prefix(": ")) {
-        Some(rest) => rest.to_string(),
-        None => msg,
-    }
+/// A library error as a CLI error: its code, its message (errors' `Display` carries no
+/// code prefix) and the exit code the CLI's one mapping gives that code.
+fn from_layer(code: Code, message: String) -> CliError {
+    CliError::new(code, lease_cli::exit_codes::exit_for(code), message)
 }
 
 impl From<FsError> for CliError {
     fn from(e: FsError) -> CliError {
-        let code = e.code().as_str();
-        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+        from_layer(e.code(), e.to_string())
     }
 }
 
 impl From<LeaseError> for CliError {
     fn from(e: LeaseError) -> CliError {
-        let code = e.code().as_str();
-        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+        from_layer(e.code(), e.to_string())
     }
 }
 
 /// Name the run folder argument in a `RUN_ID_INVALID` error (the run id is the folder's
 /// last path component, so the message alone would not say which argument was wrong).
 fn name_folder(dir: &Path, e: FsError) -> CliError {
-    let code = e.code().as_str();
+    let code = e.code();
     let err = CliError::from(e);
-    if code == "RUN_ID_INVALID" {
+    if code == Code::RunIdInvalid {
         err.with_hint(format!(
             "run folder {}: the run id is the folder's name",
             dir.display()
@@ -124,8 +121,7 @@ fn name_folder(dir: &Path, e: FsError) -> CliError {
 
 impl From<lease_run::RunError> for CliError {
     fn from(e: lease_run::RunError) -> CliError {
-        let code = e.code().as_str();
-        CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
+        from_layer(e.code(), e.to_string())
     }
 }
 
@@ -138,10 +134,8 @@ pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, Cl
     };
     #[cfg(feature = "etcd")]
     {
-        let addr = lease_etcd::AuthorityAddr::parse(v).map_err(|e| {
-            let code = e.code().as_str();
-            CliError::new(code, e.exit_code(), strip_code(code, e.to_string()))
-        })?;
+        let addr =
+            lease_etcd::AuthorityAddr::parse(v).map_err(|e| from_layer(e.code(), e.to_string()))?;
         Ok(lease_run::Authority::Etcd(addr))
     }
     #[cfg(not(feature = "etcd"))]
@@ -154,7 +148,7 @@ pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, Cl
 #[cfg(not(feature = "etcd"))]
 pub fn authority_unsupported(value: &str) -> CliError {
     CliError::new(
-        "AUTHORITY_UNSUPPORTED",
+        Code::AuthorityUnsupported,
         EX_USAGE,
         format!(
             "--authority {value:?} (or RUNLEASE_AUTHORITY): this runlease was built without etcd support; rebuild with `cargo build -p lease-cli --features etcd` (needs protoc), or unset it to use the run folder"
@@ -167,7 +161,7 @@ pub fn folder_only(what: &str, authority: &lease_run::Authority) -> Result<(), C
     match authority.url() {
         None => Ok(()),
         Some(url) => Err(CliError::new(
-            "AUTHORITY_UNSUPPORTED",
+            Code::AuthorityUnsupported,
             EX_USAGE,
             format!(
                 "`runlease {what}` works on run folders only, not with --authority {url}; use `runlease status`, `verify` or `events` with it"
@@ -240,7 +234,7 @@ pub fn open_lease(
         }
         #[allow(unreachable_patterns)]
         _ => Err(CliError::new(
-            "AUTHORITY_UNSUPPORTED",
+            Code::AuthorityUnsupported,
             EX_USAGE,
             "this authority is not supported by this build",
         )),
@@ -325,19 +319,25 @@ impl Out {
 pub fn wall_now() -> Result<Timestamp, CliError> {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_err(|_| CliError::new("CLOCK_INVALID", EX_OTHER, "the wall clock is before 1970"))?
+        .map_err(|_| {
+            CliError::new(
+                Code::ClockInvalid,
+                EX_OTHER,
+                "the wall clock is before 1970",
+            )
+        })?
         .as_millis();
     u64::try_from(ms)
         .ok()
         .and_then(Timestamp::from_unix_millis)
-        .ok_or_else(|| CliError::new("CLOCK_INVALID", EX_OTHER, "the wall clock is past 9999"))
+        .ok_or_else(|| CliError::new(Code::ClockInvalid, EX_OTHER, "the wall clock is past 9999"))
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| {
         CliError::new(
-            "IO_ERROR",
+            Code::IoError,
             74,
             format!("cannot read random bytes from the OS: {e}"),
         )
@@ -476,7 +476,10 @@ pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
             "sealed_sequence": r.sealed_sequence,
             "updated_at": r.updated_at.to_string(),
         }),
-        Err(e) => invalid(e.in_file(&p).to_string()),
+        Err(e) => {
+            let e = e.in_file(&p);
+            invalid(e.code().prefixed(&e))
+        }
     }
 }
 
@@ -510,7 +513,7 @@ pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Valu
     };
     let error = match &view.status {
         Status::Invalid(e) => {
-            json!({"code": e.code(), "message": strip_code(e.code().as_str(), e.to_string())})
+            json!({"code": e.code(), "message": e.to_string()})
         }
         _ => Value::Null,
     };
@@ -552,7 +555,7 @@ pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<St
     match &view.head {
         None => {
             if let Status::Invalid(e) = &view.status {
-                row("error", e.to_string());
+                row("error", e.code().prefixed(e));
             } else {
                 row("generation", "none (never claimed)".into());
             }

@@ -3,6 +3,8 @@
 //! docs/PROTOCOL.md §12 are checked against (`lease-cli/tests/docs_drift.rs` fails when a
 //! copy drifts).
 
+use lease_core::Code;
+
 /// Every exit code (as written in the docs: `128+N` for a signal) with its meaning.
 pub const EXIT_CODES: &[(&str, &str)] = &[
     ("0", "ok; for `run`, the command's own exit code"),
@@ -46,6 +48,65 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
         "`run`: the command was killed by signal N (also: runlease was interrupted by signal N before the command started)",
     ),
 ];
+
+/// The sysexits-style exit code `runlease` uses for a failure with `code`: the one
+/// mapping from a code to an exit code. `tests/docs_drift.rs` checks it against every
+/// layer's code table and the docs. `COMMAND_NOT_STARTED` (126 or 127) and `INTERRUPTED`
+/// (128+N) depend on the case; their constructors set the exit code themselves, and this
+/// gives 126 and 130.
+pub fn exit_for(code: Code) -> i32 {
+    match code {
+        Code::RunIdInvalid
+        | Code::ArgumentInvalid
+        | Code::PolicyInvalid
+        | Code::RunNotFound
+        | Code::RunFolderForeign
+        | Code::AuthorityInvalid
+        | Code::AuthorityUnsupported => 64,
+        Code::RecordInvalid
+        | Code::ChainBroken
+        | Code::EventLogGap
+        | Code::GenerationOverflow
+        | Code::StoreBehindSeal
+        | Code::StoreIdentityMismatch
+        | Code::RunLayoutInvalid
+        | Code::StoreCorrupt
+        | Code::StoreMissing
+        | Code::LivenessInvalid => 65,
+        Code::Unavailable => 69,
+        Code::SchemaUnsupported
+        | Code::ProtocolViolation
+        | Code::StorePragma
+        | Code::StoreInternal
+        | Code::RunReleased
+        | Code::SpawnFailed
+        | Code::EtcdRefused
+        | Code::Internal => 70,
+        Code::RunRootChanged | Code::IoError | Code::StoreIo | Code::StepTimeout => 74,
+        Code::TakeoverRace
+        | Code::Fenced
+        | Code::EventContention
+        | Code::ConcurrentChange
+        | Code::StoreBusy
+        | Code::ReleaseTimeout => 75,
+        Code::RunAlreadyActive
+        | Code::RunStaleRequiresTakeover
+        | Code::RunDeadRequiresRetirement
+        | Code::TakeoverActiveRefused
+        | Code::RetireRefusedNotDead
+        | Code::OwnerLockHeld
+        | Code::RunCommandsSurvive
+        | Code::RunCommandUnproven
+        | Code::ReleaseNotDelivered => 76,
+        Code::RunNotOwned | Code::RunCommandNotPermitted => 77,
+        Code::Aborted | Code::ClockInvalid => 1,
+        Code::CommandNotStarted => 126,
+        Code::Interrupted => 130,
+        // A code added to lease-core before this table learns it: an internal error,
+        // and docs_drift fails until it is mapped.
+        _ => 70,
+    }
+}
 
 /// The error codes only lease-cli produces, with their exit codes as written in the docs
 /// (the layers' own: `lease_core::ERROR_CODES`, `lease_fs::FS_ERROR_CODES`,

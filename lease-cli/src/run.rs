@@ -122,16 +122,9 @@ impl Fwd {
     }
 }
 
-/// A `RunError` as a CLI error (same code and exit code).
+/// A `RunError` as a CLI error (same code, the CLI's exit code for it).
 fn run_err(e: RunError) -> CliError {
-    let code = e.code().as_str();
-    let msg = e.to_string();
-    let msg = msg
-        .strip_prefix(code)
-        .and_then(|m| m.strip_prefix(": "))
-        .map(str::to_string)
-        .unwrap_or(msg);
-    CliError::new(code, e.exit_code(), msg)
+    CliError::from(e)
 }
 
 /// Check that `program` can be started the way `/bin/sh`'s `exec` will (PATH lookup for a
@@ -143,7 +136,7 @@ fn check_program(program: &str) -> Result<(), CliError> {
         |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
     let not_started = |exit: i32, why: &str| {
         CliError::new(
-            "COMMAND_NOT_STARTED",
+            Code::CommandNotStarted,
             exit,
             format!("cannot start {program}: {why}; nothing was claimed"),
         )
@@ -230,7 +223,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGUSR1,
     ])
-    .map_err(|e| CliError::new("IO_ERROR", 74, format!("cannot handle signals: {e}")))?;
+    .map_err(|e| CliError::new(Code::IoError, 74, format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
     {
         let fwd = Arc::clone(&fwd);
@@ -279,7 +272,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::new("IO_ERROR", 74, format!("cannot start the runtime: {e}")))?;
+        .map_err(|e| CliError::new(Code::IoError, 74, format!("cannot start the runtime: {e}")))?;
     let r = rt.block_on(run_async(&rundir, &abs, &opts, policy, &argv, &fwd, out));
     signal_handle.close();
     // A blocking step past its deadline must not keep the process alive.
@@ -352,13 +345,13 @@ async fn run_async(
         let detail = format!("interrupted by signal {pending} before the command started");
         let released = run.release(FinalStatus::Failed { detail }).await;
         return Err(CliError::new(
-            "INTERRUPTED",
+            Code::Interrupted,
             128 + pending,
             format!(
                 "interrupted by signal {pending} before the command started; {}",
                 match released {
                     Ok(()) => "the run was released".to_string(),
-                    Err(e) => format!("releasing the run failed: {e}"),
+                    Err(e) => format!("releasing the run failed: {}", e.code().prefixed(&e)),
                 }
             ),
         ));
@@ -383,7 +376,7 @@ async fn run_async(
         Ok(c) => c,
         Err(e) => {
             let e = run_err(e);
-            if e.code == Code::Fenced.as_str() {
+            if e.code == Code::Fenced {
                 drop(run);
                 return Err(e.with_hint("nothing was started or released"));
             }
@@ -394,12 +387,15 @@ async fn run_async(
                 .await;
             return Err(match released {
                 Ok(()) => e.with_hint("the run was released"),
-                Err(r) => e.with_hint(format!("releasing the run failed: {r}")),
+                Err(r) => e.with_hint(format!(
+                    "releasing the run failed: {}",
+                    r.code().prefixed(&r)
+                )),
             });
         }
     };
     let pgid = Pid::from_raw(i32::try_from(cmd.pid()).unwrap_or(i32::MAX))
-        .ok_or_else(|| CliError::new("INTERNAL", 70, "the command has no valid pid"))?;
+        .ok_or_else(|| CliError::new(Code::Internal, 70, "the command has no valid pid"))?;
     {
         // The signal thread forwards from now on; a signal that arrived before is sent now.
         let mut c = fwd.child.lock().unwrap_or_else(|p| p.into_inner());
@@ -464,7 +460,8 @@ async fn run_async(
                 }
                 Err(e) => {
                     eprintln!(
-                        "runlease: warning: the release request failed: {e}; the run self-fences once its heartbeat lapses"
+                        "runlease: warning: the release request failed: {}; the run self-fences once its heartbeat lapses",
+                        e.code().prefixed(&e)
                     );
                     release_error = Some(run_err(e));
                 }
@@ -560,7 +557,7 @@ fn fenced_error_as(
         other => other.to_string(),
     };
     CliError::new(
-        "FENCED",
+        Code::Fenced,
         75,
         format!(
             "run {}: generation {} is fenced ({reason}); {ended} (it exited with {code}); nothing was released or written",
@@ -604,7 +601,7 @@ fn wait_exited(pid: Pid) -> Result<(), CliError> {
             Err(rustix::io::Errno::CHILD) => return Ok(()),
             Err(e) => {
                 return Err(CliError::new(
-                    "IO_ERROR",
+                    Code::IoError,
                     74,
                     format!("waiting for the command failed: {e}"),
                 ));
@@ -619,7 +616,11 @@ async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliErro
     let status = {
         fwd.set(ChildState::Reaped);
         cmd.wait().await.map_err(|e| {
-            CliError::new("IO_ERROR", 74, format!("reaping the command failed: {e}"))
+            CliError::new(
+                Code::IoError,
+                74,
+                format!("reaping the command failed: {e}"),
+            )
         })?
     };
     Ok(status
@@ -726,7 +727,7 @@ async fn acquire(
         Err(AcquireError::Stopped) => {
             check_pending_signal()?;
             Err(CliError::new(
-                "INTERRUPTED",
+                Code::Interrupted,
                 EX_SOFTWARE,
                 "the acquire stopped without a signal; nothing was claimed",
             ))
@@ -734,7 +735,7 @@ async fn acquire(
         Err(AcquireError::Held(held)) => Err(held_error(&held, &opts.dir)),
         Err(AcquireError::Run(e)) => Err(run_err(e)),
         Err(e) => Err(CliError::new(
-            "INTERNAL",
+            Code::Internal,
             EX_SOFTWARE,
             format!("acquire: {e}"),
         )),
@@ -750,7 +751,7 @@ fn held_error(held: &Held, dir: &Path) -> CliError {
     let run = &held.run;
     let err = if held.next == NextStep::WaitForLockHolder {
         CliError::new(
-            held.code.as_str(),
+            held.code,
             76,
             format!(
                 "run {run} is free, but a process on this host still holds its owner lock (an owner that is starting or stopping, or a stopped one already replaced, which also still holds the store); wait (--wait), or resume or end that process"
@@ -779,7 +780,7 @@ fn held_error(held: &Held, dir: &Path) -> CliError {
             ""
         };
         CliError::new(
-            held.code.as_str(),
+            held.code,
             76,
             format!("run {run} is {desc}{lock_note}; {hint}"),
         )
@@ -795,7 +796,7 @@ fn check_pending_signal() -> Result<(), CliError> {
     let sig = PENDING_SIGNAL.load(Ordering::SeqCst);
     if sig != 0 {
         return Err(CliError::new(
-            "INTERRUPTED",
+            Code::Interrupted,
             128 + sig,
             format!("interrupted by signal {sig} before the command started; nothing was claimed"),
         ));

@@ -143,12 +143,12 @@ fn runlease_help_prints_the_exit_code_table() {
 }
 
 #[test]
-fn every_library_code_is_a_code_variant_and_back() {
-    // The layers' tables and `lease_core::Code` name the same codes: a variant no table
-    // lists (so no document either) or a table entry that is no variant fails here.
+fn every_code_is_a_code_variant_and_back() {
+    // The code tables (the layers' and the CLI's) and `lease_core::Code` name the same
+    // codes: a variant no table lists (so no document either) or a table entry that is no
+    // variant fails here.
     let all = all_codes();
-    let cli: Vec<&str> = CLI_ERROR_CODES.iter().map(|(c, _)| *c).collect();
-    for code in all.keys().filter(|c| !cli.contains(&c.as_str())) {
+    for code in all.keys() {
         assert!(
             lease_core::Code::parse(code).is_some(),
             "{code} is in a code table but not a lease_core::Code"
@@ -158,6 +158,23 @@ fn every_library_code_is_a_code_variant_and_back() {
         assert!(
             all.contains_key(c.as_str()),
             "lease_core::Code::{c:?} is in no code table (and so in no document)"
+        );
+    }
+}
+
+#[test]
+fn the_cli_exit_mapping_gives_every_code_its_documented_exit_code() {
+    // `exit_for` is the one code -> exit code mapping the CLI uses; the tables (and so the
+    // docs, checked above) must agree with it. Codes whose exit depends on the case are
+    // written "126/127" or "128+N": the mapping's value must be one of them.
+    for (code, documented) in all_codes() {
+        let c = lease_core::Code::parse(&code).unwrap();
+        let exit = lease_cli::exit_codes::exit_for(c).to_string();
+        let ok = documented.split('/').any(|d| d == exit)
+            || (documented == "128+N" && exit.parse::<i32>().is_ok_and(|e| e > 128));
+        assert!(
+            ok,
+            "{code}: exit_for gives {exit}, the docs say {documented}"
         );
     }
 }

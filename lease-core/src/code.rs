@@ -1,7 +1,11 @@
 //! [`Code`]: every stable error code of the library layers as one enum, so control flow
 //! matches on variants, never on strings. Each layer's error has `code() -> Code`; the text
 //! (`Code::as_str`) is what `--json` prints and the docs list (docs/PROTOCOL.md §12). The
-//! exit codes are not here: each layer's `exit_code()` says them, and the CLI maps them.
+//! runlease CLI's own codes are variants too, so a CLI error's code is a `Code` as well.
+//! Errors' `Display` is the message alone; [`Code::prefixed`] gives `CODE: message`.
+//! Exit codes are not here: the CLI maps a code to its exit code
+//! (`lease_cli::exit_codes::exit_for`); each layer's `exit_code()` gives the same number
+//! for library users, and every copy is checked against the docs' tables.
 //!
 //! ```
 //! use lease_core::Code;
@@ -90,6 +94,29 @@ codes! {
     EtcdRefused = "ETCD_REFUSED",
     AuthorityInvalid = "AUTHORITY_INVALID",
     LivenessInvalid = "LIVENESS_INVALID",
+    // The runlease CLI's own (lease_cli::exit_codes::CLI_ERROR_CODES): no library layer
+    // raises them, but they are codes of the same vocabulary (`--json`'s `code`).
+    Aborted = "ABORTED",
+    ClockInvalid = "CLOCK_INVALID",
+    AuthorityUnsupported = "AUTHORITY_UNSUPPORTED",
+    Internal = "INTERNAL",
+    ReleaseTimeout = "RELEASE_TIMEOUT",
+    ReleaseNotDelivered = "RELEASE_NOT_DELIVERED",
+    CommandNotStarted = "COMMAND_NOT_STARTED",
+    Interrupted = "INTERRUPTED",
+}
+
+impl Code {
+    /// `CODE: message`, the one-line form that keeps the code with a message, for a
+    /// human line, a log or a record's detail. Every error's own `Display` is the message
+    /// alone, without its code.
+    ///
+    /// ```
+    /// assert_eq!(lease_core::Code::Fenced.prefixed("run r: gone"), "FENCED: run r: gone");
+    /// ```
+    pub fn prefixed(self, message: impl fmt::Display) -> String {
+        format!("{}: {message}", self.as_str())
+    }
 }
 
 impl fmt::Display for Code {

@@ -31,7 +31,7 @@ pub enum RunJsonFacts {
     Absent,
     /// It exists but cannot be read or decoded (the message names the file).
     Invalid {
-        /// The error, naming the file.
+        /// The error with its code (`CODE: message`), naming the file.
         message: String,
     },
     /// A valid record.
@@ -57,7 +57,8 @@ pub enum VerifyFacts {
     Failed {
         /// Its code.
         code: Code,
-        /// Its message, naming the file.
+        /// Its message with its code (`CODE: message`, [`Code::prefixed`]), naming the
+        /// file.
         message: String,
     },
 }
@@ -438,11 +439,12 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
     let mut invalid_message = None;
     match &view.status {
         Status::Invalid(e) => {
-            invalid_message = Some(e.to_string());
+            let message = e.code().prefixed(e);
+            invalid_message = Some(message.clone());
             push(
                 FindingCode::InvalidRecord,
                 Severity::Error,
-                Subject::Message(e.to_string()),
+                Subject::Message(message),
                 Next::RepairRecord,
             );
         }

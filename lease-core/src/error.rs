@@ -91,7 +91,7 @@ impl std::fmt::Display for HeldBy {
 #[non_exhaustive]
 pub enum LeaseError {
     /// A run id does not match `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
-    #[error("RUN_ID_INVALID: run id {value:?} is not valid ({reason})")]
+    #[error("run id {value:?} is not valid ({reason})")]
     RunIdInvalid {
         /// The rejected value (escaped in the message).
         value: String,
@@ -99,7 +99,7 @@ pub enum LeaseError {
         reason: &'static str,
     },
     /// A caller-supplied argument (identity, timestamp, event type...) is not valid.
-    #[error("ARGUMENT_INVALID: {what}: {reason}")]
+    #[error("{what}: {reason}")]
     ArgumentInvalid {
         /// Which argument.
         what: &'static str,
@@ -107,13 +107,13 @@ pub enum LeaseError {
         reason: String,
     },
     /// A timing policy violates the safety rules (see [`crate::TimingPolicy`]).
-    #[error("POLICY_INVALID: {reason}")]
+    #[error("{reason}")]
     PolicyInvalid {
         /// Which rule failed, with the values.
         reason: String,
     },
     /// A record read from disk (or given by a caller) is not a valid canonical record.
-    #[error("RECORD_INVALID: {kind} record{} of run {run} is invalid: {detail}", file_suffix(.file))]
+    #[error("{kind} record{} of run {run} is invalid: {detail}", file_suffix(.file))]
     RecordInvalid {
         /// The run the record belongs to (or `?` when not yet known).
         run: String,
@@ -125,7 +125,7 @@ pub enum LeaseError {
         detail: String,
     },
     /// A record carries a version of its schema that this build does not know.
-    #[error("SCHEMA_UNSUPPORTED: {kind} record{} of run {run} has version {version:?}; this build reads {supported:?}", file_suffix(.file))]
+    #[error("{kind} record{} of run {run} has version {version:?}; this build reads {supported:?}", file_suffix(.file))]
     SchemaUnsupported {
         /// The run.
         run: String,
@@ -139,7 +139,7 @@ pub enum LeaseError {
         supported: &'static str,
     },
     /// A hash chain (epochs or events) is broken: history was truncated, edited or reordered.
-    #[error("CHAIN_BROKEN: run {run}: {chain} chain broken at {at}: {detail}")]
+    #[error("run {run}: {chain} chain broken at {at}: {detail}")]
     ChainBroken {
         /// The run.
         run: String,
@@ -151,7 +151,7 @@ pub enum LeaseError {
         detail: String,
     },
     /// The event log has a hole: sequence `missing` is absent but a later one exists.
-    #[error("EVENT_LOG_GAP: run {run}: event {missing} is missing but later events exist")]
+    #[error("run {run}: event {missing} is missing but later events exist")]
     EventLogGap {
         /// The run.
         run: String,
@@ -159,7 +159,7 @@ pub enum LeaseError {
         missing: u64,
     },
     /// The next generation or sequence would overflow `u64`.
-    #[error("GENERATION_OVERFLOW: run {run}: {what} cannot be incremented past {value}")]
+    #[error("run {run}: {what} cannot be incremented past {value}")]
     Overflow {
         /// The run.
         run: String,
@@ -169,7 +169,7 @@ pub enum LeaseError {
         value: u64,
     },
     /// A live owner holds the run.
-    #[error("RUN_ALREADY_ACTIVE: run {run} is held by {held}")]
+    #[error("run {run} is held by {held}")]
     RunAlreadyActive {
         /// The run.
         run: String,
@@ -178,7 +178,7 @@ pub enum LeaseError {
     },
     /// The owner stopped heartbeating; only an explicit takeover may replace it.
     #[error(
-        "RUN_STALE_REQUIRES_TAKEOVER: run {run} is held by a stale {held}; heartbeat age {age_ms} ms > stale_after {stale_after_ms} ms; use an exact takeover"
+        "run {run} is held by a stale {held}; heartbeat age {age_ms} ms > stale_after {stale_after_ms} ms; use an exact takeover"
     )]
     RunStaleRequiresTakeover {
         /// The run.
@@ -191,7 +191,7 @@ pub enum LeaseError {
         stale_after_ms: u64,
     },
     /// The owner is definitely dead; retire it (no waiting needed).
-    #[error("RUN_DEAD_REQUIRES_RETIREMENT: run {run} is held by a dead {held}; retire it")]
+    #[error("run {run} is held by a dead {held}; retire it")]
     RunDeadRequiresRetirement {
         /// The run.
         run: String,
@@ -199,7 +199,7 @@ pub enum LeaseError {
         held: Box<HeldBy>,
     },
     /// A takeover was refused because the owner is still fresh.
-    #[error("TAKEOVER_ACTIVE_REFUSED: run {run}: {held} is fresh (heartbeat age {age_ms} ms <= stale_after {stale_after_ms} ms{})", watched_suffix(.watched_ms))]
+    #[error("run {run}: {held} is fresh (heartbeat age {age_ms} ms <= stale_after {stale_after_ms} ms{})", watched_suffix(.watched_ms))]
     TakeoverActiveRefused {
         /// The run.
         run: String,
@@ -213,7 +213,7 @@ pub enum LeaseError {
         watched_ms: Option<u64>,
     },
     /// What the taker expected is not what is on disk (anything changed, or another taker won).
-    #[error("TAKEOVER_RACE: run {run}: {detail}")]
+    #[error("run {run}: {detail}")]
     TakeoverRace {
         /// The run.
         run: String,
@@ -221,7 +221,7 @@ pub enum LeaseError {
         detail: String,
     },
     /// Dead-owner retirement was refused: the owner is not proven dead.
-    #[error("RETIRE_REFUSED_NOT_DEAD: run {run}: {held} is not proven dead: {reason}")]
+    #[error("run {run}: {held} is not proven dead: {reason}")]
     RetireRefusedNotDead {
         /// The run.
         run: String,
@@ -231,7 +231,7 @@ pub enum LeaseError {
         reason: String,
     },
     /// The caller's generation has been superseded (or it self-fenced): it must stop writing.
-    #[error("FENCED: run {run}: generation {generation} is fenced: {detail}")]
+    #[error("run {run}: generation {generation} is fenced: {detail}")]
     Fenced {
         /// The run.
         run: String,
@@ -241,7 +241,7 @@ pub enum LeaseError {
         detail: String,
     },
     /// Too many appenders raced for the next sequence.
-    #[error("EVENT_CONTENTION: run {run}: gave up after {attempts} sequence collisions")]
+    #[error("run {run}: gave up after {attempts} sequence collisions")]
     EventContention {
         /// The run.
         run: String,
@@ -250,7 +250,7 @@ pub enum LeaseError {
     },
     /// The store's head is below what was sealed or recorded as its floor.
     #[error(
-        "STORE_BEHIND_SEAL: run {run}: store {store_id} head {head} is below the {what} {required} (generation {generation})"
+        "run {run}: store {store_id} head {head} is below the {what} {required} (generation {generation})"
     )]
     StoreBehindSeal {
         /// The run.
@@ -267,9 +267,7 @@ pub enum LeaseError {
         generation: Generation,
     },
     /// The store is not the one the seal was written for.
-    #[error(
-        "STORE_IDENTITY_MISMATCH: run {run}: store id {found} is not the sealed store {sealed}"
-    )]
+    #[error("run {run}: store id {found} is not the sealed store {sealed}")]
     StoreIdentityMismatch {
         /// The run.
         run: String,
@@ -280,7 +278,7 @@ pub enum LeaseError {
     },
     /// The chain or the log changed under a maintenance or read operation (a concurrent
     /// prune, or a run changing owner faster than it can be observed); retry.
-    #[error("CONCURRENT_CHANGE: run {run}: {detail}; retry")]
+    #[error("run {run}: {detail}; retry")]
     ConcurrentChange {
         /// The run.
         run: String,
@@ -288,7 +286,7 @@ pub enum LeaseError {
         detail: String,
     },
     /// The driver fed an operation a response that does not answer its request.
-    #[error("PROTOCOL_VIOLATION: {detail}")]
+    #[error("{detail}")]
     ProtocolViolation {
         /// What went wrong.
         detail: String,

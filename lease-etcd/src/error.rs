@@ -19,7 +19,7 @@ pub enum EtcdError {
     /// leader, member stopped, network cut). Nothing is known about whether a write that
     /// failed this way took effect; the operation may be retried (lease-core's operations
     /// adopt their own earlier half-done attempt).
-    #[error("UNAVAILABLE: run {run}: etcd {op} {key}: {detail}")]
+    #[error("run {run}: etcd {op} {key}: {detail}")]
     Unavailable {
         /// The run.
         run: String,
@@ -32,7 +32,7 @@ pub enum EtcdError {
     },
     /// etcd refused a request for a reason that retrying will not fix (permission
     /// denied, request too large, invalid argument).
-    #[error("ETCD_REFUSED: run {run}: etcd {op} {key}: {detail}")]
+    #[error("run {run}: etcd {op} {key}: {detail}")]
     Refused {
         /// The run.
         run: String,
@@ -44,7 +44,7 @@ pub enum EtcdError {
         detail: String,
     },
     /// An `etcd://host:port[,host:port...]/prefix` authority address is not valid.
-    #[error("AUTHORITY_INVALID: {value:?}: {reason}")]
+    #[error("{value:?}: {reason}")]
     AuthorityInvalid {
         /// The address as given.
         value: String,
@@ -53,7 +53,7 @@ pub enum EtcdError {
     },
     /// A liveness key of the run does not hold a holder record: reported, never treated
     /// as "dead".
-    #[error("LIVENESS_INVALID: run {run}: key {key}: {detail}")]
+    #[error("run {run}: key {key}: {detail}")]
     LivenessInvalid {
         /// The run.
         run: String,
@@ -67,7 +67,7 @@ pub enum EtcdError {
     /// `stale_after` (the lease's time to live). Same code and exit code as the file-system
     /// refusal of a fresh owner.
     #[error(
-        "TAKEOVER_ACTIVE_REFUSED: run {run}: {held}: its etcd lease is still alive ({ttl_s} s left of the lease that expires {stale_after_ms} ms after its last keep-alive); retry after it expires"
+        "run {run}: {held}: its etcd lease is still alive ({ttl_s} s left of the lease that expires {stale_after_ms} ms after its last keep-alive); retry after it expires"
     )]
     OwnerLeaseAlive {
         /// The run.

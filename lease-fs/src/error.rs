@@ -13,15 +13,13 @@ pub enum FsError {
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// The run folder does not exist.
-    #[error("RUN_NOT_FOUND: run folder {path} does not exist")]
+    #[error("run folder {path} does not exist")]
     RunNotFound {
         /// The folder.
         path: String,
     },
     /// The run root was renamed, replaced, deleted or unmounted while open.
-    #[error(
-        "RUN_ROOT_CHANGED: run folder {path} changed underneath: {detail}; nothing was written through it"
-    )]
+    #[error("run folder {path} changed underneath: {detail}; nothing was written through it")]
     RootChanged {
         /// The folder.
         path: String,
@@ -30,7 +28,7 @@ pub enum FsError {
     },
     /// Something in the run folder is not what the layout allows (a symlink, a file where
     /// a folder should be, a folder where a file should be).
-    #[error("RUN_LAYOUT_INVALID: run {run}: {path}: {detail}")]
+    #[error("run {run}: {path}: {detail}")]
     LayoutInvalid {
         /// The run.
         run: String,
@@ -43,7 +41,7 @@ pub enum FsError {
     /// owned by the effective uid or is open to others (a folder writable by group or
     /// others, a file with any group or other permission bit). Refused before anything is
     /// read or written through it; nothing is ever chmodded. sysexits `EX_NOPERM` (77).
-    #[error("RUN_NOT_OWNED: run {run}: {detail}")]
+    #[error("run {run}: {detail}")]
     NotOwned {
         /// The run.
         run: String,
@@ -60,7 +58,7 @@ pub enum FsError {
     /// the current folder, one of its parents or `/`, was given to a command that creates a
     /// run only in a missing or empty folder. Nothing was written; `runlease init` (or
     /// `run --init`) makes it a run explicitly. sysexits `EX_USAGE` (64).
-    #[error("RUN_FOLDER_FOREIGN: {path}: {detail}")]
+    #[error("{path}: {detail}")]
     FolderForeign {
         /// The folder.
         path: String,
@@ -68,7 +66,7 @@ pub enum FsError {
         detail: String,
     },
     /// A system call failed.
-    #[error("IO_ERROR: run {run}: {op} {path}: {source}")]
+    #[error("run {run}: {op} {path}: {source}")]
     Io {
         /// The run.
         run: String,

@@ -183,7 +183,7 @@ impl AcquireObserver for () {}
 #[non_exhaustive]
 pub enum AcquireError {
     /// The run is held (see [`Held::next`]).
-    #[error("{}: run {} is held ({:?})", .0.code, .0.run, .0.next)]
+    #[error("run {} is held ({:?})", .0.run, .0.next)]
     Held(Box<Held>),
     /// [`AcquireObserver::proceed`] said stop; nothing was claimed.
     #[error("the acquire was stopped before the run was owned; nothing was claimed")]

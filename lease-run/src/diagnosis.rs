@@ -37,7 +37,7 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
         {
             VerifyFacts::Failed {
                 code: e.code(),
-                message: e.to_string(),
+                message: e.code().prefixed(&e),
             }
         }
         Err(e) => return Err(e.into()),
@@ -51,20 +51,19 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
             .into_iter()
             .find_map(|a| match a.state {
                 CommandState::Unproven { why } => Some(CommandFacts::Unproven {
-                    message: RunError::CommandUnproven {
+                    message: Code::RunCommandUnproven.prefixed(RunError::CommandUnproven {
                         run: dir.run_id().to_string(),
                         file: a.file,
                         pid: a.pid,
                         start_time: a.start_time,
                         why,
-                    }
-                    .to_string(),
+                    }),
                 }),
                 _ => None,
             })
             .unwrap_or(CommandFacts::Clean),
         Err(e) if e.exit_code() == 65 => CommandFacts::Invalid {
-            message: e.to_string(),
+            message: e.code().prefixed(&e),
         },
         Err(e) => return Err(e),
     };
@@ -95,9 +94,12 @@ pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
             generation: r.generation.get(),
             detail: r.detail,
         },
-        Err(e) => RunJsonFacts::Invalid {
-            message: e.in_file(&p).to_string(),
-        },
+        Err(e) => {
+            let e = e.in_file(&p);
+            RunJsonFacts::Invalid {
+                message: e.code().prefixed(&e),
+            }
+        }
     }
 }
 

@@ -28,17 +28,17 @@ pub enum RunError {
     #[error(transparent)]
     Etcd(#[from] lease_etcd::EtcdError),
     /// Bad options, refused before anything was touched.
-    #[error("ARGUMENT_INVALID: {0}")]
+    #[error("{0}")]
     InvalidArgument(String),
     /// Another process on this host holds the run's kernel owner lock.
-    #[error("OWNER_LOCK_HELD: run {run}: another process on this host holds its owner lock")]
+    #[error("run {run}: another process on this host holds its owner lock")]
     OwnerLockHeld {
         /// The run folder.
         run: String,
     },
     /// A command of a killed incarnation is still alive and could not be killed.
     #[error(
-        "RUN_COMMANDS_SURVIVE: run {run}: command pid {pid} (group {pgid}) of generation {generation} survived SIGKILL; its record is kept"
+        "run {run}: command pid {pid} (group {pgid}) of generation {generation} survived SIGKILL; its record is kept"
     )]
     CommandsSurvive {
         /// The run.
@@ -56,7 +56,7 @@ pub enum RunError {
     /// the open is refused, because if it is the old command it must not run beside a new
     /// one (PROTOCOL §11.1).
     #[error(
-        "RUN_COMMAND_UNPROVEN: run {run}: {file} names live process {pid} (started {start_time} ticks after boot), but {why}; runlease signals only processes it can prove it started, so it left {pid} alone. If {pid} is this run's old command, stop it yourself (kill -TERM -- -{pid}) and remove {file}; if it is not, the record is wrong: remove {file}. Then run again"
+        "run {run}: {file} names live process {pid} (started {start_time} ticks after boot), but {why}; runlease signals only processes it can prove it started, so it left {pid} alone. If {pid} is this run's old command, stop it yourself (kill -TERM -- -{pid}) and remove {file}; if it is not, the record is wrong: remove {file}. Then run again"
     )]
     CommandUnproven {
         /// The run.
@@ -73,7 +73,7 @@ pub enum RunError {
     /// A process this run proved it started could not be signalled (`EPERM`): it is
     /// alive and not ours to kill any more (it changed its credentials).
     #[error(
-        "RUN_COMMAND_NOT_PERMITTED: run {run}: not permitted to signal process {pid} of generation {generation} ({detail}); its record is kept"
+        "run {run}: not permitted to signal process {pid} of generation {generation} ({detail}); its record is kept"
     )]
     NotPermitted {
         /// The run.
@@ -87,7 +87,7 @@ pub enum RunError {
     },
     /// The run is fenced: it lost its lease (or could no longer prove it) and its commands
     /// were killed. Nothing more is written.
-    #[error("FENCED: run {run}: {reason}")]
+    #[error("run {run}: {reason}")]
     Fenced {
         /// The run.
         run: String,
@@ -95,7 +95,7 @@ pub enum RunError {
         reason: String,
     },
     /// A step did not finish within its deadline.
-    #[error("STEP_TIMEOUT: run {run}: step {step} did not finish within {ms} ms")]
+    #[error("run {run}: step {step} did not finish within {ms} ms")]
     StepTimeout {
         /// The run.
         run: String,
@@ -105,13 +105,13 @@ pub enum RunError {
         ms: u64,
     },
     /// The run was already released.
-    #[error("RUN_RELEASED: run {run} was released")]
+    #[error("run {run} was released")]
     Released {
         /// The run.
         run: String,
     },
     /// A command could not be started or recorded.
-    #[error("SPAWN_FAILED: run {run}: {detail}")]
+    #[error("run {run}: {detail}")]
     Spawn {
         /// The run.
         run: String,
@@ -119,7 +119,7 @@ pub enum RunError {
         detail: String,
     },
     /// An OS-level failure outside the run folder (clock, /proc, random).
-    #[error("IO_ERROR: {0}")]
+    #[error("{0}")]
     Io(String),
 }
 

@@ -27,7 +27,7 @@ pub enum StoreError {
     /// A commit carried a fencing token below the highest one the store has accepted: its
     /// writer has been superseded. Nothing of the commit was written.
     #[error(
-        "FENCED: run {run}: store {file} refused a commit with token (generation) {token}: it has accepted token {max_token}; nothing was written"
+        "run {run}: store {file} refused a commit with token (generation) {token}: it has accepted token {max_token}; nothing was written"
     )]
     Fenced {
         /// The run.
@@ -42,7 +42,7 @@ pub enum StoreError {
     /// The store file is in use: this process already has it open (see the crate docs, "One
     /// connection per file per process"), or another process holds SQLite's exclusive lock
     /// on it. Retry once the other handle is closed.
-    #[error("STORE_BUSY: run {run}: store {file} is in use: {detail}")]
+    #[error("run {run}: store {file} is in use: {detail}")]
     Busy {
         /// The run.
         run: String,
@@ -53,9 +53,7 @@ pub enum StoreError {
     },
     /// The file in the store's place is not a valid runlease store database: not SQLite,
     /// truncated, damaged, empty, a directory or a symlink. It was not changed.
-    #[error(
-        "STORE_CORRUPT: run {run}: store {file} is not a valid store: {detail}; the file was left as it is"
-    )]
+    #[error("run {run}: store {file} is not a valid store: {detail}; the file was left as it is")]
     Corrupt {
         /// The run.
         run: String,
@@ -66,7 +64,7 @@ pub enum StoreError {
     },
     /// The store file does not exist and may not be created here (`create` was false, or a
     /// particular store was expected).
-    #[error("STORE_MISSING: run {run}: store {file} does not exist: {detail}")]
+    #[error("run {run}: store {file} does not exist: {detail}")]
     Missing {
         /// The run.
         run: String,
@@ -78,7 +76,7 @@ pub enum StoreError {
     /// The database has a schema version this build does not know (newer, unknown, or not
     /// a runlease store at all). It was not altered.
     #[error(
-        "SCHEMA_UNSUPPORTED: run {run}: store {file} has schema version {found}; this build reads version {supported}; the file was left as it is"
+        "run {run}: store {file} has schema version {found}; this build reads version {supported}; the file was left as it is"
     )]
     SchemaUnsupported {
         /// The run.
@@ -92,9 +90,7 @@ pub enum StoreError {
     },
     /// A durability setting did not take effect (read back differently); the store was not
     /// used.
-    #[error(
-        "STORE_PRAGMA: run {run}: store {file}: durability settings did not take: {mismatches}"
-    )]
+    #[error("run {run}: store {file}: durability settings did not take: {mismatches}")]
     Pragma {
         /// The run.
         run: String,
@@ -105,7 +101,7 @@ pub enum StoreError {
     },
     /// A system call or SQLite I/O failed (disk full, I/O error, permission). A handle that
     /// saw one during a commit refuses every later call the same way.
-    #[error("STORE_IO: run {run}: store {file}: {op}: {detail}")]
+    #[error("run {run}: store {file}: {op}: {detail}")]
     Io {
         /// The run.
         run: String,
@@ -117,7 +113,7 @@ pub enum StoreError {
         detail: String,
     },
     /// A caller-supplied argument is out of range (a token or sequence above `i64::MAX`).
-    #[error("ARGUMENT_INVALID: {what}: {reason}")]
+    #[error("{what}: {reason}")]
     ArgumentInvalid {
         /// Which argument.
         what: &'static str,
@@ -125,7 +121,7 @@ pub enum StoreError {
         reason: String,
     },
     /// An unexpected SQLite error (a bug here, or a store edited by hand).
-    #[error("STORE_INTERNAL: run {run}: store {file}: {op}: {detail}")]
+    #[error("run {run}: store {file}: {op}: {detail}")]
     Internal {
         /// The run.
         run: String,

@@ -3,6 +3,7 @@
 use crate::common::{
     CliError, Lease, Out, human_ms, open_lease, status_human, status_json, wall_now,
 };
+use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::StatusView;
 use lease_run::Authority as RunAuthority;
@@ -65,7 +66,7 @@ pub fn status(
                                     .map(|a| json!({"file": a.file, "pid": a.pid, "why": a.why}))
                                     .collect::<Vec<_>>()
                             ),
-                            Err(e) => json!({"error": e.to_string()}),
+                            Err(e) => json!({"error": e.code().prefixed(e)}),
                         };
                     }
                     out.json_line(&v);
@@ -86,7 +87,7 @@ pub fn status(
                             }
                         }
                         Some(Err(e)) => {
-                            out.line(&format!("  command records: {e}"));
+                            out.line(&format!("  command records: {}", e.code().prefixed(e)));
                         }
                         None => {}
                     }
@@ -146,7 +147,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
     let entries = std::fs::read_dir(folder).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             CliError::new(
-                "RUN_NOT_FOUND",
+                Code::RunNotFound,
                 64,
                 format!("folder {} does not exist", folder.display()),
             )
@@ -157,7 +158,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
             ))
         } else {
             CliError::new(
-                "IO_ERROR",
+                Code::IoError,
                 74,
                 format!("cannot list {}: {e}", folder.display()),
             )

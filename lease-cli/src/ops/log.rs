@@ -1,6 +1,7 @@
 //! `append` and `events`: write an event as the owner, read the log with each event's authority.
 
 use crate::common::{CliError, Out, open_lease, wall_now};
+use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::{AppendParams, Authority, OwnedLease, Status};
 use lease_core::{FileRef, Generation, Identity};
@@ -58,7 +59,7 @@ pub(super) fn owned_head(
     }
     let fenced = |detail: String| {
         CliError::new(
-            "FENCED",
+            Code::Fenced,
             75,
             format!(
                 "run {}: generation {generation} is fenced: {detail}; {nothing}",

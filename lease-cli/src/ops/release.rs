@@ -2,6 +2,7 @@
 
 use super::log::{owned_head, token};
 use crate::common::{CliError, EX_SOFTWARE, Out, human_ms, open_lease, wall_now};
+use lease_core::Code;
 use lease_core::Generation;
 use lease_core::LeaseOps;
 use lease_core::ops::{ReleaseParams, Status};
@@ -90,7 +91,7 @@ pub fn release(
         // SIGUSR1 would terminate a process that does not handle it: only a runlease of
         // this very binary is asked; a direct release would fence (and so kill) our owner.
         return Err(CliError::new(
-            "RELEASE_NOT_DELIVERED",
+            Code::ReleaseNotDelivered,
             76,
             format!(
                 "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
@@ -103,10 +104,10 @@ pub fn release(
         let pid = i32::try_from(holder.pid)
             .ok()
             .and_then(rustix::process::Pid::from_raw)
-            .ok_or_else(|| CliError::new("INTERNAL", EX_SOFTWARE, "holder pid out of range"))?;
+            .ok_or_else(|| CliError::new(Code::Internal, EX_SOFTWARE, "holder pid out of range"))?;
         rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
             CliError::new(
-                "IO_ERROR",
+                Code::IoError,
                 74,
                 format!("cannot signal the owner (pid {}): {e}", holder.pid),
             )
@@ -129,7 +130,7 @@ pub fn release(
                         break h.generation();
                     }
                     return Err(CliError::new(
-                        "FENCED",
+                        Code::Fenced,
                         75,
                         format!(
                             "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
@@ -143,7 +144,7 @@ pub fn release(
             }
             if t.elapsed() > o.timeout {
                 return Err(CliError::new(
-                    "RELEASE_TIMEOUT",
+                    Code::ReleaseTimeout,
                     75,
                     format!(
                         "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",

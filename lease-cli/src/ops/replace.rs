@@ -4,6 +4,7 @@ use crate::common::{
     CliError, Out, held_description, human_ms, is_stale, new_nonce, new_owner_id, open_lease,
     shell_path, wall_now,
 };
+use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::{
     Expectation, ReleaseParams, RetireParams, Status, StatusView, TakeoverParams, TakeoverTrigger,
@@ -61,7 +62,7 @@ fn active_owner(
     }
     let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
         return Err(CliError::new(
-            "TAKEOVER_RACE",
+            Code::TakeoverRace,
             75,
             format!("run {} is free: {free_why}", run.run_id()),
         ));
@@ -112,7 +113,7 @@ pub fn takeover(
                     "wait, or ask the owner to release".into()
                 };
                 return Err(CliError::new(
-                    "TAKEOVER_ACTIVE_REFUSED",
+                    Code::TakeoverActiveRefused,
                     76,
                     format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
                 )
@@ -130,7 +131,7 @@ pub fn takeover(
                 let _ = std::io::stdin().lock().read_line(&mut answer);
                 if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
                     return Err(CliError::new(
-                        "ABORTED",
+                        Code::Aborted,
                         1,
                         "takeover not confirmed; nothing was changed",
                     ));
@@ -216,7 +217,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
         let mut run = crate::common::open_run(dir)?;
         let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
             CliError::new(
-                "IO_ERROR",
+                Code::IoError,
                 74,
                 format!("cannot take the owner lock of {}: {e}", dir.display()),
             )

@@ -57,7 +57,7 @@ pub(super) async fn heartbeat_loop(
                 count += 1;
             }
             Ok(Ok(Err(e))) if e.code() == Code::Fenced => {
-                shared.fence(e.to_string());
+                shared.fence(e.code().prefixed(&e));
                 return;
             }
             Ok(Ok(Err(e))) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),

@@ -619,7 +619,7 @@ async fn seal(
             store.set_commit_gate(Box::new(move || match weak.upgrade() {
                 Some(sh) => sh
                     .check_live()
-                    .map_err(|e| StoreError::from(sh.fenced_lease_error(e.to_string()))),
+                    .map_err(|e| StoreError::from(sh.fenced_lease_error(e.code().prefixed(&e)))),
                 None => Err(StoreError::from(LeaseError::Fenced {
                     run: run_s.clone(),
                     generation: g,

@@ -42,8 +42,9 @@ pub(super) fn write_status_blocking(
         // but say which file, not that another owner came.
         let reason = match &view.status {
             Status::Invalid(e) => format!(
-                "run.json not written: the lease head cannot be read to confirm generation {}: {e}",
-                lease.generation
+                "run.json not written: the lease head cannot be read to confirm generation {}: {}",
+                lease.generation,
+                e.code().prefixed(e)
             ),
             _ => format!(
                 "run.json not written: the lease head is no longer generation {} of this owner",

@@ -135,7 +135,7 @@ impl Store {
             Err((op, e)) => {
                 let err = sqlite_err(&ctx, op, e);
                 if !matches!(err, StoreError::Busy { .. }) {
-                    self.inner.broken = Some(err.to_string());
+                    self.inner.broken = Some(err.code().prefixed(&err));
                 }
                 Err(err)
             }
@@ -190,7 +190,7 @@ impl Store {
             }
             Err(e) => {
                 let err = sqlite_err(&ctx, "seal", e);
-                self.inner.broken = Some(err.to_string());
+                self.inner.broken = Some(err.code().prefixed(&err));
                 return Err(err);
             }
         };
