@@ -390,14 +390,11 @@ fn tour_kill9_status_dead_retire_run_again() {
     assert!(text(&o.stdout).starts_with("OK"), "{}", text(&o.stdout));
     // The dead owner's command outlived it only until the next run: that run found its
     // command record (same boot) and killed it before starting its own command.
-    let t = Instant::now();
-    while alive(child) {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the dead owner's command survived the next run"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(
+        child,
+        Duration::from_secs(5),
+        "the dead owner's command survived the next run",
+    );
 }
 
 #[test]
@@ -462,14 +459,7 @@ fn run_forwards_sigint_and_sigterm_to_the_command() {
             ready.display()
         );
         let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
-        let t = Instant::now();
-        while !ready.exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "command never started"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_file(&ready, Duration::from_secs(10), "command never started");
         signal(owner.id(), sig);
         // The command's trap decides the exit code; runlease exits with it and releases.
         assert_eq!(
@@ -722,14 +712,11 @@ fn retire_dead_after_kill9_reaps_the_old_command_and_run_json_says_how_runs_ende
         "{}",
         text(&o.stderr)
     );
-    let t = Instant::now();
-    while alive(child) {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the killed run's command survived the next run"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_gone(
+        child,
+        Duration::from_secs(5),
+        "the killed run's command survived the next run",
+    );
     assert_eq!(std::fs::read_dir(dir.join("commands")).unwrap().count(), 0);
     let s = status_json(&dir);
     assert_eq!(s["state"], "free");

@@ -125,6 +125,25 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     (tmp, dir)
 }
 
+/// Wait until `path` exists (a command under `run` touched it), or panic with `what` after
+/// `within`.
+pub fn wait_for_file(path: &Path, within: Duration, what: &str) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < within, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until process `pid` is gone (see `alive`), or panic with `what` after `within`.
+pub fn wait_gone(pid: u32, within: Duration, what: &str) {
+    let t = Instant::now();
+    while alive(pid) {
+        assert!(t.elapsed() < within, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Wait until `file` holds a pid (written by a command under `run`).
 pub fn read_pid(file: &Path) -> u32 {
     let t = Instant::now();
