@@ -644,9 +644,10 @@ fn every_error_code_has_a_documented_exit_code() {
     assert_eq!(codes.len(), ERROR_CODES.len());
 }
 
-/// PROTOCOL.md §15 OQ-2: a taker crashes after creating its epoch and before finalizing
-/// the cutoff of the owner it replaced; a second taker replaces it. The first owner, paused
-/// all along, must not be able to finalize its own (missing) cutoff later and count.
+/// OQ-2 (docs/DECISIONS.md; was PROTOCOL.md §15): a taker crashes after creating its epoch
+/// and before finalizing the cutoff of the owner it replaced; a second taker replaces it.
+/// The first owner, paused all along, must not be able to finalize its own (missing) cutoff
+/// later and count.
 #[test]
 fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_on() {
     let mut d = MemDisk::new();
@@ -677,8 +678,9 @@ fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_
     assert_eq!(counted(&v), vec![1, c1.sequence.get()]);
 }
 
-/// PROTOCOL.md §15 OQ-17: two prunes interleaved at every point never change which events
-/// count (a prune that sees the chain change under it gives up with CONCURRENT_CHANGE).
+/// OQ-17 (docs/DECISIONS.md; was PROTOCOL.md §15): two prunes interleaved at every point
+/// never change which events count (a prune that sees the chain change under it gives up
+/// with CONCURRENT_CHANGE).
 #[test]
 fn concurrent_prunes_never_change_which_events_count() {
     fn build() -> MemDisk {
@@ -748,9 +750,9 @@ fn concurrent_prunes_never_change_which_events_count() {
     assert!(explored > 300);
 }
 
-/// PROTOCOL.md §15 OQ-15: a reader (and verify) interleaved with a prune at every point
-/// sees exactly the same judgments, or answers CONCURRENT_CHANGE; never a wrong answer and
-/// never CHAIN_BROKEN.
+/// OQ-15 (docs/DECISIONS.md; was PROTOCOL.md §15): a reader (and verify) interleaved with a
+/// prune at every point sees exactly the same judgments, or answers CONCURRENT_CHANGE;
+/// never a wrong answer and never CHAIN_BROKEN.
 #[test]
 fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_chain() {
     fn build() -> MemDisk {
