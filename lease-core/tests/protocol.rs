@@ -8,6 +8,7 @@ use lease_core::mem::MemDisk;
 use lease_core::ops::*;
 use lease_core::*;
 
+// PROTOCOL §7.1, §7.8
 #[test]
 fn claim_on_an_empty_run_creates_generation_one() {
     let mut d = MemDisk::new();
@@ -18,6 +19,7 @@ fn claim_on_an_empty_run_creates_generation_one() {
     assert_eq!(s.head.unwrap().epoch.owner_id.as_str(), "a");
 }
 
+// PROTOCOL §7.1 step 3, §10
 #[test]
 fn claim_is_refused_while_the_owner_is_fresh_and_needs_takeover_once_stale() {
     let mut d = MemDisk::new();
@@ -35,6 +37,7 @@ fn claim_is_refused_while_the_owner_is_fresh_and_needs_takeover_once_stale() {
     );
 }
 
+// PROTOCOL §7.2, §10
 #[test]
 fn heartbeat_keeps_the_owner_fresh() {
     let mut d = MemDisk::new();
@@ -47,6 +50,7 @@ fn heartbeat_keeps_the_owner_fresh() {
     assert_eq!(status(&mut d, 30_000).head.unwrap().heartbeat_count(), 1);
 }
 
+// PROTOCOL §7.3, §7.1
 #[test]
 fn release_frees_the_run_and_the_next_claim_gets_the_next_generation() {
     let mut d = MemDisk::new();
@@ -61,6 +65,7 @@ fn release_frees_the_run_and_the_next_claim_gets_the_next_generation() {
     assert!(!d.files.contains_key(&FileRef::Beat(l.generation)));
 }
 
+// PROTOCOL §7.4 step 6
 #[test]
 fn takeover_is_refused_while_fresh() {
     let mut d = MemDisk::new();
@@ -76,6 +81,7 @@ fn takeover_is_refused_while_fresh() {
     );
 }
 
+// PROTOCOL §7.4 step 6, I6
 #[test]
 fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
     let mut d = MemDisk::new();
@@ -101,6 +107,7 @@ fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
     assert_eq!(status(&mut d, 60_000).head.unwrap().generation().get(), 1);
 }
 
+// PROTOCOL §7.4 step 4
 #[test]
 fn takeover_writes_an_intent_for_every_attempt_before_the_commit() {
     let mut d = MemDisk::new();
@@ -125,6 +132,7 @@ fn takeover_writes_an_intent_for_every_attempt_before_the_commit() {
     assert!(intents.iter().all(|i| i.generation.get() == 2));
 }
 
+// PROTOCOL §7.4, I1
 #[test]
 fn two_concurrent_takeovers_have_one_winner() {
     let mut d = MemDisk::new();
@@ -155,6 +163,7 @@ fn two_concurrent_takeovers_have_one_winner() {
     assert_eq!(loser.unwrap_err().code().as_str(), "TAKEOVER_RACE");
 }
 
+// PROTOCOL §7.2 step 2, §7.3 step 1, §7.6 step 1, I3, I8
 #[test]
 fn a_superseded_owner_is_fenced_on_heartbeat_append_and_release() {
     let mut d = MemDisk::new();
@@ -183,6 +192,7 @@ fn a_superseded_owner_is_fenced_on_heartbeat_append_and_release() {
     assert_eq!(counted(&read_events(&mut d, 60_010).unwrap()), vec![1]);
 }
 
+// PROTOCOL §7.6, I9
 #[test]
 fn a_zombie_append_racing_a_takeover_answers_exactly_its_authority() {
     // Interleave the zombie's append with every point of a takeover: whatever the
@@ -242,6 +252,7 @@ fn a_zombie_append_racing_a_takeover_answers_exactly_its_authority() {
     }
 }
 
+// PROTOCOL §7.5, §11
 #[test]
 fn dead_owner_is_retired_at_once_and_the_run_can_be_claimed() {
     let mut d = MemDisk::new();
@@ -266,6 +277,7 @@ fn dead_owner_is_retired_at_once_and_the_run_can_be_claimed() {
     assert_eq!(claim(&mut d, "b", 2, 200).unwrap().generation.get(), 3);
 }
 
+// PROTOCOL §7.5 step 2, §11
 #[test]
 fn a_live_owner_is_never_retired() {
     type Probe = fn(&Holder) -> LivenessEvidence;
@@ -322,6 +334,7 @@ fn a_live_owner_is_never_retired() {
     }
 }
 
+// PROTOCOL §7.6 steps 2–4, §13
 #[test]
 fn appends_get_consecutive_sequences_and_form_a_hash_chain() {
     let mut d = MemDisk::new();
@@ -351,6 +364,7 @@ fn appends_get_consecutive_sequences_and_form_a_hash_chain() {
     assert_eq!((report.epochs, report.events), (1, 20));
 }
 
+// PROTOCOL §7.9 step 5, §7.6 step 1, I4
 #[test]
 fn a_pending_cutoff_is_finalized_by_the_next_reader() {
     let mut d = MemDisk::new();
@@ -387,6 +401,7 @@ fn a_pending_cutoff_is_finalized_by_the_next_reader() {
     assert_eq!(counted(&read_events(&mut d, 60_300).unwrap()), vec![1]);
 }
 
+// PROTOCOL §7.9 step 6, I4
 #[test]
 fn corrupting_or_deleting_the_newest_epoch_never_makes_a_retired_owners_events_count() {
     let mut d = MemDisk::new();
@@ -428,6 +443,7 @@ fn corrupting_or_deleting_the_newest_epoch_never_makes_a_retired_owners_events_c
     d.files.insert(FileRef::Epoch(new.generation), good);
 }
 
+// PROTOCOL §7.0 OBSERVE, §7.8, I7
 #[test]
 fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
     for bad in [
@@ -476,6 +492,7 @@ fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
     }
 }
 
+// PROTOCOL §5.3, §7.0 OBSERVE, I7
 #[test]
 fn a_torn_heartbeat_is_invalid_not_stale() {
     let mut d = MemDisk::new();
@@ -507,6 +524,7 @@ fn a_torn_heartbeat_is_invalid_not_stale() {
     );
 }
 
+// PROTOCOL §7.10, §13, I12
 #[test]
 fn prune_keeps_a_run_small_and_every_judgment_unchanged() {
     let mut d = MemDisk::new();
@@ -566,6 +584,7 @@ fn prune_keeps_a_run_small_and_every_judgment_unchanged() {
     assert!(head.generation() > report.floor.unwrap());
 }
 
+// PROTOCOL §13
 #[test]
 fn verify_reports_the_first_broken_link() {
     let mut d = MemDisk::new();
@@ -588,6 +607,7 @@ fn verify_reports_the_first_broken_link() {
     assert!(e.to_string().contains("event chain broken at 3"), "{e}");
 }
 
+// PROTOCOL §13
 #[test]
 fn verify_reports_a_log_that_ends_before_a_finalized_cutoff() {
     let mut d = MemDisk::new();
@@ -611,6 +631,7 @@ fn verify_reports_a_log_that_ends_before_a_finalized_cutoff() {
     );
 }
 
+// PROTOCOL §7.1 step 3
 #[test]
 fn a_claim_with_a_generation_at_u64_max_reports_overflow() {
     let mut d = MemDisk::new();
@@ -633,6 +654,7 @@ fn a_claim_with_a_generation_at_u64_max_reports_overflow() {
     );
 }
 
+// PROTOCOL §12
 #[test]
 fn every_error_code_has_a_documented_exit_code() {
     for (code, exit) in ERROR_CODES {
@@ -644,9 +666,11 @@ fn every_error_code_has_a_documented_exit_code() {
     assert_eq!(codes.len(), ERROR_CODES.len());
 }
 
-/// PROTOCOL.md §15 OQ-2: a taker crashes after creating its epoch and before finalizing
-/// the cutoff of the owner it replaced; a second taker replaces it. The first owner, paused
-/// all along, must not be able to finalize its own (missing) cutoff later and count.
+/// OQ-2 (docs/DECISIONS.md; was PROTOCOL.md §15): a taker crashes after creating its epoch
+/// and before finalizing the cutoff of the owner it replaced; a second taker replaces it.
+/// The first owner, paused all along, must not be able to finalize its own (missing) cutoff
+/// later and count.
+// PROTOCOL §7.0 GATE, I13
 #[test]
 fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_on() {
     let mut d = MemDisk::new();
@@ -677,8 +701,10 @@ fn a_cutoff_left_pending_by_a_crashed_taker_is_finalized_before_the_chain_moves_
     assert_eq!(counted(&v), vec![1, c1.sequence.get()]);
 }
 
-/// PROTOCOL.md §15 OQ-17: two prunes interleaved at every point never change which events
-/// count (a prune that sees the chain change under it gives up with CONCURRENT_CHANGE).
+/// OQ-17 (docs/DECISIONS.md; was PROTOCOL.md §15): two prunes interleaved at every point
+/// never change which events count (a prune that sees the chain change under it gives up
+/// with CONCURRENT_CHANGE).
+// PROTOCOL §7.10, I12
 #[test]
 fn concurrent_prunes_never_change_which_events_count() {
     fn build() -> MemDisk {
@@ -748,9 +774,10 @@ fn concurrent_prunes_never_change_which_events_count() {
     assert!(explored > 300);
 }
 
-/// PROTOCOL.md §15 OQ-15: a reader (and verify) interleaved with a prune at every point
-/// sees exactly the same judgments, or answers CONCURRENT_CHANGE; never a wrong answer and
-/// never CHAIN_BROKEN.
+/// OQ-15 (docs/DECISIONS.md; was PROTOCOL.md §15): a reader (and verify) interleaved with a
+/// prune at every point sees exactly the same judgments, or answers CONCURRENT_CHANGE;
+/// never a wrong answer and never CHAIN_BROKEN.
+// PROTOCOL §7.9, §7.10, I12
 #[test]
 fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_chain() {
     fn build() -> MemDisk {
@@ -875,6 +902,7 @@ fn prune_refuses_to_compact_under_an_invalid_head_and_removes_nothing() {
 /// owner reports in its heartbeat becomes the floor of whoever replaces it (takeover or
 /// retirement), is carried along the chain, and a store rewound below it is refused with
 /// `STORE_BEHIND_SEAL` like one behind a seal.
+// PROTOCOL §7.1, §7.2, §7.4, §7.5, §7.12
 #[test]
 fn the_store_head_in_the_last_heartbeat_becomes_the_floor_after_a_takeover_or_retirement() {
     use lease_core::seal::{StoreState, check_seal, requirements};

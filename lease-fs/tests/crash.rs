@@ -337,6 +337,7 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
     );
 }
 
+// PROTOCOL §9, I5, I10
 #[test]
 fn crash_points_every_operation_recovers_after_every_system_call() {
     let mut explored = 0u64;
@@ -379,6 +380,7 @@ fn crash_points_every_operation_recovers_after_every_system_call() {
     assert!(explored > 100);
 }
 
+// PROTOCOL §5.1, §7.0 ADOPTION, I10
 #[test]
 fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
     let mut explored = 0u64;
@@ -430,6 +432,7 @@ fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
     println!("fault states explored: {explored}");
 }
 
+// PROTOCOL §5.2, §7.13
 #[test]
 fn each_operation_uses_the_minimum_number_of_fsyncs() {
     // (scenario, expected fsyncs of file data + directories), per docs/PROTOCOL.md §7.
@@ -476,6 +479,7 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
     assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 0);
 }
 
+// PROTOCOL §5.3, I7
 #[test]
 fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
     let sim = SimFs::new();

@@ -69,6 +69,7 @@ fn counted(run: &RunDir, now: u64) -> Vec<u64> {
         .collect()
 }
 
+// PROTOCOL §7.1, I1
 #[test]
 fn eight_concurrent_claimers_threads_exactly_one_wins() {
     let dir = tempfile::tempdir().unwrap();
@@ -165,6 +166,7 @@ fn child_result(out: &[u8]) -> String {
         .unwrap_or_else(|| format!("no result in {:?}", String::from_utf8_lossy(out)))
 }
 
+// PROTOCOL §7.1, I1
 #[test]
 fn eight_concurrent_claimers_processes_exactly_one_wins() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,6 +193,7 @@ fn eight_concurrent_claimers_processes_exactly_one_wins() {
     );
 }
 
+// PROTOCOL §7.1 step 3, §7.3, §10
 #[test]
 fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_after_release() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,6 +219,7 @@ fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_afte
     assert_eq!(l2.generation.get(), 3);
 }
 
+// PROTOCOL §7.4 steps 4 and 6, I6
 #[test]
 fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt() {
     let dir = tempfile::tempdir().unwrap();
@@ -266,6 +270,7 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
     assert_eq!(intents, 4, "one intent per attempt");
 }
 
+// PROTOCOL §7.4, I1
 #[test]
 fn two_concurrent_takeovers_have_exactly_one_winner() {
     let dir = tempfile::tempdir().unwrap();
@@ -305,6 +310,7 @@ fn two_concurrent_takeovers_have_exactly_one_winner() {
     );
 }
 
+// PROTOCOL §7.2, §7.3, §7.6, I3, I8
 #[test]
 fn a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_writes_counts() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,6 +365,7 @@ fn a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_write
     assert_eq!(counted(&run, 60_005), vec![1]);
 }
 
+// PROTOCOL §7.5, §11
 #[test]
 fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
     let dir = tempfile::tempdir().unwrap();
@@ -432,6 +439,7 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
     assert_eq!(run.status(t(4), false).unwrap().status, Status::Free);
 }
 
+// PROTOCOL §7.6 step 4
 #[test]
 fn thirty_two_concurrent_appenders_get_sequences_1_to_32() {
     let dir = tempfile::tempdir().unwrap();
@@ -466,6 +474,7 @@ fn thirty_two_concurrent_appenders_get_sequences_1_to_32() {
     assert_eq!(run.verify().unwrap().events, 32);
 }
 
+// PROTOCOL §7.6 step 1, §7.9 step 6, I4
 #[test]
 fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_epoch() {
     let dir = tempfile::tempdir().unwrap();
@@ -533,6 +542,7 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     );
 }
 
+// PROTOCOL §3, §7.8, I7
 #[test]
 fn hostile_records_give_typed_errors_naming_the_file_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -622,6 +632,7 @@ fn snapshot(root: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+// PROTOCOL §5.1
 #[test]
 fn a_symlinked_folder_or_a_folder_in_place_of_a_file_is_refused_and_untouched() {
     let dir = tempfile::tempdir().unwrap();
@@ -661,6 +672,7 @@ fn a_symlinked_folder_or_a_folder_in_place_of_a_file_is_refused_and_untouched() 
     assert!(path.join("lease/epochs/00000000000000000001.json").is_dir());
 }
 
+// PROTOCOL §2
 #[test]
 fn a_claim_on_a_missing_run_folder_fails_within_100ms() {
     let dir = tempfile::tempdir().unwrap();
@@ -671,6 +683,7 @@ fn a_claim_on_a_missing_run_folder_fails_within_100ms() {
     assert!(e.to_string().contains("missing"));
 }
 
+// PROTOCOL §5.1
 #[test]
 fn a_run_root_renamed_underneath_is_reported_and_not_written_through() {
     let dir = tempfile::tempdir().unwrap();
@@ -691,6 +704,7 @@ fn a_run_root_renamed_underneath_is_reported_and_not_written_through() {
     );
 }
 
+// PROTOCOL §2 (temp files)
 #[test]
 fn orphan_temp_files_change_nothing_a_reader_sees_and_are_cleaned() {
     let dir = tempfile::tempdir().unwrap();
