@@ -15,8 +15,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const EX_USAGE: i32 = 64;
 /// sysexits `EX_SOFTWARE`.
 pub const EX_SOFTWARE: i32 = 70;
-/// Other failure.
-pub const EX_OTHER: i32 = 1;
 
 /// A failure of a subcommand: a stable code, a one-line message and the exit code.
 #[derive(Debug, Clone)]
@@ -42,9 +40,15 @@ impl CliError {
         }
     }
 
+    /// A new error whose exit code is the one the CLI maps its code to
+    /// ([`lease_cli::exit_codes::exit_for`]).
+    pub fn of(code: Code, message: impl Into<String>) -> CliError {
+        CliError::new(code, lease_cli::exit_codes::exit_for(code), message)
+    }
+
     /// A usage error (exit 64) with code `ARGUMENT_INVALID`.
     pub fn usage(message: impl Into<String>) -> CliError {
-        CliError::new(Code::ArgumentInvalid, EX_USAGE, message)
+        CliError::of(Code::ArgumentInvalid, message)
     }
 
     /// Attach extra JSON fields.
@@ -89,7 +93,7 @@ impl CliError {
 /// A library error as a CLI error: its code, its message (errors' `Display` carries no
 /// code prefix) and the exit code the CLI's one mapping gives that code.
 fn from_layer(code: Code, message: String) -> CliError {
-    CliError::new(code, lease_cli::exit_codes::exit_for(code), message)
+    CliError::of(code, message)
 }
 
 impl From<FsError> for CliError {
@@ -147,9 +151,8 @@ pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, Cl
 /// The refusal of `--authority` in a build without the `etcd` feature.
 #[cfg(not(feature = "etcd"))]
 pub fn authority_unsupported(value: &str) -> CliError {
-    CliError::new(
+    CliError::of(
         Code::AuthorityUnsupported,
-        EX_USAGE,
         format!(
             "--authority {value:?} (or RUNLEASE_AUTHORITY): this runlease was built without etcd support; rebuild with `cargo build -p lease-cli --features etcd` (needs protoc), or unset it to use the run folder"
         ),
@@ -160,9 +163,8 @@ pub fn authority_unsupported(value: &str) -> CliError {
 pub fn folder_only(what: &str, authority: &lease_run::Authority) -> Result<(), CliError> {
     match authority.url() {
         None => Ok(()),
-        Some(url) => Err(CliError::new(
+        Some(url) => Err(CliError::of(
             Code::AuthorityUnsupported,
-            EX_USAGE,
             format!(
                 "`runlease {what}` works on run folders only, not with --authority {url}; use `runlease status`, `verify` or `events` with it"
             ),
@@ -233,9 +235,8 @@ pub fn open_lease(
             })
         }
         #[allow(unreachable_patterns)]
-        _ => Err(CliError::new(
+        _ => Err(CliError::of(
             Code::AuthorityUnsupported,
-            EX_USAGE,
             "this authority is not supported by this build",
         )),
     }
@@ -319,26 +320,19 @@ impl Out {
 pub fn wall_now() -> Result<Timestamp, CliError> {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_err(|_| {
-            CliError::new(
-                Code::ClockInvalid,
-                EX_OTHER,
-                "the wall clock is before 1970",
-            )
-        })?
+        .map_err(|_| CliError::of(Code::ClockInvalid, "the wall clock is before 1970"))?
         .as_millis();
     u64::try_from(ms)
         .ok()
         .and_then(Timestamp::from_unix_millis)
-        .ok_or_else(|| CliError::new(Code::ClockInvalid, EX_OTHER, "the wall clock is past 9999"))
+        .ok_or_else(|| CliError::of(Code::ClockInvalid, "the wall clock is past 9999"))
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
     let mut b = [0u8; N];
     getrandom::fill(&mut b).map_err(|e| {
-        CliError::new(
+        CliError::of(
             Code::IoError,
-            74,
             format!("cannot read random bytes from the OS: {e}"),
         )
     })?;

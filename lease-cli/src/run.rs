@@ -223,7 +223,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         signal_hook::consts::SIGHUP,
         signal_hook::consts::SIGUSR1,
     ])
-    .map_err(|e| CliError::new(Code::IoError, 74, format!("cannot handle signals: {e}")))?;
+    .map_err(|e| CliError::of(Code::IoError, format!("cannot handle signals: {e}")))?;
     let signal_handle = signals.handle();
     {
         let fwd = Arc::clone(&fwd);
@@ -272,7 +272,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| CliError::new(Code::IoError, 74, format!("cannot start the runtime: {e}")))?;
+        .map_err(|e| CliError::of(Code::IoError, format!("cannot start the runtime: {e}")))?;
     let r = rt.block_on(run_async(&rundir, &abs, &opts, policy, &argv, &fwd, out));
     signal_handle.close();
     // A blocking step past its deadline must not keep the process alive.
@@ -395,7 +395,7 @@ async fn run_async(
         }
     };
     let pgid = Pid::from_raw(i32::try_from(cmd.pid()).unwrap_or(i32::MAX))
-        .ok_or_else(|| CliError::new(Code::Internal, 70, "the command has no valid pid"))?;
+        .ok_or_else(|| CliError::of(Code::Internal, "the command has no valid pid"))?;
     {
         // The signal thread forwards from now on; a signal that arrived before is sent now.
         let mut c = fwd.child.lock().unwrap_or_else(|p| p.into_inner());
@@ -556,9 +556,8 @@ fn fenced_error_as(
         RunError::Fenced { reason, .. } => reason.clone(),
         other => other.to_string(),
     };
-    CliError::new(
+    CliError::of(
         Code::Fenced,
-        75,
         format!(
             "run {}: generation {} is fenced ({reason}); {ended} (it exited with {code}); nothing was released or written",
             lease.run_id, lease.generation
@@ -600,9 +599,8 @@ fn wait_exited(pid: Pid) -> Result<(), CliError> {
             // Already reaped elsewhere (cannot happen: only `reap` reaps it).
             Err(rustix::io::Errno::CHILD) => return Ok(()),
             Err(e) => {
-                return Err(CliError::new(
+                return Err(CliError::of(
                     Code::IoError,
-                    74,
                     format!("waiting for the command failed: {e}"),
                 ));
             }
@@ -615,13 +613,9 @@ fn wait_exited(pid: Pid) -> Result<(), CliError> {
 async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliError> {
     let status = {
         fwd.set(ChildState::Reaped);
-        cmd.wait().await.map_err(|e| {
-            CliError::new(
-                Code::IoError,
-                74,
-                format!("reaping the command failed: {e}"),
-            )
-        })?
+        cmd.wait()
+            .await
+            .map_err(|e| CliError::of(Code::IoError, format!("reaping the command failed: {e}")))?
     };
     Ok(status
         .code()
@@ -734,11 +728,7 @@ async fn acquire(
         }
         Err(AcquireError::Held(held)) => Err(held_error(&held, &opts.dir)),
         Err(AcquireError::Run(e)) => Err(run_err(e)),
-        Err(e) => Err(CliError::new(
-            Code::Internal,
-            EX_SOFTWARE,
-            format!("acquire: {e}"),
-        )),
+        Err(e) => Err(CliError::of(Code::Internal, format!("acquire: {e}"))),
     }
 }
 
@@ -750,9 +740,8 @@ const OWN_OWNER_HINT: &str = "that owner is the `runlease run` this process runs
 fn held_error(held: &Held, dir: &Path) -> CliError {
     let run = &held.run;
     let err = if held.next == NextStep::WaitForLockHolder {
-        CliError::new(
+        CliError::of(
             held.code,
-            76,
             format!(
                 "run {run} is free, but a process on this host still holds its owner lock (an owner that is starting or stopping, or a stopped one already replaced, which also still holds the store); wait (--wait), or resume or end that process"
             ),
@@ -779,12 +768,7 @@ fn held_error(held: &Held, dir: &Path) -> CliError {
         } else {
             ""
         };
-        CliError::new(
-            held.code,
-            76,
-            format!("run {run} is {desc}{lock_note}; {hint}"),
-        )
-        .with_extra(extra)
+        CliError::of(held.code, format!("run {run} is {desc}{lock_note}; {hint}")).with_extra(extra)
     };
     match held.gave_up_after {
         Some(d) => err.with_hint(format!("gave up after waiting {}", human_duration(d))),

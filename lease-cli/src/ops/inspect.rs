@@ -146,9 +146,8 @@ pub fn init(dir: &Path, out: Out) -> Result<i32, CliError> {
 pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
     let entries = std::fs::read_dir(folder).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            CliError::new(
+            CliError::of(
                 Code::RunNotFound,
-                64,
                 format!("folder {} does not exist", folder.display()),
             )
         } else if e.kind() == std::io::ErrorKind::NotADirectory {
@@ -157,9 +156,8 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                 folder.display()
             ))
         } else {
-            CliError::new(
+            CliError::of(
                 Code::IoError,
-                74,
                 format!("cannot list {}: {e}", folder.display()),
             )
         }

@@ -58,9 +58,8 @@ pub(super) fn owned_head(
         return Err(e.into());
     }
     let fenced = |detail: String| {
-        CliError::new(
+        CliError::of(
             Code::Fenced,
-            75,
             format!(
                 "run {}: generation {generation} is fenced: {detail}; {nothing}",
                 run.run_id()

@@ -1,7 +1,7 @@
 //! `release`: hand a run over, from a command under `runlease run` (by asking its owner) or with the token.
 
 use super::log::{owned_head, token};
-use crate::common::{CliError, EX_SOFTWARE, Out, human_ms, open_lease, wall_now};
+use crate::common::{CliError, Out, human_ms, open_lease, wall_now};
 use lease_core::Code;
 use lease_core::Generation;
 use lease_core::LeaseOps;
@@ -90,9 +90,8 @@ pub fn release(
     if via_run && !same_executable(holder.pid) {
         // SIGUSR1 would terminate a process that does not handle it: only a runlease of
         // this very binary is asked; a direct release would fence (and so kill) our owner.
-        return Err(CliError::new(
+        return Err(CliError::of(
             Code::ReleaseNotDelivered,
-            76,
             format!(
                 "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
                 run.run_id(),
@@ -104,11 +103,10 @@ pub fn release(
         let pid = i32::try_from(holder.pid)
             .ok()
             .and_then(rustix::process::Pid::from_raw)
-            .ok_or_else(|| CliError::new(Code::Internal, EX_SOFTWARE, "holder pid out of range"))?;
+            .ok_or_else(|| CliError::of(Code::Internal, "holder pid out of range"))?;
         rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
-            CliError::new(
+            CliError::of(
                 Code::IoError,
-                74,
                 format!("cannot signal the owner (pid {}): {e}", holder.pid),
             )
         })?;
@@ -129,9 +127,8 @@ pub fn release(
                     {
                         break h.generation();
                     }
-                    return Err(CliError::new(
+                    return Err(CliError::of(
                         Code::Fenced,
-                        75,
                         format!(
                             "run {}: generation {generation} was superseded (the head is now generation {}, owner {}) before its owner released it",
                             run.run_id(),
@@ -143,9 +140,8 @@ pub fn release(
                 _ => {}
             }
             if t.elapsed() > o.timeout {
-                return Err(CliError::new(
+                return Err(CliError::of(
                     Code::ReleaseTimeout,
-                    75,
                     format!(
                         "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
                         run.run_id(),

@@ -61,9 +61,8 @@ fn active_owner(
         )));
     }
     let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
-        return Err(CliError::new(
+        return Err(CliError::of(
             Code::TakeoverRace,
-            75,
             format!("run {} is free: {free_why}", run.run_id()),
         ));
     };
@@ -112,9 +111,8 @@ pub fn takeover(
                 } else {
                     "wait, or ask the owner to release".into()
                 };
-                return Err(CliError::new(
+                return Err(CliError::of(
                     Code::TakeoverActiveRefused,
-                    76,
                     format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
                 )
                 .with_extra(held));
@@ -130,9 +128,8 @@ pub fn takeover(
                 let mut answer = String::new();
                 let _ = std::io::stdin().lock().read_line(&mut answer);
                 if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-                    return Err(CliError::new(
+                    return Err(CliError::of(
                         Code::Aborted,
-                        1,
                         "takeover not confirmed; nothing was changed",
                     ));
                 }
@@ -216,9 +213,8 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     let (lease, lock) = if *authority == RunAuthority::RunFolder {
         let mut run = crate::common::open_run(dir)?;
         let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
-            CliError::new(
+            CliError::of(
                 Code::IoError,
-                74,
                 format!("cannot take the owner lock of {}: {e}", dir.display()),
             )
         })?;
