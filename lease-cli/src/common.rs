@@ -110,10 +110,9 @@ impl From<LeaseError> for CliError {
 
 /// Name the run folder argument in a `RUN_ID_INVALID` error (the run id is the folder's
 /// last path component, so the message alone would not say which argument was wrong).
-fn name_folder(dir: &Path, e: FsError) -> CliError {
-    let code = e.code();
-    let err = CliError::from(e);
-    if code == Code::RunIdInvalid {
+pub fn name_folder(dir: &Path, e: impl Into<CliError>) -> CliError {
+    let err: CliError = e.into();
+    if err.code == Code::RunIdInvalid {
         err.with_hint(format!(
             "run folder {}: the run id is the folder's name",
             dir.display()

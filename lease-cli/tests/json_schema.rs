@@ -281,10 +281,17 @@ fn every_subcommand_prints_exactly_its_documented_fields() {
         0,
     );
     signal(owner.id(), Signal::CONT);
-    assert_eq!(
-        wait_exit(&mut owner, Duration::from_secs(10)).code(),
-        Some(75)
-    );
+    // The stop may land while the owner starts its command; whatever it was doing, a
+    // replaced owner exits 75 (it once said SPAWN_FAILED, 70, when its watchdog killed
+    // the command gate before the spawn step noticed the lost lease).
+    let st = wait_exit(&mut owner, Duration::from_secs(10)).code();
+    if st != Some(75) {
+        let o = owner.wait_with_output().unwrap();
+        panic!(
+            "the replaced owner exited {st:?}, not 75; its stderr: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 
     let d = tmp.path().join("d");
     let dd = d.to_str().unwrap();

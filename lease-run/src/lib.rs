@@ -252,6 +252,8 @@ pub mod diagnosis;
 pub mod error;
 mod fence;
 pub mod procs;
+#[cfg(not(loom))]
+pub mod replace;
 // tokio compiles its process module out under `--cfg loom`: the loom build (`cargo xtask
 // loom`) checks only the fence core and leaves the runtime layer out.
 #[cfg(not(loom))]
@@ -271,5 +273,5 @@ pub use lease_sqlite::{Batch, Commit, Document};
 pub use run::{
     CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run,
     RunCommand, RunStore, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches,
-    preflight,
+    preflight, wall_now,
 };

@@ -1,23 +1,17 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
 use crate::common::{
-    CliError, Out, held_description, human_ms, is_stale, new_nonce, new_owner_id, open_lease,
+    CliError, Out, held_description, human_ms, is_stale, name_folder, new_nonce, new_owner_id,
     shell_path, wall_now,
 };
 use lease_core::Code;
-use lease_core::LeaseOps;
-use lease_core::ops::{
-    Expectation, ReleaseParams, RetireParams, Status, StatusView, TakeoverParams, TakeoverTrigger,
-};
-use lease_core::{FileRef, Generation, Identity, RetirementRecord, TimingPolicy, decode_for};
-use lease_fs::lock::OwnerLock;
-use lease_fs::{ProcLiveness, this_holder};
-use lease_run::{Authority as RunAuthority, LeaseAuthority};
+use lease_core::ops::{Expectation, Status};
+use lease_core::{Generation, Identity};
+use lease_run::replace::{Observed, Replacer};
+use lease_run::{Authority as RunAuthority, RunError};
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Options of `runlease takeover`.
 #[derive(Debug, Clone)]
@@ -34,39 +28,26 @@ pub struct TakeoverOpts {
     pub yes: bool,
 }
 
-fn read_cutoff(run: &dyn LeaseAuthority, g: Generation) -> Option<u64> {
-    match run.perform(lease_core::ops::Request::Read(FileRef::Cutoff(g))) {
-        Ok(lease_core::ops::Response::Content(Some(b))) => {
-            decode_for::<RetirementRecord>(run.run_id(), &b)
-                .ok()
-                .map(|r| r.events_through)
-        }
-        _ => None,
-    }
-}
-
-/// Read the status (probing liveness) for an operation that replaces the owner: an invalid
-/// record is refused (nothing may replace the owner until it is repaired), a free run is a
-/// race (`free_why` says what there is not to do).
-fn active_owner(
-    run: &dyn LeaseAuthority,
-    dir: &Path,
-    free_why: &str,
-) -> Result<(StatusView, lease_core::ops::Head), CliError> {
-    let view = run.status(wall_now()?, true)?;
-    if let Status::Invalid(e) = &view.status {
-        return Err(CliError::from(e.clone()).with_hint(format!(
-            "nothing may replace the owner until the record is repaired: runlease doctor {}",
-            shell_path(dir)
-        )));
-    }
-    let Some(head) = view.head.clone().filter(|h| h.is_active()) else {
-        return Err(CliError::of(
+/// Observe the owner to replace (liveness probed, the run verified: lease-run's
+/// [`Replacer::observe`]): an invalid record names the repair, a free run is a race
+/// (`free_why` says what there is not to do).
+fn observe_owner(r: &Replacer, dir: &Path, free_why: &str) -> Result<Observed, CliError> {
+    match r.observe(wall_now()?) {
+        Ok(Some(o)) => Ok(o),
+        Ok(None) => Err(CliError::of(
             Code::TakeoverRace,
-            format!("run {} is free: {free_why}", run.run_id()),
-        ));
-    };
-    Ok((view, head))
+            format!("run {} is free: {free_why}", r.lease().run_id()),
+        )),
+        Err(e @ RunError::Lease(_))
+            if matches!(e.code(), Code::RecordInvalid | Code::SchemaUnsupported) =>
+        {
+            Err(CliError::from(e).with_hint(format!(
+                "nothing may replace the owner until the record is repaired: runlease doctor {}",
+                shell_path(dir)
+            )))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `runlease takeover DIR`: exact operator takeover of a stale owner; the CLI becomes the
@@ -77,15 +58,14 @@ pub fn takeover(
     o: &TakeoverOpts,
     out: Out,
 ) -> Result<i32, CliError> {
-    let lease = open_lease(dir, authority, None)?;
-    let run = &*lease.auth;
-    let (view, head) = active_owner(
-        run,
+    let r = Replacer::for_takeover(dir, authority).map_err(|e| name_folder(dir, e))?;
+    let observed = observe_owner(
+        &r,
         dir,
         "there is no owner to take over (claim it with runlease run)",
     )?;
-    check_before_replacing(run)?;
-    let (desc, held) = held_description(&view);
+    let (view, head) = (&observed.view, &observed.head);
+    let (desc, held) = held_description(view);
     if !out.json {
         out.info(&format!("observed {}: {desc}", dir.display()));
     }
@@ -105,7 +85,7 @@ pub fn takeover(
                     shell_path(dir)
                 )));
             }
-            if view.status == Status::Active || (view.status == Status::Dead && !is_stale(&view)) {
+            if view.status == Status::Active || (view.status == Status::Dead && !is_stale(view)) {
                 let hint = if view.status == Status::Dead {
                     format!("it is definitely dead: runlease retire {}", shell_path(dir))
                 } else {
@@ -113,7 +93,10 @@ pub fn takeover(
                 };
                 return Err(CliError::of(
                     Code::TakeoverActiveRefused,
-                    format!("run {}: {desc}: the owner is fresh; {hint}", run.run_id()),
+                    format!(
+                        "run {}: {desc}: the owner is fresh; {hint}",
+                        r.lease().run_id()
+                    ),
                 )
                 .with_extra(held));
             }
@@ -134,7 +117,7 @@ pub fn takeover(
                     ));
                 }
             }
-            Expectation::of(&head)
+            Expectation::of(head)
         }
         _ => {
             return Err(CliError::usage(
@@ -142,37 +125,27 @@ pub fn takeover(
             ));
         }
     };
-    let policy: TimingPolicy = head.epoch.policy;
-    let lease = run.takeover(TakeoverParams {
-        run_id: run.run_id().clone(),
-        owner_id: new_owner_id()?,
-        holder: this_holder()?,
-        policy,
-        now: wall_now()?,
+    let taken = r.takeover_and_release(
+        &observed,
         expect,
-        trigger: TakeoverTrigger::Operator,
-        nonce: new_nonce()?,
+        new_owner_id()?,
+        lease_run::wall_now,
+        new_nonce()?,
+    )?;
+    let cutoff = taken.cutoff;
+    let released = taken.released.map_err(|e| {
+        CliError::from(e).with_hint(format!(
+            "the takeover itself succeeded (generation {}); the old owner is fenced",
+            taken.generation
+        ))
     })?;
-    let cutoff = read_cutoff(run, head.generation());
-    let released = run
-        .release(ReleaseParams {
-            lease: lease.clone(),
-            now: wall_now()?,
-            seal: None,
-        })
-        .map_err(|e| {
-            CliError::from(e).with_hint(format!(
-                "the takeover itself succeeded (generation {}); the old owner is fenced",
-                lease.generation
-            ))
-        })?;
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/takeover/1",
             "ok": true,
             "run": dir.display().to_string(),
             "taken_over": held.get("holder").cloned().unwrap_or(Value::Null),
-            "generation": lease.generation.get(),
+            "generation": taken.generation.get(),
             "released_as": released.get(),
             "cutoff": cutoff,
             "state": "free",
@@ -184,7 +157,7 @@ pub fn takeover(
             head.epoch.owner_id,
             head.generation(),
             head.heartbeat_at(),
-            lease.generation,
+            taken.generation,
             released
         ));
         if let Some(c) = cutoff {
@@ -196,53 +169,21 @@ pub fn takeover(
     Ok(0)
 }
 
-/// Before replacing an owner (takeover, retirement): every record of the run must read and
-/// the hash chains must hold (`verify`), as doctor's INVALID_RECORD and BROKEN_CHAIN advise
-/// ("do not take over"). The protocol's OBSERVE checks only the head epoch and its beat,
-/// but a replacement finalizes the old owner's cutoff over the event log and writes on
-/// top of the chain: bad input anywhere is reported (65, naming the file), never acted on.
-pub fn check_before_replacing(run: &dyn LeaseAuthority) -> Result<(), CliError> {
-    run.verify().map(|_| ()).map_err(CliError::from)
-}
-
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
-    // The folder judges "dead" with the owner lock (taken if it can be); etcd by the
-    // owner's etcd lease, which needs no local lock.
-    let (lease, lock) = if *authority == RunAuthority::RunFolder {
-        let mut run = crate::common::open_run(dir)?;
-        let lock = OwnerLock::acquire_timeout(dir, Duration::from_millis(200)).map_err(|e| {
-            CliError::of(
-                Code::IoError,
-                format!("cannot take the owner lock of {}: {e}", dir.display()),
-            )
-        })?;
-        if lock.is_some() {
-            run.set_liveness(Arc::new(ProcLiveness::new(dir).holding_lock()));
-        }
-        (open_lease(dir, authority, Some(run))?, lock)
-    } else {
-        (open_lease(dir, authority, None)?, None)
-    };
-    let run = &*lease.auth;
-    let (view, head) = active_owner(run, dir, "there is no owner to retire")?;
-    check_before_replacing(run)?;
-    let retired = run
-        .retire(RetireParams {
-            run_id: run.run_id().clone(),
-            owner_id: new_owner_id()?,
-            holder: this_holder()?,
-            policy: head.epoch.policy,
-            now: wall_now()?,
-            expect: Some(Expectation::of(&head)),
-            nonce: new_nonce()?,
-        })
+    // lease-run takes the owner lock first on a run folder (so "dead" is judged holding
+    // it); etcd judges by the owner's etcd lease.
+    let r = Replacer::for_retire(dir, authority).map_err(|e| name_folder(dir, e))?;
+    let observed = observe_owner(&r, dir, "there is no owner to retire")?;
+    let (view, head) = (&observed.view, &observed.head);
+    let retired = r
+        .retire(&observed, new_owner_id()?, wall_now()?, new_nonce()?)
         .map_err(|e| {
             let code = e.code();
             let err = CliError::from(e);
-            if code == "RETIRE_REFUSED_NOT_DEAD" {
-                let next = if is_stale(&view) {
+            if code == Code::RetireRefusedNotDead {
+                let next = if is_stale(view) {
                     format!(
                         "it is stale: runlease takeover {} --expect-owner {} --expect-heartbeat {}",
                         shell_path(dir),
@@ -257,7 +198,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
                 err
             }
         })?;
-    drop(lock);
+    drop(r);
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/retire/1",

@@ -25,7 +25,7 @@ pub use preflight::{chain_reaches, preflight};
 pub use reap::{CommandAudit, CommandState, audit_commands};
 pub use release::FinalStatus;
 pub use spawn::RunCommand;
-pub(crate) use status::wall_now;
+pub use status::wall_now;
 pub use step::{StepCallback, StepName};
 pub use store::RunStore;
 pub use watchdog::WATCHDOG_TICK;

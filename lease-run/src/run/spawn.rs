@@ -157,8 +157,17 @@ impl Run {
         )
         .await;
         // Liveness is checked after the command is tracked and recorded: live → SIGCONT
-        // (the program starts), else SIGKILL (it never ran).
-        let live = recorded.and_then(|()| self.check_live());
+        // (the program starts), else SIGKILL (it never ran). A lost lease is the answer
+        // even when recording failed too: an owner stopped during this step (SIGSTOP, a
+        // frozen VM) and replaced meanwhile comes back to a step past its deadline, and
+        // must say FENCED (75), not that the spawn failed.
+        let live = match recorded {
+            Ok(()) => self.check_live(),
+            Err(e) => match self.check_live() {
+                Err(fenced @ RunError::Fenced { .. }) => Err(fenced),
+                _ => Err(e),
+            },
+        };
         let gated = gate(
             live,
             || procs::kill_group(pid, Signal::CONT),

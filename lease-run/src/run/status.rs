@@ -12,7 +12,7 @@ use lease_fs::{FsError, RunDir, primitives};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Wall-clock now as a protocol timestamp.
-pub(crate) fn wall_now() -> Result<Timestamp, RunError> {
+pub fn wall_now() -> Result<Timestamp, RunError> {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_err(|_| RunError::Io("the wall clock is before 1970".into()))?

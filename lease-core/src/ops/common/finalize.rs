@@ -9,8 +9,8 @@ use crate::ops::{Operation, Request, Response, Step, violation};
 use crate::records::RetirementRecord;
 use crate::time::Timestamp;
 
-/// Sub-operation: finalize the cutoff of a superseded active generation (rule 1 and 2 of
-/// ARCHITECTURE.md §3): only after the superseding generation exists, take the log tail at
+/// Sub-operation: finalize the cutoff of a superseded active generation (rules R1 and R2 of
+/// docs/PROTOCOL.md §8): only after the superseding generation exists, take the log tail at
 /// this moment and create the retirement record exclusively; the first finalizer wins and
 /// everyone else reads its value.
 #[derive(Debug, Clone)]

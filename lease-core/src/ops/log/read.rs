@@ -173,7 +173,7 @@ pub struct EventLogView {
 }
 
 /// Read the whole log and judge it: the log FIRST, then epochs, cutoffs and the checkpoint
-/// (rule 3), finalizing pending cutoffs when `finalize` is set (rule 2).
+/// (R3, PROTOCOL §8), finalizing pending cutoffs when `finalize` is set (R2).
 #[derive(Debug, Clone)]
 pub struct ReadEvents {
     pub(super) run: RunId,
@@ -286,7 +286,7 @@ impl Operation for ReadEvents {
                     // The log is 1..=highest. With fewer files than that, some sequence is
                     // missing: the sequential read below stops at the first one
                     // (EVENT_LOG_GAP names it). Events appended after the count are not
-                    // this reader's (log first, rule 3).
+                    // this reader's (log first, R3).
                     let Some(Response::EventCount { highest, .. }) = input.take() else {
                         return Step::Done(Err(violation("EventCount", &input)));
                     };
