@@ -1,0 +1,252 @@
+//! The store against its seal and floor: rewound or missing stores are refused (65).
+
+use crate::helpers::{
+    epoch, fast, helper_cmd, now_ts, read_status, read_until, rt, signal_child,
+    take_over_when_stale,
+};
+use lease_core::{LeaseOps, RunState};
+use lease_fs::RunDir;
+use lease_run::{Batch, FinalStatus, OpenOptions, Run};
+use rustix::process::Signal;
+use std::io::BufRead;
+use std::path::Path;
+
+/// Copy the store file (and its WAL, if any) of a run that nobody has open.
+fn copy_store(path: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    let s = path.join("store");
+    for f in ["run.sqlite", "run.sqlite-wal"] {
+        let _ = std::fs::remove_file(to.join(f));
+        if s.join(f).exists() {
+            std::fs::copy(s.join(f), to.join(f)).unwrap();
+        }
+    }
+}
+
+/// Put a copy back in place of the run's store (a rewind, or a restore).
+fn put_store(from: &Path, path: &Path) {
+    let s = path.join("store");
+    for f in ["run.sqlite", "run.sqlite-wal"] {
+        let _ = std::fs::remove_file(s.join(f));
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), s.join(f)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_store_rewound_behind_its_seal_is_refused_65_and_run_json_says_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-k");
+    let (old, good) = (dir.path().join("old"), dir.path().join("good"));
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+        copy_store(&path, &old);
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "2")).await.unwrap();
+        run.commit(Batch::new().put("a", "3")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+        copy_store(&path, &good);
+
+        put_store(&old, &path);
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
+        let st = read_status(&path);
+        assert_eq!(st.status, RunState::Failed);
+        let detail = st.detail.unwrap();
+        assert!(detail.starts_with("STORE_BEHIND_SEAL"), "{detail}");
+        assert!(detail.contains("run.sqlite"), "names the file: {detail}");
+        // The failed open re-issued the seal: the rewound store is refused again, also
+        // from another process (exit 65).
+        let out = helper_cmd("open-once", &path).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(65),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The right store opens, with everything acknowledged.
+        put_store(&good, &path);
+        let run = Run::open(&path, fast()).await.unwrap();
+        assert_eq!(run.store().head().unwrap(), 3);
+        assert_eq!(run.store().get("a").unwrap().unwrap().value, b"3");
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+#[test]
+fn a_store_rewound_below_the_floor_recorded_by_a_takeover_is_refused_65() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-l");
+    let (old, good) = (dir.path().join("old"), dir.path().join("good"));
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+    });
+    copy_store(&path, &old);
+    // An owner commits 5 more, heartbeats, and then hangs (SIGSTOP): no clean seal.
+    let mut owner = helper_cmd("owner-commits", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    let acked: Vec<u64> = read_until(&mut lines, "READY")
+        .iter()
+        .filter_map(|l| l.split("ACK ").nth(1))
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let last = *acked.last().unwrap();
+    assert_eq!(last, 6);
+    signal_child(owner.id(), Signal::STOP);
+    let taken = take_over_when_stale(&path);
+    // The takeover recorded the head the owner reported in its last heartbeat.
+    assert_eq!(epoch(&path, taken.generation.get()).store_floor, Some(last));
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    RunDir::open(&path)
+        .unwrap()
+        .release(lease_core::ops::ReleaseParams {
+            lease: taken.clone(),
+            now: now_ts(),
+            seal: None,
+        })
+        .unwrap();
+    copy_store(&path, &good);
+
+    // The store rewound to before the crash: its head 1 passes the old seal (1) but not
+    // the floor (6).
+    put_store(&old, &path);
+    rt().block_on(async {
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
+        assert!(e.to_string().contains("floor"), "{e}");
+        let st = read_status(&path);
+        assert_eq!(st.status, RunState::Failed);
+        assert!(st.detail.unwrap().contains("STORE_BEHIND_SEAL"));
+        put_store(&good, &path);
+        let run = Run::open(&path, fast()).await.unwrap();
+        assert_eq!(
+            run.store().head().unwrap(),
+            last,
+            "every acknowledged commit"
+        );
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+#[test]
+fn a_store_rewound_below_the_floor_recorded_by_a_retirement_is_refused_65() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-p");
+    let (old, good) = (dir.path().join("old"), dir.path().join("good"));
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+    });
+    copy_store(&path, &old);
+    // An owner commits 5 more, heartbeats, and is SIGKILLed: no seal, a dead owner.
+    let mut owner = helper_cmd("owner-commits", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    let acked: Vec<u64> = read_until(&mut lines, "READY")
+        .iter()
+        .filter_map(|l| l.split("ACK ").nth(1))
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    let last = *acked.last().unwrap();
+    assert_eq!(last, 6);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    copy_store(&path, &good);
+    // Rewound to before the crash (head 1, the same store), then opened with retirement
+    // of the dead owner: the retirement records its last reported head as the floor.
+    put_store(&old, &path);
+    let opts = OpenOptions {
+        retire_dead: true,
+        ..fast()
+    };
+    rt().block_on(async {
+        let e = Run::open(&path, opts.clone()).await.unwrap_err();
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_BEHIND_SEAL", 65),
+            "{e}"
+        );
+        assert!(e.to_string().contains("floor"), "{e}");
+        let head = RunDir::open(&path)
+            .unwrap()
+            .status(now_ts(), false)
+            .unwrap()
+            .head
+            .unwrap()
+            .generation()
+            .get();
+        // retired (g+1) → claimed (g+2) → released by the undo (g+3): every one keeps 6.
+        for g in head - 2..=head {
+            assert_eq!(epoch(&path, g).store_floor, Some(last), "epoch {g}");
+        }
+        assert_eq!(
+            epoch(&path, head - 2).state,
+            lease_core::EpochState::Retired
+        );
+        put_store(&good, &path);
+        let run = Run::open(&path, opts).await.unwrap();
+        assert_eq!(
+            run.store().head().unwrap(),
+            last,
+            "every acknowledged commit"
+        );
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+#[test]
+fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-q");
+    let store = path.join("store").join("run.sqlite");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Paused { wake_at: None })
+            .await
+            .unwrap();
+        std::fs::remove_file(&store).unwrap();
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(
+            (e.code().as_str(), e.exit_code()),
+            ("STORE_MISSING", 65),
+            "{e}"
+        );
+        assert!(!store.exists(), "an expected store is never recreated");
+        let st = read_status(&path);
+        assert_eq!(st.status, RunState::Failed);
+        assert!(st.detail.unwrap().starts_with("STORE_MISSING"));
+        // The failed open re-issued the seal: still refused, still not recreated.
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(e.code().as_str(), "STORE_MISSING");
+        assert!(!store.exists());
+    });
+}
