@@ -377,6 +377,11 @@ fn head_generation(view: &StatusView) -> u64 {
 }
 
 fn run_json_ahead(facts: &Facts) -> Option<String> {
+    // An unreadable head says nothing about where the chain ends (its INVALID_RECORD is
+    // the finding): "the chain has no epoch" would send the operator to restore lease/.
+    if matches!(facts.view.status, Status::Invalid(_)) {
+        return None;
+    }
     match &facts.run_json {
         RunJsonFacts::Written { generation, .. } => {
             chain_behind(*generation, head_generation(&facts.view))

@@ -180,3 +180,24 @@ fn chain_behind_names_both_generations() {
         "{m}"
     );
 }
+
+#[test]
+fn an_unreadable_head_is_an_invalid_record_not_a_chain_that_ends_early() {
+    // run.json says generation 1 wrote it; the head epoch cannot be read, so the view has
+    // no head. The finding is the record, never "the chain has no epoch: restore lease/".
+    let mut disk = MemDisk::new();
+    claim(&mut disk, "a", 10, 0).unwrap();
+    let mut view = status(&mut disk, 20);
+    view.status = lease_core::ops::Status::Invalid(lease_core::LeaseError::RecordInvalid {
+        kind: lease_core::RecordKind::Epoch,
+        run: "run-1".into(),
+        file: Some("lease/epochs/00000000000000000001.json".into()),
+        detail: "torn".into(),
+    });
+    view.head = None;
+    let mut facts = Facts::of_view(view);
+    facts.run_json = written(1, false, None);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["INVALID_RECORD"]);
+    assert_eq!(next_step(&facts), Next::DoctorDoNotTakeOver);
+}

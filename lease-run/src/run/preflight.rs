@@ -51,6 +51,10 @@ pub fn chain_reaches(
         return Ok(());
     };
     let view = auth.status(wall_now()?, false)?;
+    // An unreadable head is that record's error, not a chain that ends early.
+    if let lease_core::ops::Status::Invalid(e) = view.status {
+        return Err(RunError::Lease(e));
+    }
     let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
     // The same judgement `status` and `doctor` make (lease-core's one diagnosis).
     let Some(what) = lease_core::diagnose::chain_behind(written_by, head) else {
