@@ -432,3 +432,77 @@ mod tests {
         assert!(boottime_ns() > 0);
     }
 }
+
+/// Whether the holder of a lease is the `runlease run` this process runs under, as
+/// `runlease release` asks before it signals anything (PROTOCOL §11.1's rule: signal only
+/// a process you can prove).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerAncestor {
+    /// Not an ancestor of this process on this host and boot with the recorded start time
+    /// (or not provable): never signalled.
+    No,
+    /// A proper ancestor with the recorded start time, running this very executable: it
+    /// handles SIGUSR1 as a release request.
+    ThisBinary(u32),
+    /// A proper ancestor with the recorded start time that runs another executable:
+    /// SIGUSR1 could terminate it, so it is not signalled.
+    OtherBinary(u32),
+}
+
+/// Judge `holder` (a lease's recorded holder) against this process: same host and boot,
+/// a proper ancestor (parent chain, at most 64 steps), alive with the recorded start time
+/// (so a reused pid is ruled out), and whether it runs this executable.
+pub fn owner_ancestor(holder: &lease_core::Holder) -> Result<OwnerAncestor, crate::RunError> {
+    let me = lease_fs::this_holder()?;
+    let pid = holder.pid;
+    let proved = holder.host == me.host
+        && holder.boot_id == me.boot_id
+        && is_ancestor(pid)
+        && lease_fs::probe::live_process_start_time(pid)
+            .is_ok_and(|t| t == Some(holder.start_time));
+    Ok(match (proved, proved && same_executable(pid)) {
+        (false, _) => OwnerAncestor::No,
+        (true, true) => OwnerAncestor::ThisBinary(pid),
+        (true, false) => OwnerAncestor::OtherBinary(pid),
+    })
+}
+
+/// Ask the `runlease run` that [`owner_ancestor`] proved ([`OwnerAncestor::ThisBinary`])
+/// to release: SIGUSR1. Any other judgement signals nothing and is an error.
+pub fn request_release(proved: OwnerAncestor) -> Result<(), crate::RunError> {
+    let OwnerAncestor::ThisBinary(pid) = proved else {
+        return Err(crate::RunError::InvalidArgument(
+            "only a proved runlease ancestor is asked to release".into(),
+        ));
+    };
+    let p = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| crate::RunError::Io(format!("holder pid {pid} out of range")))?;
+    rustix::process::kill_process(p, Signal::USR1)
+        .map_err(|e| crate::RunError::Io(format!("cannot signal the owner (pid {pid}): {e}")))
+}
+
+/// Whether `pid` is a proper ancestor of this process (walks the parent chain).
+fn is_ancestor(pid: u32) -> bool {
+    let mut p = std::process::id();
+    for _ in 0..64 {
+        match proc_info(p).map(|i| i.ppid) {
+            Some(parent) if parent == pid => return true,
+            Some(parent) if parent > 1 => p = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Whether process `pid` runs the same executable file as this process.
+fn same_executable(pid: u32) -> bool {
+    match (
+        std::fs::read_link(format!("/proc/{pid}/exe")),
+        std::fs::read_link("/proc/self/exe"),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}

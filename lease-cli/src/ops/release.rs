@@ -6,7 +6,7 @@ use lease_core::Code;
 use lease_core::Generation;
 use lease_core::LeaseOps;
 use lease_core::ops::{ReleaseParams, Status};
-use lease_fs::this_holder;
+use lease_run::procs::OwnerAncestor;
 use lease_run::Authority as RunAuthority;
 use serde_json::json;
 use std::path::Path;
@@ -21,35 +21,6 @@ pub struct ReleaseOpts {
     pub owner: Option<String>,
     /// How long to wait for a `runlease run` owner to release on request.
     pub timeout: Duration,
-}
-
-/// The parent pid of `pid` (from `/proc/PID/stat`), if readable.
-fn parent_of(pid: u32) -> Option<u32> {
-    lease_run::procs::proc_info(pid).map(|p| p.ppid)
-}
-
-/// Whether `pid` is a proper ancestor of this process (walks the parent chain).
-fn is_ancestor(pid: u32) -> bool {
-    let mut p = std::process::id();
-    for _ in 0..64 {
-        match parent_of(p) {
-            Some(parent) if parent == pid => return true,
-            Some(parent) if parent > 1 => p = parent,
-            _ => return false,
-        }
-    }
-    false
-}
-
-/// Whether process `pid` runs the same executable file as this process.
-fn same_executable(pid: u32) -> bool {
-    match (
-        std::fs::read_link(format!("/proc/{pid}/exe")),
-        std::fs::read_link("/proc/self/exe"),
-    ) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
 }
 
 /// `runlease release [DIR]`: the owner hands the run over cleanly (the token comes from
@@ -79,37 +50,24 @@ pub fn release(
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
     let (lease, head) = owned_head(run, generation, &owner, "nothing was released")?;
-    let me = this_holder()?;
     let holder = &head.epoch.holder;
-    // The recorded start time rules out a reused pid.
-    let via_run = holder.host == me.host
-        && holder.boot_id == me.boot_id
-        && is_ancestor(holder.pid)
-        && lease_fs::probe::live_process_start_time(holder.pid)
-            .is_ok_and(|t| t == Some(holder.start_time));
-    if via_run && !same_executable(holder.pid) {
+    // lease-run proves the holder is our own `runlease run` (an ancestor on this host and
+    // boot with the recorded start time, so no reused pid) before anything is signalled.
+    let proved = lease_run::procs::owner_ancestor(holder)?;
+    if let OwnerAncestor::OtherBinary(pid) = proved {
         // SIGUSR1 would terminate a process that does not handle it: only a runlease of
         // this very binary is asked; a direct release would fence (and so kill) our owner.
         return Err(CliError::of(
             Code::ReleaseNotDelivered,
             format!(
-                "run {}: generation {generation} is held by pid {}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
+                "run {}: generation {generation} is held by pid {pid}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
                 run.run_id(),
-                holder.pid
             ),
         ));
     }
+    let via_run = matches!(proved, OwnerAncestor::ThisBinary(_));
     let released_as = if via_run {
-        let pid = i32::try_from(holder.pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .ok_or_else(|| CliError::of(Code::Internal, "holder pid out of range"))?;
-        rustix::process::kill_process(pid, rustix::process::Signal::USR1).map_err(|e| {
-            CliError::of(
-                Code::IoError,
-                format!("cannot signal the owner (pid {}): {e}", holder.pid),
-            )
-        })?;
+        lease_run::procs::request_release(proved)?;
         let t = std::time::Instant::now();
         loop {
             std::thread::sleep(Duration::from_millis(20));
