@@ -31,6 +31,24 @@
 //! | I10 every prefix is a valid state | [`status_valid`] |
 //! | I11 a cutoff never outlives its successor | [`cutoffs_have_successors`] |
 //! | I13 the counted history is generation-monotone | [`generation_monotone`] |
+//!
+//! Who checks what (each checker kept exactly the checks it had before the ghost was
+//! shared; the hooks are called at the same points):
+//!
+//! | check | proptest | model checker | fuzzer |
+//! |---|---|---|---|
+//! | [`Ghost::finish`] (grants, I7 on success, superseded heartbeat, acknowledged = created, `PROTOCOL_VIOLATION`) | after each operation | after each operation | after each operation |
+//! | superseded *release* ([`OpGhost::head_at_start`] noted for every operation) | no (noted for heartbeats only) | yes | no (heartbeats only) |
+//! | [`Ghost::observe_head`], [`Ghost::check_no_new_epoch`] | every step | every state | every step |
+//! | [`Ghost::check_acknowledged`], [`Ghost::check_refused`], [`within_cutoffs`] | at the end | every state | at the end |
+//! | [`generation_monotone`] | at the end | every state | no |
+//! | [`Ghost::on_linked`] / [`Ghost::check_late`] | no | every state | no |
+//! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
+//! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
+//!
+//! While a record is hand-corrupted the model checker checks only
+//! [`Ghost::check_no_new_epoch`]; the proptest and the fuzzer accept an unreadable log then
+//! and skip `verify`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -347,7 +365,7 @@ impl Ghost {
         within_cutoffs(view)
     }
 
-    /// A checker's fuzz-style check of an epoch `g` that operation `op` just created:
+    /// Check an epoch `g` that operation `op` just created (as its creation is answered):
     /// `prev` is the valid epoch below it (if any), `alive` says whether a holder is alive,
     /// `mine` is the generation the actor holds. A takeover commits only over exactly the
     /// owner it observed (I6), a retirement only over a dead holder, a release supersedes
