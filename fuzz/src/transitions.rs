@@ -8,8 +8,9 @@
 //! in-flight operation and lease are dropped, a new incarnation starts with a new pid), the
 //! clock can jump, and a record can be corrupted between operations.
 //!
-//! A ghost model records what each actor was told; checked after every request and at the
-//! end:
+//! The ghost model shared with the proptest and the model checker (`lease_core::ghost`,
+//! feature `ghost`) records what each actor was told; checked after every request and at
+//! the end:
 //!
 //! - no generation is granted to two actors, an actor's generations increase, and a grant
 //!   is above every grant completed before its operation started;
@@ -42,6 +43,7 @@
 //! At the end every in-flight operation is run to completion, then the final checks run.
 
 use crate::fixtures::{BOOT, id, run_id, t};
+use lease_core::ghost::{Ghost, OpGhost, OpKind, Told, counted, within_cutoffs};
 use lease_core::mem::MemDisk;
 use lease_core::ops::{
     Append, AppendParams, Appended, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence,
@@ -50,7 +52,7 @@ use lease_core::ops::{
     Verify,
 };
 use lease_core::{
-    EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, Sequence, TimingPolicy, decode,
+    EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, TimingPolicy, decode,
 };
 use std::collections::BTreeSet;
 
@@ -62,12 +64,9 @@ const MAX_OP_REQUESTS: u32 = 50_000;
 
 enum Op {
     Claim(Claim),
-    /// The head generation when the heartbeat started (set at its first request).
-    Heartbeat(Heartbeat, Option<Generation>),
-    /// The sequence of the event this append created, if any.
-    Append(Append, Option<Sequence>),
-    /// What the taker observed.
-    Takeover(Takeover, Expectation),
+    Heartbeat(Heartbeat),
+    Append(Append),
+    Takeover(Takeover),
     Retire(Retire),
     Release(Release),
 }
@@ -76,11 +75,22 @@ impl Op {
     fn name(&self) -> &'static str {
         match self {
             Op::Claim(_) => "claim",
-            Op::Heartbeat(..) => "heartbeat",
-            Op::Append(..) => "append",
-            Op::Takeover(..) => "takeover",
+            Op::Heartbeat(_) => "heartbeat",
+            Op::Append(_) => "append",
+            Op::Takeover(_) => "takeover",
             Op::Retire(_) => "retire",
             Op::Release(_) => "release",
+        }
+    }
+
+    fn kind(&self) -> OpKind {
+        match self {
+            Op::Claim(_) => OpKind::Claim,
+            Op::Heartbeat(_) => OpKind::Heartbeat,
+            Op::Append(_) => OpKind::Append,
+            Op::Takeover(_) => OpKind::Takeover,
+            Op::Retire(_) => OpKind::Retire,
+            Op::Release(_) => OpKind::Release,
         }
     }
 }
@@ -104,13 +114,11 @@ struct Actor {
     pid: u32,
     lease: Option<OwnedLease>,
     beats: u64,
-    op: Option<Op>,
+    /// The operation in flight, with its ghost (the head when a heartbeat started, the
+    /// event an append created, what a takeover observed).
+    op: Option<(Op, OpGhost)>,
     input: Option<Response>,
     requests: u32,
-    /// Every generation this actor was ever granted (across incarnations).
-    granted: Vec<Generation>,
-    /// `World::max_granted` when the in-flight operation started.
-    granted_max_at_start: u64,
 }
 
 impl Actor {
@@ -135,18 +143,9 @@ struct World {
     /// Processes alive, by pid (pids are never reused).
     alive: BTreeSet<u32>,
     next_pid: u32,
-    /// Ghost: sequences whose append returned success.
-    acked: BTreeSet<u64>,
-    /// Ghost: sequences created by an append that then answered FENCED.
-    refused: BTreeSet<u64>,
-    /// Highest head generation ever observed.
-    max_head: u64,
-    /// Highest generation ever granted to an actor.
-    max_granted: u64,
-    /// An invalid record was injected: no ownership change may succeed until it is gone.
-    /// Hand-corrupted records still on disk: while any is, no ownership change may succeed.
-    corrupted: BTreeSet<FileRef>,
-    epochs_at_corruption: usize,
+    /// What each actor was told (grants across incarnations are labelled by actor name),
+    /// and the hand-corrupted records still on disk.
+    ghost: Ghost,
     log: Vec<String>,
 }
 
@@ -176,12 +175,7 @@ impl World {
             nonce: 0,
             alive: BTreeSet::new(),
             next_pid: 100,
-            acked: BTreeSet::new(),
-            refused: BTreeSet::new(),
-            max_head: 0,
-            max_granted: 0,
-            corrupted: BTreeSet::new(),
-            epochs_at_corruption: 0,
+            ghost: Ghost::new(),
             log: Vec::new(),
         };
         for name in ["a", "b", "c"].into_iter().take(n) {
@@ -195,8 +189,6 @@ impl World {
                 op: None,
                 input: None,
                 requests: 0,
-                granted: Vec::new(),
-                granted_max_at_start: 0,
             });
         }
         w
@@ -243,6 +235,7 @@ impl World {
         self.nonce += 1;
         let nonce = self.nonce;
         let actor = &mut self.actors[a];
+        let mut observed = None;
         let op = match (kind, actor.lease.clone()) {
             (0, None) => Op::Claim(Claim::new(ClaimParams {
                 run_id: run_id(),
@@ -255,22 +248,19 @@ impl World {
             (1, Some(l)) => {
                 actor.beats += 1;
                 match Heartbeat::new(&l, now, actor.beats) {
-                    Ok(h) => Op::Heartbeat(h, None),
+                    Ok(h) => Op::Heartbeat(h),
                     Err(e) => self.fail(format!("heartbeat refused to start: {e}")),
                 }
             }
-            (2, Some(l)) => Op::Append(
-                Append::new(
-                    &l,
-                    AppendParams {
-                        event_type: id("e"),
-                        payload: serde_json::json!({"by": actor.owner_id().as_str()}),
-                        now,
-                        tail_hint: None,
-                    },
-                ),
-                None,
-            ),
+            (2, Some(l)) => Op::Append(Append::new(
+                &l,
+                AppendParams {
+                    event_type: id("e"),
+                    payload: serde_json::json!({"by": actor.owner_id().as_str()}),
+                    now,
+                    tail_hint: None,
+                },
+            )),
             (3, None) => {
                 // Observe atomically, then take over on what was seen (it may be stale by
                 // the time the takeover's steps run: that is the race being tested).
@@ -284,19 +274,17 @@ impl World {
                 };
                 let expect = Expectation::of(&h);
                 let actor = &mut self.actors[a];
-                Op::Takeover(
-                    Takeover::new(TakeoverParams {
-                        run_id: run_id(),
-                        owner_id: actor.owner_id(),
-                        holder: actor.holder(),
-                        policy: TimingPolicy::default(),
-                        now,
-                        expect: expect.clone(),
-                        trigger: TakeoverTrigger::Operator,
-                        nonce,
-                    }),
+                observed = Some(expect.clone());
+                Op::Takeover(Takeover::new(TakeoverParams {
+                    run_id: run_id(),
+                    owner_id: actor.owner_id(),
+                    holder: actor.holder(),
+                    policy: TimingPolicy::default(),
+                    now,
                     expect,
-                )
+                    trigger: TakeoverTrigger::Operator,
+                    nonce,
+                }))
             }
             (4, None) => Op::Retire(Retire::new(RetireParams {
                 run_id: run_id(),
@@ -314,6 +302,7 @@ impl World {
             })),
             _ => return,
         };
+        let ghost = self.ghost.begin(op.kind(), observed);
         let actor = &mut self.actors[a];
         self.log.push(format!(
             "{} starts {} at +{} ms",
@@ -321,15 +310,14 @@ impl World {
             op.name(),
             self.now
         ));
-        actor.op = Some(op);
+        actor.op = Some((op, ghost));
         actor.input = None;
         actor.requests = 0;
-        actor.granted_max_at_start = self.max_granted;
     }
 
     /// Perform the actor's next request (or finish its operation).
     fn step(&mut self, a: usize) {
-        let Some(mut op) = self.actors[a].op.take() else {
+        let Some((mut op, mut ghost)) = self.actors[a].op.take() else {
             return;
         };
         let input = self.actors[a].input.take();
@@ -343,15 +331,16 @@ impl World {
         }
         let step = match &mut op {
             Op::Claim(o) => map(o.next(input), |l| Out::Lease(Some(l))),
-            Op::Takeover(o, _) => map(o.next(input), |l| Out::Lease(Some(l))),
+            Op::Takeover(o) => map(o.next(input), |l| Out::Lease(Some(l))),
             Op::Retire(o) => map(o.next(input), |_| Out::Lease(None)),
-            Op::Heartbeat(o, higher_at_start) => {
-                if higher_at_start.is_none() && input.is_none() {
-                    *higher_at_start = self.head();
+            Op::Heartbeat(o) => {
+                // The head when the heartbeat started (at its first request).
+                if ghost.head_at_start.is_none() && input.is_none() {
+                    ghost.note_head(self.head().map(Generation::get));
                 }
                 map(o.next(input), |_| Out::Unit)
             }
-            Op::Append(o, _) => map(o.next(input), Out::Appended),
+            Op::Append(o) => map(o.next(input), Out::Appended),
             Op::Release(o) => map(o.next(input), |_| Out::Unit),
         };
         match step {
@@ -361,89 +350,42 @@ impl World {
                     Request::CreateExclusive(FileRef::Epoch(g), _) => Some(*g),
                     _ => None,
                 };
-                if let (Op::Append(_, created), Request::CreateExclusive(FileRef::Event(s), _)) =
-                    (&mut op, &req)
-                {
-                    *created = Some(*s);
-                }
-                if let (Op::Release(_), Some(_)) = (&op, epoch_create) {
-                    // An owner may release despite a corrupted heartbeat record of its own
-                    // (the release does not read it); the released generation's heartbeat
-                    // is never read again.
-                    self.corrupted.retain(|f| !matches!(f, FileRef::Beat(_)));
-                }
-                if let Request::Replace(f, ..) = &req {
-                    // The live owner's next heartbeat replaces its own (hand-corrupted)
-                    // heartbeat record: from then on the run is valid again.
-                    self.corrupted.remove(f);
-                }
+                self.ghost.on_request(&mut ghost, &req);
                 let alive = self.alive.clone();
                 let resp = self.disk.perform(req, &liveness(&alive));
                 if let (Some(g), Response::Created) = (epoch_create, &resp) {
-                    self.check_epoch_created(a, &op, g);
+                    self.check_epoch_created(a, &op, &ghost, g);
                 }
-                if let (Op::Append(_, created), Response::AlreadyExists, true) =
-                    (&mut op, &resp, event_create)
-                {
-                    *created = None;
-                }
+                self.ghost.on_response(&mut ghost, event_create, &resp);
                 self.actors[a].input = Some(resp);
-                self.actors[a].op = Some(op);
+                self.actors[a].op = Some((op, ghost));
             }
-            Step::Done(result) => self.finish(a, op, result),
+            Step::Done(result) => self.finish(a, op, ghost, result),
         }
         self.check_step();
     }
 
     /// An operation of actor `a` just created epoch `g`.
-    fn check_epoch_created(&mut self, a: usize, op: &Op, g: Generation) {
+    fn check_epoch_created(&mut self, a: usize, op: &Op, ghost: &OpGhost, g: Generation) {
         let who = self.actors[a].owner_id();
         self.log
             .push(format!("{who} {} created epoch {g}", op.name()));
         let prev = g.prev().and_then(|p| self.epoch(p).map(|e| (p, e)));
-        match op {
-            Op::Takeover(_, expect) => {
-                // A takeover commits only over exactly the owner it observed.
-                let Some((p, e)) = prev else {
-                    self.fail(format!(
-                        "takeover created epoch {g} with no valid epoch below"
-                    ));
-                };
-                if expect.generation.is_some_and(|x| x != p) || e.owner_id != expect.owner_id {
-                    self.fail(format!(
-                        "takeover created epoch {g} over generation {p} owner {}, but observed generation {:?} owner {}",
-                        e.owner_id, expect.generation, expect.owner_id
-                    ));
-                }
-            }
-            Op::Retire(_) => {
-                // A retirement commits only over a holder that is dead (pids never revive).
-                let Some((p, e)) = prev else {
-                    self.fail(format!(
-                        "retirement created epoch {g} with no valid epoch below"
-                    ));
-                };
-                if self.alive.contains(&e.holder.pid) {
-                    self.fail(format!(
-                        "retirement created epoch {g} over generation {p} whose holder pid {} is alive",
-                        e.holder.pid
-                    ));
-                }
-            }
-            Op::Release(_) => {
-                // A release supersedes only its own generation.
-                let mine = self.actors[a].lease.as_ref().map(|l| l.generation);
-                if g.prev() != mine {
-                    self.fail(format!(
-                        "release by {who} (generation {mine:?}) created epoch {g}"
-                    ));
-                }
-            }
-            _ => {}
+        let mine = self.actors[a].lease.as_ref().map(|l| l.generation);
+        // Pids never revive: a holder whose pid is not alive is dead.
+        let alive = |h: &Holder| self.alive.contains(&h.pid);
+        if let Err(v) = self.ghost.check_epoch_created(
+            ghost,
+            g,
+            prev.as_ref().map(|(p, e)| (*p, e)),
+            alive,
+            mine,
+        ) {
+            self.fail(format!("{who} {}: {v}", op.name()));
         }
     }
 
-    fn finish(&mut self, a: usize, op: Op, result: Result<Out, LeaseError>) {
+    fn finish(&mut self, a: usize, op: Op, ghost: OpGhost, result: Result<Out, LeaseError>) {
         let who = self.actors[a].owner_id();
         self.log.push(format!(
             "{who} {} -> {}",
@@ -455,81 +397,34 @@ impl World {
                 Err(e) => e.code().to_string(),
             }
         ));
-        if let Err(e) = &result
-            && e.code() == "PROTOCOL_VIOLATION"
-        {
-            self.fail(format!("{who} {}: {e}", op.name()));
+        let told = match &result {
+            Ok(Out::Lease(Some(l))) => Ok(Told::Granted(l.generation)),
+            Ok(Out::Appended(ap)) => Ok(Told::Appended(ap.sequence.get())),
+            Ok(_) => Ok(Told::Done),
+            Err(e) => Err(e),
+        };
+        let actor = &self.actors[a];
+        let mine = actor.lease.as_ref().map_or(0, |l| l.generation.get());
+        if let Err(v) = self.ghost.finish(&ghost, actor.name, mine, told) {
+            self.fail(format!("{who} {}: {v}", op.name()));
         }
+        let actor = &mut self.actors[a];
         match (op, result) {
-            (Op::Claim(_) | Op::Takeover(..), Ok(Out::Lease(Some(l)))) => {
-                if !self.corrupted.is_empty() {
-                    self.fail("an ownership change succeeded over an invalid record".into());
-                }
-                // Every grant is above every grant completed before this operation started
-                // (grants that overlap in time may complete in either order: the later one
-                // learns it is fenced at its next heartbeat).
-                let before = self.actors[a].granted_max_at_start;
-                if l.generation.get() <= before {
-                    self.fail(format!(
-                        "granted generation {} although {before} was granted before the operation started",
-                        l.generation
-                    ));
-                }
-                self.max_granted = self.max_granted.max(l.generation.get());
-                for (i, other) in self.actors.iter().enumerate() {
-                    if i != a && other.granted.contains(&l.generation) {
-                        self.fail(format!(
-                            "generation {} granted to {who} and to {}",
-                            l.generation, other.name
-                        ));
-                    }
-                }
-                if let Some(&last) = self.actors[a].granted.last()
-                    && l.generation <= last
-                {
-                    self.fail(format!("{who} was granted {} after {last}", l.generation));
-                }
-                let actor = &mut self.actors[a];
-                actor.granted.push(l.generation);
+            (Op::Claim(_) | Op::Takeover(_), Ok(Out::Lease(Some(l)))) => {
                 actor.lease = Some(l);
                 actor.beats = 0;
             }
-            (Op::Retire(_), Ok(_)) if !self.corrupted.is_empty() => {
-                self.fail("a retirement succeeded over an invalid record".into());
-            }
-            (Op::Heartbeat(_, higher_at_start), Ok(_)) => {
-                let mine = self.actors[a].lease.as_ref().map(|l| l.generation);
-                if let (Some(h), Some(m)) = (higher_at_start, mine)
-                    && h > m
-                {
-                    self.fail(format!(
-                            "{who}'s heartbeat of generation {m} succeeded although {h} existed when it started"
-                        ));
-                }
-            }
-            (Op::Heartbeat(..) | Op::Release(_), Err(e)) if e.code() == "FENCED" => {
-                self.actors[a].lease = None;
+            (Op::Heartbeat(_) | Op::Release(_), Err(e)) if e.code() == "FENCED" => {
+                actor.lease = None;
             }
             (Op::Release(_), Ok(_)) => {
-                self.actors[a].lease = None;
+                actor.lease = None;
             }
-            (Op::Append(_, created), Ok(Out::Appended(ap))) => {
-                if created != Some(ap.sequence) {
-                    self.fail(format!(
-                        "append reported event {} but created {created:?}",
-                        ap.sequence
-                    ));
-                }
-                self.acked.insert(ap.sequence.get());
-                if ap.superseded_by.is_some() {
-                    self.actors[a].lease = None;
-                }
+            (Op::Append(_), Ok(Out::Appended(ap))) if ap.superseded_by.is_some() => {
+                actor.lease = None;
             }
-            (Op::Append(_, created), Err(e)) if e.code() == "FENCED" => {
-                if let Some(s) = created {
-                    self.refused.insert(s.get());
-                }
-                self.actors[a].lease = None;
+            (Op::Append(_), Err(e)) if e.code() == "FENCED" => {
+                actor.lease = None;
             }
             _ => {}
         }
@@ -587,21 +482,17 @@ impl World {
         self.disk
             .files
             .insert(target, b"{\"version\":\"runlease/epoch/1\"}\n".to_vec());
-        if self.corrupted.is_empty() {
-            self.epochs_at_corruption = self.epoch_count();
-        }
-        self.corrupted.insert(target);
+        let epochs = self.epoch_count();
+        self.ghost.corrupt(target, epochs);
     }
 
     fn check_step(&mut self) {
-        if let Some(h) = self.head() {
-            if h.get() < self.max_head {
-                self.fail(format!("head went from {} down to {h}", self.max_head));
-            }
-            self.max_head = h.get();
+        let head = self.head().map(Generation::get);
+        if let Err(v) = self.ghost.observe_head(head, false) {
+            self.fail(v);
         }
-        if !self.corrupted.is_empty() && self.epoch_count() != self.epochs_at_corruption {
-            self.fail("a new epoch appeared while a record was invalid".into());
+        if let Err(v) = self.ghost.check_no_new_epoch(self.epoch_count()) {
+            self.fail(v);
         }
     }
 
@@ -614,42 +505,24 @@ impl World {
         let view = match view {
             Ok(v) => v,
             Err(e) => {
-                if self.corrupted.is_empty() {
+                if !self.ghost.is_corrupted() {
                     self.fail(format!("the log must be readable: {e}"));
                 }
                 return;
             }
         };
-        let counted: BTreeSet<u64> = view
-            .events
-            .iter()
-            .filter(|e| e.authority.counts())
-            .map(|e| e.event.sequence.get())
-            .collect();
-        for s in &self.acked {
-            if !counted.contains(s) {
-                self.fail(format!("acknowledged event {s} does not count"));
-            }
+        // I5, I9 and I4 (not I13, `ghost::generation_monotone`, which the proptest and the
+        // model checker check).
+        let counted = counted(&view);
+        let checks = self
+            .ghost
+            .check_acknowledged(&counted)
+            .and_then(|()| self.ghost.check_refused(&counted))
+            .and_then(|()| within_cutoffs(&view));
+        if let Err(v) = checks {
+            self.fail(v);
         }
-        for s in &self.refused {
-            if counted.contains(s) {
-                self.fail(format!(
-                    "event {s} counts although its append answered FENCED"
-                ));
-            }
-        }
-        for e in &view.events {
-            if let Some(&c) = view.chain.cutoffs.get(&e.event.generation)
-                && e.authority.counts()
-                && e.event.sequence.get() > c
-            {
-                self.fail(format!(
-                    "event {} of generation {} counts past its cutoff {c}",
-                    e.event.sequence, e.event.generation
-                ));
-            }
-        }
-        if self.corrupted.is_empty()
+        if !self.ghost.is_corrupted()
             && let Err(e) = self.disk.run(&mut Verify::new(run_id()), &liveness(&alive))
         {
             self.fail(format!("the hash chains do not verify: {e}"));

@@ -56,6 +56,8 @@ pub mod canonical;
 pub mod code;
 pub mod diagnose;
 pub mod error;
+#[cfg(feature = "ghost")]
+pub mod ghost;
 pub mod ids;
 pub mod layout;
 pub mod mem;

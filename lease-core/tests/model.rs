@@ -1,15 +1,16 @@
 //! Property test: random interleavings of 2-3 owners driving the real step machines over
 //! the in-memory authority, one request at a time, with pauses (an actor is simply not
 //! stepped), crashes (an actor's in-flight operation and lease are dropped and its process
-//! dies), clock jumps and injected invalid records. A ghost model records what each actor
-//! was told; the invariants of docs/PROTOCOL.md §8 are checked after every step and at the
-//! end.
+//! dies), clock jumps and injected invalid records. The shared ghost model
+//! (`lease_core::ghost`, feature `ghost`) records what each actor was told; the invariants
+//! of docs/PROTOCOL.md §8 are checked after every step and at the end.
 //!
 //! `RUNLEASE_DEEP=1` runs 100x more cases.
 
 mod common;
 
 use common::{BOOT, id, run_id, t};
+use lease_core::ghost::{Ghost, OpGhost, OpKind, Told};
 use lease_core::mem::MemDisk;
 use lease_core::ops::*;
 use lease_core::*;
@@ -23,8 +24,8 @@ fn cases(default: u32) -> ProptestConfig {
 
 enum Op {
     Claim(Claim),
-    Heartbeat(Heartbeat, Option<Generation>),
-    Append(Append, Option<Sequence>),
+    Heartbeat(Heartbeat),
+    Append(Append),
     Takeover(Takeover),
     Retire(Retire),
     Release(Release),
@@ -34,11 +35,22 @@ impl Op {
     fn name(&self) -> &'static str {
         match self {
             Op::Claim(_) => "claim",
-            Op::Heartbeat(..) => "heartbeat",
-            Op::Append(..) => "append",
+            Op::Heartbeat(_) => "heartbeat",
+            Op::Append(_) => "append",
             Op::Takeover(_) => "takeover",
             Op::Retire(_) => "retire",
             Op::Release(_) => "release",
+        }
+    }
+
+    fn kind(&self) -> OpKind {
+        match self {
+            Op::Claim(_) => OpKind::Claim,
+            Op::Heartbeat(_) => OpKind::Heartbeat,
+            Op::Append(_) => OpKind::Append,
+            Op::Takeover(_) => OpKind::Takeover,
+            Op::Retire(_) => OpKind::Retire,
+            Op::Release(_) => OpKind::Release,
         }
     }
 }
@@ -49,12 +61,8 @@ struct Actor {
     pid: u32,
     lease: Option<OwnedLease>,
     beats: u64,
-    op: Option<Op>,
+    op: Option<(Op, OpGhost)>,
     input: Option<Response>,
-    /// Every generation this actor was ever granted (across incarnations).
-    granted: Vec<Generation>,
-    /// `World::max_granted` when the in-flight operation started.
-    granted_max_at_start: u64,
 }
 
 impl Actor {
@@ -79,19 +87,9 @@ struct World {
     /// Processes alive, by pid.
     alive: BTreeSet<u32>,
     next_pid: u32,
-    /// Ghost: sequences whose append returned success.
-    acked: BTreeSet<u64>,
-    /// Ghost: sequences created by an append that then answered FENCED.
-    refused: BTreeSet<u64>,
-    /// Highest head generation ever observed.
-    max_head: u64,
-    /// Highest generation ever granted to an actor.
-    max_granted: u64,
-    /// An invalid record was injected: no ownership change may succeed from then on.
-    corrupted: bool,
-    /// Every file hand-corrupted and not yet rewritten by its owner.
-    corrupted_files: BTreeSet<FileRef>,
-    epochs_at_corruption: usize,
+    /// What each actor was told (grants across incarnations are labelled by actor name),
+    /// and the hand-corrupted records.
+    ghost: Ghost,
     log: Vec<String>,
 }
 
@@ -104,13 +102,7 @@ impl World {
             nonce: 0,
             alive: BTreeSet::new(),
             next_pid: 100,
-            acked: BTreeSet::new(),
-            refused: BTreeSet::new(),
-            max_head: 0,
-            max_granted: 0,
-            corrupted: false,
-            corrupted_files: BTreeSet::new(),
-            epochs_at_corruption: 0,
+            ghost: Ghost::new(),
             log: Vec::new(),
         };
         for i in 0..n {
@@ -123,11 +115,13 @@ impl World {
                 beats: 0,
                 op: None,
                 input: None,
-                granted: Vec::new(),
-                granted_max_at_start: 0,
             });
         }
         w
+    }
+
+    fn fail(&self, what: String) -> ! {
+        panic!("{what}; trace:\n{}", self.log.join("\n"));
     }
 
     fn spawn_pid(&mut self) -> u32 {
@@ -180,6 +174,7 @@ impl World {
         self.nonce += 1;
         let nonce = self.nonce;
         let actor = &mut self.actors[a];
+        let mut observed = None;
         let op = match (kind, actor.lease.clone()) {
             (0, None) => Op::Claim(Claim::new(ClaimParams {
                 run_id: run_id(),
@@ -191,20 +186,17 @@ impl World {
             })),
             (1, Some(l)) => {
                 actor.beats += 1;
-                Op::Heartbeat(Heartbeat::new(&l, now, actor.beats).unwrap(), None)
+                Op::Heartbeat(Heartbeat::new(&l, now, actor.beats).unwrap())
             }
-            (2, Some(l)) => Op::Append(
-                Append::new(
-                    &l,
-                    AppendParams {
-                        event_type: id("e"),
-                        payload: serde_json::json!({"by": actor.owner_id().as_str()}),
-                        now,
-                        tail_hint: None,
-                    },
-                ),
-                None,
-            ),
+            (2, Some(l)) => Op::Append(Append::new(
+                &l,
+                AppendParams {
+                    event_type: id("e"),
+                    payload: serde_json::json!({"by": actor.owner_id().as_str()}),
+                    now,
+                    tail_hint: None,
+                },
+            )),
             (3, None) => {
                 // Observe atomically, then take over on what was seen (it may be stale by the
                 // time the takeover's steps run: that is the race being tested).
@@ -217,13 +209,15 @@ impl World {
                     return;
                 };
                 let actor = &mut self.actors[a];
+                let expect = Expectation::of(&h);
+                observed = Some(expect.clone());
                 Op::Takeover(Takeover::new(TakeoverParams {
                     run_id: run_id(),
                     owner_id: actor.owner_id(),
                     holder: actor.holder(),
                     policy: TimingPolicy::default(),
                     now,
-                    expect: Expectation::of(&h),
+                    expect,
                     trigger: TakeoverTrigger::Operator,
                     nonce,
                 }))
@@ -244,6 +238,7 @@ impl World {
             })),
             _ => return,
         };
+        let ghost = self.ghost.begin(op.kind(), observed);
         let actor = &mut self.actors[a];
         self.log.push(format!(
             "{} starts {} at {}",
@@ -251,71 +246,45 @@ impl World {
             op.name(),
             self.now
         ));
-        actor.op = Some(op);
+        actor.op = Some((op, ghost));
         actor.input = None;
-        actor.granted_max_at_start = self.max_granted;
     }
 
     fn step(&mut self, a: usize) {
-        let Some(mut op) = self.actors[a].op.take() else {
+        let Some((mut op, mut ghost)) = self.actors[a].op.take() else {
             return;
         };
         let input = self.actors[a].input.take();
-        // The generation above the actor's own when the heartbeat started.
         let step = match &mut op {
             Op::Claim(o) => map(o.next(input), |l| Out::Lease(Some(l))),
             Op::Takeover(o) => map(o.next(input), |l| Out::Lease(Some(l))),
             Op::Retire(o) => map(o.next(input), |_| Out::Lease(None)),
-            Op::Heartbeat(o, higher_at_start) => {
-                if higher_at_start.is_none() && input.is_none() {
-                    *higher_at_start = self.head();
+            Op::Heartbeat(o) => {
+                // The head when the heartbeat started (at its first request).
+                if ghost.head_at_start.is_none() && input.is_none() {
+                    ghost.note_head(self.head().map(Generation::get));
                 }
                 map(o.next(input), |_| Out::Unit)
             }
-            Op::Append(o, _) => map(o.next(input), Out::Appended),
+            Op::Append(o) => map(o.next(input), Out::Appended),
             Op::Release(o) => map(o.next(input), |_| Out::Unit),
         };
         match step {
             Step::Io(req) => {
                 let event_create = matches!(req, Request::CreateExclusive(FileRef::Event(_), _));
-                if let (Op::Append(_, created), Request::CreateExclusive(FileRef::Event(s), _)) =
-                    (&mut op, &req)
-                {
-                    *created = Some(*s);
-                }
-                if let (Op::Release(_), Request::CreateExclusive(FileRef::Epoch(_), _)) =
-                    (&op, &req)
-                {
-                    // An owner may release despite a corrupted heartbeat record of its own
-                    // (the release does not read it); the released generation's heartbeat is
-                    // never read again.
-                    self.corrupted_files
-                        .retain(|f| !matches!(f, FileRef::Beat(_)));
-                    self.corrupted = !self.corrupted_files.is_empty();
-                }
-                if let Request::Replace(f, ..) = &req {
-                    // The live owner's next heartbeat replaces its own (hand-corrupted)
-                    // heartbeat record: from then on the run is valid again.
-                    if self.corrupted_files.remove(f) {
-                        self.corrupted = !self.corrupted_files.is_empty();
-                    }
-                }
+                self.ghost.on_request(&mut ghost, &req);
                 let alive = self.alive.clone();
                 let resp = self.disk.perform(req, &World::liveness(&alive));
-                if let (Op::Append(_, created), Response::AlreadyExists, true) =
-                    (&mut op, &resp, event_create)
-                {
-                    *created = None;
-                }
+                self.ghost.on_response(&mut ghost, event_create, &resp);
                 self.actors[a].input = Some(resp);
-                self.actors[a].op = Some(op);
+                self.actors[a].op = Some((op, ghost));
             }
-            Step::Done(result) => self.finish(a, op, result),
+            Step::Done(result) => self.finish(a, op, ghost, result),
         }
         self.check_step();
     }
 
-    fn finish(&mut self, a: usize, op: Op, result: Result<Out, LeaseError>) {
+    fn finish(&mut self, a: usize, op: Op, ghost: OpGhost, result: Result<Out, LeaseError>) {
         let who = self.actors[a].owner_id();
         self.log.push(format!(
             "{who} {} -> {}",
@@ -325,72 +294,34 @@ impl World {
                 Err(e) => e.code().to_string(),
             }
         ));
-        if let Err(e) = &result {
-            assert_ne!(e.code(), "PROTOCOL_VIOLATION", "{e}");
+        let told = match &result {
+            Ok(Out::Lease(Some(l))) => Ok(Told::Granted(l.generation)),
+            Ok(Out::Appended(ap)) => Ok(Told::Appended(ap.sequence.get())),
+            Ok(_) => Ok(Told::Done),
+            Err(e) => Err(e),
+        };
+        let actor = &self.actors[a];
+        let mine = actor.lease.as_ref().map_or(0, |l| l.generation.get());
+        if let Err(v) = self.ghost.finish(&ghost, &actor.name, mine, told) {
+            self.fail(format!("{who} {}: {v}", op.name()));
         }
+        let actor = &mut self.actors[a];
         match (op, result) {
             (Op::Claim(_) | Op::Takeover(_), Ok(Out::Lease(Some(l)))) => {
-                assert!(
-                    !self.corrupted,
-                    "an ownership change succeeded over an invalid record"
-                );
-                // Every grant is above every grant completed before this operation started
-                // (grants that overlap in time may complete in either order: the later one
-                // simply learns it is fenced at its next heartbeat).
-                let before = self.actors[a].granted_max_at_start;
-                assert!(
-                    l.generation.get() > before,
-                    "granted generation {} although {before} was granted before it started",
-                    l.generation
-                );
-                self.max_granted = self.max_granted.max(l.generation.get());
-                // I1: no other actor holds the same generation.
-                for (i, other) in self.actors.iter().enumerate() {
-                    if i != a {
-                        assert!(
-                            !other.granted.contains(&l.generation),
-                            "generation {} granted twice",
-                            l.generation
-                        );
-                    }
-                }
-                let actor = &mut self.actors[a];
-                if let Some(&last) = actor.granted.last() {
-                    assert!(l.generation > last, "an actor's generations must increase");
-                }
-                actor.granted.push(l.generation);
                 actor.lease = Some(l);
                 actor.beats = 0;
             }
-            (Op::Retire(_), Ok(_)) => {
-                assert!(!self.corrupted, "retirement over an invalid record");
-            }
-            (Op::Heartbeat(_, higher_at_start), Ok(_)) => {
-                let mine = self.actors[a].lease.as_ref().unwrap().generation;
-                // I6: a heartbeat that started after the owner was superseded never succeeds.
-                assert!(
-                    higher_at_start.is_none_or(|h| h <= mine),
-                    "a superseded owner's heartbeat succeeded"
-                );
-            }
-            (Op::Heartbeat(..), Err(e)) | (Op::Release(_), Err(e)) if e.code() == "FENCED" => {
-                self.actors[a].lease = None;
+            (Op::Heartbeat(_) | Op::Release(_), Err(e)) if e.code() == "FENCED" => {
+                actor.lease = None;
             }
             (Op::Release(_), Ok(_)) => {
-                self.actors[a].lease = None;
+                actor.lease = None;
             }
-            (Op::Append(_, created), Ok(Out::Appended(ap))) => {
-                assert_eq!(created, Some(ap.sequence));
-                self.acked.insert(ap.sequence.get());
-                if ap.superseded_by.is_some() {
-                    self.actors[a].lease = None;
-                }
+            (Op::Append(_), Ok(Out::Appended(ap))) if ap.superseded_by.is_some() => {
+                actor.lease = None;
             }
-            (Op::Append(_, created), Err(e)) if e.code() == "FENCED" => {
-                if let Some(s) = created {
-                    self.refused.insert(s.get());
-                }
-                self.actors[a].lease = None;
+            (Op::Append(_), Err(e)) if e.code() == "FENCED" => {
+                actor.lease = None;
             }
             _ => {}
         }
@@ -427,28 +358,17 @@ impl World {
         self.disk
             .files
             .insert(target, b"{\"version\":\"runlease/epoch/1\"}\n".to_vec());
-        self.corrupted = true;
-        self.corrupted_files.insert(target);
-        self.epochs_at_corruption = self.epoch_count();
+        let epochs = self.epoch_count();
+        self.ghost.corrupt(target, epochs);
     }
 
     fn check_step(&mut self) {
-        if let Some(h) = self.head() {
-            // Generations never go down.
-            assert!(
-                h.get() >= self.max_head,
-                "head went from {} to {h}",
-                self.max_head
-            );
-            self.max_head = h.get();
+        let head = self.head().map(Generation::get);
+        if let Err(v) = self.ghost.observe_head(head, false) {
+            self.fail(v);
         }
-        if self.corrupted {
-            assert_eq!(
-                self.epoch_count(),
-                self.epochs_at_corruption,
-                "a new epoch appeared after an invalid record; trace:\n{}",
-                self.log.join("\n")
-            );
+        if let Err(v) = self.ghost.check_no_new_epoch(self.epoch_count()) {
+            self.fail(v);
         }
     }
 
@@ -461,7 +381,7 @@ impl World {
         let view = match view {
             Ok(v) => v,
             Err(e) => {
-                assert!(self.corrupted, "the log must be readable: {e}");
+                assert!(self.ghost.is_corrupted(), "the log must be readable: {e}");
                 return;
             }
         };
@@ -489,39 +409,12 @@ impl World {
             "streamed judgments differ; trace:\n{}",
             self.log.join("\n")
         );
-        let counted: BTreeSet<u64> = view
-            .events
-            .iter()
-            .filter(|e| e.authority.counts())
-            .map(|e| e.event.sequence.get())
-            .collect();
-        // Every acknowledged append counts; no refused one does.
-        for s in &self.acked {
-            assert!(counted.contains(s), "acknowledged event {s} does not count");
+        // Every acknowledged append counts, no refused one does, the counted history is
+        // generation-monotone, no event of a retired generation past its cutoff counts.
+        if let Err(v) = self.ghost.check_log(&view) {
+            self.fail(v);
         }
-        for s in &self.refused {
-            assert!(!counted.contains(s), "fenced event {s} counts");
-        }
-        // The authoritative history is generation-monotone.
-        let mut max_gen = 0;
-        for e in view.events.iter().filter(|e| e.authority.counts()) {
-            assert!(
-                e.event.generation.get() >= max_gen,
-                "event {} of generation {} counts after generation {max_gen}",
-                e.event.sequence,
-                e.event.generation
-            );
-            max_gen = e.event.generation.get();
-        }
-        // No event of a retired generation past its cutoff counts.
-        for e in &view.events {
-            if let Some(&c) = view.chain.cutoffs.get(&e.event.generation) {
-                if e.authority.counts() {
-                    assert!(e.event.sequence.get() <= c);
-                }
-            }
-        }
-        if !self.corrupted {
+        if !self.ghost.is_corrupted() {
             self.disk
                 .run(&mut Verify::new(run_id()), &World::liveness(&alive))
                 .expect("both hash chains verify");
@@ -580,13 +473,13 @@ proptest! {
     #[test]
     fn two_owners_keep_every_protocol_invariant(acts in actions(300)) {
         let w = run_actions(2, &acts);
-        prop_assert!(w.max_head < 10_000);
+        prop_assert!(w.ghost.max_head < 10_000);
     }
 
     #[test]
     fn three_owners_keep_every_protocol_invariant(acts in actions(400)) {
         let w = run_actions(3, &acts);
-        prop_assert!(w.max_head < 10_000);
+        prop_assert!(w.ghost.max_head < 10_000);
     }
 }
 
@@ -615,7 +508,7 @@ fn the_model_test_reaches_takeovers_retirements_and_fenced_appends() {
                 }
             }
         }
-        if !w.refused.is_empty() {
+        if !w.ghost.refused.is_empty() {
             *seen.entry("refused event on disk").or_default() += 1;
         }
     }

@@ -104,7 +104,7 @@ fn usage(reason: &str) -> ExitCode {
     ExitCode::from(EX_USAGE)
 }
 
-/// `cargo xtask model [--deep]`: the BFS model checker of lease-fs/tests/model_check.rs in
+/// `cargo xtask model [--deep]`: the BFS model checker of lease-fs/tests/model_check/ in
 /// a release build (`RUNLEASE_MODEL=ci`, or `deep`).
 fn model(deep: bool) -> Result<(), String> {
     let mut cmd = cargo(&[

@@ -10,10 +10,12 @@
 //!     Feature-level checks (e.g. chrono's `clock`) are deliberately not done.
 //! (b) **Clippy.** `cargo clippy -p lease-core --all-targets -- -D warnings`, which
 //!     enforces `lease-core/clippy.toml` (disallowed std::fs, std::process, clocks...).
+//!     `--all-targets` builds the tests, so lease-core's dev-dependency on itself with the
+//!     `ghost` feature is on: the feature-gated `lease_core::ghost` is linted too.
 //! (c) **Source grep.** `lease-core/src/**/*.rs` must not contain any of
 //!     [`FORBIDDEN_PATTERNS`]. Comment prose is skipped (a doc saying "no std::fs"
 //!     is fine), but code inside fenced doc examples is checked, because doctests
-//!     compile it.
+//!     compile it. Every file is read whatever the features (`src/ghost.rs` included).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};

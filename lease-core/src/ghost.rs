@@ -1,0 +1,506 @@
+//! # The ghost model of runlease's model-based checkers (feature `ghost`)
+//!
+//! Three checkers drive the real step machines of [`crate::ops`] through random or
+//! exhaustive interleavings of 2-3 actors: the proptest (`lease-core/tests/model.rs`, over
+//! [`crate::mem::MemDisk`]), the breadth-first model checker and its random walks
+//! (`lease-fs/tests/model_check/`, `cargo xtask model`, over lease-fs's simulated file
+//! system) and the `transitions` fuzz target (`fuzz/src/transitions.rs`). They share this
+//! one *ghost*: what each actor was told (grants, acknowledged and refused appends), what
+//! was true when each operation started, which records were hand-corrupted, and the checks
+//! of the invariants of `docs/PROTOCOL.md` §8 against it.
+//!
+//! The ghost is pure, like the rest of this crate: it performs no I/O and reads no clock.
+//! The checker owns the disk, the actors and the schedule; it tells the ghost what happened
+//! at fixed points ([`Ghost::begin`], [`Ghost::on_request`], [`Ghost::on_response`],
+//! [`Ghost::on_linked`], [`Ghost::finish`], [`Ghost::corrupt`]) and asks it to check what
+//! it read back ([`Ghost::observe_head`], [`Ghost::check_no_new_epoch`],
+//! [`Ghost::check_granted_epochs`], [`Ghost::check_log`], ...). A check answers
+//! `Err(description)` on a violation; the checker decides how to report it (a panic, or
+//! the shortest trace).
+//!
+//! | invariant (§8) | check |
+//! |---|---|
+//! | I1 one owner per generation | [`Ghost::finish`]: a generation is granted to one actor, above every grant completed before the operation started, increasing per actor |
+//! | I2 generations never decrease | [`Ghost::observe_head`]; [`Ghost::check_granted_epochs`] (a granted epoch survives power loss) |
+//! | I4 nothing past a cutoff counts | [`within_cutoffs`] |
+//! | I5 acknowledged appends count | [`Ghost::check_acknowledged`] |
+//! | I6 takeover only over the observed owner | [`check_takeover_retired`], [`Ghost::check_epoch_created`] |
+//! | I7 an invalid record blocks ownership changes | [`Ghost::finish`], [`Ghost::check_no_new_epoch`] |
+//! | I8 a superseded heartbeat or release never succeeds | [`Ghost::finish`] (with [`OpGhost::head_at_start`]); [`Ghost::check_epoch_created`] (a release supersedes only its own generation) |
+//! | I9 an append's answer is its event's authority | [`Ghost::check_refused`]; [`Ghost::check_late`] (an event linked after a newer grant never counts) |
+//! | I10 every prefix is a valid state | [`status_valid`] |
+//! | I11 a cutoff never outlives its successor | [`cutoffs_have_successors`] |
+//! | I13 the counted history is generation-monotone | [`generation_monotone`] |
+//!
+//! Who checks what (each checker kept exactly the checks it had before the ghost was
+//! shared; the hooks are called at the same points):
+//!
+//! | check | proptest | model checker | fuzzer |
+//! |---|---|---|---|
+//! | [`Ghost::finish`] (grants, I7 on success, superseded heartbeat, acknowledged = created, `PROTOCOL_VIOLATION`) | after each operation | after each operation | after each operation |
+//! | superseded *release* ([`OpGhost::head_at_start`] noted for every operation) | no (noted for heartbeats only) | yes | no (heartbeats only) |
+//! | [`Ghost::observe_head`], [`Ghost::check_no_new_epoch`] | every step | every state | every step |
+//! | [`Ghost::check_acknowledged`], [`Ghost::check_refused`], [`within_cutoffs`] | at the end | every state | at the end |
+//! | [`generation_monotone`] | at the end | every state | no |
+//! | [`Ghost::on_linked`] / [`Ghost::check_late`] | no | every state | no |
+//! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
+//! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
+//!
+//! While a record is hand-corrupted the model checker checks only
+//! [`Ghost::check_no_new_epoch`]; the proptest and the fuzzer accept an unreadable log then
+//! and skip `verify`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ops::{EventLogView, Expectation, Request, Response, Status};
+use crate::{EpochRecord, FileRef, Generation, Holder, LeaseError};
+
+/// What a violated invariant is reported as.
+pub type Violation = String;
+
+/// The kind of an actor's operation.
+///
+/// The order is the model checker's exploration order of operations to start: keep it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// [`crate::ops::Claim`].
+    Claim,
+    /// [`crate::ops::Heartbeat`].
+    Heartbeat,
+    /// [`crate::ops::Append`].
+    Append,
+    /// [`crate::ops::Takeover`].
+    Takeover,
+    /// [`crate::ops::Retire`].
+    Retire,
+    /// [`crate::ops::Release`].
+    Release,
+    /// [`crate::ops::Prune`].
+    Prune,
+}
+
+/// Ghost data about one operation in flight.
+#[derive(Clone, Debug)]
+pub struct OpGhost {
+    /// What the operation is.
+    pub kind: OpKind,
+    /// The head generation when the operation started, if the checker noted it
+    /// ([`OpGhost::note_head`]): a heartbeat or release that started after its owner was
+    /// superseded must not succeed (I8).
+    pub head_at_start: Option<u64>,
+    /// The highest generation granted to anyone when the operation started.
+    pub granted_max_at_start: u64,
+    /// The event sequence this append created, if any.
+    pub created_event: Option<u64>,
+    /// What a takeover observed (and must take over exactly).
+    pub observed: Option<Expectation>,
+}
+
+impl OpGhost {
+    /// Note the head generation as the operation starts (`None`: no epoch yet).
+    pub fn note_head(&mut self, head: Option<u64>) {
+        self.head_at_start = head;
+    }
+}
+
+/// How an operation ended, as the ghost needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Told {
+    /// A claim or takeover returned a lease of this generation.
+    Granted(Generation),
+    /// An append acknowledged this event sequence.
+    Appended(u64),
+    /// Any other success.
+    Done,
+}
+
+/// What the actors were told, and what must therefore hold.
+#[derive(Clone, Debug, Default)]
+pub struct Ghost {
+    /// Sequences whose append returned success: they must count (I5).
+    pub acked: BTreeSet<u64>,
+    /// Sequences created by an append that then answered `FENCED`: they must not count (I9).
+    pub refused: BTreeSet<u64>,
+    /// Events linked by a writer whose generation was below one already granted (returned)
+    /// to someone: they must not count (only tracked through [`Ghost::on_linked`]).
+    pub late: BTreeSet<u64>,
+    /// Generation -> the actor it was granted to (the checker's label).
+    pub granted: BTreeMap<u64, String>,
+    /// Highest generation ever granted.
+    pub max_granted: u64,
+    /// Highest head generation observed (since the last power loss).
+    pub max_head: u64,
+    /// Hand-corrupted records still on disk: while any is, no ownership change may succeed
+    /// and no epoch may appear (I7).
+    pub corrupted: BTreeSet<FileRef>,
+    /// The number of epochs when the last record was corrupted.
+    pub epochs_at_corruption: usize,
+}
+
+impl Ghost {
+    /// A new, empty ghost.
+    pub fn new() -> Ghost {
+        Ghost::default()
+    }
+
+    /// The ghost of an operation of `kind` starting now (`observed`: what a takeover saw).
+    pub fn begin(&self, kind: OpKind, observed: Option<Expectation>) -> OpGhost {
+        OpGhost {
+            kind,
+            head_at_start: None,
+            granted_max_at_start: self.max_granted,
+            created_event: None,
+            observed,
+        }
+    }
+
+    /// Whether a hand-corrupted record is still on disk.
+    pub fn is_corrupted(&self) -> bool {
+        !self.corrupted.is_empty()
+    }
+
+    /// The checker hand-corrupted `target` (between operations); `epochs`: the number of
+    /// epochs on disk.
+    pub fn corrupt(&mut self, target: FileRef, epochs: usize) {
+        self.corrupted.insert(target);
+        self.epochs_at_corruption = epochs;
+    }
+
+    /// Operation `op` is about to perform `req`.
+    pub fn on_request(&mut self, op: &mut OpGhost, req: &Request) {
+        if let (OpKind::Append, Request::CreateExclusive(FileRef::Event(s), _)) = (op.kind, req) {
+            op.created_event = Some(s.get());
+        }
+        if let (OpKind::Release, Request::CreateExclusive(FileRef::Epoch(_), _)) = (op.kind, req) {
+            // An owner may release despite a corrupted heartbeat record of its own (the
+            // release does not read it); the released generation's heartbeat is never
+            // read again.
+            self.corrupted.retain(|f| !matches!(f, FileRef::Beat(_)));
+        }
+        if let Request::Replace(f, ..) = req {
+            // The live owner's next heartbeat replaces its own (hand-corrupted) heartbeat
+            // record: from then on the run is valid again.
+            self.corrupted.remove(f);
+        }
+    }
+
+    /// Operation `op`'s request (an event creation iff `event_create`) was answered `resp`.
+    pub fn on_response(&mut self, op: &mut OpGhost, event_create: bool, resp: &Response) {
+        if let (OpKind::Append, Response::AlreadyExists, true) = (op.kind, resp, event_create) {
+            op.created_event = None;
+        }
+    }
+
+    /// Operation `op`, of an actor holding generation `mine` (0: none), was answered
+    /// `resp`: an event it linked while a higher generation had already been granted is
+    /// fenced and must never count.
+    pub fn on_linked(&mut self, op: &OpGhost, resp: &Response, mine: u64) {
+        if let (OpKind::Append, Response::Created, Some(s)) = (op.kind, resp, op.created_event)
+            && mine < self.max_granted
+        {
+            self.late.insert(s);
+        }
+    }
+
+    /// Operation `op` of the actor labelled `actor`, holding generation `mine` (0: none),
+    /// ended with `told`: check what it was told and record it.
+    pub fn finish(
+        &mut self,
+        op: &OpGhost,
+        actor: &str,
+        mine: u64,
+        told: Result<Told, &LeaseError>,
+    ) -> Result<(), Violation> {
+        if let Err(e) = told
+            && e.code() == "PROTOCOL_VIOLATION"
+        {
+            return Err(format!("{e}"));
+        }
+        match (op.kind, told) {
+            (OpKind::Claim | OpKind::Takeover, Ok(Told::Granted(g))) => {
+                let g = g.get();
+                if self.is_corrupted() {
+                    return Err("an ownership change succeeded over an invalid record".into());
+                }
+                // Every grant is above every grant completed before this operation started
+                // (grants that overlap in time may complete in either order: the later one
+                // learns it is fenced at its next heartbeat).
+                if g <= op.granted_max_at_start {
+                    return Err(format!(
+                        "granted generation {g} although {} was granted before the operation started",
+                        op.granted_max_at_start
+                    ));
+                }
+                if let Some(other) = self.granted.get(&g)
+                    && other != actor
+                {
+                    return Err(format!("generation {g} granted to {other} and to {actor}"));
+                }
+                if let Some(last) = self
+                    .granted
+                    .iter()
+                    .filter(|(_, who)| *who == actor)
+                    .map(|(g, _)| *g)
+                    .next_back()
+                    && g <= last
+                {
+                    return Err(format!("{actor} was granted {g} after {last}"));
+                }
+                self.granted.insert(g, actor.to_string());
+                self.max_granted = self.max_granted.max(g);
+            }
+            (OpKind::Retire, Ok(_)) if self.is_corrupted() => {
+                return Err("a retirement succeeded over an invalid record".into());
+            }
+            (OpKind::Heartbeat | OpKind::Release, Ok(_)) => {
+                if let Some(h) = op.head_at_start
+                    && h > mine
+                {
+                    return Err(format!(
+                        "a superseded owner's {} succeeded (generation {mine}, head {h} when it started)",
+                        if op.kind == OpKind::Heartbeat {
+                            "heartbeat"
+                        } else {
+                            "release"
+                        }
+                    ));
+                }
+            }
+            (OpKind::Append, Ok(Told::Appended(s))) => {
+                if op.created_event != Some(s) {
+                    return Err(format!(
+                        "acknowledged event {s} but created {:?}",
+                        op.created_event
+                    ));
+                }
+                self.acked.insert(s);
+            }
+            (OpKind::Append, Err(e)) if e.code() == "FENCED" => {
+                if let Some(s) = op.created_event {
+                    self.refused.insert(s);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The head generation is now `head` (`None`: not observed, or no epoch): it never
+    /// goes down (I2), except that a power loss may drop epochs whose creation was never
+    /// acknowledged (`after_power_loss` restarts the watermark).
+    pub fn observe_head(
+        &mut self,
+        head: Option<u64>,
+        after_power_loss: bool,
+    ) -> Result<(), Violation> {
+        let Some(h) = head else { return Ok(()) };
+        if after_power_loss {
+            self.max_head = h;
+        } else if h < self.max_head {
+            return Err(format!("head went down from {} to {h}", self.max_head));
+        }
+        self.max_head = self.max_head.max(h);
+        Ok(())
+    }
+
+    /// While a record is invalid, no epoch appears (I7): `epochs` is the number on disk.
+    pub fn check_no_new_epoch(&self, epochs: usize) -> Result<(), Violation> {
+        if self.is_corrupted() && epochs != self.epochs_at_corruption {
+            return Err("a new epoch appeared after an invalid record".into());
+        }
+        Ok(())
+    }
+
+    /// Granted generations survive any crash (their creation was durable before the lease
+    /// was returned), unless compacted below the checkpoint floor `floor`.
+    pub fn check_granted_epochs(
+        &self,
+        floor: u64,
+        epoch_exists: impl Fn(Generation) -> bool,
+    ) -> Result<(), Violation> {
+        for &g in self.granted.keys() {
+            if g >= floor && !Generation::new(g).is_some_and(&epoch_exists) {
+                return Err(format!("granted generation {g} lost its epoch"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every acknowledged append counts (I5).
+    pub fn check_acknowledged(&self, counted: &BTreeSet<u64>) -> Result<(), Violation> {
+        match self.acked.iter().find(|s| !counted.contains(s)) {
+            Some(s) => Err(format!("acknowledged event {s} does not count")),
+            None => Ok(()),
+        }
+    }
+
+    /// No event whose append answered `FENCED` counts (I9).
+    pub fn check_refused(&self, counted: &BTreeSet<u64>) -> Result<(), Violation> {
+        match self.refused.iter().find(|s| counted.contains(s)) {
+            Some(s) => Err(format!("event {s} whose append answered FENCED counts")),
+            None => Ok(()),
+        }
+    }
+
+    /// No event linked after its writer's generation was superseded by a granted one
+    /// counts.
+    pub fn check_late(&self, counted: &BTreeSet<u64>) -> Result<(), Violation> {
+        match self.late.iter().find(|s| counted.contains(s)) {
+            Some(s) => Err(format!(
+                "event {s} counts although its writer's generation had been superseded by a granted one when it was written"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Every check of an authoritative read of the log: [`Ghost::check_acknowledged`],
+    /// [`Ghost::check_refused`], [`Ghost::check_late`], [`generation_monotone`] and
+    /// [`within_cutoffs`], in that order.
+    pub fn check_log(&self, view: &EventLogView) -> Result<(), Violation> {
+        let counted = counted(view);
+        self.check_acknowledged(&counted)?;
+        self.check_refused(&counted)?;
+        self.check_late(&counted)?;
+        generation_monotone(view)?;
+        within_cutoffs(view)
+    }
+
+    /// Check an epoch `g` that operation `op` just created (as its creation is answered):
+    /// `prev` is the valid epoch below it (if any), `alive` says whether a holder is alive,
+    /// `mine` is the generation the actor holds. A takeover commits only over exactly the
+    /// owner it observed (I6), a retirement only over a dead holder, a release supersedes
+    /// only its own generation (I8).
+    pub fn check_epoch_created(
+        &self,
+        op: &OpGhost,
+        g: Generation,
+        prev: Option<(Generation, &EpochRecord)>,
+        alive: impl Fn(&Holder) -> bool,
+        mine: Option<Generation>,
+    ) -> Result<(), Violation> {
+        match op.kind {
+            OpKind::Takeover => {
+                let Some((p, e)) = prev else {
+                    return Err(format!(
+                        "takeover created epoch {g} with no valid epoch below"
+                    ));
+                };
+                let Some(expect) = &op.observed else {
+                    return Err(format!("takeover created epoch {g} without an observation"));
+                };
+                if expect.generation.is_some_and(|x| x != p) || e.owner_id != expect.owner_id {
+                    return Err(format!(
+                        "takeover created epoch {g} over generation {p} owner {}, but observed generation {:?} owner {}",
+                        e.owner_id, expect.generation, expect.owner_id
+                    ));
+                }
+            }
+            OpKind::Retire => {
+                let Some((p, e)) = prev else {
+                    return Err(format!(
+                        "retirement created epoch {g} with no valid epoch below"
+                    ));
+                };
+                if alive(&e.holder) {
+                    return Err(format!(
+                        "retirement created epoch {g} over generation {p} whose holder pid {} is alive",
+                        e.holder.pid
+                    ));
+                }
+            }
+            OpKind::Release if g.prev() != mine => {
+                return Err(format!("release (generation {mine:?}) created epoch {g}"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The sequences of the events that count in `view`.
+pub fn counted(view: &EventLogView) -> BTreeSet<u64> {
+    view.events
+        .iter()
+        .filter(|e| e.authority.counts())
+        .map(|e| e.event.sequence.get())
+        .collect()
+}
+
+/// The authoritative history is generation-monotone (I13): once an event of generation
+/// `g` counts, no later event of an older generation counts (a zombie writing after its
+/// successors).
+pub fn generation_monotone(view: &EventLogView) -> Result<(), Violation> {
+    let mut max_gen = 0;
+    for e in view.events.iter().filter(|e| e.authority.counts()) {
+        let g = e.event.generation.get();
+        if g < max_gen {
+            return Err(format!(
+                "event {} of generation {g} counts after an event of generation {max_gen}",
+                e.event.sequence
+            ));
+        }
+        max_gen = g;
+    }
+    Ok(())
+}
+
+/// No event of a superseded generation past its cutoff counts (I4).
+pub fn within_cutoffs(view: &EventLogView) -> Result<(), Violation> {
+    for e in &view.events {
+        if let Some(&c) = view.chain.cutoffs.get(&e.event.generation)
+            && e.authority.counts()
+            && e.event.sequence.get() > c
+        {
+            return Err(format!(
+                "event {} of generation {} counts past its cutoff {c}",
+                e.event.sequence, e.event.generation
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A cutoff never outlives its successor (I11, PROTOCOL §7.0 SYNC): every cutoff on disk,
+/// even right after a power loss, has a higher epoch (`head`) or a checkpoint floor above
+/// it.
+pub fn cutoffs_have_successors(
+    cutoffs: impl IntoIterator<Item = Generation>,
+    head: u64,
+    floor: u64,
+) -> Result<(), Violation> {
+    for g in cutoffs {
+        if g.get() >= head && g.get() >= floor {
+            return Err(format!(
+                "cutoff {g} outlived its successor (head epoch {head})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Without outside interference the run never becomes invalid (I10).
+pub fn status_valid(status: &Status) -> Result<(), Violation> {
+    match status {
+        Status::Invalid(e) => Err(format!(
+            "the run became invalid without outside interference: {e}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A takeover that returned generation `new`'s lease retired exactly the owner it
+/// observed (I6): `record` is epoch `new` as read back.
+pub fn check_takeover_retired(op: &OpGhost, record: Option<&EpochRecord>) -> Result<(), Violation> {
+    let Some(exp) = &op.observed else {
+        return Err("a takeover without an observation".into());
+    };
+    let matches = record
+        .and_then(|r| r.retired.as_ref())
+        .is_some_and(|r| r.owner_id == exp.owner_id && Some(r.generation) == exp.generation);
+    if !matches {
+        return Err(format!(
+            "took over an owner other than the one observed ({exp:?} vs {record:?})"
+        ));
+    }
+    Ok(())
+}
