@@ -4,7 +4,7 @@
 use lease_core::Code;
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::{EpochState, LeaseError, Timestamp, TimingPolicy};
-use lease_fs::FsError;
+use lease_run::folder::FsError;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
@@ -137,9 +137,7 @@ pub fn resolve_authority(value: Option<&str>) -> Result<lease_run::Authority, Cl
     };
     #[cfg(feature = "etcd")]
     {
-        let addr =
-            lease_etcd::AuthorityAddr::parse(v).map_err(|e| from_layer(e.code(), e.to_string()))?;
-        Ok(lease_run::Authority::Etcd(addr))
+        lease_run::Authority::parse_etcd(v).map_err(CliError::from)
     }
     #[cfg(not(feature = "etcd"))]
     {
@@ -177,7 +175,7 @@ pub struct Lease {
     pub auth: Arc<dyn lease_run::LeaseAuthority>,
     /// The run folder, if it exists here (for `run.json`); always present for the folder
     /// authority (then it is `auth` itself).
-    pub folder: Option<Arc<lease_fs::RunDir>>,
+    pub folder: Option<Arc<lease_run::folder::RunDir>>,
 }
 
 impl Lease {
@@ -206,7 +204,7 @@ pub const ETCD_STEP: std::time::Duration = std::time::Duration::from_secs(10);
 pub fn open_lease(
     dir: &Path,
     authority: &lease_run::Authority,
-    folder: Option<lease_fs::RunDir>,
+    folder: Option<lease_run::folder::RunDir>,
 ) -> Result<Lease, CliError> {
     match authority {
         lease_run::Authority::RunFolder => {
@@ -221,8 +219,8 @@ pub fn open_lease(
         }
         #[cfg(feature = "etcd")]
         lease_run::Authority::Etcd(addr) => {
-            let run_id = lease_fs::run_id_of(dir).map_err(|e| name_folder(dir, e))?;
-            let folder = folder.or_else(|| lease_fs::RunDir::open(dir).ok());
+            let run_id = lease_run::folder::run_id_of(dir).map_err(|e| name_folder(dir, e))?;
+            let folder = folder.or_else(|| lease_run::folder::RunDir::open(dir).ok());
             let auth = lease_run::authority::EtcdLease::connect(
                 addr,
                 run_id,
@@ -242,15 +240,15 @@ pub fn open_lease(
 }
 
 /// Open an existing run folder (`RUN_NOT_FOUND`, 64, if missing; never created).
-pub fn open_run(dir: &Path) -> Result<lease_fs::RunDir, CliError> {
-    lease_fs::RunDir::open(dir).map_err(|e| name_folder(dir, e))
+pub fn open_run(dir: &Path) -> Result<lease_run::folder::RunDir, CliError> {
+    lease_run::folder::RunDir::open(dir).map_err(|e| name_folder(dir, e))
 }
 
 /// Make `dir` a run or open it (`runlease run`, `runlease init`): a missing or empty
 /// folder, or a run; any other folder only when `explicit` (`RUN_FOLDER_FOREIGN`, 64).
 /// Everything is judged before anything is written (`RUN_NOT_OWNED`, 77).
-pub fn init_run(dir: &Path, explicit: bool) -> Result<lease_fs::Initialized, CliError> {
-    lease_fs::RunDir::init(dir, explicit).map_err(|e| name_folder(dir, e))
+pub fn init_run(dir: &Path, explicit: bool) -> Result<lease_run::folder::Initialized, CliError> {
+    lease_run::folder::RunDir::init(dir, explicit).map_err(|e| name_folder(dir, e))
 }
 
 /// Where output goes: human text, or one JSON object per line (`--json`).
@@ -362,7 +360,7 @@ pub fn new_nonce() -> Result<u64, CliError> {
 
 /// An identity naming this CLI process for records it writes as a maintainer (prune).
 pub fn cli_identity(what: &str) -> lease_core::Identity {
-    let host = lease_fs::this_holder()
+    let host = lease_run::folder::this_holder()
         .map(|h| h.host.to_string())
         .unwrap_or_else(|_| "unknown-host".into());
     lease_core::Identity::new(format!("runlease-{what}@{host}:{}", std::process::id()))
@@ -429,7 +427,7 @@ pub fn epoch_state_name(s: EpochState) -> &'static str {
 
 /// Quote a path for a shell command suggestion if it needs it.
 pub fn shell_path(p: &Path) -> String {
-    lease_fs::real::shell_quote(p)
+    lease_run::folder::shell_quote(p)
 }
 
 /// The next step `status` prints: lease-core's [`next_step`](lease_core::diagnose::next_step)
@@ -445,7 +443,7 @@ pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> St
 /// `done`, `failed` and the writer's generation), as the `run_status` JSON value: `null`
 /// when there is none; `status: "invalid"` with the error (naming the file) as `detail`
 /// when it cannot be read or decoded (reported, never repaired).
-pub fn run_status_json(run: &lease_fs::RunDir) -> Value {
+pub fn run_status_json(run: &lease_run::folder::RunDir) -> Value {
     let p = lease_core::FileRef::RunStatus.path();
     let invalid = |detail: String| {
         json!({"status": "invalid", "generation": null, "detail": detail,
@@ -681,7 +679,7 @@ mod tests {
         });
         // sysexits EX_NOPERM, straight from lease-fs's error.
         assert_eq!((e.code.as_str(), e.exit), ("RUN_NOT_OWNED", 77));
-        assert_eq!(lease_fs::EX_NOPERM, 77);
+        assert_eq!(lease_run::folder::EX_NOPERM, 77);
     }
 
     #[test]

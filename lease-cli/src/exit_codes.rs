@@ -109,9 +109,9 @@ pub fn exit_for(code: Code) -> i32 {
 }
 
 /// The error codes only lease-cli produces, with their exit codes as written in the docs
-/// (the layers' own: `lease_core::ERROR_CODES`, `lease_fs::FS_ERROR_CODES`,
+/// (the layers' own: `lease_core::ERROR_CODES`, `lease_run::folder::FS_ERROR_CODES`,
 /// `lease_sqlite::STORE_ERROR_CODES`, `lease_run::RUN_ERROR_CODES`,
-/// `lease_etcd::ETCD_ERROR_CODES`).
+/// `lease_run::ETCD_ERROR_CODES`).
 pub const CLI_ERROR_CODES: &[(&str, &str)] = &[
     ("ABORTED", "1"),
     ("CLOCK_INVALID", "1"),

@@ -2,7 +2,7 @@
 //! it (issue #16): `lease_cli::exit_codes::EXIT_CODES` (rendered into `runlease --help`)
 //! against README.md's "Exit codes" table, and every layer's code table
 //! (`lease_core::ERROR_CODES`, `lease_fs::FS_ERROR_CODES`, `lease_sqlite::STORE_ERROR_CODES`,
-//! `lease_run::RUN_ERROR_CODES`, `lease_etcd::ETCD_ERROR_CODES`, the CLI's own) against
+//! `lease_run::RUN_ERROR_CODES`, `lease_run::ETCD_ERROR_CODES`, the CLI's own) against
 //! docs/PROTOCOL.md §12. A code missing from a document, a stale row, or a different exit
 //! code fails here.
 
@@ -25,7 +25,7 @@ fn all_codes() -> BTreeMap<String, String> {
     tables.push(("lease_sqlite", num(lease_sqlite::STORE_ERROR_CODES)));
     tables.push(("lease_run", num(lease_run::RUN_ERROR_CODES)));
     #[cfg(feature = "etcd")]
-    tables.push(("lease_etcd", num(lease_etcd::ETCD_ERROR_CODES)));
+    tables.push(("lease_etcd", num(lease_run::ETCD_ERROR_CODES)));
     tables.push((
         "lease_cli",
         CLI_ERROR_CODES

@@ -32,6 +32,13 @@ pub enum Authority {
 }
 
 impl Authority {
+    /// Parse an `etcd://host:port[,host:port...]/prefix` address (`AUTHORITY_INVALID`,
+    /// 64, naming what is wrong).
+    #[cfg(feature = "etcd")]
+    pub fn parse_etcd(text: &str) -> Result<Authority, RunError> {
+        Ok(Authority::Etcd(lease_etcd::AuthorityAddr::parse(text)?))
+    }
+
     /// The value passed to commands as `RUNLEASE_AUTHORITY` (the `etcd://` URL), `None`
     /// for the run folder.
     pub fn url(&self) -> Option<String> {

@@ -251,6 +251,8 @@ pub mod cgroup;
 pub mod diagnosis;
 pub mod error;
 mod fence;
+#[cfg(not(loom))]
+pub mod folder;
 pub mod procs;
 #[cfg(not(loom))]
 pub mod replace;
@@ -268,6 +270,9 @@ pub use acquire::{
 #[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};
 pub use error::{RUN_ERROR_CODES, RunError};
+/// lease-etcd's error codes (feature `etcd`), for callers that document exit codes.
+#[cfg(feature = "etcd")]
+pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{

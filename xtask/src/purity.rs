@@ -1,6 +1,7 @@
-//! `cargo xtask purity`: evidence that `lease-core` stays sans-IO.
+//! `cargo xtask purity`: evidence that `lease-core` stays sans-IO, and that lease-cli
+//! names no layer below lease-run.
 //!
-//! Three independent checks, all of which run (so one report lists every problem):
+//! Four independent checks, all of which run (so one report lists every problem):
 //!
 //! (a) **Dependency closure.** `cargo metadata --filter-platform <host>` gives the
 //!     resolved graph; the transitive closure of `lease-core` over *normal* edges
@@ -16,6 +17,9 @@
 //!     [`FORBIDDEN_PATTERNS`]. Comment prose is skipped (a doc saying "no std::fs"
 //!     is fine), but code inside fenced doc examples is checked, because doctests
 //!     compile it. Every file is read whatever the features (`src/ghost.rs` included).
+//! (d) **Layers.** lease-cli's direct normal dependencies name none of lease-fs,
+//!     lease-sqlite and lease-etcd: the CLI reaches them through lease-run, where the
+//!     decisions are (its tests may use them to build fixtures).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -39,6 +43,13 @@ const FORBIDDEN_CRATES: &[&str] = &[
     "rand",
     "getrandom",
 ];
+
+/// The CLI, which decides nothing about a run (ARCHITECTURE.md).
+const CLI: &str = "lease-cli";
+
+/// Layers below lease-run that the CLI must not depend on directly (normal edges; its
+/// tests may, to build fixtures).
+const BELOW_RUN: &[&str] = &["lease-fs", "lease-sqlite", "lease-etcd"];
 
 /// Text that must not appear in lease-core's source code.
 const FORBIDDEN_PATTERNS: &[&str] = &[
@@ -88,6 +99,15 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         Err(e) => {
             eprintln!("purity (c): FAILED\n{e}");
             failures.push("(c) source grep");
+        }
+    }
+
+    eprintln!("purity (d): {CLI} names no layer below lease-run");
+    match check_cli_layers(root) {
+        Ok(()) => eprintln!("purity (d): ok"),
+        Err(e) => {
+            eprintln!("purity (d): FAILED\n{e}");
+            failures.push("(d) lease-cli's layers");
         }
     }
 
@@ -148,6 +168,55 @@ fn check_closure(root: &Path) -> Result<(), String> {
         report.push('\n');
     }
     Err(report)
+}
+
+/// Check (d): lease-cli's own normal (non-dev, non-build) dependencies name none of
+/// [`BELOW_RUN`], optional ones included (a feature could turn them on).
+fn check_cli_layers(root: &Path) -> Result<(), String> {
+    let out = crate::cargo(&["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .output()
+        .map_err(|e| format!("could not run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata exited with {}", out.status));
+    }
+    let metadata: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let hits = direct_normal_deps_named(&metadata, CLI, BELOW_RUN)?;
+    if hits.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{CLI} depends directly on {} (go through lease-run: ARCHITECTURE.md, \"Crates and who may depend on whom\")",
+            hits.join(", ")
+        ))
+    }
+}
+
+/// The direct normal dependencies of workspace package `package` that are in `names`.
+fn direct_normal_deps_named(
+    metadata: &Value,
+    package: &str,
+    names: &[&str],
+) -> Result<Vec<String>, String> {
+    let pkg = metadata
+        .get("packages")
+        .and_then(Value::as_array)
+        .ok_or("metadata has no `packages` array")?
+        .iter()
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(package))
+        .ok_or_else(|| format!("package `{package}` not found in cargo metadata"))?;
+    let deps = pkg
+        .get("dependencies")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("package `{package}` has no `dependencies` array"))?;
+    Ok(deps
+        .iter()
+        .filter(|d| d.get("kind").is_none_or(Value::is_null))
+        .filter_map(|d| d.get("name").and_then(Value::as_str))
+        .filter(|n| names.contains(n))
+        .map(str::to_string)
+        .collect())
 }
 
 /// True if a `resolve.nodes[].deps[]` entry has at least one normal (non-dev,
@@ -325,6 +394,20 @@ fn scan_source<'p>(text: &str, patterns: &[&'p str]) -> Vec<(usize, &'p str)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_cli_that_depends_on_a_layer_below_lease_run_is_caught() {
+        let meta = serde_json::json!({"packages": [
+            {"name": "lease-cli", "dependencies": [
+                {"name": "lease-run", "kind": null},
+                {"name": "lease-fs", "kind": null},
+                {"name": "lease-etcd", "kind": null, "optional": true},
+                {"name": "lease-sqlite", "kind": "dev"},
+            ]},
+        ]});
+        let hits = super::direct_normal_deps_named(&meta, "lease-cli", super::BELOW_RUN).unwrap();
+        assert_eq!(hits, ["lease-fs", "lease-etcd"]);
+    }
+
     use super::{FORBIDDEN_CRATES, FORBIDDEN_PATTERNS, forbidden_normal_deps, scan_source};
     use serde_json::{Value, json};
 

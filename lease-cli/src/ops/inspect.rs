@@ -30,7 +30,9 @@ struct Unproven {
 
 /// The command records `status` reports: those the next `runlease run` would refuse over
 /// (`RUN_COMMAND_UNPROVEN`). Reads `/proc` only; signals nothing.
-fn unproven_commands(run: &lease_fs::RunDir) -> Result<Vec<Unproven>, lease_run::RunError> {
+fn unproven_commands(
+    run: &lease_run::folder::RunDir,
+) -> Result<Vec<Unproven>, lease_run::RunError> {
     Ok(lease_run::audit_commands(run)?
         .into_iter()
         .filter_map(|a| match a.state {
@@ -122,10 +124,10 @@ pub fn init(dir: &Path, out: Out) -> Result<i32, CliError> {
         }));
     } else {
         let what = match done.found {
-            lease_fs::Found::Missing => "created the run folder",
-            lease_fs::Found::Empty => "made the empty folder a run",
-            lease_fs::Found::Run => "already a run",
-            lease_fs::Found::Foreign => {
+            lease_run::folder::Found::Missing => "created the run folder",
+            lease_run::folder::Found::Empty => "made the empty folder a run",
+            lease_run::folder::Found::Run => "already a run",
+            lease_run::folder::Found::Foreign => {
                 "made the existing folder a run (what was there is untouched)"
             }
         };
@@ -167,7 +169,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
         .map(|e| e.path())
         // Never follow symlinks: a run folder that is a symlink is refused anyway. A run
         // holds `lease/epochs/` (`RunDir::init`'s test), looked up beneath the folder.
-        .filter(|p| lease_fs::is_run_folder(p).unwrap_or(false))
+        .filter(|p| lease_run::folder::is_run_folder(p).unwrap_or(false))
         .collect();
     dirs.sort();
     if !out.json {
