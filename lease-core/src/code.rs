@@ -4,7 +4,7 @@
 //! runlease CLI's own codes are variants too, so a CLI error's code is a `Code` as well.
 //! Errors' `Display` is the message alone; [`Code::prefixed`] gives `CODE: message`.
 //! Exit codes are not here: the CLI maps a code to its exit code
-//! (`lease_cli::exit_codes::exit_for`); each layer's `exit_code()` gives the same number
+//! (`lease_cli::exit_codes::exit_for`, the one mapping); a layer only says which codes
 //! for library users, and every copy is checked against the docs' tables.
 //!
 //! ```

@@ -1,4 +1,4 @@
-//! The one error type of the protocol core, with stable codes and exit codes.
+//! The one error type of the protocol core, with stable codes.
 
 use crate::Code;
 use crate::ids::{Generation, RunId};
@@ -84,8 +84,8 @@ impl std::fmt::Display for HeldBy {
 
 /// Every failure the protocol core can report.
 ///
-/// Each variant has a stable [`code`](LeaseError::code) (for scripts and `--json`) and a
-/// sysexits-style [`exit_code`](LeaseError::exit_code). Messages name the run and, when an
+/// Each variant has a stable [`code`](LeaseError::code) (for scripts and `--json`; the CLI
+/// maps codes to exit codes). Messages name the run and, when an
 /// adapter attached one with [`LeaseError::in_file`], the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -334,32 +334,6 @@ impl LeaseError {
         }
     }
 
-    /// The sysexits-style process exit code for this error (README.md "Exit codes"):
-    /// 64 usage, 65 data, 70 internal/unsupported schema, 75 fenced/temporary, 76 held.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            LeaseError::RunIdInvalid { .. }
-            | LeaseError::ArgumentInvalid { .. }
-            | LeaseError::PolicyInvalid { .. } => 64,
-            LeaseError::RecordInvalid { .. }
-            | LeaseError::ChainBroken { .. }
-            | LeaseError::EventLogGap { .. }
-            | LeaseError::Overflow { .. }
-            | LeaseError::StoreBehindSeal { .. }
-            | LeaseError::StoreIdentityMismatch { .. } => 65,
-            LeaseError::SchemaUnsupported { .. } | LeaseError::ProtocolViolation { .. } => 70,
-            LeaseError::TakeoverRace { .. }
-            | LeaseError::Fenced { .. }
-            | LeaseError::EventContention { .. }
-            | LeaseError::ConcurrentChange { .. } => 75,
-            LeaseError::RunAlreadyActive { .. }
-            | LeaseError::RunStaleRequiresTakeover { .. }
-            | LeaseError::RunDeadRequiresRetirement { .. }
-            | LeaseError::TakeoverActiveRefused { .. }
-            | LeaseError::RetireRefusedNotDead { .. } => 76,
-        }
-    }
-
     /// Attach the file (relative to the run root) a record error is about.
     pub fn in_file(mut self, path: impl Into<String>) -> Self {
         match &mut self {
@@ -383,26 +357,27 @@ impl LeaseError {
     }
 }
 
-/// Every stable code with its exit code, for documentation and `--help` tables.
-pub const ERROR_CODES: &[(&str, i32)] = &[
-    ("RUN_ID_INVALID", 64),
-    ("ARGUMENT_INVALID", 64),
-    ("POLICY_INVALID", 64),
-    ("RECORD_INVALID", 65),
-    ("CHAIN_BROKEN", 65),
-    ("EVENT_LOG_GAP", 65),
-    ("GENERATION_OVERFLOW", 65),
-    ("STORE_BEHIND_SEAL", 65),
-    ("STORE_IDENTITY_MISMATCH", 65),
-    ("SCHEMA_UNSUPPORTED", 70),
-    ("PROTOCOL_VIOLATION", 70),
-    ("TAKEOVER_RACE", 75),
-    ("FENCED", 75),
-    ("EVENT_CONTENTION", 75),
-    ("CONCURRENT_CHANGE", 75),
-    ("RUN_ALREADY_ACTIVE", 76),
-    ("RUN_STALE_REQUIRES_TAKEOVER", 76),
-    ("RUN_DEAD_REQUIRES_RETIREMENT", 76),
-    ("TAKEOVER_ACTIVE_REFUSED", 76),
-    ("RETIRE_REFUSED_NOT_DEAD", 76),
+/// Every stable code of the protocol core (the CLI maps each to an exit code; docs
+/// tables are checked against this list).
+pub const ERROR_CODES: &[Code] = &[
+    Code::RunIdInvalid,
+    Code::ArgumentInvalid,
+    Code::PolicyInvalid,
+    Code::RecordInvalid,
+    Code::ChainBroken,
+    Code::EventLogGap,
+    Code::GenerationOverflow,
+    Code::StoreBehindSeal,
+    Code::StoreIdentityMismatch,
+    Code::SchemaUnsupported,
+    Code::ProtocolViolation,
+    Code::TakeoverRace,
+    Code::Fenced,
+    Code::EventContention,
+    Code::ConcurrentChange,
+    Code::RunAlreadyActive,
+    Code::RunStaleRequiresTakeover,
+    Code::RunDeadRequiresRetirement,
+    Code::TakeoverActiveRefused,
+    Code::RetireRefusedNotDead,
 ];

@@ -6,7 +6,7 @@ use lease_core::{HeldBy, LeaseError};
 
 /// Every failure of the etcd authority.
 ///
-/// Codes shared with the file-system authority keep their meaning and exit code
+/// Codes shared with the file-system authority keep their meaning
 /// (`TAKEOVER_ACTIVE_REFUSED` 76, every [`LeaseError`] code); the etcd-specific ones are in
 /// [`ETCD_ERROR_CODES`].
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,7 @@ pub enum EtcdError {
     },
     /// A takeover was refused because the owner's etcd lease is still alive: it may still
     /// be heartbeating through another member, or it has not yet been silent for its
-    /// `stale_after` (the lease's time to live). Same code and exit code as the file-system
+    /// `stale_after` (the lease's time to live). Same code as the file-system
     /// refusal of a fresh owner.
     #[error(
         "run {run}: {held}: its etcd lease is still alive ({ttl_s} s left of the lease that expires {stale_after_ms} ms after its last keep-alive); retry after it expires"
@@ -94,20 +94,6 @@ impl EtcdError {
         }
     }
 
-    /// sysexits-style exit code: 69 (`EX_UNAVAILABLE`) when the cluster cannot be reached,
-    /// so scripts can tell "authority down" from 75 "you were fenced"; 70 for a refusal by
-    /// etcd; 64 for a bad address; 65 for bad data in a liveness key; 76 for a held run.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            EtcdError::Lease(e) => e.exit_code(),
-            EtcdError::Unavailable { .. } => 69,
-            EtcdError::Refused { .. } => 70,
-            EtcdError::AuthorityInvalid { .. } => 64,
-            EtcdError::LivenessInvalid { .. } => 65,
-            EtcdError::OwnerLeaseAlive { .. } => 76,
-        }
-    }
-
     /// The protocol error inside, if this is one.
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
@@ -123,13 +109,13 @@ impl EtcdError {
     }
 }
 
-/// Every lease-etcd specific code with its exit code (protocol codes are in
+/// Every lease-etcd specific code (protocol codes are in
 /// [`lease_core::ERROR_CODES`]; `TAKEOVER_ACTIVE_REFUSED` 76 is shared with them).
-pub const ETCD_ERROR_CODES: &[(&str, i32)] = &[
-    ("UNAVAILABLE", 69),
-    ("ETCD_REFUSED", 70),
-    ("AUTHORITY_INVALID", 64),
-    ("LIVENESS_INVALID", 65),
+pub const ETCD_ERROR_CODES: &[Code] = &[
+    Code::Unavailable,
+    Code::EtcdRefused,
+    Code::AuthorityInvalid,
+    Code::LivenessInvalid,
 ];
 
 #[cfg(test)]
@@ -138,7 +124,7 @@ mod tests {
 
     #[test]
     fn codes_table_matches_the_variants() {
-        let e = |err: EtcdError| (err.code().as_str(), err.exit_code());
+        let e = |err: EtcdError| err.code();
         let cases = [
             e(EtcdError::Unavailable {
                 run: "r".into(),
@@ -164,11 +150,8 @@ mod tests {
         ];
         assert_eq!(cases.as_slice(), ETCD_ERROR_CODES);
         // No etcd-specific code collides with a protocol code.
-        for (code, _) in ETCD_ERROR_CODES {
-            assert!(
-                lease_core::ERROR_CODES.iter().all(|(c, _)| c != code),
-                "{code}"
-            );
+        for code in ETCD_ERROR_CODES {
+            assert!(!lease_core::ERROR_CODES.contains(code), "{code}");
         }
     }
 }

@@ -40,7 +40,7 @@ pub enum FsError {
     /// The run folder, or a file or folder in it that runlease reads or writes, is not
     /// owned by the effective uid or is open to others (a folder writable by group or
     /// others, a file with any group or other permission bit). Refused before anything is
-    /// read or written through it; nothing is ever chmodded. sysexits `EX_NOPERM` (77).
+    /// read or written through it; nothing is ever chmodded. (`runlease` exits 77, sysexits `EX_NOPERM`).
     #[error("run {run}: {detail}")]
     NotOwned {
         /// The run.
@@ -90,20 +90,6 @@ impl FsError {
             FsError::NotOwned { .. } => Code::RunNotOwned,
             FsError::FolderForeign { .. } => Code::RunFolderForeign,
             FsError::Io { .. } => Code::IoError,
-        }
-    }
-
-    /// sysexits-style exit code (64 usage, 65 data, 74 I/O, 75 fenced, 76 held, 77 not
-    /// owned, ...).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            FsError::Lease(e) => e.exit_code(),
-            FsError::RunNotFound { .. } => 64,
-            FsError::RootChanged { .. } => 74,
-            FsError::LayoutInvalid { .. } => 65,
-            FsError::NotOwned { .. } => EX_NOPERM,
-            FsError::FolderForeign { .. } => 64,
-            FsError::Io { .. } => 74,
         }
     }
 
@@ -166,16 +152,13 @@ impl FsError {
     }
 }
 
-/// sysexits `EX_NOPERM`: the run folder or a file in it is not ours (`RUN_NOT_OWNED`).
-pub const EX_NOPERM: i32 = 77;
-
-/// Every lease-fs specific code with its exit code (protocol codes are in
+/// Every lease-fs specific code (protocol codes are in
 /// [`lease_core::ERROR_CODES`]).
-pub const FS_ERROR_CODES: &[(&str, i32)] = &[
-    ("RUN_NOT_FOUND", 64),
-    ("RUN_ROOT_CHANGED", 74),
-    ("RUN_LAYOUT_INVALID", 65),
-    ("IO_ERROR", 74),
-    ("RUN_NOT_OWNED", EX_NOPERM),
-    ("RUN_FOLDER_FOREIGN", 64),
+pub const FS_ERROR_CODES: &[Code] = &[
+    Code::RunNotFound,
+    Code::RunRootChanged,
+    Code::RunLayoutInvalid,
+    Code::IoError,
+    Code::RunNotOwned,
+    Code::RunFolderForeign,
 ];

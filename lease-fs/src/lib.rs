@@ -54,7 +54,7 @@ pub mod real;
 pub mod sim;
 pub mod store;
 
-pub use error::{EX_NOPERM, FS_ERROR_CODES, FsError};
+pub use error::{FS_ERROR_CODES, FsError};
 pub use real::{RealFs, is_run_folder};
 pub use sim::SimFs;
 pub use store::{

@@ -62,9 +62,17 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
                 _ => None,
             })
             .unwrap_or(CommandFacts::Clean),
-        Err(e) if e.exit_code() == 65 => CommandFacts::Invalid {
-            message: e.code().prefixed(&e),
-        },
+        // Bad data in a record (not I/O, not a folder that is not ours): a finding.
+        Err(e)
+            if matches!(
+                e.code(),
+                Code::RecordInvalid | Code::RunLayoutInvalid | Code::ChainBroken
+            ) =>
+        {
+            CommandFacts::Invalid {
+                message: e.code().prefixed(&e),
+            }
+        }
         Err(e) => return Err(e),
     };
     // The store is never opened: its owner holds it exclusively, and opening a WAL

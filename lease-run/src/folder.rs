@@ -16,6 +16,5 @@
 
 pub use lease_fs::real::shell_quote;
 pub use lease_fs::{
-    EX_NOPERM, FS_ERROR_CODES, Found, FsError, Initialized, RunDir, is_run_folder, run_id_of,
-    this_holder,
+    FS_ERROR_CODES, Found, FsError, Initialized, RunDir, is_run_folder, run_id_of, this_holder,
 };

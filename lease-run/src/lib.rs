@@ -270,7 +270,7 @@ pub use acquire::{
 #[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};
 pub use error::{RUN_ERROR_CODES, RunError};
-/// lease-etcd's error codes (feature `etcd`), for callers that document exit codes.
+/// lease-etcd's error codes (feature `etcd`), for callers that document codes.
 #[cfg(feature = "etcd")]
 pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document};

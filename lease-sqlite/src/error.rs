@@ -1,22 +1,22 @@
-//! The one typed error of lease-sqlite, with stable codes and exit codes.
+//! The one typed error of lease-sqlite, with stable codes.
 //!
-//! Every message names the run and the store file. Codes and exit codes follow
-//! `ARCHITECTURE.md` §6 (sysexits): 64 usage, 65 data, 70 internal or unsupported schema,
-//! 74 I/O, 75 fenced or temporary.
+//! Every message names the run and the store file. `runlease` maps the codes to sysexits
+//! exit codes (README.md "Exit codes"): 64 usage, 65 data, 70 internal or unsupported
+//! schema, 74 I/O, 75 fenced or temporary.
 
 use lease_core::Code;
 use lease_core::LeaseError;
 
 /// Every failure of the store.
 ///
-/// Each variant has a stable [`code`](StoreError::code) and a sysexits-style
-/// [`exit_code`](StoreError::exit_code); [`STORE_ERROR_CODES`] lists them all.
+/// Each variant has a stable [`code`](StoreError::code); [`STORE_ERROR_CODES`] lists them
+/// all.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// A protocol outcome from lease-core: `STORE_BEHIND_SEAL` and `STORE_IDENTITY_MISMATCH`
     /// from the seal check, or whatever the commit gate (the run layer's self-fence check)
-    /// returned, usually `FENCED`. Code and exit code are those of the inner error.
+    /// returned, usually `FENCED`. Its code is the inner error's.
     #[error("{source}{}", file_suffix(.file))]
     Lease {
         /// The store file, when the refusal concerns one.
@@ -164,22 +164,6 @@ impl StoreError {
         }
     }
 
-    /// The sysexits-style process exit code (`ARCHITECTURE.md` §6): 64 usage, 65 data
-    /// (corrupt, missing, behind its seal), 70 internal or unsupported schema, 74 I/O,
-    /// 75 fenced or busy (temporary: retry later).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            StoreError::Lease { source, .. } => source.exit_code(),
-            StoreError::ArgumentInvalid { .. } => 64,
-            StoreError::Corrupt { .. } | StoreError::Missing { .. } => 65,
-            StoreError::SchemaUnsupported { .. }
-            | StoreError::Pragma { .. }
-            | StoreError::Internal { .. } => 70,
-            StoreError::Io { .. } => 74,
-            StoreError::Fenced { .. } | StoreError::Busy { .. } => 75,
-        }
-    }
-
     /// The protocol error inside, if this is one.
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
@@ -199,16 +183,16 @@ impl StoreError {
     }
 }
 
-/// Every lease-sqlite specific code with its exit code (the seal codes `STORE_BEHIND_SEAL`
+/// Every lease-sqlite specific code (the seal codes `STORE_BEHIND_SEAL`
 /// and `STORE_IDENTITY_MISMATCH`, 65, are in [`lease_core::ERROR_CODES`]).
-pub const STORE_ERROR_CODES: &[(&str, i32)] = &[
-    ("ARGUMENT_INVALID", 64),
-    ("STORE_CORRUPT", 65),
-    ("STORE_MISSING", 65),
-    ("SCHEMA_UNSUPPORTED", 70),
-    ("STORE_PRAGMA", 70),
-    ("STORE_INTERNAL", 70),
-    ("STORE_IO", 74),
-    ("FENCED", 75),
-    ("STORE_BUSY", 75),
+pub const STORE_ERROR_CODES: &[Code] = &[
+    Code::ArgumentInvalid,
+    Code::StoreCorrupt,
+    Code::StoreMissing,
+    Code::SchemaUnsupported,
+    Code::StorePragma,
+    Code::StoreInternal,
+    Code::StoreIo,
+    Code::Fenced,
+    Code::StoreBusy,
 ];

@@ -42,7 +42,7 @@
 //! let g2 = Generation::new(2).unwrap();
 //! store.commit(g2, &Batch::new().delete("doc/a"))?;
 //! let refused = store.commit(g1, &Batch::new().put("doc/a", "late")).unwrap_err();
-//! assert_eq!((refused.code().as_str(), refused.exit_code()), ("FENCED", 75));
+//! assert_eq!(refused.code().as_str(), "FENCED");
 //! assert_eq!(store.commits_since(0)?.len(), 2);
 //! store.close()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -156,8 +156,8 @@
 //!
 //! ## Error codes
 //!
-//! [`StoreError::code`] and [`StoreError::exit_code`]; [`STORE_ERROR_CODES`] lists this
-//! crate's: `ARGUMENT_INVALID` 64 · `STORE_CORRUPT` 65 · `STORE_MISSING` 65 ·
+//! [`StoreError::code`]; [`STORE_ERROR_CODES`] lists this crate's (with the exit code
+//! `runlease` gives each): `ARGUMENT_INVALID` 64 · `STORE_CORRUPT` 65 · `STORE_MISSING` 65 ·
 //! `SCHEMA_UNSUPPORTED` 70 · `STORE_PRAGMA` 70 · `STORE_INTERNAL` 70 · `STORE_IO` 74 ·
 //! `FENCED` 75 · `STORE_BUSY` 75; plus `STORE_BEHIND_SEAL` 65 and `STORE_IDENTITY_MISMATCH`
 //! 65 from lease-core.

@@ -17,11 +17,11 @@ fn scratch() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Open `path` (with `create` set, to prove nothing is recreated) and expect a refusal
-/// with `code`/`exit` naming the file, with the whole folder unchanged afterwards.
-fn refused_unchanged(dir: &Path, path: &Path, code: &str, exit: i32) -> StoreError {
+/// with `code` naming the file, with the whole folder unchanged afterwards.
+fn refused_unchanged(dir: &Path, path: &Path, code: &str) -> StoreError {
     let before = snapshot(dir);
     let err = Store::open(&run(), path, create()).unwrap_err();
-    assert_refused(&err, code, exit, path);
+    assert_refused(&err, code, path);
     assert_eq!(
         snapshot(dir),
         before,
@@ -62,7 +62,7 @@ fn seal_refusal_store_behind_its_seal() {
     let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
     assert_eq!(opened.identity().unwrap().head, 2);
     let err = opened.check_seal(Some(&seal), None).unwrap_err();
-    assert_refused(&err, "STORE_BEHIND_SEAL", 65, &path);
+    assert_refused(&err, "STORE_BEHIND_SEAL", &path);
     assert!(
         err.to_string().contains("head 2 is below the seal 3"),
         "{err}"
@@ -84,7 +84,7 @@ fn seal_refusal_different_store_id_even_with_a_higher_head() {
     let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
     assert_eq!(opened.identity().unwrap().head, 5);
     let err = opened.check_seal(Some(&seal), None).unwrap_err();
-    assert_refused(&err, "STORE_IDENTITY_MISMATCH", 65, &path);
+    assert_refused(&err, "STORE_IDENTITY_MISMATCH", &path);
     // The same refusal at open, when the expected store id is given.
     let expect = Expected {
         store_id: seal.store_id.clone(),
@@ -98,7 +98,7 @@ fn seal_refusal_different_store_id_even_with_a_higher_head() {
         },
     )
     .unwrap_err();
-    assert_refused(&err, "STORE_IDENTITY_MISMATCH", 65, &path);
+    assert_refused(&err, "STORE_IDENTITY_MISMATCH", &path);
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn seal_refusal_below_the_floor() {
     store_with(&path, 3);
     let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
     let err = opened.check_seal(None, Some((4, g(7)))).unwrap_err();
-    assert_refused(&err, "STORE_BEHIND_SEAL", 65, &path);
+    assert_refused(&err, "STORE_BEHIND_SEAL", &path);
     assert!(err.to_string().contains("below the floor 4"), "{err}");
     let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
     assert!(opened.check_seal(None, Some((3, g(7)))).is_ok());
@@ -128,9 +128,9 @@ fn an_expected_store_is_never_created_when_missing() {
         },
     )
     .unwrap_err();
-    assert_refused(&err, "STORE_MISSING", 65, &path);
+    assert_refused(&err, "STORE_MISSING", &path);
     let err = Store::open(&run(), &path, OpenOptions::default()).unwrap_err();
-    assert_refused(&err, "STORE_MISSING", 65, &path);
+    assert_refused(&err, "STORE_MISSING", &path);
     assert!(snapshot(dir.path()).is_empty(), "something was created");
 }
 
@@ -158,7 +158,7 @@ fn schema_refusal_newer_user_version() {
         false,
         "CREATE TABLE t (x); INSERT INTO t VALUES (1); PRAGMA user_version = 99;",
     );
-    let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED", 70);
+    let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED");
     assert!(err.to_string().contains("version 99"), "{err}");
 }
 
@@ -172,13 +172,13 @@ fn schema_refusal_our_store_with_a_newer_version() {
         true,
         "PRAGMA user_version = 2; UPDATE store_meta SET schema_version = 2;",
     );
-    refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED", 70);
+    refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED");
     // Only store_meta says 2 (the header still says 1): refused by the SQLite-level check,
     // and still nothing changes, WAL mode included.
     let (dir, path) = scratch();
     store_with(&path, 2);
     raw_db(&path, true, "UPDATE store_meta SET schema_version = 2;");
-    let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED", 70);
+    let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED");
     assert!(err.to_string().contains("store_meta"), "{err}");
 }
 
@@ -191,11 +191,11 @@ fn schema_refusal_sqlite_file_without_our_tables() {
             wal,
             "CREATE TABLE other (x); PRAGMA user_version = 1;",
         );
-        let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED", 70);
+        let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED");
         assert!(err.to_string().contains("without the tables"), "{err}");
         let (dir, path) = scratch();
         raw_db(&path, wal, "CREATE TABLE other (x);");
-        let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED", 70);
+        let err = refused_unchanged(dir.path(), &path, "SCHEMA_UNSUPPORTED");
         assert!(err.to_string().contains("not a runlease store"), "{err}");
     }
 }
@@ -207,7 +207,7 @@ fn corrupt_refusal_random_bytes() {
     let (dir, path) = scratch();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, Rng::new(7).bytes(8192)).unwrap();
-    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
     assert!(err.to_string().contains("not an SQLite database"), "{err}");
 }
 
@@ -216,7 +216,7 @@ fn corrupt_refusal_text_file() {
     let (dir, path) = scratch();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, "this is a note, not a database\n").unwrap();
-    refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
 }
 
 #[test]
@@ -224,7 +224,7 @@ fn corrupt_refusal_zero_length_file() {
     let (dir, path) = scratch();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, "").unwrap();
-    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
     assert!(err.to_string().contains("empty"), "{err}");
 }
 
@@ -237,7 +237,7 @@ fn corrupt_refusal_truncated_store() {
     // Cut on a page boundary, in the middle of a page, and inside the header.
     for cut in [full.len() / 2 / 4096 * 4096, full.len() / 2 + 123, 60] {
         std::fs::write(&path, &full[..cut]).unwrap();
-        let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+        let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
         assert!(err.to_string().contains("truncated"), "{err}");
     }
 }
@@ -255,14 +255,14 @@ fn corrupt_refusal_damaged_pages() {
         bytes[at..at + 200].copy_from_slice(&junk);
     }
     std::fs::write(&path, &bytes).unwrap();
-    refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
 }
 
 #[test]
 fn corrupt_refusal_directory_or_symlink_in_place_of_the_file() {
     let (dir, path) = scratch();
     std::fs::create_dir_all(&path).unwrap();
-    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
     assert!(err.to_string().contains("directory"), "{err}");
 
     let (dir, path) = scratch();
@@ -270,11 +270,11 @@ fn corrupt_refusal_directory_or_symlink_in_place_of_the_file() {
     store_with(&real, 1);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(&real, &path).unwrap();
-    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    let err = refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
     assert!(err.to_string().contains("symbolic link"), "{err}");
     // A dangling symlink is not "missing" either: nothing is created through it.
     std::fs::remove_file(&real).unwrap();
-    refused_unchanged(dir.path(), &path, "STORE_CORRUPT", 65);
+    refused_unchanged(dir.path(), &path, "STORE_CORRUPT");
 }
 
 // ---------------------------------------------------------------- one connection per file
@@ -289,7 +289,7 @@ fn second_open_in_the_same_process_is_refused() {
     let dotted = dir.path().join("store/../store/run.sqlite");
     for other in [&path, &link, &dotted] {
         let err = Store::open(&run(), other, OpenOptions::default()).unwrap_err();
-        assert_refused(&err, "STORE_BUSY", 75, other);
+        assert_refused(&err, "STORE_BUSY", other);
         assert!(err.to_string().contains("this process already has it open"));
     }
     // The refused opens dropped nothing: the first handle still works and still holds
@@ -308,7 +308,7 @@ fn second_open_in_the_same_process_is_refused() {
     // Closed, but the file has a second name: refused (its WAL is found by name).
     for other in [&path, &link] {
         let err = Store::open(&run(), other, OpenOptions::default()).unwrap_err();
-        assert_refused(&err, "STORE_CORRUPT", 65, other);
+        assert_refused(&err, "STORE_CORRUPT", other);
         assert!(err.to_string().contains("2 hard links"), "{err}");
     }
     std::fs::remove_file(&link).unwrap();
@@ -345,7 +345,7 @@ fn a_temp_name_left_by_a_crashed_creator_is_cleaned_up() {
 
 const SECOND_PROCESS: &str = "LEASE_SQLITE_SECOND_PROCESS_STORE";
 
-/// Child role: try to open the store and report `RESULT <code> <exit>` (or `RESULT ok`).
+/// Child role: try to open the store and report `RESULT <code> <message>` (or `RESULT ok`).
 #[test]
 fn second_process_open_is_refused() {
     if let Ok(path) = std::env::var(SECOND_PROCESS) {
@@ -354,7 +354,7 @@ fn second_process_open_is_refused() {
                 let head = opened.identity().unwrap().head;
                 format!("RESULT ok {head}")
             }
-            Err(e) => format!("RESULT {} {} {}", e.code().as_str(), e.exit_code(), e),
+            Err(e) => format!("RESULT {} {}", e.code().as_str(), e),
         };
         println!("{line}");
         return;
@@ -383,12 +383,12 @@ fn second_process_open_is_refused() {
     // Held by an unchecked handle, and by a committing one.
     let opened = Store::open(&run(), &path, create()).unwrap();
     let answer = ask_child();
-    assert!(answer.starts_with("STORE_BUSY 75 "), "{answer}");
+    assert!(answer.starts_with("STORE_BUSY "), "{answer}");
     assert!(answer.contains("database is locked"), "{answer}");
     let mut store = opened.check_seal(None, None).unwrap();
     store.commit(g(1), &Batch::new().put("a", "1")).unwrap();
     let answer = ask_child();
-    assert!(answer.starts_with("STORE_BUSY 75 "), "{answer}");
+    assert!(answer.starts_with("STORE_BUSY "), "{answer}");
     // The refused child changed nothing for the owner.
     store.commit(g(1), &Batch::new().put("b", "2")).unwrap();
     // Dropped without close (WAL left behind): the child now opens it and sees head 2.
@@ -548,7 +548,7 @@ fn a_symlinked_store_folder_is_refused() {
     std::os::unix::fs::symlink(&other, root.path().join("store")).unwrap();
     let path = root.path().join("store/run.sqlite");
     let err = Store::open(&run(), &path, create()).unwrap_err();
-    assert_refused(&err, "STORE_CORRUPT", 65, &path);
+    assert_refused(&err, "STORE_CORRUPT", &path);
     assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
 }
 

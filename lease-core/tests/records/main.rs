@@ -125,7 +125,7 @@ proptest! {
             key.push('_');
         }
         map.insert(key, extra);
-        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
     }
 
     /// Every field is required (optional ones are written as `null`): removing any one field,
@@ -146,7 +146,7 @@ proptest! {
         let (last, parent) = path.split_last().ok_or_else(|| TestCaseError::fail("empty path"))?;
         let map = object_at_mut(&mut v, parent).ok_or_else(|| TestCaseError::fail("no object"))?;
         prop_assert!(map.remove(last).is_some());
-        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
     }
 
     /// Schema versions: the same record kind with another numeric version is
@@ -160,7 +160,7 @@ proptest! {
         let mut v = s.value.clone();
         prop_assert!(set_path(&mut v, &["version"], Value::String(newer.clone())));
         let bytes = canonical_value_bytes(&v);
-        check_rejected_with(&s, &bytes, "SCHEMA_UNSUPPORTED", 70)?;
+        check_rejected_with(&s, &bytes, "SCHEMA_UNSUPPORTED")?;
         match (s.decode)(&bytes) {
             Err(LeaseError::SchemaUnsupported { version, supported, .. }) => {
                 prop_assert_eq!(version, newer);
@@ -207,7 +207,7 @@ proptest! {
         }
         let mut v = s.value.clone();
         prop_assert!(set_path(&mut v, &["version"], garbage));
-        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
     }
 
     /// Generations and sequences are positive integers in plain decimal: 0, negatives,
@@ -223,7 +223,7 @@ proptest! {
     ) {
         let path = s.positive[at.index(s.positive.len())];
         if let Some(bytes) = with_raw(&s.value, path, raw) {
-            check_rejected_with(&s, &bytes, "RECORD_INVALID", 65)?;
+            check_rejected_with(&s, &bytes, "RECORD_INVALID")?;
         }
     }
 
@@ -252,7 +252,7 @@ proptest! {
         }
         let (path, raw) = all[at.index(all.len())];
         if let Some(bytes) = with_raw(&s.value, path, raw) {
-            check_rejected_with(&s, &bytes, "RECORD_INVALID", 65)?;
+            check_rejected_with(&s, &bytes, "RECORD_INVALID")?;
         }
     }
 
@@ -295,7 +295,7 @@ proptest! {
         let mut v = s.value.clone();
         let new = if use_non_string { non_string } else { Value::String(bad.into()) };
         prop_assert!(set_path(&mut v, path, new));
-        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
     }
 
     /// Run ids can never name a path: `../x`, `a/b`, hidden names and anything outside
@@ -315,7 +315,7 @@ proptest! {
     ) {
         let mut v = s.value.clone();
         prop_assert!(set_path(&mut v, &["run_id"], Value::String(bad)));
-        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+        check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
     }
 
     /// Identities are non-empty, trimmed, free of control characters and at most 256 bytes:
@@ -339,7 +339,7 @@ proptest! {
         let path = s.identities[at.index(s.identities.len())];
         let mut v = s.value.clone();
         if set_path(&mut v, path, bad) {
-            check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID", 65)?;
+            check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
         }
     }
 
@@ -535,7 +535,7 @@ fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
     let null = "{\"count\":3,\"generation\":2,\"heartbeat_at\":\"2026-12-02T00:00:00.000Z\",\"owner_id\":\"o\",\"run_id\":\"r\",\"store_head\":null,\"version\":\"runlease/heartbeat/1\"}\n";
     assert!(null.contains("\"store_head\":null"), "{null}");
     let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
-    assert_eq!((e.code().as_str(), e.exit_code()), ("RECORD_INVALID", 65));
+    assert_eq!(e.code().as_str(), "RECORD_INVALID");
 }
 
 // Strict parsing of payload text (issue #15): duplicate keys and numbers that cannot be

@@ -34,7 +34,7 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
             "fence-to-kill ms (suspended heartbeat): {}",
             stuck.elapsed().as_millis()
         );
-        assert_eq!(e.exit_code(), 75);
+        assert_eq!(e.code().as_str(), "FENCED", "{e}");
         assert!(!alive(pid));
         let members: Vec<_> = lease_run::procs::scan()
             .into_iter()

@@ -27,11 +27,13 @@ fn helper_process() {
     let path = PathBuf::from(std::env::var("LEASE_RUN_TEST_PATH").unwrap());
     rt().block_on(async move {
         match mode.as_str() {
+            // A refusal is told to the test as `REFUSED <CODE>` on stdout, exit 1.
             "open-once" => match Run::open(&path, fast()).await {
                 Ok(_) => std::process::exit(0),
                 Err(e) => {
                     eprintln!("helper: {e}");
-                    std::process::exit(e.exit_code())
+                    println!("REFUSED {}", e.code().as_str());
+                    std::process::exit(1)
                 }
             },
             "open-hold" => match Run::open(&path, fast()).await {
@@ -51,7 +53,7 @@ fn helper_process() {
                 Err(e) => {
                     eprintln!("helper: {e}");
                     println!("REFUSED {}", e.code().as_str());
-                    std::process::exit(e.exit_code())
+                    std::process::exit(1)
                 }
             },
             "owner-exit-on-fence" => {
