@@ -1,6 +1,6 @@
 //! Fixed identities, times and liveness answers shared by the targets.
 
-use lease_core::ops::{LivenessEvidence, OwnerLock, ProcessState};
+use lease_core::ops::{LivenessEvidence, LockEvidence, ProcessState};
 use lease_core::{Holder, Identity, RunId, Timestamp};
 
 /// The run every target works on.
@@ -76,22 +76,22 @@ impl LiveMode {
                 process: ProcessState::Running {
                     start_time: h.start_time,
                 },
-                owner_lock: OwnerLock::Held,
+                owner_lock: LockEvidence::Held,
             },
             LiveMode::Dead => LivenessEvidence {
                 observer_boot_id: h.boot_id.clone(),
                 process: ProcessState::Gone,
-                owner_lock: OwnerLock::Free,
+                owner_lock: LockEvidence::Free,
             },
             LiveMode::Unknown => LivenessEvidence {
                 observer_boot_id: h.boot_id.clone(),
                 process: ProcessState::Unknown,
-                owner_lock: OwnerLock::Unknown,
+                owner_lock: LockEvidence::Unknown,
             },
             LiveMode::OtherBoot => LivenessEvidence {
                 observer_boot_id: id("boot-other"),
                 process: ProcessState::Gone,
-                owner_lock: OwnerLock::Free,
+                owner_lock: LockEvidence::Free,
             },
         }
     }

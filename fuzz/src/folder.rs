@@ -431,7 +431,7 @@ fn status_str(v: &StatusView) -> String {
 fn events_str(v: &lease_core::ops::EventLogView) -> String {
     v.events
         .iter()
-        .map(|e| format!("{}:{:?}", e.event.sequence, e.authority))
+        .map(|e| format!("{}:{:?}", e.event.sequence, e.standing))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -712,7 +712,7 @@ fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
                 let counts = v
                     .events
                     .iter()
-                    .any(|e| e.event.sequence == a.sequence && e.authority.counts());
+                    .any(|e| e.event.sequence == a.sequence && e.standing.counts());
                 assert!(
                     counts,
                     "append of event {} returned success but the event does not count: {:?}",
@@ -720,7 +720,7 @@ fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
                     v.events
                         .iter()
                         .find(|e| e.event.sequence == a.sequence)
-                        .map(|e| &e.authority)
+                        .map(|e| &e.standing)
                 );
             }
         }

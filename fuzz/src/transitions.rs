@@ -47,7 +47,7 @@ use lease_core::ghost::{Ghost, OpGhost, OpKind, Told, counted, within_cutoffs};
 use lease_core::mem::MemDisk;
 use lease_core::ops::{
     Append, AppendParams, Appended, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence,
-    Operation, OwnedLease, OwnerLock, ProcessState, ReadEvents, Release, ReleaseParams, Request,
+    Operation, OwnedLease, LockEvidence, ProcessState, ReadEvents, Release, ReleaseParams, Request,
     Response, Retire, RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger,
     Verify,
 };
@@ -161,7 +161,7 @@ fn liveness(alive: &BTreeSet<u32>) -> impl Fn(&Holder) -> LivenessEvidence + '_ 
             } else {
                 ProcessState::Gone
             },
-            owner_lock: if up { OwnerLock::Held } else { OwnerLock::Free },
+            owner_lock: if up { LockEvidence::Held } else { LockEvidence::Free },
         }
     }
 }

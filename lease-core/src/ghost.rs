@@ -421,7 +421,7 @@ impl Ghost {
 pub fn counted(view: &EventLogView) -> BTreeSet<u64> {
     view.events
         .iter()
-        .filter(|e| e.authority.counts())
+        .filter(|e| e.standing.counts())
         .map(|e| e.event.sequence.get())
         .collect()
 }
@@ -431,7 +431,7 @@ pub fn counted(view: &EventLogView) -> BTreeSet<u64> {
 /// successors).
 pub fn generation_monotone(view: &EventLogView) -> Result<(), Violation> {
     let mut max_gen = 0;
-    for e in view.events.iter().filter(|e| e.authority.counts()) {
+    for e in view.events.iter().filter(|e| e.standing.counts()) {
         let g = e.event.generation.get();
         if g < max_gen {
             return Err(format!(
@@ -448,7 +448,7 @@ pub fn generation_monotone(view: &EventLogView) -> Result<(), Violation> {
 pub fn within_cutoffs(view: &EventLogView) -> Result<(), Violation> {
     for e in &view.events {
         if let Some(&c) = view.chain.cutoffs.get(&e.event.generation)
-            && e.authority.counts()
+            && e.standing.counts()
             && e.event.sequence.get() > c
         {
             return Err(format!(

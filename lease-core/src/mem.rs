@@ -7,7 +7,7 @@
 use crate::LeaseError;
 use crate::RunId;
 use crate::layout::FileRef;
-use crate::ops::{LivenessEvidence, Operation, OwnerLock, ProcessState, Request, Response};
+use crate::ops::{LivenessEvidence, LockEvidence, Operation, ProcessState, Request, Response};
 use crate::records::Holder;
 use crate::transport::{TailHint, Transport};
 use std::collections::BTreeMap;
@@ -127,7 +127,7 @@ impl MemTransport {
         MemTransport::with_liveness(run_id, |h| LivenessEvidence {
             observer_boot_id: h.boot_id.clone(),
             process: ProcessState::Gone,
-            owner_lock: OwnerLock::Free,
+            owner_lock: LockEvidence::Free,
         })
     }
 

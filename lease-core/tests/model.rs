@@ -142,7 +142,11 @@ impl World {
                 } else {
                     ProcessState::Gone
                 },
-                owner_lock: if up { OwnerLock::Held } else { OwnerLock::Free },
+                owner_lock: if up {
+                    LockEvidence::Held
+                } else {
+                    LockEvidence::Free
+                },
             }
         }
     }

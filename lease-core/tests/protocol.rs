@@ -279,24 +279,24 @@ fn a_live_owner_is_never_retired() {
             process: ProcessState::Running {
                 start_time: h.start_time + 1,
             },
-            owner_lock: OwnerLock::Held,
+            owner_lock: LockEvidence::Held,
         }),
         ("pid gone in our namespace but lock held", |_| {
             LivenessEvidence {
                 observer_boot_id: id(BOOT),
                 process: ProcessState::Gone,
-                owner_lock: OwnerLock::Held,
+                owner_lock: LockEvidence::Held,
             }
         }),
         ("another boot", |_| LivenessEvidence {
             observer_boot_id: id("boot-b"),
             process: ProcessState::Gone,
-            owner_lock: OwnerLock::Free,
+            owner_lock: LockEvidence::Free,
         }),
         ("lock unknown", |_| LivenessEvidence {
             observer_boot_id: id(BOOT),
             process: ProcessState::Gone,
-            owner_lock: OwnerLock::Unknown,
+            owner_lock: LockEvidence::Unknown,
         }),
     ];
     for (name, live) in cases {
@@ -376,7 +376,7 @@ fn a_pending_cutoff_is_finalized_by_the_next_reader() {
     let ro = d
         .run(&mut ReadEvents::new(run_id(), None), &all_alive)
         .unwrap();
-    assert_eq!(ro.events[0].authority, Authority::Pending);
+    assert_eq!(ro.events[0].standing, Standing::Pending);
     // ...a finalizing reader decides the cutoff as the log tail now (1).
     let v = read_events(&mut d, 60_100).unwrap();
     assert_eq!(counted(&v), vec![1]);

@@ -70,8 +70,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use lease_core::ops::{
-    LivenessEvidence, OwnedLease, OwnerLock, ProcessState, Request, Response, Status, StatusView,
-    TakeoverParams,
+    LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Request, Response, Status,
+    StatusView, TakeoverParams,
 };
 use lease_core::{
     Dir, EpochRecord, EpochState, FileRef, Generation, Holder, LeaseError, LeaseOps, RunId,
@@ -656,9 +656,9 @@ impl EtcdRun {
                 ProcessState::Gone
             },
             owner_lock: if alive {
-                OwnerLock::Held
+                LockEvidence::Held
             } else {
-                OwnerLock::Free
+                LockEvidence::Free
             },
         }))
     }

@@ -244,7 +244,7 @@ fn exclusive_claim_among_8_clients() {
     let counted = events
         .events
         .iter()
-        .filter(|e| e.authority == lease_core::ops::Authority::Authoritative)
+        .filter(|e| e.standing == lease_core::ops::Standing::Authoritative)
         .count() as u64;
     assert_eq!(
         counted, n,

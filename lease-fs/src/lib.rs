@@ -51,12 +51,12 @@ pub mod lock;
 pub mod primitives;
 pub mod probe;
 pub mod real;
+pub mod run_dir;
 pub mod sim;
-pub mod store;
 
 pub use error::{FS_ERROR_CODES, FsError};
 pub use real::{RealFs, is_run_folder};
-pub use sim::SimFs;
-pub use store::{
+pub use run_dir::{
     Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_of, this_holder,
 };
+pub use sim::SimFs;

@@ -2,7 +2,7 @@
 //! judgment and both hash chains survive the compaction.
 
 use lease_core::LeaseOps;
-use lease_core::ops::{LivenessEvidence, OwnerLock, ProcessState};
+use lease_core::ops::{LivenessEvidence, LockEvidence, ProcessState};
 use lease_core::*;
 use lease_fs::{Liveness, RunDir, SimFs};
 use std::path::Path;
@@ -16,7 +16,7 @@ impl Liveness for Alive {
             process: ProcessState::Running {
                 start_time: h.start_time,
             },
-            owner_lock: OwnerLock::Held,
+            owner_lock: LockEvidence::Held,
         }
     }
 }
@@ -101,7 +101,7 @@ fn ten_thousand_owner_changes_stay_small_with_regular_prunes() {
     assert!(max_lease_files < 200, "{max_lease_files} lease files");
     let view = run.read_events(None).unwrap();
     assert_eq!(
-        view.events.iter().filter(|e| e.authority.counts()).count() as u64,
+        view.events.iter().filter(|e| e.standing.counts()).count() as u64,
         counted
     );
     let v = run.verify().unwrap();

@@ -9,7 +9,7 @@
 
 use lease_core::LeaseOps;
 use lease_core::ops::{
-    Expectation, LivenessEvidence, OwnedLease, OwnerLock, ProcessState, Status, TakeoverTrigger,
+    Expectation, LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Status, TakeoverTrigger,
 };
 use lease_core::*;
 use lease_fs::{FsError, Liveness, RunDir, SimFs};
@@ -43,7 +43,7 @@ impl Liveness for AllDead {
         LivenessEvidence {
             observer_boot_id: id(BOOT),
             process: ProcessState::Gone,
-            owner_lock: OwnerLock::Free,
+            owner_lock: LockEvidence::Free,
         }
     }
 }
@@ -262,7 +262,7 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
     let counted: BTreeSet<u64> = view
         .events
         .iter()
-        .filter(|e| e.authority.counts())
+        .filter(|e| e.standing.counts())
         .map(|e| e.event.sequence.get())
         .collect();
     for s in &pre.acked {
@@ -333,7 +333,7 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
     assert!(
         view.events
             .iter()
-            .any(|e| e.event.sequence == a.sequence && e.authority.counts())
+            .any(|e| e.event.sequence == a.sequence && e.standing.counts())
     );
 }
 

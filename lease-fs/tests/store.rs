@@ -1,7 +1,7 @@
 //! The lease and the event log on a real disk: the named tests of issue #3.
 
 use lease_core::LeaseOps;
-use lease_core::ops::{Authority, Expectation, Status, TakeoverTrigger};
+use lease_core::ops::{Expectation, Standing, Status, TakeoverTrigger};
 use lease_core::*;
 use lease_fs::{FsError, RunDir, this_holder};
 use std::path::{Path, PathBuf};
@@ -64,7 +64,7 @@ fn counted(run: &RunDir, now: u64) -> Vec<u64> {
         .unwrap()
         .events
         .iter()
-        .filter(|e| e.authority.counts())
+        .filter(|e| e.standing.counts())
         .map(|e| e.event.sequence.get())
         .collect()
 }
@@ -532,7 +532,7 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
     assert!(
         view.events
             .iter()
-            .all(|e| e.event.sequence.get() == 1 || !e.authority.counts())
+            .all(|e| e.event.sequence.get() == 1 || !e.standing.counts())
     );
 }
 
@@ -723,8 +723,8 @@ fn orphan_temp_files_change_nothing_a_reader_sees_and_are_cleaned() {
     assert_eq!(run.clean_temp_files(0).unwrap(), 3);
     assert_eq!(run.read_events(None).unwrap(), before_events);
     assert!(matches!(
-        before_events.events[0].authority,
-        Authority::Authoritative
+        before_events.events[0].standing,
+        Standing::Authoritative
     ));
 }
 

@@ -3,7 +3,7 @@
 use crate::common::{CliError, Out, open_lease, wall_now};
 use lease_core::Code;
 use lease_core::LeaseOps;
-use lease_core::ops::{AppendParams, Authority, OwnedLease, Status};
+use lease_core::ops::{AppendParams, OwnedLease, Standing, Status};
 use lease_core::{FileRef, Generation, Identity};
 use lease_run::{Authority as RunAuthority, LeaseAuthority};
 use serde_json::{Value, json};
@@ -162,30 +162,30 @@ pub fn append(
 }
 
 /// The authority of an event: a short code and a human phrase.
-fn authority_text(a: &Authority) -> (&'static str, String) {
+fn authority_text(a: &Standing) -> (&'static str, String) {
     match a {
-        Authority::Authoritative => ("counts", "counts".into()),
-        Authority::PastCutoff { cutoff } => (
+        Standing::Authoritative => ("counts", "counts".into()),
+        Standing::PastCutoff { cutoff } => (
             "past_cutoff",
             format!("does not count: past its generation's cutoff {cutoff}"),
         ),
-        Authority::Pending => (
+        Standing::Pending => (
             "pending",
             "not counted yet: its generation was superseded and the cutoff is not finalized".into(),
         ),
-        Authority::NotOwner => (
+        Standing::NotOwner => (
             "not_owner",
             "does not count: not written by its generation's owner".into(),
         ),
-        Authority::FreeGeneration => (
+        Standing::FreeGeneration => (
             "free_generation",
             "does not count: its generation had no owner".into(),
         ),
-        Authority::UnknownGeneration => (
+        Standing::UnknownGeneration => (
             "unknown_generation",
             "does not count: no such generation".into(),
         ),
-        Authority::ExcludedByCheckpoint => (
+        Standing::ExcludedByCheckpoint => (
             "excluded_by_checkpoint",
             "does not count: excluded by the checkpoint".into(),
         ),
@@ -194,7 +194,7 @@ fn authority_text(a: &Authority) -> (&'static str, String) {
 
 fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
     let e = &je.event;
-    let (code, text) = authority_text(&je.authority);
+    let (code, text) = authority_text(&je.standing);
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/event/1",
@@ -205,12 +205,12 @@ fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
             "timestamp": e.timestamp.to_string(),
             "payload": e.payload,
             "hash": je.hash.to_string(),
-            "authoritative": je.authority.counts(),
+            "authoritative": je.standing.counts(),
             "authority": code,
-            "cutoff": match je.authority { Authority::PastCutoff { cutoff } => Some(cutoff), _ => None },
+            "cutoff": match je.standing { Standing::PastCutoff { cutoff } => Some(cutoff), _ => None },
         }))
     } else {
-        let mark = if je.authority.counts() { ' ' } else { '!' };
+        let mark = if je.standing.counts() { ' ' } else { '!' };
         out.line(&format!(
             "{mark}{:>6}  {}  gen {:<4} {:<20} {}  [{}]",
             e.sequence, e.timestamp, e.generation, e.event_type, e.payload, text

@@ -1,5 +1,5 @@
 //! The inspection and repair subcommands, one module per job: [`inspect`] (status, list,
-//! init), [`replace`] (takeover, retire), [`release`], [`log`] (append, events) and
+//! init), [`replace`] (takeover, retire), [`release`](mod@release), [`log`] (append, events) and
 //! [`repair`] (verify, doctor, prune). `run` is `crate::run`.
 
 mod inspect;

@@ -25,11 +25,11 @@ pub use lease::{
     RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
 };
 pub use log::{
-    Append, AppendParams, Appended, Authority, ChainView, EventLogView, JudgeLog, JudgedEvent,
-    MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Verify, VerifyReport, judge_event,
+    Append, AppendParams, Appended, ChainView, EventLogView, JudgeLog, JudgedEvent,
+    MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Standing, Verify, VerifyReport, judge_event,
 };
 pub use observe::{
-    Freshness, LivenessEvidence, OwnerLock, ProcessState, ReadStatus, Status, StatusView,
+    Freshness, LivenessEvidence, LockEvidence, ProcessState, ReadStatus, Status, StatusView,
     definitely_dead, freshness,
 };
 pub use prune::{Prune, PruneParams, PruneReport};

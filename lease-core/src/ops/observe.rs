@@ -52,7 +52,7 @@ pub enum ProcessState {
 
 /// What the observer knows about the run's kernel owner lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OwnerLock {
+pub enum LockEvidence {
     /// The observer could take it (so no live process holds it).
     Free,
     /// Some process holds it.
@@ -69,7 +69,7 @@ pub struct LivenessEvidence {
     /// The recorded pid, as seen by the observer.
     pub process: ProcessState,
     /// The run's kernel owner lock.
-    pub owner_lock: OwnerLock,
+    pub owner_lock: LockEvidence,
 }
 
 /// Is the holder definitely dead? Only when all of: the observer is on the same boot
@@ -94,9 +94,9 @@ pub fn definitely_dead(holder: &Holder, ev: &LivenessEvidence) -> Result<(), Str
         ProcessState::Unknown => return Err("the process state cannot be read".into()),
     }
     match ev.owner_lock {
-        OwnerLock::Free => Ok(()),
-        OwnerLock::Held => Err("the kernel owner lock is still held".into()),
-        OwnerLock::Unknown => Err("the kernel owner lock cannot be checked".into()),
+        LockEvidence::Free => Ok(()),
+        LockEvidence::Held => Err("the kernel owner lock is still held".into()),
+        LockEvidence::Unknown => Err("the kernel owner lock cannot be checked".into()),
     }
 }
 

@@ -386,7 +386,7 @@ impl Operation for Prune {
                             a if a.counts() => {}
                             // A cutoff below the floor is missing (a concurrent prune folded it)
                             // or an epoch vanished: never guess "does not count".
-                            super::Authority::Pending | super::Authority::UnknownGeneration
+                            super::Standing::Pending | super::Standing::UnknownGeneration
                                 if ev.generation
                                     >= self
                                         .chain

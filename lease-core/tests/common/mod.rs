@@ -36,7 +36,7 @@ pub fn all_alive(h: &Holder) -> LivenessEvidence {
         process: ProcessState::Running {
             start_time: h.start_time,
         },
-        owner_lock: OwnerLock::Held,
+        owner_lock: LockEvidence::Held,
     }
 }
 
@@ -45,7 +45,7 @@ pub fn all_dead(_: &Holder) -> LivenessEvidence {
     LivenessEvidence {
         observer_boot_id: id(BOOT),
         process: ProcessState::Gone,
-        owner_lock: OwnerLock::Free,
+        owner_lock: LockEvidence::Free,
     }
 }
 
@@ -161,7 +161,7 @@ pub fn read_events(disk: &mut MemDisk, now: u64) -> Result<EventLogView, LeaseEr
 pub fn counted(view: &EventLogView) -> Vec<u64> {
     view.events
         .iter()
-        .filter(|e| e.authority.counts())
+        .filter(|e| e.standing.counts())
         .map(|e| e.event.sequence.get())
         .collect()
 }

@@ -6,15 +6,15 @@ use lease_core::ghost::{
     status_valid,
 };
 use lease_core::ops::{
-    Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence, Operation,
-    OwnedLease, OwnerLock, ProcessState, Prune, PruneParams, ReadEvents, Release, ReleaseParams,
-    Request, Response, Retire, RetireParams, StatusView, Step, Takeover, TakeoverParams,
-    TakeoverTrigger,
+    Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence,
+    LockEvidence, Operation, OwnedLease, ProcessState, Prune, PruneParams, ReadEvents, Release,
+    ReleaseParams, Request, Response, Retire, RetireParams, StatusView, Step, Takeover,
+    TakeoverParams, TakeoverTrigger,
 };
 use lease_core::*;
 use lease_fs::fs::Fs;
 use lease_fs::primitives::PrimOp;
-use lease_fs::store::{Exec, prim_response, start_request};
+use lease_fs::run_dir::{Exec, prim_response, start_request};
 use lease_fs::{Liveness, SimFs};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -130,7 +130,11 @@ impl Liveness for WorldLiveness {
             } else {
                 ProcessState::Gone
             },
-            owner_lock: if up { OwnerLock::Held } else { OwnerLock::Free },
+            owner_lock: if up {
+                LockEvidence::Held
+            } else {
+                LockEvidence::Free
+            },
         }
     }
 }

@@ -13,7 +13,7 @@
 //!   `runlease run RUN --heartbeat 200 --self-fence-after 800 --stale-after 1200 --wait=2s
 //!   --takeover-stale --retire-dead -- <this xtask> torture --worker ...` until the deadline.
 //!   Each `runlease run` is one process of its own; its command is this same binary in worker
-//!   mode ([`worker`]).
+//!   mode ([`worker`](fn@worker)).
 //! * The worker (the command under the lease) reads `RUNLEASE_GENERATION` and
 //!   `RUNLEASE_OWNER`, writes a `start` line to the history, then makes 5–30 attempts
 //!   `runlease --json append RUN --type torture --payload {slot, round, n, gen, owner}`, each
@@ -33,7 +33,7 @@
 //!   their round (a worker makes at most 30 appends), then kills whatever is left. A closing
 //!   `runlease run RUN --takeover-stale --retire-dead -- true` recovers the run (finalizing
 //!   every pending cutoff), then `runlease verify --json` and `runlease events --json` are
-//!   read and [`check`] judges.
+//!   read and [`check::check`] judges.
 //!
 //! # What the checker proves (the definitions)
 //!
@@ -73,7 +73,7 @@
 //!
 //! `--keep` keeps the work folder on success too. `--inject-lost` (test-only, not in the usage text) deletes the event file of the
 //! acknowledged attempt with the highest sequence before the check, to show the checker
-//! can fail. The checker's logic is also unit-tested on synthetic histories below.
+//! can fail. The checker's logic is also unit-tested on synthetic histories (`tests.rs`).
 //!
 //! # Cleanup
 //!

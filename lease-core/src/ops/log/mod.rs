@@ -4,13 +4,13 @@
 //! log and the chain ([`ReadEvents`], [`JudgeLog`]), `verify` checks both hash chains.
 
 mod append;
-mod authority;
 mod read;
+mod standing;
 mod verify;
 
 pub use append::{Append, AppendParams, Appended, MAX_APPEND_COLLISIONS};
-pub use authority::{Authority, ChainView, judge_event};
 pub use read::{EventLogView, JudgeLog, JudgedEvent, ReadEvents};
+pub use standing::{ChainView, Standing, judge_event};
 pub use verify::{ShortTail, Verify, VerifyReport};
 
 use crate::canonical::decode_for;

@@ -1,8 +1,8 @@
 //! Reading the log (PROTOCOL §7.9): the log first, then the chain, every link checked,
 //! each event judged; and the streaming second pass.
 
-use super::authority::{Authority, ChainView, judge_event};
 use super::decode_event;
+use super::standing::{ChainView, Standing, judge_event};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
@@ -57,7 +57,7 @@ pub struct JudgedEvent {
     /// Its hash.
     pub hash: Digest,
     /// Whether it counts.
-    pub authority: Authority,
+    pub standing: Standing,
 }
 
 /// The second pass of a streaming read of the log. The first,
@@ -78,7 +78,7 @@ pub struct JudgedEvent {
 /// let mut pass = JudgeLog::new(run, view);
 /// while let Some(req) = pass.request() {
 ///     let judged = pass.feed(disk.perform(req, &live)).unwrap();
-///     println!("{} {:?}", judged.event.sequence, judged.authority);
+///     println!("{} {:?}", judged.event.sequence, judged.standing);
 /// }
 /// ```
 #[derive(Debug, Clone)]
@@ -152,7 +152,7 @@ impl JudgeLog {
         self.prev = Some(hash.clone());
         self.next += 1;
         Ok(JudgedEvent {
-            authority: judge_event(&event, &self.chain),
+            standing: judge_event(&event, &self.chain),
             event,
             hash,
         })
@@ -218,7 +218,7 @@ pub(super) enum ReadState {
 impl ReadEvents {
     /// Read `run`'s log. With `finalize = Some((reader_id, now))`, pending cutoffs are
     /// finalized (a write); with `None` the reader is read-only and such events are
-    /// judged [`Authority::Pending`].
+    /// judged [`Standing::Pending`].
     pub fn new(run: RunId, finalize: Option<(Identity, Timestamp)>) -> ReadEvents {
         ReadEvents {
             run,
@@ -259,7 +259,7 @@ impl ReadEvents {
         let events = std::mem::take(&mut self.events)
             .into_iter()
             .map(|(event, hash)| JudgedEvent {
-                authority: judge_event(&event, &chain),
+                standing: judge_event(&event, &chain),
                 event,
                 hash,
             })

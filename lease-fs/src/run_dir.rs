@@ -5,7 +5,9 @@ use crate::error::FsError;
 use crate::fs::Fs;
 use crate::primitives;
 use lease_core::canonical::MAX_RECORD_BYTES;
-use lease_core::ops::{Durability, LivenessEvidence, OwnerLock, ProcessState, Request, Response};
+use lease_core::ops::{
+    Durability, LivenessEvidence, LockEvidence, ProcessState, Request, Response,
+};
 use lease_core::{Dir, FileRef, Holder, Identity, RunId, TailHint, Transport};
 use std::collections::HashSet;
 use std::io;
@@ -58,12 +60,12 @@ impl Liveness for ProcLiveness {
             Err(_) => ProcessState::Unknown,
         };
         let owner_lock = if self.self_holds_lock {
-            OwnerLock::Free
+            LockEvidence::Free
         } else {
             match crate::lock::probe_owner_lock(&self.root) {
-                Ok(true) => OwnerLock::Free,
-                Ok(false) => OwnerLock::Held,
-                Err(_) => OwnerLock::Unknown,
+                Ok(true) => LockEvidence::Free,
+                Ok(false) => LockEvidence::Held,
+                Err(_) => LockEvidence::Unknown,
             }
         };
         LivenessEvidence {

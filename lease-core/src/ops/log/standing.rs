@@ -36,7 +36,7 @@ impl ChainView {
 
 /// Whether an event counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Authority {
+pub enum Standing {
     /// It counts.
     Authoritative,
     /// Written by a superseded generation past its cutoff: shown, never counted.
@@ -56,10 +56,10 @@ pub enum Authority {
     ExcludedByCheckpoint,
 }
 
-impl Authority {
+impl Standing {
     /// Whether the event counts.
     pub fn counts(&self) -> bool {
-        matches!(self, Authority::Authoritative)
+        matches!(self, Standing::Authoritative)
     }
 }
 
@@ -68,36 +68,36 @@ impl Authority {
 /// A finalized cutoff always applies, even when its generation is the newest epoch on
 /// disk (so deleting or corrupting a newer epoch can never make a retired owner's late
 /// events count).
-pub fn judge_event(ev: &Event, chain: &ChainView) -> Authority {
+pub fn judge_event(ev: &Event, chain: &ChainView) -> Standing {
     if let Some(cp) = &chain.checkpoint {
         if ev.generation < cp.floor_generation {
             let s = ev.sequence.get();
             return if s <= cp.through_sequence && cp.not_authoritative.binary_search(&s).is_err() {
-                Authority::Authoritative
+                Standing::Authoritative
             } else {
-                Authority::ExcludedByCheckpoint
+                Standing::ExcludedByCheckpoint
             };
         }
     }
     let Some(epoch) = chain.epochs.get(&ev.generation) else {
-        return Authority::UnknownGeneration;
+        return Standing::UnknownGeneration;
     };
     if epoch.state != EpochState::Active {
-        return Authority::FreeGeneration;
+        return Standing::FreeGeneration;
     }
     if epoch.owner_id != ev.owner_id {
-        return Authority::NotOwner;
+        return Standing::NotOwner;
     }
     if let Some(&cutoff) = chain.cutoffs.get(&ev.generation) {
         return if ev.sequence.get() <= cutoff {
-            Authority::Authoritative
+            Standing::Authoritative
         } else {
-            Authority::PastCutoff { cutoff }
+            Standing::PastCutoff { cutoff }
         };
     }
     if chain.head() == Some(ev.generation) {
-        Authority::Authoritative
+        Standing::Authoritative
     } else {
-        Authority::Pending
+        Standing::Pending
     }
 }
