@@ -434,9 +434,14 @@ pub fn shell_path(p: &Path) -> String {
 /// for the view and `run.json` (a free run the next `runlease run` would refuse needs
 /// doctor first), worded as a command.
 pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> String {
+    crate::diagnosis::render_next(&status_next(view, run_status), dir)
+}
+
+/// lease-core's one next step for what `status` read.
+fn status_next(view: &StatusView, run_status: &Value) -> lease_core::diagnose::Next {
     let mut facts = lease_core::diagnose::Facts::of_view(view.clone());
     facts.run_json = crate::diagnosis::run_json_facts(run_status);
-    crate::diagnosis::render_next(&lease_core::diagnose::next_step(&facts), dir)
+    lease_core::diagnose::next_step(&facts)
 }
 
 /// What `run.json` says (written by `runlease run` through lease-run: `running`, `paused`,
@@ -493,7 +498,15 @@ pub fn run_status_human(v: &Value) -> Option<String> {
 
 /// The status of one run as a JSON object (schema `runlease/cli/status/1`); `run_status`
 /// is [`run_status_json`]'s value.
-pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Value) -> Value {
+/// `authority` is the `--authority` URL when the lease is not in the run folder (it goes
+/// into `next_step_argv`).
+pub fn status_json(
+    dir: &Path,
+    run_id: &str,
+    view: &StatusView,
+    run_status: Value,
+    authority: Option<&str>,
+) -> Value {
     let head = view.head.as_ref();
     let active = head.is_some_and(Head::is_active);
     let expect = head.filter(|h| h.is_active()).map(Expectation::of);
@@ -531,6 +544,7 @@ pub fn status_json(dir: &Path, run_id: &str, view: &StatusView, run_status: Valu
         "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
         "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
         "next_step": status_next_step(view, dir, &run_status),
+        "next_step_argv": crate::diagnosis::next_argv(&status_next(view, &run_status), dir, authority),
         "error": error,
         "run_status": run_status,
     })

@@ -76,6 +76,51 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
     }
 }
 
+/// A next step as an argument vector a script can run as it is (`runlease`, the global
+/// `--authority` when the lease is not in the run folder, the subcommand and its
+/// arguments), or `None` when the step is no single `runlease` command (wait, claim with a
+/// command of your own, a repair by hand, or "repair first").
+pub fn next_argv(next: &Next, dir: &Path, authority: Option<&str>) -> Option<Vec<String>> {
+    let d = dir.display().to_string();
+    let tail: Vec<String> = match next {
+        Next::Takeover {
+            owner_id,
+            heartbeat_at,
+        } => vec![
+            "takeover".into(),
+            d,
+            "--expect-owner".into(),
+            owner_id.clone(),
+            "--expect-heartbeat".into(),
+            heartbeat_at.clone(),
+        ],
+        Next::ObserveAgain => vec!["status".into(), d],
+        Next::Retire => vec!["retire".into(), d],
+        // doctor, verify and prune work on the run folder itself.
+        Next::DoctorDoNotTakeOver | Next::DoctorBeforeRun => {
+            return Some(vec!["runlease".into(), "doctor".into(), d]);
+        }
+        Next::CleanTemp => {
+            return Some(vec![
+                "runlease".into(),
+                "doctor".into(),
+                d,
+                "--clean-temp".into(),
+            ]);
+        }
+        Next::Prune => return Some(vec!["runlease".into(), "prune".into(), d]),
+        Next::VerifyAndRestore => vec!["verify".into(), d],
+        _ => return None,
+    };
+    let mut argv = vec!["runlease".to_string()];
+    if let Some(url) = authority {
+        argv.push("--authority".into());
+        argv.push(url.to_string());
+    }
+    argv.extend(tail);
+    Some(argv)
+}
+
 /// A finding's detail line.
 pub fn render_detail(f: &Finding, view: &StatusView) -> String {
     match &f.subject {

@@ -60,7 +60,14 @@ pub fn status(
             Ok((run, view)) => {
                 let unproven = run.folder.as_deref().map(unproven_commands);
                 if out.json {
-                    let mut v = status_json(dir, run.run_id().as_str(), &view, run.run_status());
+                    let url = authority.url();
+                    let mut v = status_json(
+                        dir,
+                        run.run_id().as_str(),
+                        &view,
+                        run.run_status(),
+                        url.as_deref(),
+                    );
                     if let Some(u) = &unproven {
                         v["unproven_commands"] = match u {
                             Ok(list) => json!(
@@ -191,6 +198,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
+                        None,
                     ));
                     continue;
                 }

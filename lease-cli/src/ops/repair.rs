@@ -1,7 +1,7 @@
 //! `verify`, `doctor` and `prune`: check the chains, diagnose (lease-core decides, this words it), compact.
 
 use crate::common::{CliError, Out, cli_identity, open_lease, shell_path, wall_now};
-use crate::diagnosis::{TEMP_MIN_AGE_SECS, render_detail, render_next, short_tail_text};
+use crate::diagnosis::{TEMP_MIN_AGE_SECS, next_argv, render_detail, render_next, short_tail_text};
 use lease_core::LeaseOps;
 use lease_core::diagnose::diagnose;
 use lease_core::ops::{PruneParams, Status};
@@ -15,6 +15,7 @@ struct Finding {
     severity: &'static str,
     detail: String,
     next: String,
+    next_argv: Option<Vec<String>>,
 }
 
 /// `runlease verify DIR`: both hash chains; 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
@@ -91,6 +92,8 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
             severity: f.severity.as_str(),
             detail: render_detail(f, view),
             next: render_next(&f.next, dir),
+            // doctor is folder-only: no --authority to carry.
+            next_argv: next_argv(&f.next, dir, None),
         })
         .collect();
     let exit = if findings.iter().any(|f| f.severity == "error") {
@@ -108,6 +111,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
                 "detail": format!("removed {n} temp file(s) older than {TEMP_MIN_AGE_SECS} s"),
                 "count": n,
                 "next_step": null,
+                "next_step_argv": null,
             }));
         } else {
             out.line(&format!(
@@ -124,6 +128,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
                 "severity": f.severity,
                 "detail": f.detail,
                 "next_step": f.next,
+                "next_step_argv": f.next_argv,
             }));
         } else {
             out.line(&format!("{:<18} {}", f.code, f.detail));

@@ -1,0 +1,103 @@
+//! The next step `status --json` and `doctor --json` name is an argument vector a script
+//! can run as it is, and it works when run (issue #17's rule, on lease-core's diagnosis).
+
+mod common;
+
+use common::*;
+use rustix::process::Signal;
+use serde_json::Value;
+use std::time::Duration;
+
+/// Run a `next_step_argv` (its `runlease` is this build's binary) and return its output.
+fn run_argv(argv: &Value) -> std::process::Output {
+    let argv: Vec<&str> = argv
+        .as_array()
+        .unwrap_or_else(|| panic!("no argument vector: {argv}"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(argv[0], "runlease", "{argv:?}");
+    runlease(&argv[1..])
+}
+
+#[test]
+fn the_next_step_of_a_dead_owner_is_a_retire_that_succeeds_then_a_claim() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    // SIGKILL: the owner is dead on this boot and its lock is free. (Its `sleep` is left to
+    // the next `run`, which reaps it; the retirement here only frees the lease.)
+    signal(owner.id(), Signal::KILL);
+    let _ = owner.wait();
+    let s = wait_for_state(&dir, "dead", Duration::from_secs(10));
+    assert_eq!(
+        s["next_step_argv"],
+        serde_json::json!(["runlease", "retire", d])
+    );
+    let o = run_argv(&s["next_step_argv"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // Free now: claiming needs a command of the caller's own, so there is no vector.
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free");
+    assert!(s["next_step_argv"].is_null(), "{s}");
+    assert!(
+        s["next_step"].as_str().unwrap().contains("runlease run"),
+        "{s}"
+    );
+    // The reaping `run` the sentence names works too.
+    let o = runlease(&["run", "--retire-dead", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+#[test]
+fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    wait_for_state(&dir, "active", Duration::from_secs(10));
+    signal(owner.id(), Signal::STOP);
+    let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
+    let argv = &s["next_step_argv"];
+    assert_eq!(argv[1], "takeover", "{s}");
+    assert_eq!(argv[4], s["expect_owner"], "{s}");
+    assert_eq!(argv[6], s["expect_heartbeat"], "{s}");
+    let o = run_argv(argv);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(status_json(&dir)["state"], "free");
+    // The replaced owner fences itself when it resumes.
+    signal(owner.id(), Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(10)).code(),
+        Some(75)
+    );
+}
+
+#[test]
+fn doctor_gives_a_vector_only_for_a_runlease_step() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // A healthy run: nothing to do, no vector.
+    let o = runlease(&["doctor", "--json", d]);
+    let f = json_lines(&o).remove(0);
+    assert_eq!(f["code"], "OK");
+    assert!(f["next_step_argv"].is_null(), "{f}");
+    // A garbled head epoch: repair by hand, no vector (and no made-up BROKEN_CHAIN).
+    std::fs::write(epoch_file(&dir, 2), b"{\"generation\":2").unwrap();
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    let codes: Vec<Value> = json_lines(&o).iter().map(|f| f["code"].clone()).collect();
+    assert_eq!(codes, ["INVALID_RECORD"], "{}", text(&o.stdout));
+    assert!(json_lines(&o)[0]["next_step_argv"].is_null());
+    // status of the same run names doctor, as a vector that runs (and exits 65 with the
+    // finding, which is what it is for).
+    let s = status_json(&dir);
+    assert_eq!(
+        s["next_step_argv"],
+        serde_json::json!(["runlease", "doctor", d])
+    );
+    let o = run_argv(&s["next_step_argv"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+}
