@@ -25,6 +25,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// Parse a timing flag (`--heartbeat`, `--stale-after`, `--self-fence-after`) into
+/// milliseconds: a plain number is milliseconds (as it always was), or a number with a
+/// unit: `200ms`, `20s`, `5m`, `1h`.
+pub fn parse_millis(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}: too large"));
+    }
+    let d = parse_duration(t).map_err(|_| {
+        format!("invalid duration {s:?}: use milliseconds (200) or 200ms, 20s, 5m, 1h")
+    })?;
+    u64::try_from(d.as_millis()).map_err(|_| format!("invalid duration {s:?}: too large"))
+}
+
 /// Parse a `--wait` value: `500ms`, `30s`, `5m`, `1h`, a plain number of seconds, or
 /// `forever`.
 pub fn parse_wait(s: &str) -> Result<WaitFor, String> {
@@ -298,14 +314,15 @@ pub struct RunArgs {
     /// init`).
     #[arg(long)]
     pub init: bool,
-    /// Heartbeat interval in ms.
-    #[arg(long, value_name = "MS", default_value_t = 5000)]
+    /// Heartbeat interval: milliseconds, or with a unit (200ms, 5s).
+    #[arg(long, value_name = "DURATION", default_value = "5000", value_parser = parse_millis)]
     pub heartbeat: u64,
-    /// Others may call the owner stale after this many ms without a heartbeat.
-    #[arg(long, value_name = "MS", default_value_t = 20000)]
+    /// Others may call the owner stale after this long without a heartbeat (ms, or 20s).
+    #[arg(long, value_name = "DURATION", default_value = "20000", value_parser = parse_millis)]
     pub stale_after: u64,
-    /// The owner kills its command after this many ms without a successful heartbeat.
-    #[arg(long, value_name = "MS", default_value_t = 15000)]
+    /// The owner kills its command after this long without a successful heartbeat (ms, or
+    /// 15s).
+    #[arg(long, value_name = "DURATION", default_value = "15000", value_parser = parse_millis)]
     pub self_fence_after: u64,
     /// fsync every heartbeat (for shared disks; costs two fsyncs per beat).
     #[arg(long)]
@@ -413,5 +430,17 @@ mod tests {
         assert_eq!(parse_wait("forever"), Ok(WaitFor::Forever));
         assert!(parse_wait("./run").is_err());
         assert!(parse_wait("5x").is_err());
+    }
+
+    #[test]
+    fn timing_flags_take_units_and_plain_numbers_stay_milliseconds() {
+        assert_eq!(parse_millis("200"), Ok(200));
+        assert_eq!(parse_millis("200ms"), Ok(200));
+        assert_eq!(parse_millis("20s"), Ok(20_000));
+        assert_eq!(parse_millis("1m"), Ok(60_000));
+        assert_eq!(parse_millis(" 15s "), Ok(15_000));
+        for bad in ["", "forever", "5x", "-1", "1.5s", "99999999999999999999999"] {
+            assert!(parse_millis(bad).is_err(), "{bad:?}");
+        }
     }
 }
