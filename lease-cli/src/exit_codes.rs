@@ -62,7 +62,8 @@ pub fn exit_for(code: Code) -> i32 {
         | Code::RunNotFound
         | Code::RunFolderForeign
         | Code::AuthorityInvalid
-        | Code::AuthorityUnsupported => 64,
+        | Code::AuthorityUnsupported
+        | Code::RunNotHeld => 64,
         Code::RecordInvalid
         | Code::ChainBroken
         | Code::EventLogGap
@@ -116,6 +117,7 @@ pub const CLI_ERROR_CODES: &[(&str, &str)] = &[
     ("ABORTED", "1"),
     ("CLOCK_INVALID", "1"),
     ("AUTHORITY_UNSUPPORTED", "64"),
+    ("RUN_NOT_HELD", "64"),
     ("INTERNAL", "70"),
     ("RELEASE_TIMEOUT", "75"),
     ("RELEASE_NOT_DELIVERED", "76"),

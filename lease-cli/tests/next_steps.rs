@@ -101,3 +101,34 @@ fn doctor_gives_a_vector_only_for_a_runlease_step() {
     let o = run_argv(&s["next_step_argv"]);
     assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
 }
+
+#[test]
+fn retire_or_takeover_of_a_free_run_says_so_without_asking_for_a_retry() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let before = tree(&dir);
+    for args in [
+        vec!["retire", d],
+        vec![
+            "takeover",
+            d,
+            "--expect-owner",
+            "x",
+            "--expect-heartbeat",
+            "2026-01-01T00:00:00.000Z",
+        ],
+    ] {
+        let o = runlease(&args);
+        // 64, not TAKEOVER_RACE's 75 ("observe again, then retry"): nothing will change.
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("RUN_NOT_HELD") && err.contains("is free"),
+            "{err}"
+        );
+        assert!(err.contains("runlease run"), "{err}");
+    }
+    assert_eq!(tree(&dir), before, "a refusal wrote something");
+}

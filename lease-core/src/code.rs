@@ -99,6 +99,7 @@ codes! {
     Aborted = "ABORTED",
     ClockInvalid = "CLOCK_INVALID",
     AuthorityUnsupported = "AUTHORITY_UNSUPPORTED",
+    RunNotHeld = "RUN_NOT_HELD",
     Internal = "INTERNAL",
     ReleaseTimeout = "RELEASE_TIMEOUT",
     ReleaseNotDelivered = "RELEASE_NOT_DELIVERED",

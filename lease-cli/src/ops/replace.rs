@@ -34,8 +34,9 @@ pub struct TakeoverOpts {
 fn observe_owner(r: &Replacer, dir: &Path, free_why: &str) -> Result<Observed, CliError> {
     match r.observe(wall_now()?) {
         Ok(Some(o)) => Ok(o),
+        // Nothing to replace, and retrying changes nothing: not a race (75, "retry").
         Ok(None) => Err(CliError::of(
-            Code::TakeoverRace,
+            Code::RunNotHeld,
             format!("run {} is free: {free_why}", r.lease().run_id()),
         )),
         Err(e @ RunError::Lease(_))
@@ -175,7 +176,11 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     // lease-run takes the owner lock first on a run folder (so "dead" is judged holding
     // it); etcd judges by the owner's etcd lease.
     let r = Replacer::for_retire(dir, authority).map_err(|e| name_folder(dir, e))?;
-    let observed = observe_owner(&r, dir, "there is no owner to retire")?;
+    let observed = observe_owner(
+        &r,
+        dir,
+        "there is no owner to retire (claim it with runlease run)",
+    )?;
     let (view, head) = (&observed.view, &observed.head);
     let retired = r
         .retire(&observed, new_owner_id()?, wall_now()?, new_nonce()?)
