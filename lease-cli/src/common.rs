@@ -612,15 +612,6 @@ pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<St
     l
 }
 
-/// Whether an active head is stale on the observer's wall clock (a `dead` status may be
-/// fresh or stale; only a stale head may be taken over).
-pub fn is_stale(view: &StatusView) -> bool {
-    match (&view.head, view.age_ms) {
-        (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
-        _ => false,
-    }
-}
-
 /// Who holds a run, for a refusal: human text and JSON fields.
 pub fn held_description(view: &StatusView) -> (String, Value) {
     let Some(h) = view.head.as_ref().filter(|h| h.is_active()) else {

@@ -210,15 +210,6 @@ const FIRST_LOCK_TIMEOUT: Duration = Duration::from_millis(200);
 /// Longest pause between two attempts while waiting.
 const MAX_WAIT_POLL: Duration = Duration::from_secs(1);
 
-/// Whether an active head is stale on the observer's wall clock (a `dead` status may be
-/// fresh or stale; only a stale head may be taken over).
-pub fn is_stale(view: &StatusView) -> bool {
-    match (&view.head, view.age_ms) {
-        (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
-        _ => false,
-    }
-}
-
 /// Whether `owner_id` of the run at `abs` is the owner this process runs under: the
 /// environment a runlease owner gives its command (`RUNLEASE_OWNER`, `RUNLEASE_RUN`).
 pub fn is_our_own_owner(owner_id: &str, abs: &Path) -> bool {
@@ -383,7 +374,7 @@ where
             o.retire_dead = true;
             Acquired::RetiredDead { from: h.clone() }
         }
-        (_, Status::Stale | Status::Dead, Some(h)) if how.takeover_stale() && is_stale(&view) => {
+        (_, Status::Stale | Status::Dead, Some(h)) if how.takeover_stale() && view.is_stale() => {
             match watch.observe(h, boottime_ns()) {
                 Verdict::Watching { watched, needed } => {
                     observer.progress(Progress::Watching {

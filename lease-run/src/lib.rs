@@ -265,7 +265,7 @@ mod sync;
 #[cfg(not(loom))]
 pub use acquire::{
     Acquire, AcquireError, AcquireObserver, Acquired, Held, NextStep, Progress, Wait,
-    is_our_own_owner, is_stale,
+    is_our_own_owner,
 };
 #[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};

@@ -1,8 +1,8 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
 use crate::common::{
-    CliError, Out, held_description, human_ms, is_stale, name_folder, new_nonce, new_owner_id,
-    shell_path, wall_now,
+    CliError, Out, held_description, human_ms, name_folder, new_nonce, new_owner_id, shell_path,
+    wall_now,
 };
 use lease_core::Code;
 use lease_core::ops::{Expectation, Status};
@@ -86,7 +86,7 @@ pub fn takeover(
                     shell_path(dir)
                 )));
             }
-            if view.status == Status::Active || (view.status == Status::Dead && !is_stale(view)) {
+            if view.status == Status::Active || (view.status == Status::Dead && !view.is_stale()) {
                 let hint = if view.status == Status::Dead {
                     format!("it is definitely dead: runlease retire {}", shell_path(dir))
                 } else {
@@ -188,7 +188,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
             let code = e.code();
             let err = CliError::from(e);
             if code == Code::RetireRefusedNotDead {
-                let next = if is_stale(view) {
+                let next = if view.is_stale() {
                     format!(
                         "it is stale: runlease takeover {} --expect-owner {} --expect-heartbeat {}",
                         shell_path(dir),

@@ -142,6 +142,16 @@ pub struct StatusView {
 }
 
 impl StatusView {
+    /// Whether the head is stale on the observer's wall clock: its heartbeat is older than
+    /// its own `stale_after`. A `dead` status may be fresh or stale; only a stale head may
+    /// be taken over.
+    pub fn is_stale(&self) -> bool {
+        match (&self.head, self.age_ms) {
+            (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
+            _ => false,
+        }
+    }
+
     /// Start a status read of `run` at wall time `now`. With `probe_liveness`, an active
     /// head's holder is probed (a [`Request::ProbeLiveness`]) to tell `dead` from the rest.
     pub fn read(run: RunId, now: Timestamp, probe_liveness: bool) -> ReadStatus {
