@@ -90,21 +90,15 @@ impl CliError {
     }
 }
 
-/// A library error as a CLI error: its code, its message (errors' `Display` carries no
-/// code prefix) and the exit code the CLI's one mapping gives that code.
-fn from_layer(code: Code, message: String) -> CliError {
-    CliError::of(code, message)
-}
-
 impl From<FsError> for CliError {
     fn from(e: FsError) -> CliError {
-        from_layer(e.code(), e.to_string())
+        CliError::of(e.code(), e.to_string())
     }
 }
 
 impl From<LeaseError> for CliError {
     fn from(e: LeaseError) -> CliError {
-        from_layer(e.code(), e.to_string())
+        CliError::of(e.code(), e.to_string())
     }
 }
 
@@ -124,7 +118,7 @@ pub fn name_folder(dir: &Path, e: impl Into<CliError>) -> CliError {
 
 impl From<lease_run::RunError> for CliError {
     fn from(e: lease_run::RunError) -> CliError {
-        from_layer(e.code(), e.to_string())
+        CliError::of(e.code(), e.to_string())
     }
 }
 
@@ -367,6 +361,11 @@ pub fn cli_identity(what: &str) -> lease_core::Identity {
         .unwrap_or_else(|_| {
             lease_core::Identity::new(format!("runlease-{what}")).expect("static identity")
         })
+}
+
+/// [`human_ms`] of a [`Duration`](std::time::Duration) (saturating).
+pub fn human_duration(d: std::time::Duration) -> String {
+    human_ms(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Human form of a duration in ms: `850 ms`, `1.2 s`, `3 min 5 s`.

@@ -47,7 +47,7 @@
 //! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
 use crate::common::{
-    CliError, EX_SOFTWARE, Lease, Out, held_description, human_ms, policy_json, shell_path,
+    CliError, EX_SOFTWARE, Lease, Out, held_description, human_duration, policy_json, shell_path,
     wall_now,
 };
 use lease_cli::cli::WaitFor;
@@ -67,7 +67,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Options of `runlease run`.
 #[derive(Debug, Clone)]
@@ -120,11 +120,6 @@ impl Fwd {
     fn set(&self, s: ChildState) {
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
-}
-
-/// A `RunError` as a CLI error (same code, the CLI's exit code for it).
-fn run_err(e: RunError) -> CliError {
-    CliError::from(e)
 }
 
 /// Check that `program` can be started the way `/bin/sh`'s `exec` will (PATH lookup for a
@@ -209,7 +204,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         ..OpenOptions::default()
     }
     .validate(&abs_guess)
-    .map_err(|e| CliError::usage(run_err(e).message))?;
+    .map_err(|e| CliError::usage(CliError::from(e).message))?;
 
     let fwd = Arc::new(Fwd {
         child: Mutex::new(ChildState::NotStarted),
@@ -260,7 +255,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     let rundir = crate::common::init_run(&opts.dir, opts.init)?.run;
     // The layout and every command record, as the open will judge them: refused (65, 76)
     // before the program check and before anything is written.
-    lease_run::preflight(&rundir).map_err(run_err)?;
+    lease_run::preflight(&rundir).map_err(CliError::from)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
@@ -375,7 +370,7 @@ async fn run_async(
     let mut cmd = match run.spawn(argv, &env).await {
         Ok(c) => c,
         Err(e) => {
-            let e = run_err(e);
+            let e = CliError::from(e);
             if e.code == Code::Fenced {
                 drop(run);
                 return Err(e.with_hint("nothing was started or released"));
@@ -463,7 +458,7 @@ async fn run_async(
                         "runlease: warning: the release request failed: {}; the run self-fences once its heartbeat lapses",
                         e.code().prefixed(&e)
                     );
-                    release_error = Some(run_err(e));
+                    release_error = Some(CliError::from(e));
                 }
             }
             let r = exit_rx.await.unwrap_or(Ok(()));
@@ -496,7 +491,9 @@ async fn run_async(
                     ));
                 }
                 Err(e) => {
-                    return Err(run_err(e).with_hint(format!("the command exited with {code}")));
+                    return Err(
+                        CliError::from(e).with_hint(format!("the command exited with {code}"))
+                    );
                 }
             }
         }
@@ -671,10 +668,6 @@ impl lease_run::AcquireObserver for Observer {
     }
 }
 
-fn human_duration(d: Duration) -> String {
-    human_ms(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Own the run with [`Run::acquire`] (claim, or as the flags allow retire a dead owner or
 /// take over a stale one; wait while it is held if `--wait` was given) and render its
 /// refusals.
@@ -727,7 +720,7 @@ async fn acquire(
             ))
         }
         Err(AcquireError::Held(held)) => Err(held_error(&held, &opts.dir)),
-        Err(AcquireError::Run(e)) => Err(run_err(e)),
+        Err(AcquireError::Run(e)) => Err(CliError::from(e)),
         Err(e) => Err(CliError::of(Code::Internal, format!("acquire: {e}"))),
     }
 }

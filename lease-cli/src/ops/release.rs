@@ -1,7 +1,7 @@
 //! `release`: hand a run over, from a command under `runlease run` (by asking its owner) or with the token.
 
 use super::log::{owned_head, token};
-use crate::common::{CliError, Out, human_ms, open_lease, wall_now};
+use crate::common::{CliError, Out, human_duration, open_lease, wall_now};
 use lease_core::Code;
 use lease_core::Generation;
 use lease_core::LeaseOps;
@@ -104,7 +104,7 @@ pub fn release(
                         "run {}: the owner (runlease run, pid {}) did not release generation {generation} within {}; it still holds the run",
                         run.run_id(),
                         holder.pid,
-                        human_ms(i64::try_from(o.timeout.as_millis()).unwrap_or(i64::MAX))
+                        human_duration(o.timeout)
                     ),
                 ));
             }
