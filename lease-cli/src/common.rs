@@ -448,18 +448,9 @@ fn status_next(view: &StatusView, run_status: &Value) -> lease_core::diagnose::N
 /// when there is none; `status: "invalid"` with the error (naming the file) as `detail`
 /// when it cannot be read or decoded (reported, never repaired).
 pub fn run_status_json(run: &lease_run::folder::RunDir) -> Value {
-    let p = lease_core::FileRef::RunStatus.path();
-    let invalid = |detail: String| {
-        json!({"status": "invalid", "generation": null, "detail": detail,
-               "sealed_sequence": null, "updated_at": null})
-    };
-    let bytes = match run.fs().read(&p, lease_core::canonical::MAX_RECORD_BYTES) {
-        Ok(None) => return Value::Null,
-        Ok(Some(b)) => b,
-        Err(e) => return invalid(format!("cannot read {p}: {e}")),
-    };
-    match lease_core::decode_for::<lease_core::RunStatus>(run.run_id(), &bytes) {
-        Ok(r) => json!({
+    match lease_run::diagnosis::read_run_json(run) {
+        Ok(None) => Value::Null,
+        Ok(Some(r)) => json!({
             "status": match r.status {
                 lease_core::RunState::Running => "running",
                 lease_core::RunState::Paused => "paused",
@@ -471,10 +462,8 @@ pub fn run_status_json(run: &lease_run::folder::RunDir) -> Value {
             "sealed_sequence": r.sealed_sequence,
             "updated_at": r.updated_at.to_string(),
         }),
-        Err(e) => {
-            let e = e.in_file(&p);
-            invalid(e.code().prefixed(&e))
-        }
+        Err(detail) => json!({"status": "invalid", "generation": null, "detail": detail,
+                              "sealed_sequence": null, "updated_at": null}),
     }
 }
 
@@ -509,6 +498,7 @@ pub fn status_json(
     let head = view.head.as_ref();
     let active = head.is_some_and(Head::is_active);
     let expect = head.filter(|h| h.is_active()).map(Expectation::of);
+    let next = status_next(view, &run_status);
     let (liveness, dead) = match &view.liveness {
         None => (Value::Null, Value::Null),
         Some(Ok(())) => (json!("definitely dead"), json!(true)),
@@ -542,8 +532,8 @@ pub fn status_json(
         "expect_heartbeat": expect.as_ref().map(|e| e.heartbeat_at.to_string()),
         "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
         "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
-        "next_step": status_next_step(view, dir, &run_status),
-        "next_step_argv": crate::diagnosis::next_argv(&status_next(view, &run_status), dir, authority),
+        "next_step": crate::diagnosis::render_next(&next, dir),
+        "next_step_argv": crate::diagnosis::next_argv(&next, dir, authority),
         "error": error,
         "run_status": run_status,
     })

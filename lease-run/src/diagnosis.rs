@@ -83,31 +83,35 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     Ok(facts)
 }
 
-/// What `run.json` says, read beneath the held root: absent, invalid (naming the file) or
-/// its status, generation and detail.
-pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
+/// Read `run.json` beneath the held root, reporting, never repairing: `Ok(None)` when
+/// there is none, `Err` with the error and its code (`CODE: message`, naming the file)
+/// when it cannot be read or decoded. The one reader of `run.json` for observers
+/// (`doctor`'s facts, `status`'s `run_status`).
+pub fn read_run_json(dir: &RunDir) -> Result<Option<RunStatus>, String> {
     let p = FileRef::RunStatus.path();
     let bytes = match dir.fs().read(&p, MAX_RECORD_BYTES) {
-        Ok(None) => return RunJsonFacts::Absent,
+        Ok(None) => return Ok(None),
         Ok(Some(b)) => b,
-        Err(e) => {
-            return RunJsonFacts::Invalid {
-                message: format!("cannot read {p}: {e}"),
-            };
-        }
+        Err(e) => return Err(format!("cannot read {p}: {e}")),
     };
-    match decode_for::<RunStatus>(dir.run_id(), &bytes) {
-        Ok(r) => RunJsonFacts::Written {
+    decode_for::<RunStatus>(dir.run_id(), &bytes)
+        .map(Some)
+        .map_err(|e| {
+            let e = e.in_file(&p);
+            e.code().prefixed(&e)
+        })
+}
+
+/// What `run.json` says, as diagnosis facts ([`read_run_json`]).
+pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
+    match read_run_json(dir) {
+        Ok(None) => RunJsonFacts::Absent,
+        Ok(Some(r)) => RunJsonFacts::Written {
             failed: r.status == lease_core::RunState::Failed,
             generation: r.generation.get(),
             detail: r.detail,
         },
-        Err(e) => {
-            let e = e.in_file(&p);
-            RunJsonFacts::Invalid {
-                message: e.code().prefixed(&e),
-            }
-        }
+        Err(message) => RunJsonFacts::Invalid { message },
     }
 }
 
