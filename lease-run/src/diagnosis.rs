@@ -3,9 +3,8 @@
 //! opened). `runlease doctor` is [`gather_facts`], [`lease_core::diagnose::diagnose`] and
 //! rendering.
 
-use crate::CommandState;
 use crate::error::RunError;
-use crate::run::audit_commands;
+use crate::run::first_unproven;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::diagnose::{CommandFacts, Facts, RunJsonFacts, VerifyFacts};
 use lease_core::{Code, Dir, FileRef, LeaseOps, RunStatus, Timestamp, decode_for};
@@ -46,22 +45,11 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     facts.run_json = run_json_facts(dir);
     // Command records (read by the next open to reap a killed incarnation's commands):
     // one it cannot read, or one naming a live process it cannot prove ours, refuses it.
-    facts.commands = match audit_commands(dir) {
-        Ok(audits) => audits
-            .into_iter()
-            .find_map(|a| match a.state {
-                CommandState::Unproven { why } => Some(CommandFacts::Unproven {
-                    message: Code::RunCommandUnproven.prefixed(RunError::CommandUnproven {
-                        run: dir.run_id().to_string(),
-                        file: a.file,
-                        pid: a.pid,
-                        start_time: a.start_time,
-                        why,
-                    }),
-                }),
-                _ => None,
-            })
-            .unwrap_or(CommandFacts::Clean),
+    facts.commands = match first_unproven(dir) {
+        Ok(None) => CommandFacts::Clean,
+        Ok(Some(refusal)) => CommandFacts::Unproven {
+            message: refusal.code().prefixed(&refusal),
+        },
         // Bad data in a record (not I/O, not a folder that is not ours): a finding.
         Err(e)
             if matches!(

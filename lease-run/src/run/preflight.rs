@@ -24,18 +24,29 @@ pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
         };
         dir.perform(req)?;
     }
-    for a in audit_commands(dir)? {
-        if let CommandState::Unproven { why } = a.state {
-            return Err(RunError::CommandUnproven {
+    match first_unproven(dir)? {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    }
+}
+
+/// The refusal (`RUN_COMMAND_UNPROVEN`, 76) for the first command record that names a live
+/// process runlease cannot prove it started (PROTOCOL §11.1), if any; an unreadable or
+/// misnamed record is the error. Reads `/proc` only. The next open refuses over it
+/// ([`preflight`]) and `doctor` reports it (`diagnosis::gather_facts`).
+pub(crate) fn first_unproven(dir: &RunDir) -> Result<Option<RunError>, RunError> {
+    Ok(audit_commands(dir)?
+        .into_iter()
+        .find_map(|a| match a.state {
+            CommandState::Unproven { why } => Some(RunError::CommandUnproven {
                 run: dir.run_id().to_string(),
                 file: a.file,
                 pid: a.pid,
                 start_time: a.start_time,
                 why,
-            });
-        }
-    }
-    Ok(())
+            }),
+            _ => None,
+        }))
 }
 
 /// `CHAIN_BROKEN` (65) when `run.json` was written by a generation the lease chain does
