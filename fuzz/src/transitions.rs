@@ -43,13 +43,14 @@
 //! At the end every in-flight operation is run to completion, then the final checks run.
 
 use crate::fixtures::{BOOT, id, run_id, t};
-use lease_core::ghost::{Ghost, OpGhost, OpKind, Told, counted, within_cutoffs};
+use lease_core::ghost::{
+    Ghost, OpGhost, OpKind, Told, counted, simulated_evidence, within_cutoffs,
+};
 use lease_core::mem::MemDisk;
 use lease_core::ops::{
     Append, AppendParams, Appended, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence,
-    Operation, OwnedLease, LockEvidence, ProcessState, ReadEvents, Release, ReleaseParams, Request,
-    Response, Retire, RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger,
-    Verify,
+    Operation, OwnedLease, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
+    RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
 };
 use lease_core::{
     EpochRecord, FileRef, Generation, Holder, Identity, LeaseError, TimingPolicy, decode,
@@ -150,20 +151,7 @@ struct World {
 }
 
 fn liveness(alive: &BTreeSet<u32>) -> impl Fn(&Holder) -> LivenessEvidence + '_ {
-    move |h: &Holder| {
-        let up = alive.contains(&h.pid);
-        LivenessEvidence {
-            observer_boot_id: id(BOOT),
-            process: if up {
-                ProcessState::Running {
-                    start_time: h.start_time,
-                }
-            } else {
-                ProcessState::Gone
-            },
-            owner_lock: if up { LockEvidence::Held } else { LockEvidence::Free },
-        }
-    }
+    move |h: &Holder| simulated_evidence(id(BOOT), h, alive.contains(&h.pid))
 }
 
 impl World {

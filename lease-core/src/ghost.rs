@@ -52,8 +52,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ops::{EventLogView, Expectation, Request, Response, Status};
-use crate::{EpochRecord, FileRef, Generation, Holder, LeaseError};
+use crate::ops::{
+    EventLogView, Expectation, LivenessEvidence, LockEvidence, ProcessState, Request, Response,
+    Status,
+};
+use crate::{EpochRecord, FileRef, Generation, Holder, Identity, LeaseError};
 
 /// What a violated invariant is reported as.
 pub type Violation = String;
@@ -414,6 +417,27 @@ impl Ghost {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// The liveness evidence of the checkers' simulated world, seen from `observer_boot_id`:
+/// a holder whose process is `up` runs with its recorded start time and holds the owner
+/// lock; otherwise its process is gone and the lock is free.
+pub fn simulated_evidence(observer_boot_id: Identity, h: &Holder, up: bool) -> LivenessEvidence {
+    LivenessEvidence {
+        observer_boot_id,
+        process: if up {
+            ProcessState::Running {
+                start_time: h.start_time,
+            }
+        } else {
+            ProcessState::Gone
+        },
+        owner_lock: if up {
+            LockEvidence::Held
+        } else {
+            LockEvidence::Free
+        },
     }
 }
 

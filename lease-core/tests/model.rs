@@ -10,7 +10,7 @@
 mod common;
 
 use common::{BOOT, id, run_id, t};
-use lease_core::ghost::{Ghost, OpGhost, OpKind, Told};
+use lease_core::ghost::{Ghost, OpGhost, OpKind, Told, simulated_evidence};
 use lease_core::mem::MemDisk;
 use lease_core::ops::*;
 use lease_core::*;
@@ -131,24 +131,7 @@ impl World {
     }
 
     fn liveness(alive: &BTreeSet<u32>) -> impl Fn(&Holder) -> LivenessEvidence + '_ {
-        move |h: &Holder| {
-            let up = alive.contains(&h.pid);
-            LivenessEvidence {
-                observer_boot_id: id(BOOT),
-                process: if up {
-                    ProcessState::Running {
-                        start_time: h.start_time,
-                    }
-                } else {
-                    ProcessState::Gone
-                },
-                owner_lock: if up {
-                    LockEvidence::Held
-                } else {
-                    LockEvidence::Free
-                },
-            }
-        }
+        move |h: &Holder| simulated_evidence(id(BOOT), h, alive.contains(&h.pid))
     }
 
     fn head(&self) -> Option<Generation> {

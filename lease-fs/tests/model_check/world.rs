@@ -3,13 +3,12 @@
 
 use lease_core::ghost::{
     Ghost, OpGhost, OpKind as Kind, Told, check_takeover_retired, cutoffs_have_successors,
-    status_valid,
+    simulated_evidence, status_valid,
 };
 use lease_core::ops::{
-    Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence,
-    LockEvidence, Operation, OwnedLease, ProcessState, Prune, PruneParams, ReadEvents, Release,
-    ReleaseParams, Request, Response, Retire, RetireParams, StatusView, Step, Takeover,
-    TakeoverParams, TakeoverTrigger,
+    Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence, Operation,
+    OwnedLease, Prune, PruneParams, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
+    RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger,
 };
 use lease_core::*;
 use lease_fs::fs::Fs;
@@ -121,21 +120,7 @@ impl Liveness for WorldLiveness {
     fn probe(&self, h: &Holder) -> LivenessEvidence {
         let up =
             self.live_pids.contains(&h.pid) && h.boot_id.as_str() == format!("boot-{}", self.boot);
-        LivenessEvidence {
-            observer_boot_id: id(&format!("boot-{}", self.boot)),
-            process: if up {
-                ProcessState::Running {
-                    start_time: h.start_time,
-                }
-            } else {
-                ProcessState::Gone
-            },
-            owner_lock: if up {
-                LockEvidence::Held
-            } else {
-                LockEvidence::Free
-            },
-        }
+        simulated_evidence(id(&format!("boot-{}", self.boot)), h, up)
     }
 }
 
