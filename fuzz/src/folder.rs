@@ -532,8 +532,8 @@ fn params_takeover(c: &Callers, now: Timestamp, expect: Expectation) -> Takeover
         holder: c.taker.1.clone(),
         policy: TimingPolicy::default(),
         now,
+        trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now) },
         expect,
-        trigger: TakeoverTrigger::Operator,
         nonce: 7,
     }
 }
@@ -794,8 +794,8 @@ fn judge_sim(folder: &Folder, expect: Expectation, forged: Option<&OwnedLease>) 
         holder: c.taker.1.clone(),
         policy: TimingPolicy::default(),
         now,
+        trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now) },
         expect,
-        trigger: TakeoverTrigger::Operator,
         nonce: 7,
     });
     let retire = fresh().retire(lease_core::ops::RetireParams {

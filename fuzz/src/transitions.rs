@@ -269,8 +269,8 @@ impl World {
                     holder: actor.holder(),
                     policy: TimingPolicy::default(),
                     now,
+                    trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now) },
                     expect,
-                    trigger: TakeoverTrigger::Operator,
                     nonce,
                 }))
             }

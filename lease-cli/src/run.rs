@@ -625,6 +625,10 @@ struct Observer {
     progress: Progress,
     dir: PathBuf,
     held_once: bool,
+    /// Not a terminal and not quiet: say once per watched record what the watch is for.
+    announce: bool,
+    /// The (generation, heartbeat count) last announced.
+    announced: Option<(u64, u64)>,
 }
 
 impl lease_run::AcquireObserver for Observer {
@@ -652,13 +656,26 @@ impl lease_run::AcquireObserver for Observer {
                 head,
                 watched,
                 needed,
-            } => self.progress.show(&format!(
-                "stale owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
-                head.epoch.owner_id,
-                self.dir.display(),
-                human_duration(watched),
-                human_duration(needed),
-            )),
+            } => {
+                let key = (head.generation().get(), head.heartbeat_count());
+                if self.announce && self.announced != Some(key) {
+                    self.announced = Some(key);
+                    eprintln!(
+                        "runlease: watching owner {} of {} (generation {}): it is taken over only if its record stays unchanged for {} on this host's clock",
+                        head.epoch.owner_id,
+                        self.dir.display(),
+                        head.generation(),
+                        human_duration(needed),
+                    );
+                }
+                self.progress.show(&format!(
+                    "owner {} of {}: record unchanged for {} of the {} needed before an automatic takeover",
+                    head.epoch.owner_id,
+                    self.dir.display(),
+                    human_duration(watched),
+                    human_duration(needed),
+                ))
+            }
             _ => {}
         }
     }
@@ -696,6 +713,8 @@ async fn acquire(
         progress: Progress::new(out),
         dir: opts.dir.clone(),
         held_once: false,
+        announce: !out.quiet && !out.json && !std::io::stderr().is_terminal(),
+        announced: None,
     };
     let r = Run::acquire(abs, how, wait, o, &mut observer).await;
     observer.progress.clear();

@@ -64,7 +64,8 @@ fn run_propagates_the_exit_code_and_signals() {
 fn a_held_run_is_refused_with_the_holder_named_or_waited_for() {
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
-    let mut first = spawn(&["run", d, "--", "sleep", "2"]);
+    // A 200 ms heartbeat: the takeover below watches the record and sees it change soon.
+    let mut first = spawn(&["run", d, "--heartbeat", "200ms", "--", "sleep", "4"]);
     wait_for_state(&dir, "active", Duration::from_secs(5));
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
@@ -94,6 +95,7 @@ fn a_held_run_is_refused_with_the_holder_named_or_waited_for() {
     ]);
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("TAKEOVER_ACTIVE_REFUSED"));
+    assert!(text(&o.stderr).contains("alive"), "{}", text(&o.stderr));
     let o = runlease(&[
         "takeover",
         d,

@@ -198,19 +198,22 @@ pub enum LeaseError {
         /// The dead owner.
         held: Box<HeldBy>,
     },
-    /// A takeover was refused because the owner is still fresh.
-    #[error("run {run}: {held} is fresh (heartbeat age {age_ms} ms <= stale_after {stale_after_ms} ms{})", watched_suffix(.watched_ms))]
+    /// A takeover was refused because the taker has not watched the owner's record unchanged
+    /// for longer than the owner's `stale_after` on its own monotonic clock.
+    #[error(
+        "run {run}: {held} is not proven stale: its record was watched unchanged for {watched_ms} ms on this host's clock, and a takeover needs more than stale_after {stale_after_ms} ms (wall age of the heartbeat {age_ms} ms, informative only)"
+    )]
     TakeoverActiveRefused {
         /// The run.
         run: String,
-        /// The fresh owner.
+        /// The owner.
         held: Box<HeldBy>,
-        /// Heartbeat age on the observer's wall clock.
+        /// Heartbeat age on the observer's wall clock (reported, never judged).
         age_ms: i64,
         /// The owner's stale_after.
         stale_after_ms: u64,
-        /// For automatic takeovers: how long the observer watched the record unchanged.
-        watched_ms: Option<u64>,
+        /// How long the observer watched the record unchanged.
+        watched_ms: u64,
     },
     /// What the taker expected is not what is on disk (anything changed, or another taker won).
     #[error("run {run}: {detail}")]
@@ -296,13 +299,6 @@ pub enum LeaseError {
 fn file_suffix(file: &Option<String>) -> String {
     match file {
         Some(f) => format!(" in file {f}"),
-        None => String::new(),
-    }
-}
-
-fn watched_suffix(w: &Option<u64>) -> String {
-    match w {
-        Some(ms) => format!("; watched unchanged for {ms} ms"),
         None => String::new(),
     }
 }

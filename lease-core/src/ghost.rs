@@ -528,3 +528,11 @@ pub fn check_takeover_retired(op: &OpGhost, record: Option<&EpochRecord>) -> Res
     }
     Ok(())
 }
+
+/// The watch a taker of the checkers' simulated world reports: the world has one clock, and
+/// a watcher that began watching when the expected heartbeat was written has watched it
+/// unchanged for its wall age (0 if dated later). Simulation only: a real taker measures
+/// the watch on its own monotonic clock (`lease_core::watch`), never from a wall age.
+pub fn simulated_watch(expect: &crate::ops::Expectation, now: crate::Timestamp) -> u64 {
+    u64::try_from(now.millis_since(expect.heartbeat_at)).unwrap_or(0)
+}

@@ -107,6 +107,12 @@ impl StaleWatch {
         }
     }
 
+    /// The observation being watched, if any: a caller compares it with a new head's
+    /// [`watch_key`] to tell that the owner wrote again (it is alive) before observing it.
+    pub fn watching(&self) -> Option<&WatchKey> {
+        self.since.as_ref().map(|(k, _)| k)
+    }
+
     /// Forget the observation (the head changed under an attempt: decide again).
     pub fn reset(&mut self) {
         self.since = None;

@@ -98,20 +98,38 @@ fn takeover_with_a_wrong_expectation_is_a_race_and_changes_no_owner() {
     assert_eq!(status(&mut d, 60_000).head.unwrap().generation().get(), 1);
 }
 
-// PROTOCOL §7.4 step 4
+// PROTOCOL §7.4 steps 3-4 (issue #17: refusals write nothing)
 #[test]
-fn takeover_writes_an_intent_for_every_attempt_before_the_commit() {
+fn a_refused_takeover_writes_nothing_and_an_accepted_one_one_intent() {
     let mut d = MemDisk::new();
     claim(&mut d, "a", 1, 0).unwrap();
-    let _ = takeover(&mut d, "b", 2, 10_000, 1).unwrap_err();
-    let mut exp = expect_head(&mut d, 60_000);
-    exp.owner_id = id("x");
-    let _ = d
-        .run(
-            &mut Takeover::new(takeover_params("b", 2, 60_000, exp, 2)),
-            &all_alive,
-        )
-        .unwrap_err();
+    let before = d.files.clone();
+    // Not watched long enough (the owner is fresh): refused, nothing written.
+    let e = takeover(&mut d, "b", 2, 10_000, 1).unwrap_err();
+    assert_eq!(e.code().as_str(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
+    assert_eq!(d.files, before);
+    // A mismatched expectation: refused, nothing written, retried as often as you like.
+    for nonce in 2..20 {
+        let mut exp = expect_head(&mut d, 60_000);
+        exp.owner_id = id("x");
+        let e = d
+            .run(
+                &mut Takeover::new(takeover_params("b", 2, 60_000, exp, nonce)),
+                &all_alive,
+            )
+            .unwrap_err();
+        assert_eq!(e.code().as_str(), "TAKEOVER_RACE", "{e}");
+    }
+    // Watched long enough (60 s in this one-clock world), yet a watch that says less than
+    // stale_after is refused whatever the wall age: no clock comparison decides.
+    let exp = expect_head(&mut d, 60_000);
+    let mut p = takeover_params("b", 2, 60_000, exp, 30);
+    p.trigger = TakeoverTrigger::Operator {
+        watched_unchanged_ms: TimingPolicy::default().stale_after_ms(),
+    };
+    let e = d.run(&mut Takeover::new(p), &all_alive).unwrap_err();
+    assert_eq!(e.code().as_str(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
+    assert_eq!(d.files, before);
     takeover(&mut d, "c", 3, 60_000, 3).unwrap();
     let intents: Vec<_> = d
         .files
@@ -119,8 +137,37 @@ fn takeover_writes_an_intent_for_every_attempt_before_the_commit() {
         .filter(|(f, _)| matches!(f, FileRef::Intent { .. }))
         .map(|(_, b)| decode::<TakeoverIntent>(b).unwrap())
         .collect();
-    assert_eq!(intents.len(), 3);
+    assert_eq!(intents.len(), 1);
     assert!(intents.iter().all(|i| i.generation.get() == 2));
+}
+
+// PROTOCOL §7.4, §10: a heartbeat dated in the future (the owner's clock runs fast) does not
+// delay a takeover once it was watched unchanged for stale_after; a wall age beyond
+// stale_after (the owner's clock runs slow) does not allow one without the watch.
+#[test]
+fn takeover_is_judged_by_the_watch_never_by_the_wall_age() {
+    let mut d = MemDisk::new();
+    // The owner's clock is 60 s ahead of the taker's: claimed "at" 60 000, seen at 1 000.
+    claim(&mut d, "a", 1, 60_000).unwrap();
+    let exp = expect_head(&mut d, 1_000);
+    let stale_after = TimingPolicy::default().stale_after_ms();
+    let mut p = takeover_params("b", 2, 1_000, exp, 1);
+    p.trigger = TakeoverTrigger::Operator {
+        watched_unchanged_ms: stale_after + 1,
+    };
+    let l = d.run(&mut Takeover::new(p), &all_alive).unwrap();
+    assert_eq!(l.generation.get(), 2);
+    // The new owner's clock is 60 s behind: its claim looks 60 s old, but without a watch
+    // longer than stale_after nobody takes it over.
+    let exp = expect_head(&mut d, 120_000);
+    let mut p = takeover_params("c", 3, 120_000, exp, 2);
+    p.trigger = TakeoverTrigger::Automatic {
+        watched_unchanged_ms: stale_after,
+    };
+    let before = d.files.clone();
+    let e = d.run(&mut Takeover::new(p), &all_alive).unwrap_err();
+    assert_eq!(e.code().as_str(), "TAKEOVER_ACTIVE_REFUSED", "{e}");
+    assert_eq!(d.files, before);
 }
 
 // PROTOCOL §7.4, I1

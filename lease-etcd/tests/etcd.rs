@@ -329,7 +329,9 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
             policy,
             now: now_ts(),
             expect: Expectation::of(&head),
-            trigger: TakeoverTrigger::Operator,
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: stopped_at.elapsed().as_millis() as u64,
+            },
             nonce: 0x5eed_0000 + lease_alive_refusals + other_refusals.len() as u64,
         }) {
             Ok(l) => break (l, Instant::now()),
@@ -617,7 +619,8 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
         .unwrap();
     owner.heartbeat(&lease, now_ts(), 1, None).unwrap();
 
-    // A taker whose wall clock runs 60 s ahead: lease-core judges the owner stale, but the
+    // A taker whose wall clock runs 60 s ahead (and whose watch claims 60 s): lease-core
+    // judges the owner stale, but the
     // owner's etcd lease is alive. The high-level takeover refuses up front (76) ...
     let taker = cluster.authority(&[1, 2], "t", opts()).run(run_id.clone());
     let skewed = now_ts().plus_millis(60_000);
@@ -630,7 +633,9 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
             policy,
             now: skewed,
             expect: Expectation::of(&head),
-            trigger: TakeoverTrigger::Operator,
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: 60_000,
+            },
             nonce: 1,
         })
         .unwrap_err();
@@ -647,7 +652,9 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
                 policy,
                 now: skewed,
                 expect: Expectation::of(&head),
-                trigger: TakeoverTrigger::Operator,
+                trigger: TakeoverTrigger::Operator {
+                    watched_unchanged_ms: 60_000,
+                },
                 nonce: 2,
             },
         ))

@@ -165,7 +165,12 @@ fn lease(c: &mut Criterion) {
                         policy: TimingPolicy::default(),
                         now: t(60_000),
                         expect: Expectation::of(&head),
-                        trigger: TakeoverTrigger::Operator,
+                        trigger: TakeoverTrigger::Operator {
+                            watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                                &Expectation::of(&head),
+                                t(60_000),
+                            ),
+                        },
                         nonce: i,
                     })
                     .unwrap();

@@ -150,6 +150,18 @@ impl PrimOp {
         )
     }
 
+    /// Whether a create has linked its target, i.e. the record is visible under its name
+    /// (its folder may not be fsynced yet). A model checker uses it to note the moment an
+    /// event became visible, which comes steps before the primitive's answer.
+    pub fn linked(&self) -> bool {
+        self.kind == PrimKind::CreateExclusive
+            && match self.st {
+                PrimState::FsyncDir => true,
+                PrimState::Finished => self.outcome && self.error.is_none(),
+                _ => false,
+            }
+    }
+
     /// Whether the last step finished the primitive.
     pub fn is_finished(&self) -> bool {
         self.st == PrimState::Finished

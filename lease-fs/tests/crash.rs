@@ -195,7 +195,12 @@ fn op_takeover(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
         policy: durable(),
         now: t(60_000),
         expect: Expectation::of(&head),
-        trigger: TakeoverTrigger::Operator,
+        trigger: TakeoverTrigger::Operator {
+            watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                &Expectation::of(&head),
+                t(60_000),
+            ),
+        },
         nonce: 9,
     })
     .map(Outcome::Lease)
@@ -516,7 +521,9 @@ fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
                     heartbeat_at: t(2),
                     heartbeat_count: None,
                 },
-                trigger: TakeoverTrigger::Operator,
+                trigger: TakeoverTrigger::Operator {
+                    watched_unchanged_ms: 100_000,
+                },
                 nonce: 1,
             })
             .unwrap_err();

@@ -54,7 +54,12 @@ fn takeover(
         policy: TimingPolicy::default(),
         now: t(now),
         expect: Expectation::of(&head),
-        trigger: TakeoverTrigger::Operator,
+        trigger: TakeoverTrigger::Operator {
+            watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                &Expectation::of(&head),
+                t(now),
+            ),
+        },
         nonce,
     })
 }
@@ -213,9 +218,9 @@ fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_afte
     assert_eq!(l2.generation.get(), 3);
 }
 
-// PROTOCOL §7.4 steps 4 and 6, I6
+// PROTOCOL §7.4 steps 3, 4 and 6, I6
 #[test]
-fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt() {
+fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_only_when_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let (path, run) = new_run(dir.path(), "tk");
     claim(&run, "a", 0).unwrap();
@@ -233,8 +238,10 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
             holder: me(),
             policy: TimingPolicy::default(),
             now: t(60_000),
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: lease_core::ghost::simulated_watch(&wrong, t(60_000)),
+            },
             expect: wrong,
-            trigger: TakeoverTrigger::Operator,
             nonce: 2,
         })
         .unwrap_err();
@@ -248,8 +255,10 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
             holder: me(),
             policy: TimingPolicy::default(),
             now: t(60_000),
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: lease_core::ghost::simulated_watch(&wrong, t(60_000))
+            },
             expect: wrong,
-            trigger: TakeoverTrigger::Operator,
             nonce: 3
         })
         .unwrap_err()
@@ -261,7 +270,11 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_per_attempt
     let intents = std::fs::read_dir(path.join("lease/intents"))
         .unwrap()
         .count();
-    assert_eq!(intents, 4, "one intent per attempt");
+    // Issue #17: a refusal writes nothing, so only the accepted attempt left an intent.
+    assert_eq!(
+        intents, 1,
+        "an intent only for the attempt that was judged and went on"
+    );
 }
 
 // PROTOCOL §7.4, I1
@@ -285,7 +298,12 @@ fn two_concurrent_takeovers_have_exactly_one_winner() {
                     policy: TimingPolicy::default(),
                     now: t(60_000),
                     expect: Expectation::of(&head),
-                    trigger: TakeoverTrigger::Operator,
+                    trigger: TakeoverTrigger::Operator {
+                        watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                            &Expectation::of(&head),
+                            t(60_000),
+                        ),
+                    },
                     nonce: 100 + i,
                 })
                 .map(|l| l.generation)
@@ -595,7 +613,9 @@ fn hostile_records_give_typed_errors_naming_the_file_and_change_nothing() {
                     heartbeat_at: t(0),
                     heartbeat_count: None,
                 },
-                trigger: TakeoverTrigger::Operator,
+                trigger: TakeoverTrigger::Operator {
+                    watched_unchanged_ms: 100_000,
+                },
                 nonce: 1,
             })
             .unwrap_err();

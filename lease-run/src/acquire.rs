@@ -16,8 +16,9 @@ use crate::error::RunError;
 use crate::procs::boottime_ns;
 use crate::run::{OpenOptions, Run};
 use lease_core::ops::{Expectation, Head, Status, StatusView};
-use lease_core::watch::{StaleWatch, Verdict};
+use lease_core::watch::{StaleWatch, Verdict, watch_key};
 use lease_core::{Code, LeaseOps};
+use lease_fs::lock::probe_owner_lock;
 use lease_fs::{RunDir, run_id_of};
 use std::path::Path;
 use std::sync::Arc;
@@ -357,47 +358,91 @@ where
         takeover_watched: None,
         ..opts.clone()
     };
-    let acquired = match (how, &view.status, &view.head) {
-        (Acquire::Takeover(expect), _, Some(h)) => {
-            o.takeover = Some(expect.clone());
+    // A takeover is judged on this process's own monotonic clock only (PROTOCOL §10): the
+    // head's record must stay unchanged for more than its `stale_after` while we watch,
+    // whatever its wall age says (an owner whose clock is slow looks stale while it beats;
+    // one whose clock is fast dates its beats in the future). A record that changes while
+    // watched is an owner that is alive: held, and the wait policy decides.
+    let watching = match (how, &view.status, &view.head) {
+        (Acquire::Takeover(expect), _, Some(h))
+            if h.is_active() && expect.mismatch(h).is_none() =>
+        {
+            Some(h)
+        }
+        (_, Status::Dead, Some(_)) if how.retire_dead() => None,
+        (_, Status::Active | Status::Stale | Status::Dead, Some(h))
+            if how.takeover_stale() && h.is_active() =>
+        {
+            Some(h)
+        }
+        _ => None,
+    };
+    // A process on this host holds the run's kernel owner lock (a live owner, or a stopped
+    // one): no takeover can proceed around it, so nothing is watched and the open below
+    // answers OWNER_LOCK_HELD at once, naming what to do (the lock is local to the run
+    // folder whatever the authority). A momentary, non-blocking probe.
+    let lock_held_here = watching.is_some() && !probe_owner_lock(path).unwrap_or(true);
+    let watching = watching.filter(|_| !lock_held_here);
+    let mut took_over = None;
+    if let Some(h) = watching {
+        if watch.watching().is_some_and(|k| *k != watch_key(h)) {
+            // The owner (or a successor) wrote while watched: it is alive, whatever its
+            // wall age says. The next attempt watches the new record afresh.
+            watch.reset();
+            let run = view_of_run(path);
+            return Ok(Attempt::Held {
+                held: Box::new(Held {
+                    code: Code::RunAlreadyActive,
+                    run,
+                    view,
+                    lock_only: false,
+                    next: NextStep::Wait,
+                    gave_up_after: None,
+                }),
+                waited: false,
+            });
+        }
+        match watch.observe(h, boottime_ns()) {
+            Verdict::Watching { watched, needed } => {
+                observer.progress(Progress::Watching {
+                    head: h,
+                    watched,
+                    needed,
+                });
+                let poll = opts.policy.heartbeat().min(h.epoch.policy.heartbeat());
+                tokio::time::sleep(
+                    poll.min(needed.saturating_sub(watched) + Duration::from_millis(1)),
+                )
+                .await;
+                return Ok(Attempt::Again);
+            }
+            Verdict::TakeOver { watched } => took_over = Some((h.clone(), watched)),
+        }
+    }
+    let acquired = match (how, &view.status, &view.head, took_over) {
+        (_, _, _, Some((from, watched))) => {
+            o.takeover = Some(Expectation::of(&from));
+            o.takeover_watched = Some(watched);
             Acquired::TookOver {
-                from: h.clone(),
-                watched: None,
+                from,
+                watched: Some(watched),
             }
         }
-        (Acquire::Takeover(expect), _, None) => {
-            // Nothing to take over: the takeover's own refusal says so.
+        (Acquire::Takeover(expect), _, head, None) => {
+            // Not the observation, or nothing to take over: the takeover's own refusal
+            // says so, writing nothing.
             o.takeover = Some(expect.clone());
-            Acquired::Claimed
+            match head {
+                Some(h) => Acquired::TookOver {
+                    from: h.clone(),
+                    watched: None,
+                },
+                None => Acquired::Claimed,
+            }
         }
-        (_, Status::Dead, Some(h)) if how.retire_dead() => {
+        (_, Status::Dead, Some(h), None) if how.retire_dead() => {
             o.retire_dead = true;
             Acquired::RetiredDead { from: h.clone() }
-        }
-        (_, Status::Stale | Status::Dead, Some(h)) if how.takeover_stale() && view.is_stale() => {
-            match watch.observe(h, boottime_ns()) {
-                Verdict::Watching { watched, needed } => {
-                    observer.progress(Progress::Watching {
-                        head: h,
-                        watched,
-                        needed,
-                    });
-                    let poll = opts.policy.heartbeat().min(h.epoch.policy.heartbeat());
-                    tokio::time::sleep(
-                        poll.min(needed.saturating_sub(watched) + Duration::from_millis(1)),
-                    )
-                    .await;
-                    return Ok(Attempt::Again);
-                }
-                Verdict::TakeOver { watched } => {
-                    o.takeover = Some(Expectation::of(h));
-                    o.takeover_watched = Some(watched);
-                    Acquired::TookOver {
-                        from: h.clone(),
-                        watched: Some(watched),
-                    }
-                }
-            }
         }
         _ => Acquired::Claimed,
     };

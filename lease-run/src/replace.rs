@@ -29,10 +29,13 @@
 
 use crate::authority::{Authority, FolderAuthority, LeaseAuthority};
 use crate::error::RunError;
+use crate::procs::boottime_ns;
+use lease_core::LeaseError;
 use lease_core::ops::{
     Expectation, Head, ReleaseParams, Request, Response, RetireParams, Retired, Status, StatusView,
     TakeoverParams, TakeoverTrigger,
 };
+use lease_core::watch::{StaleWatch, Verdict, watch_key};
 use lease_core::{
     FileRef, Generation, Identity, LeaseOps, RetirementRecord, Timestamp, decode_for,
 };
@@ -41,6 +44,9 @@ use lease_fs::{ProcLiveness, RunDir, this_holder};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Longest pause between two reads of a watched record.
+const WATCH_POLL: Duration = Duration::from_millis(250);
 
 /// How long a retirement tries to take the kernel owner lock.
 const RETIRE_LOCK_TIMEOUT: Duration = Duration::from_millis(200);
@@ -175,13 +181,76 @@ impl Replacer {
         })
     }
 
-    /// Take over exactly `expect` as an operator would (refused if the owner is fresh or
-    /// the head differs from it), and release at once so the run is free for its next
-    /// owner. `now` is read for each of the two steps.
+    /// Watch the owner's record on this process's own `CLOCK_BOOTTIME` until it has stayed
+    /// unchanged (generation, owner, heartbeat time and count) for more than the owner's
+    /// `stale_after` (PROTOCOL §10: no other host's wall clock decides). Read-only.
+    ///
+    /// `expect` is the operator's observation: a head that differs from it when the watch
+    /// starts is `TAKEOVER_RACE` (75). A record that changes while watched is an owner that
+    /// is alive: `TAKEOVER_ACTIVE_REFUSED` (76), naming how long it was watched. `progress`
+    /// is called before each pause with the time watched and the time needed. Returns the
+    /// exact observation that was watched (its count filled in) and how long.
+    pub fn watch(
+        &self,
+        expect: &Expectation,
+        mut progress: impl FnMut(Duration, Duration),
+    ) -> Result<(Expectation, Duration), RunError> {
+        let run = self.auth.run_id().to_string();
+        let mut watch = StaleWatch::new();
+        let began = boottime_ns();
+        loop {
+            let view = self.auth.status(crate::run::wall_now()?, false)?;
+            if let Status::Invalid(e) = view.status {
+                return Err(RunError::Lease(e));
+            }
+            let head = match view.head.filter(Head::is_active) {
+                Some(h) => h,
+                None => {
+                    return Err(RunError::Lease(LeaseError::TakeoverRace {
+                        run,
+                        detail: "the owner released or was replaced while being watched; nothing to take over".into(),
+                    }));
+                }
+            };
+            if let Some(key) = watch.watching() {
+                if *key != watch_key(&head) {
+                    let watched = Duration::from_nanos(boottime_ns().saturating_sub(began));
+                    return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
+                        run,
+                        held: Box::new(head.held_by()),
+                        age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
+                        stale_after_ms: head.epoch.policy.stale_after_ms(),
+                        watched_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
+                    }));
+                }
+            } else if let Some(why) = expect.mismatch(&head) {
+                return Err(RunError::Lease(LeaseError::TakeoverRace {
+                    run,
+                    detail: why,
+                }));
+            }
+            match watch.observe(&head, boottime_ns()) {
+                Verdict::TakeOver { watched } => return Ok((Expectation::of(&head), watched)),
+                Verdict::Watching { watched, needed } => {
+                    progress(watched, needed);
+                    let poll = head.epoch.policy.heartbeat().min(WATCH_POLL);
+                    std::thread::sleep(
+                        poll.min(needed.saturating_sub(watched) + Duration::from_millis(1)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Take over exactly `expect` as an operator would, `watched` being how long
+    /// [`Replacer::watch`] saw it unchanged (refused if that is not more than the owner's
+    /// `stale_after`, or if the head differs: nothing is written then), and release at once
+    /// so the run is free for its next owner. `now` is read for each of the two steps.
     pub fn takeover_and_release(
         &self,
         owner: &Observed,
         expect: Expectation,
+        watched: Duration,
         owner_id: Identity,
         now: impl Fn() -> Result<Timestamp, RunError>,
         nonce: u64,
@@ -193,7 +262,9 @@ impl Replacer {
             policy: owner.head.epoch.policy,
             now: now()?,
             expect,
-            trigger: TakeoverTrigger::Operator,
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
+            },
             nonce,
         })?;
         let cutoff = self.read_cutoff(owner.head.generation());

@@ -259,6 +259,9 @@ fn a_takeover_succeeds_only_after_the_owner_etcd_lease_expired() {
             let head = view.head.clone().unwrap();
             let taker = OpenOptions {
                 takeover: Some(Expectation::of(&head)),
+                // The record has not changed since the heartbeats stopped (the watch a
+                // real taker makes on its own clock; lease-run's acquire does that).
+                takeover_watched: Some(stuck.elapsed()),
                 ..o.clone()
             };
             match Run::open(&b, taker).await {

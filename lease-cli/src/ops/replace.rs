@@ -1,11 +1,11 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
 use crate::common::{
-    CliError, Out, held_description, human_ms, name_folder, new_nonce, new_owner_id, shell_path,
-    wall_now,
+    CliError, Out, held_description, human_duration, human_ms, name_folder, new_nonce,
+    new_owner_id, shell_path, wall_now,
 };
 use lease_core::Code;
-use lease_core::ops::{Expectation, Status};
+use lease_core::ops::Expectation;
 use lease_core::{Generation, Identity};
 use lease_run::replace::{Observed, Replacer};
 use lease_run::{Authority as RunAuthority, RunError};
@@ -86,21 +86,6 @@ pub fn takeover(
                     shell_path(dir)
                 )));
             }
-            if view.status == Status::Active || (view.status == Status::Dead && !view.is_stale()) {
-                let hint = if view.status == Status::Dead {
-                    format!("it is definitely dead: runlease retire {}", shell_path(dir))
-                } else {
-                    "wait, or ask the owner to release".into()
-                };
-                return Err(CliError::of(
-                    Code::TakeoverActiveRefused,
-                    format!(
-                        "run {}: {desc}: the owner is fresh; {hint}",
-                        r.lease().run_id()
-                    ),
-                )
-                .with_extra(held));
-            }
             if !o.yes {
                 eprint!(
                     "runlease: take over owner {} (heartbeat {}, age {})? [y/N] ",
@@ -126,9 +111,47 @@ pub fn takeover(
             ));
         }
     };
+    // The owner is stale only once its record stayed unchanged for its stale_after on this
+    // host's own clock (PROTOCOL §10): no other host's wall clock decides, so this watches.
+    let needed = head.epoch.policy.stale_after();
+    if !out.json {
+        out.info(&format!(
+            "watching generation {}'s record for {} on this host's clock: a takeover needs it unchanged that long",
+            head.generation(),
+            human_duration(needed)
+        ));
+    }
+    let tty = !out.json && std::io::stderr().is_terminal();
+    let watched = r.watch(&expect, |watched, needed| {
+        if tty {
+            // `\r` written raw: eprint! escapes control characters.
+            let _ = std::io::stderr().write_all(b"\r");
+            eprint!(
+                "runlease: watched unchanged for {} of {}   ",
+                human_duration(watched),
+                human_duration(needed)
+            );
+            let _ = std::io::stderr().flush();
+        }
+    });
+    if tty {
+        eprintln!("");
+    }
+    let (expect, watched) = watched.map_err(|e| {
+        let alive = e.code() == Code::TakeoverActiveRefused;
+        let err = CliError::from(e);
+        if alive {
+            err.with_hint(
+                "the owner wrote its record while watched: it is alive; wait, or ask it to release",
+            )
+        } else {
+            err
+        }
+    })?;
     let taken = r.takeover_and_release(
         &observed,
         expect,
+        watched,
         new_owner_id()?,
         lease_run::wall_now,
         new_nonce()?,

@@ -101,8 +101,10 @@ pub fn takeover_params(
         holder: holder(pid),
         policy: TimingPolicy::default(),
         now: t(now),
+        trigger: TakeoverTrigger::Operator {
+            watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, t(now)),
+        },
         expect,
-        trigger: TakeoverTrigger::Operator,
         nonce,
     }
 }

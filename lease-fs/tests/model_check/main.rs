@@ -16,7 +16,7 @@ mod world;
 
 use explore::{env_u64, explore, walk};
 use lease_core::ghost::OpKind as Kind;
-use world::{Config, world};
+use world::{Config, World, world};
 
 /// `quick` (the default, for `cargo test` in debug builds): a few thousand states per
 /// configuration; `ci` (`cargo xtask model`, release build, CI): the configurations below;
@@ -210,6 +210,11 @@ const POWER3_CI_WALKS: u32 = 12_000;
 /// given prefix (or, for `*x`, keep stepping actor x until its operation finishes).
 #[cfg(test)]
 fn follow(c: &Config, schedule: &[&str]) -> Result<Vec<String>, Vec<String>> {
+    follow_world(c, schedule).map(|(t, _)| t)
+}
+
+/// [`follow`], returning the final world too.
+fn follow_world(c: &Config, schedule: &[&str]) -> Result<(Vec<String>, World), Vec<String>> {
     let mut memo = std::collections::HashMap::new();
     let mut w = world(c);
     let mut trace = Vec::new();
@@ -257,7 +262,46 @@ fn follow(c: &Config, schedule: &[&str]) -> Result<Vec<String>, Vec<String>> {
             }
         }
     }
-    Ok(trace)
+    Ok((trace, w))
+}
+
+/// The ghost hears of a zombie's event when it is linked (a step of the create before its
+/// answer), so the I9 check that such an event never counts (`Ghost::check_late`) has
+/// something to check: the owner's append passed its pre-check, a takeover then ran to
+/// the end, and only then was the event linked. It must be recorded as late, and the run
+/// must pass every check (the event is past the cutoff: FENCED, never counted).
+#[test]
+fn model_schedule_a_zombie_event_linked_after_the_takeover_is_recorded_late() {
+    let c = &configs("ci")[0];
+    let r = follow_world(
+        c,
+        &[
+            "a0 starts Claim",
+            "*a0",
+            "a0 starts Append",
+            // pre-check and tail probe, then the event's temp file (written and fsynced).
+            "a0~CreateExclusive(Event(",
+            "clock jumps",
+            "b0 starts Takeover",
+            "*b0",
+            "*a0",
+        ],
+    );
+    let (trace, w) = match r {
+        Ok(x) => x,
+        Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    };
+    assert!(
+        trace.iter().any(|l| l.contains("Append -> FENCED")),
+        "{}",
+        trace.join("\n")
+    );
+    assert_eq!(
+        w.ghost.late.iter().copied().collect::<Vec<_>>(),
+        [1],
+        "{}",
+        trace.join("\n")
+    );
 }
 
 /// The OQ-2 scenario as a fixed schedule: it must pass with the real code (and the model

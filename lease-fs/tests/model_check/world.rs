@@ -300,7 +300,12 @@ impl World {
                     policy,
                     now,
                     expect: exp,
-                    trigger: TakeoverTrigger::Operator,
+                    trigger: TakeoverTrigger::Operator {
+                        watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                            &Expectation::of(&h),
+                            now,
+                        ),
+                    },
                     nonce: u64::from(a.pid()),
                 }))
             }
@@ -344,7 +349,22 @@ impl World {
         let who = format!("{}{}", a.name, a.incarnation);
         if let Some((mut prim, path)) = a.exec.take() {
             let kind = prim.kind();
-            match step_prim(&mut prim, &self.fs) {
+            let was_linked = prim.linked();
+            let r = step_prim(&mut prim, &self.fs);
+            // The ghost hears of an event the moment it became visible (its link), and of
+            // the create's answer when it comes, steps later.
+            let mine = a.lease.as_ref().map_or(0, |l| l.generation.get());
+            let is_event = path.starts_with(Dir::Events.path());
+            if let Some((_, g)) = a.op.as_mut() {
+                if is_event && !was_linked && prim.linked() {
+                    self.ghost.on_linked(g, &Response::Created, mine);
+                }
+                if let Some(Ok(o)) = &r {
+                    self.ghost
+                        .on_response(g, is_event, &prim_response(kind, *o));
+                }
+            }
+            match r {
                 None => {
                     a.exec = Some((prim, path.clone()));
                     return Ok(format!("{who}: {kind:?} {path}: next call"));
@@ -381,28 +401,28 @@ impl World {
                 let exec = start_request(&self.fs, &live, req, |d| a.tmp(d))
                     .map_err(|(op, p, e)| format!("{who}: unexpected I/O error {op} {p}: {e}"))?;
                 let a = &mut self.actors[i];
+                let mine = a.lease.as_ref().map_or(0, |l| l.generation.get());
                 match exec {
                     Exec::Ready(r) => a.input = Some(r),
                     Exec::Prim(mut prim, path) => {
                         let kind = prim.kind();
-                        match step_prim(&mut prim, &self.fs) {
+                        let r = step_prim(&mut prim, &self.fs);
+                        // Linked while a higher generation had already been granted: this
+                        // writer is fenced and the event must never count. The link is
+                        // noted when it happens (here or in a later step of `exec`), the
+                        // create's answer when it comes.
+                        if event_create && prim.linked() {
+                            self.ghost.on_linked(&ghost, &Response::Created, mine);
+                        }
+                        match r {
                             None => a.exec = Some((prim, path)),
                             Some(Ok(o)) => a.input = Some(prim_response(kind, o)),
                             Some(Err(e)) => return Err(format!("{who}: I/O error {e}")),
                         }
                     }
                 }
-                // Known gap, kept as it was (fixing it changes the state counts): the ghost
-                // hears a response only when the request completed in this step. A
-                // `CreateExclusive` completes in a later step (the `exec` branch of `step`),
-                // so an append's `AlreadyExists` and a late link are never recorded here and
-                // `ghost.late` stays empty (probed over `cargo xtask model`, 2026-12-04).
                 if let Some(resp) = &a.input {
                     self.ghost.on_response(&mut ghost, event_create, resp);
-                    // Linked while a higher generation had already been granted: this
-                    // writer is fenced and the event must never count.
-                    let mine = a.lease.as_ref().map_or(0, |l| l.generation.get());
-                    self.ghost.on_linked(&ghost, resp, mine);
                 }
                 a.op = Some((op, ghost));
                 let line = format!("{who}: {desc}");

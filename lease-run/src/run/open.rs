@@ -295,8 +295,11 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
     let dir = st.auth.clone();
     let (policy, retire_dead) = (opts.policy, opts.retire_dead);
     let takeover = opts.takeover.clone();
+    // No watch, no takeover: without one the core refuses (watched 0 ms), writing nothing.
     let trigger = match opts.takeover_watched {
-        None => TakeoverTrigger::Operator,
+        None => TakeoverTrigger::Operator {
+            watched_unchanged_ms: 0,
+        },
         Some(d) => TakeoverTrigger::Automatic {
             watched_unchanged_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
         },

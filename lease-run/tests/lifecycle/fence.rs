@@ -5,7 +5,7 @@ use crate::helpers::{
     alive, cgroup_removed_after_fence, fast, helper_cmd, now_ts, read_status, read_until, rt,
     signal_child, take_over_when_stale,
 };
-use lease_core::{LeaseOps, Timestamp};
+use lease_core::LeaseOps;
 use lease_fs::RunDir;
 use lease_run::{FinalStatus, Run};
 use rustix::process::Signal;
@@ -43,32 +43,8 @@ fn fence_kills_the_commands_before_it_is_reported_and_release_reports_it() {
         assert!(members.is_empty(), "{members:?}");
         assert_eq!(run.check_live().unwrap_err().code().as_str(), "FENCED");
         // Another owner takes over once the record is stale: the fenced run never wrote.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        let other = RunDir::open(&path).unwrap();
-        let now = Timestamp::from_unix_millis(
-            u64::try_from(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_millis(),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let view = other.status(now, false).unwrap();
-        let head = view.head.clone().unwrap();
-        other
-            .takeover(lease_core::ops::TakeoverParams {
-                run_id: other.run_id().clone(),
-                owner_id: lease_core::Identity::new("taker").unwrap(),
-                holder: lease_fs::this_holder().unwrap(),
-                policy: fast().policy,
-                now,
-                expect: lease_core::ops::Expectation::of(&head),
-                trigger: lease_core::ops::TakeoverTrigger::Operator,
-                nonce: 7,
-            })
-            .unwrap();
+        // (It watches the record unchanged for stale_after on this process's own clock.)
+        crate::helpers::take_over_when_stale(&path);
         let before = std::fs::read(path.join("run.json")).unwrap();
         let cg = run.cgroup();
         let e = run.release(FinalStatus::Done).await.unwrap_err();

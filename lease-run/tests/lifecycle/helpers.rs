@@ -2,7 +2,7 @@
 //! plumbing that starts this test binary again as a helper process (`helper_cmd`).
 
 use lease_core::LeaseOps;
-use lease_core::ops::{Expectation, OwnedLease, Status, TakeoverTrigger};
+use lease_core::ops::{Expectation, OwnedLease, TakeoverTrigger};
 use lease_core::{
     EpochRecord, FileRef, Generation, HeartbeatDurability, Identity, RunStatus, Timestamp,
     TimingPolicy, decode,
@@ -41,28 +41,35 @@ pub(crate) fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-/// Wait (polling) until the run's head is stale, then take it over exactly as an
-/// operator would from another process (lease-fs, without the owner lock, which the
-/// paused owner still holds). Returns the taker's lease.
+/// Watch the run's head until its record stayed unchanged for more than its `stale_after`
+/// on this process's monotonic clock, then take it over exactly as an operator would from
+/// another process (lease-fs, without the owner lock, which the paused owner still holds).
+/// Returns the taker's lease.
 pub(crate) fn take_over_when_stale(path: &Path) -> OwnedLease {
     let dir = RunDir::open(path).unwrap();
     let end = Instant::now() + Duration::from_secs(10);
+    let mut watch = lease_core::watch::StaleWatch::new();
     loop {
         let view = dir.status(now_ts(), false).unwrap();
-        if view.status == Status::Stale {
-            let head = view.head.unwrap();
-            return dir
-                .takeover(lease_core::ops::TakeoverParams {
-                    run_id: dir.run_id().clone(),
-                    owner_id: Identity::new("taker").unwrap(),
-                    holder: lease_fs::this_holder().unwrap(),
-                    policy: fast().policy,
-                    now: now_ts(),
-                    expect: Expectation::of(&head),
-                    trigger: TakeoverTrigger::Operator,
-                    nonce: 0x7a6b,
-                })
-                .unwrap();
+        let head = view.head.clone().filter(|h| h.is_active());
+        if let Some(head) = head {
+            let verdict = watch.observe(&head, lease_run::procs::boottime_ns());
+            if let lease_core::watch::Verdict::TakeOver { watched } = verdict {
+                return dir
+                    .takeover(lease_core::ops::TakeoverParams {
+                        run_id: dir.run_id().clone(),
+                        owner_id: Identity::new("taker").unwrap(),
+                        holder: lease_fs::this_holder().unwrap(),
+                        policy: fast().policy,
+                        now: now_ts(),
+                        expect: Expectation::of(&head),
+                        trigger: TakeoverTrigger::Operator {
+                            watched_unchanged_ms: watched.as_millis() as u64,
+                        },
+                        nonce: 0x7a6b,
+                    })
+                    .unwrap();
+            }
         }
         assert!(Instant::now() < end, "never stale: {:?}", view.status);
         std::thread::sleep(Duration::from_millis(20));

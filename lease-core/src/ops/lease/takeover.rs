@@ -7,7 +7,6 @@ use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
 use crate::ops::common::{Finalize, Head, Observe, Recheck, decode_beat};
-use crate::ops::observe::{Freshness, freshness};
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
@@ -39,7 +38,8 @@ impl Expectation {
         }
     }
 
-    pub(super) fn mismatch(&self, head: &Head) -> Option<String> {
+    /// What differs between this expectation and `head` (`None`: it matches exactly).
+    pub fn mismatch(&self, head: &Head) -> Option<String> {
         if let Some(g) = self.generation {
             if g != head.generation() {
                 return Some(format!(
@@ -73,17 +73,38 @@ impl Expectation {
     }
 }
 
-/// Who decides that the owner is stale.
+/// Who asked for the takeover, and the evidence that the owner stopped: how long the taker
+/// watched the owner's record (generation, owner, heartbeat time and count) **unchanged on
+/// its own monotonic clock** (`CLOCK_BOOTTIME`). A takeover needs strictly more than the
+/// owner's `stale_after`; no path compares the owner's wall clock with the taker's
+/// (PROTOCOL §10): an owner whose clock runs slow is not stale while it beats, and one whose
+/// clock runs fast (a heartbeat "in the future") is stale `stale_after` after it stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TakeoverTrigger {
-    /// An operator confirmed the exact observation; wall-clock staleness suffices.
-    Operator,
-    /// A program: it must also have watched the record unchanged for `stale_after` on its
-    /// own monotonic clock (immune to the owner's clock skew).
-    Automatic {
-        /// How long the observer watched the (heartbeat_at, count) pair unchanged, in ms.
+    /// An operator confirmed the exact observation (`runlease takeover`), after watching.
+    Operator {
+        /// How long the observer watched the record unchanged, in ms.
         watched_unchanged_ms: u64,
     },
+    /// A program (`runlease run --takeover-stale`), after watching.
+    Automatic {
+        /// How long the observer watched the record unchanged, in ms.
+        watched_unchanged_ms: u64,
+    },
+}
+
+impl TakeoverTrigger {
+    /// How long the record was watched unchanged, in ms.
+    pub fn watched_ms(self) -> u64 {
+        match self {
+            TakeoverTrigger::Operator {
+                watched_unchanged_ms,
+            }
+            | TakeoverTrigger::Automatic {
+                watched_unchanged_ms,
+            } => watched_unchanged_ms,
+        }
+    }
 }
 
 /// Arguments of a takeover.
@@ -109,10 +130,12 @@ pub struct TakeoverParams {
 
 /// Exact takeover of a stale owner.
 ///
-/// Writes a takeover intent for the attempt, re-reads the heartbeat, refuses a fresh owner
-/// (`TAKEOVER_ACTIVE_REFUSED`) and any difference from the expectation (`TAKEOVER_RACE`),
-/// creates the next epoch as `active` for the taker, re-checks, then finalizes the old
-/// generation's cutoff.
+/// Judges the observed head first and refuses, **writing nothing**, any difference from the
+/// expectation (`TAKEOVER_RACE`) or a watch no longer than the owner's `stale_after`
+/// (`TAKEOVER_ACTIVE_REFUSED`). Only then writes a takeover intent for the attempt, re-reads
+/// the heartbeat and judges again (a race between the two reads leaves the intent, an audit
+/// record of an attempt whose observation matched), creates the next epoch as `active` for
+/// the taker, re-checks, then finalizes the old generation's cutoff.
 #[derive(Debug, Clone)]
 pub struct Takeover {
     p: TakeoverParams,
@@ -140,6 +163,28 @@ impl Takeover {
             p,
             st: TakeoverState::Observe(obs),
         }
+    }
+
+    /// The takeover's judgement of an observed head (step 6): the caller's expectation must
+    /// match it exactly (`TAKEOVER_RACE`), and the caller must have watched it unchanged for
+    /// more than the `stale_after` of the owner's epoch (`TAKEOVER_ACTIVE_REFUSED`). The wall
+    /// age is reported, never judged.
+    fn judge(&self, run: &RunId, head: &Head) -> Result<(), LeaseError> {
+        if let Some(why) = self.p.expect.mismatch(head) {
+            return Err(race(run, why));
+        }
+        let stale_after_ms = head.epoch.policy.stale_after_ms();
+        let watched_ms = self.p.trigger.watched_ms();
+        if watched_ms > stale_after_ms {
+            return Ok(());
+        }
+        Err(LeaseError::TakeoverActiveRefused {
+            run: run.to_string(),
+            held: Box::new(head.held_by()),
+            age_ms: self.p.now.millis_since(head.heartbeat_at()),
+            stale_after_ms,
+            watched_ms,
+        })
     }
 
     fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
@@ -207,12 +252,16 @@ impl Operation for Takeover {
                         Ok(g) => g,
                         Err(e) => return Step::Done(Err(e)),
                     };
+                    // Refusals write nothing: the observation is judged before the intent.
+                    if let Err(e) = self.judge(&run, &head) {
+                        return Step::Done(Err(e));
+                    }
                     let mode = match self.p.trigger {
-                        TakeoverTrigger::Operator => TakeoverMode::Operator,
+                        TakeoverTrigger::Operator { .. } => TakeoverMode::Operator,
                         TakeoverTrigger::Automatic { .. } => TakeoverMode::Automatic,
                     };
                     // The intent records the head it observed and what the caller expects of
-                    // it; a mismatch is reported after the intent is durable.
+                    // it; the beat is read and judged again once the intent is durable.
                     let intent = TakeoverIntent {
                         run_id: run.clone(),
                         generation,
@@ -279,37 +328,8 @@ impl Operation for Takeover {
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     };
-                    if let Some(why) = self.p.expect.mismatch(&head) {
-                        return Step::Done(Err(race(&run, why)));
-                    }
-                    let stale_after_ms = head.epoch.policy.stale_after_ms();
-                    let refuse =
-                        |age_ms: i64, watched_ms: Option<u64>| LeaseError::TakeoverActiveRefused {
-                            run: run.to_string(),
-                            held: Box::new(head.held_by()),
-                            age_ms,
-                            stale_after_ms,
-                            watched_ms,
-                        };
-                    match (freshness(&head, self.p.now), self.p.trigger) {
-                        (Freshness::Fresh { age_ms }, TakeoverTrigger::Operator) => {
-                            return Step::Done(Err(refuse(age_ms, None)));
-                        }
-                        (
-                            Freshness::Fresh { age_ms },
-                            TakeoverTrigger::Automatic {
-                                watched_unchanged_ms,
-                            },
-                        ) => return Step::Done(Err(refuse(age_ms, Some(watched_unchanged_ms)))),
-                        (
-                            Freshness::Stale { age_ms },
-                            TakeoverTrigger::Automatic {
-                                watched_unchanged_ms,
-                            },
-                        ) if watched_unchanged_ms <= stale_after_ms => {
-                            return Step::Done(Err(refuse(age_ms, Some(watched_unchanged_ms))));
-                        }
-                        _ => {}
+                    if let Err(e) = self.judge(&run, &head) {
+                        return Step::Done(Err(e));
                     }
                     let retired = RetiredOwner {
                         generation: head.generation(),
