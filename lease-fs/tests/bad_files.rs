@@ -307,7 +307,7 @@ fn what_a_bad_entry_is_is_judged_before_whom_it_belongs_to() {
         plant(&root, &path, bad);
         rustix::fs::chownat(
             rustix::fs::CWD,
-            &root.join(&path),
+            root.join(&path),
             Some(nobody),
             None,
             rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
@@ -330,7 +330,7 @@ fn what_a_bad_entry_is_is_judged_before_whom_it_belongs_to() {
     let path = FileRef::Event(seq(1)).path();
     rustix::fs::chownat(
         rustix::fs::CWD,
-        &root.join(&path),
+        root.join(&path),
         Some(nobody),
         None,
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
