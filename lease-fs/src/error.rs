@@ -27,7 +27,9 @@ pub enum FsError {
         detail: String,
     },
     /// Something in the run folder is not what the layout allows (a symlink, a file where
-    /// a folder should be, a folder where a file should be).
+    /// a folder should be, a folder where a file should be), or a path named like a record
+    /// that is not a record file (a directory, symlink, FIFO, socket, device or a file over
+    /// the record limit: [`crate::fs::NotARecord`], the same error from every primitive).
     #[error("run {run}: {path}: {detail}")]
     LayoutInvalid {
         /// The run.
@@ -103,6 +105,15 @@ impl FsError {
 
     /// Wrap an `io::Error` of operation `op` on `path`, classifying layout problems.
     pub fn io(run: &str, op: &'static str, path: &str, source: io::Error) -> FsError {
+        // A path named like a record that is not a record file (PROTOCOL §5.1): one
+        // classification, whichever primitive met it (read, exists, list, count).
+        if let Some(n) = crate::fs::not_a_record_in(&source) {
+            return FsError::LayoutInvalid {
+                run: run.to_string(),
+                path: n.path.clone(),
+                detail: n.describe(),
+            };
+        }
         // An untrusted file or folder (lease-fs's check on the descriptor it holds).
         if let Some(n) = crate::real::not_owned_in(&source) {
             return FsError::NotOwned {

@@ -12,6 +12,7 @@
 //! Errors are `std::io::Error`s with the usual kinds: `NotFound`, `AlreadyExists` (`EEXIST`),
 //! and raw OS errors for the rest; [`crate::FsError`] adds the operation and path.
 
+use std::fmt;
 use std::io;
 
 /// The system calls a run needs, relative to its root. One call = one crash point.
@@ -37,12 +38,33 @@ pub trait Fs: Send + Sync {
     }
 
     /// The whole content of regular file `path`; `None` if it does not exist. A symlink, a
-    /// directory or anything but a regular file is an error. Files larger than `limit`
-    /// bytes are an error (`InvalidData`).
+    /// directory, anything but a regular file, or a file larger than `limit` bytes is the
+    /// [`NotARecord`] error of [`judge_record`] (kind `InvalidData`). Never blocks on a FIFO.
     fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>>;
 
     /// Whether `path` exists (without following a symlink).
     fn exists(&self, path: &str) -> io::Result<bool>;
+
+    /// Whether the record file `path` exists: `false` if it (or its directory) is missing;
+    /// `true` if it is a regular file of at most `limit` bytes (that the adapter trusts);
+    /// anything else named so is refused with the [`NotARecord`] error of [`judge_record`]
+    /// (a directory, symlink, FIFO, socket, device, or a file over `limit`), the same error
+    /// [`Fs::read`] and [`Fs::list_records`] give for it. One call; nothing is opened.
+    fn exists_record(&self, path: &str, limit: usize) -> io::Result<bool>;
+
+    /// Call `each` with every entry name of directory `dir` (as [`Fs::for_each_name`]),
+    /// and judge every name for which `is_record` holds (a name the layout gives a record)
+    /// as [`Fs::exists_record`] does: a regular file of at most `limit` bytes, else the
+    /// [`NotARecord`] error of [`judge_record`] and the listing stops. One call; a name that
+    /// vanished between the listing and its judgement is still passed to `each` (a later
+    /// read finds it missing, as it would if the listing had been made a moment earlier).
+    fn list_records(
+        &self,
+        dir: &str,
+        limit: usize,
+        is_record: &dyn Fn(&str) -> bool,
+        each: &mut dyn FnMut(&str),
+    ) -> io::Result<()>;
 
     /// Create `path` exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600), write all of
     /// `bytes`, close. No fsync.
@@ -112,4 +134,126 @@ pub fn check_rel(path: &str) -> io::Result<()> {
             format!("refusing path {path:?}: not a plain relative path"),
         ))
     }
+}
+
+/// What an entry of a run folder is, as far as the protocol cares (`lstat`, never
+/// following a symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link (never followed).
+    Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// Anything else the kernel reports.
+    Other,
+}
+
+impl EntryKind {
+    /// The kind in words, for messages (`directory`, `FIFO`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            EntryKind::File => "regular file",
+            EntryKind::Directory => "directory",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Fifo => "FIFO",
+            EntryKind::Socket => "socket",
+            EntryKind::CharDevice => "character device",
+            EntryKind::BlockDevice => "block device",
+            EntryKind::Other => "special file",
+        }
+    }
+}
+
+/// A path named like a record that is not a record file: not a regular file (a directory,
+/// a symlink, a FIFO, a socket, a device), or a regular file over the record limit
+/// (PROTOCOL §5.1, "Bad files named like records"). Carried as the payload of an
+/// `io::Error` (kind `InvalidData`) by every primitive that meets one ([`Fs::read`],
+/// [`Fs::exists_record`], [`Fs::list_records`]); `FsError::io` turns it into
+/// `RUN_LAYOUT_INVALID` (65), whichever primitive and whichever command met it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotARecord {
+    /// The path relative to the run root.
+    pub path: String,
+    /// What it is.
+    pub kind: EntryKind,
+    /// Its size in bytes (a regular file over the limit; 0 for the other kinds).
+    pub size: u64,
+    /// The record limit it was judged against.
+    pub limit: u64,
+}
+
+impl NotARecord {
+    /// What is wrong and the fix, without the path.
+    pub fn describe(&self) -> String {
+        let what = if self.kind == EntryKind::File {
+            format!(
+                "a regular file of {} bytes, over the record limit of {} bytes",
+                self.size, self.limit
+            )
+        } else {
+            format!("a {}, not a regular file", self.kind.name())
+        };
+        format!(
+            "named like a record but it is {what}; it was neither followed nor read, and nothing was written (bad input on disk: move it out of the run by hand)"
+        )
+    }
+}
+
+impl fmt::Display for NotARecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.describe())
+    }
+}
+
+impl std::error::Error for NotARecord {}
+
+/// The one classification of an entry named like a record (PROTOCOL §5.1): `Ok` for a
+/// regular file of at most `limit` bytes, else the [`NotARecord`] error (kind
+/// `InvalidData`). Every adapter primitive that meets such an entry calls this, so a
+/// directory, symlink, FIFO, socket, device or oversize file gets the same error whether a
+/// listing, an existence probe or a read met it.
+pub fn judge_record(path: &str, kind: EntryKind, size: u64, limit: usize) -> io::Result<()> {
+    let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
+    if kind == EntryKind::File && size <= limit64 {
+        return Ok(());
+    }
+    Err(not_a_record(path, kind, size, limit))
+}
+
+/// The [`NotARecord`] error (kind `InvalidData`) for `path`, which [`judge_record`] refused.
+pub fn not_a_record(path: &str, kind: EntryKind, size: u64, limit: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        NotARecord {
+            path: path.to_string(),
+            kind,
+            size: if kind == EntryKind::File { size } else { 0 },
+            limit: u64::try_from(limit).unwrap_or(u64::MAX),
+        },
+    )
+}
+
+/// The [`NotARecord`] inside `e` (its payload, or anywhere in its chain of sources).
+pub fn not_a_record_in(e: &io::Error) -> Option<&NotARecord> {
+    let mut cur = e.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
+    while let Some(x) = cur {
+        if let Some(n) = x.downcast_ref::<NotARecord>() {
+            return Some(n);
+        }
+        if let Some(n) = x.downcast_ref::<io::Error>().and_then(not_a_record_in) {
+            return Some(n);
+        }
+        cur = x.source();
+    }
+    None
 }

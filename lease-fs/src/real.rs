@@ -34,7 +34,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{self as rfs, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
-use crate::fs::{Fs, check_rel, join, split};
+use crate::fs::{EntryKind, Fs, check_rel, join, judge_record, split};
 
 /// Set once `openat2` turned out to be unavailable (ENOSYS, or EPERM from a seccomp filter
 /// that does not know it): every [`RealFs`] then walks paths component by component.
@@ -229,18 +229,39 @@ fn type_of(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode)
 }
 
+/// The protocol's kind of a file type (`None`: the kernel did not say, `DT_UNKNOWN`).
+fn kind_of(ft: FileType) -> Option<EntryKind> {
+    Some(match ft {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Directory,
+        FileType::Symlink => EntryKind::Symlink,
+        FileType::Fifo => EntryKind::Fifo,
+        FileType::Socket => EntryKind::Socket,
+        FileType::CharacterDevice => EntryKind::CharDevice,
+        FileType::BlockDevice => EntryKind::BlockDevice,
+        FileType::Unknown => return None,
+    })
+}
+
+/// The protocol's kind of what `st` describes.
+fn kind_of_stat(st: &Stat) -> EntryKind {
+    kind_of(type_of(st)).unwrap_or(EntryKind::Other)
+}
+
+/// `st_size` as `u64` (negative sizes do not exist; 0 if one is reported).
+fn size_of(st: &Stat) -> u64 {
+    u64::try_from(st.st_size).unwrap_or(0)
+}
+
+/// Judge the entry `st` describes as a record file of at most `limit` bytes
+/// ([`judge_record`]: the one classification every primitive uses).
+fn judge_stat(path: &str, st: &Stat, limit: usize) -> io::Result<()> {
+    judge_record(path, kind_of_stat(st), size_of(st), limit)
+}
+
 /// A file type in words, for messages.
 fn type_name(ft: FileType) -> &'static str {
-    match ft {
-        FileType::RegularFile => "regular file",
-        FileType::Directory => "directory",
-        FileType::Symlink => "symlink",
-        FileType::Fifo => "FIFO",
-        FileType::Socket => "socket",
-        FileType::CharacterDevice => "character device",
-        FileType::BlockDevice => "block device",
-        _ => "special file",
-    }
+    kind_of(ft).map_or("special file", EntryKind::name)
 }
 
 /// Run `f` again while it fails with `EINTR`.
@@ -608,20 +629,13 @@ impl RealFs {
         }
     }
 
-    /// Open existing regular-file candidate `path` for reading; `None` if missing.
-    fn open_existing(&self, path: &str, dir_must_exist: bool) -> io::Result<Option<OwnedFd>> {
+    /// Open existing file `path` (in an existing directory) to fsync it, without following
+    /// a symlink and without blocking on a FIFO.
+    fn open_existing(&self, path: &str) -> io::Result<OwnedFd> {
         let (dir, leaf) = self.file_parts(path)?;
-        let dfd = if dir_must_exist {
-            self.dir_fd(dir, path)?
-        } else {
-            match self.dir_fd_opt(dir, path)? {
-                Some(fd) => fd,
-                None => return Ok(None),
-            }
-        };
+        let dfd = self.dir_fd(dir, path)?;
         match retry(|| rfs::openat(&*dfd, leaf, read_flags(), Mode::empty())) {
-            Ok(fd) => Ok(Some(fd)),
-            Err(Errno::NOENT) if !dir_must_exist => Ok(None),
+            Ok(fd) => Ok(fd),
             Err(Errno::LOOP) => Err(with_msg(
                 Errno::LOOP.into(),
                 format!(
@@ -631,27 +645,6 @@ impl RealFs {
             )),
             Err(e) => Err(self.path_err(e, path)),
         }
-    }
-
-    /// Error unless `st` (of `path`) is a regular file.
-    fn require_regular(&self, st: &Stat, path: &str) -> io::Result<()> {
-        let ft = type_of(st);
-        if ft == FileType::RegularFile {
-            return Ok(());
-        }
-        let kind = if ft == FileType::Directory {
-            io::ErrorKind::IsADirectory
-        } else {
-            io::ErrorKind::InvalidData
-        };
-        Err(io::Error::new(
-            kind,
-            format!(
-                "run root {}: refusing {path}: not a regular file (a {})",
-                self.root_path.display(),
-                type_name(ft)
-            ),
-        ))
     }
 }
 
@@ -796,35 +789,87 @@ impl Fs for RealFs {
     }
 
     fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
-        let Some(fd) = self.open_existing(path, false)? else {
+        let (dir, leaf) = self.file_parts(path)?;
+        let Some(dfd) = self.dir_fd_opt(dir, path)? else {
             return Ok(None);
         };
-        let st = rfs::fstat(&fd)?;
-        self.require_regular(&st, path)?;
-        check_trusted(&self.root_path, &st, path)?;
-        let too_big = |size: u64| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "run root {}: {path} is {size} bytes, over the limit of {limit} bytes",
-                    self.root_path.display()
-                ),
-            )
+        // `O_NONBLOCK|O_NOFOLLOW`: a FIFO opens at once (it is refused after `fstat`, before
+        // any read), a symlink fails with ELOOP, a socket with ENXIO. A failed open is
+        // classified by an `lstat` of the name, so each of them gets the one error of
+        // `judge_record`, as from `exists_record` and `list_records`.
+        let fd = match retry(|| rfs::openat(&*dfd, leaf, read_flags(), Mode::empty())) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => {
+                if let Ok(st) = rfs::statat(&*dfd, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    judge_stat(path, &st, limit)?;
+                }
+                return Err(self.path_err(e, path));
+            }
         };
-        let size = u64::try_from(st.st_size).unwrap_or(0);
+        let st = rfs::fstat(&fd)?;
+        judge_stat(path, &st, limit)?;
+        check_trusted(&self.root_path, &st, path)?;
+        let size = size_of(&st);
         let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
-        if size > limit64 {
-            return Err(too_big(size));
-        }
         let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(limit).min(limit));
         // The file may have grown since fstat: read at most one byte past the limit.
         std::fs::File::from(fd)
             .take(limit64.saturating_add(1))
             .read_to_end(&mut buf)?;
-        if buf.len() > limit {
-            return Err(too_big(buf.len() as u64));
-        }
+        judge_record(path, EntryKind::File, buf.len() as u64, limit)?;
         Ok(Some(buf))
+    }
+
+    fn exists_record(&self, path: &str, limit: usize) -> io::Result<bool> {
+        match self.lstat(path)? {
+            Some(st) => {
+                // What it is first (the same order as `read`), then whether we trust it.
+                judge_stat(path, &st, limit)?;
+                check_trusted(&self.root_path, &st, path)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn list_records(
+        &self,
+        dir: &str,
+        limit: usize,
+        is_record: &dyn Fn(&str) -> bool,
+        each: &mut dyn FnMut(&str),
+    ) -> io::Result<()> {
+        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
+            return Ok(());
+        };
+        let entries = Dir::read_from(&*dfd)?;
+        for entry in entries {
+            let entry = entry?;
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            let name = String::from_utf8_lossy(raw);
+            if is_record(&name) {
+                let path = join(dir, &name);
+                match kind_of(entry.file_type()) {
+                    // `getdents` said what it is: no further call for a non-file.
+                    Some(k) if k != EntryKind::File => judge_record(&path, k, 0, limit)?,
+                    // A regular file (its size is needed) or `DT_UNKNOWN`: one `fstatat`.
+                    _ => match retry(|| {
+                        rfs::statat(&*dfd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    }) {
+                        Ok(st) => judge_stat(&path, &st, limit)?,
+                        // Removed since the listing (a concurrent prune): listed anyway.
+                        Err(Errno::NOENT) => {}
+                        Err(e) => return Err(self.path_err(e, &path)),
+                    },
+                }
+            }
+            each(&name);
+        }
+        Ok(())
     }
 
     fn exists(&self, path: &str) -> io::Result<bool> {
@@ -871,9 +916,7 @@ impl Fs for RealFs {
     }
 
     fn fsync(&self, path: &str) -> io::Result<()> {
-        let fd = self
-            .open_existing(path, true)?
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        let fd = self.open_existing(path)?;
         retry(|| rfs::fsync(&fd))?;
         Ok(())
     }

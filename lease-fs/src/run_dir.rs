@@ -547,23 +547,34 @@ pub fn start_request(
     tmp: impl FnOnce(&str) -> String,
 ) -> Result<Exec, (&'static str, String, io::Error)> {
     Ok(match req {
+        // Every name that parses is judged as a record file (PROTOCOL §5.1: a directory,
+        // symlink, FIFO, socket, device or oversize file named like a record is
+        // `RUN_LAYOUT_INVALID`, the same error `Read` and `Exists` give for it).
         Request::List(dir) => {
-            let names = fs
-                .list(dir.path())
-                .map_err(|e| ("list", dir.path().to_string(), e))?;
-            Exec::Ready(Response::Listing(
-                names.iter().filter_map(|n| dir.parse_name(n)).collect(),
-            ))
+            let mut refs = Vec::new();
+            fs.list_records(
+                dir.path(),
+                MAX_RECORD_BYTES,
+                &|n| dir.parse_name(n).is_some(),
+                &mut |n| refs.extend(dir.parse_name(n)),
+            )
+            .map_err(|e| ("list", dir.path().to_string(), e))?;
+            Exec::Ready(Response::Listing(refs))
         }
         Request::CountEvents => {
             // Streamed: no list of names is built, whatever the log's length.
             let (mut count, mut highest) = (0u64, 0u64);
-            fs.for_each_name(Dir::Events.path(), &mut |n| {
-                if let Some(FileRef::Event(s)) = Dir::Events.parse_name(n) {
-                    count += 1;
-                    highest = highest.max(s.get());
-                }
-            })
+            fs.list_records(
+                Dir::Events.path(),
+                MAX_RECORD_BYTES,
+                &|n| Dir::Events.parse_name(n).is_some(),
+                &mut |n| {
+                    if let Some(FileRef::Event(s)) = Dir::Events.parse_name(n) {
+                        count += 1;
+                        highest = highest.max(s.get());
+                    }
+                },
+            )
             .map_err(|e| ("list", Dir::Events.path().to_string(), e))?;
             Exec::Ready(Response::EventCount { count, highest })
         }
@@ -574,7 +585,9 @@ pub fn start_request(
         }
         Request::Exists(f) => {
             let p = f.path();
-            let exists = fs.exists(&p).map_err(|e| ("stat", p, e))?;
+            let exists = fs
+                .exists_record(&p, MAX_RECORD_BYTES)
+                .map_err(|e| ("stat", p, e))?;
             Exec::Ready(Response::Exists(exists))
         }
         Request::CreateExclusive(f, bytes) => {

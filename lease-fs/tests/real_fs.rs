@@ -339,9 +339,14 @@ fn reading_anything_but_a_regular_file_is_refused() {
     let root = dir.path();
     let fs = RealFs::open(root).unwrap();
     fs.ensure_dir("d").unwrap();
+    // The one classification of a non-record (PROTOCOL §5.1): `InvalidData` with a
+    // `NotARecord` saying what it is.
+    let e = fs.read("d", 10).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData);
+    let n = lease_fs::fs::not_a_record_in(&e).expect("a NotARecord");
     assert_eq!(
-        fs.read("d", 10).unwrap_err().kind(),
-        ErrorKind::IsADirectory
+        (n.path.as_str(), n.kind),
+        ("d", lease_fs::fs::EntryKind::Directory)
     );
     // A FIFO must be refused, not block the reader.
     let made = std::process::Command::new("mkfifo")

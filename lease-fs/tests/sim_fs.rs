@@ -291,10 +291,10 @@ fn list_and_reads_show_the_live_state() {
     assert_eq!(fs.list("d/a").unwrap_err().kind(), ErrorKind::NotADirectory);
     assert_eq!(fs.read("d/missing", LIMIT).unwrap(), None);
     assert_eq!(fs.read("nodir/x", LIMIT).unwrap(), None);
-    assert_eq!(
-        fs.read("d/sub", LIMIT).unwrap_err().kind(),
-        ErrorKind::IsADirectory
-    );
+    // A directory is not a record (PROTOCOL §5.1), as on the real disk.
+    let e = fs.read("d/sub", LIMIT).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidData);
+    assert!(lease_fs::fs::not_a_record_in(&e).is_some(), "{e}");
     assert!(fs.exists("d/sub").unwrap());
     assert!(!fs.exists("d/c").unwrap());
     assert_eq!(fs.age_secs("d/a").unwrap(), Some(0));

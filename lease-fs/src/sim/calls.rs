@@ -1,8 +1,16 @@
 //! The [`Fs`] calls of a [`SimFs`], each one step of the crash model.
 
-use super::{ENOSPC, Fs, Gate, Node, Op, SimFs, check_entry, err};
-use crate::fs::check_rel;
+use super::{ENOSPC, Fs, Gate, Node, Op, SimFs, State, check_entry, err};
+use crate::fs::{EntryKind, check_rel, join, judge_record, not_a_record};
 use std::io;
+
+/// The kind and size of node `id` (the simulated FS has only files and directories).
+fn kind_and_size(st: &State, id: u64) -> (EntryKind, u64) {
+    match st.node(id) {
+        Node::Dir(_) => (EntryKind::Directory, 0),
+        Node::File(f) => (EntryKind::File, f.live.len() as u64),
+    }
+}
 
 impl Fs for SimFs {
     fn ensure_dir(&self, dir: &str) -> io::Result<bool> {
@@ -24,20 +32,13 @@ impl Fs for SimFs {
             check_rel(path)?;
             match st.lookup("read", path)? {
                 None => Ok(None),
+                // The one classification (a directory, or a file over the limit).
                 Some(id) => match st.node(id) {
-                    Node::Dir(_) => Err(err(
-                        io::ErrorKind::IsADirectory,
-                        "read",
-                        path,
-                        "is a directory",
-                    )),
-                    Node::File(f) if f.live.len() > limit => Err(err(
-                        io::ErrorKind::InvalidData,
-                        "read",
-                        path,
-                        &format!("{} bytes, more than the limit {limit}", f.live.len()),
-                    )),
-                    Node::File(f) => Ok(Some(f.live.clone())),
+                    Node::File(f) => {
+                        judge_record(path, EntryKind::File, f.live.len() as u64, limit)?;
+                        Ok(Some(f.live.clone()))
+                    }
+                    Node::Dir(_) => Err(not_a_record(path, EntryKind::Directory, 0, limit)),
                 },
             }
         })
@@ -48,6 +49,49 @@ impl Fs for SimFs {
             check_rel(path)?;
             Ok(st.lookup("exists", path)?.is_some())
         })
+    }
+
+    fn exists_record(&self, path: &str, limit: usize) -> io::Result<bool> {
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            match st.lookup("exists", path)? {
+                None => Ok(false),
+                Some(id) => {
+                    let (kind, size) = kind_and_size(st, id);
+                    judge_record(path, kind, size, limit)?;
+                    Ok(true)
+                }
+            }
+        })
+    }
+
+    fn list_records(
+        &self,
+        dir: &str,
+        limit: usize,
+        is_record: &dyn Fn(&str) -> bool,
+        each: &mut dyn FnMut(&str),
+    ) -> io::Result<()> {
+        // One call (one crash point), judged on the live state it lists.
+        let names = self.lock().call(Op::Other, |st| {
+            check_rel(dir)?;
+            let Some(d) = st.dir_id("list", dir)? else {
+                return Ok(Vec::new());
+            };
+            let mut names = Vec::new();
+            for (name, &id) in &st.dir(d).live {
+                if is_record(name) {
+                    let (kind, size) = kind_and_size(st, id);
+                    judge_record(&join(dir, name), kind, size, limit)?;
+                }
+                names.push(name.clone());
+            }
+            Ok(names)
+        })?;
+        for n in &names {
+            each(n);
+        }
+        Ok(())
     }
 
     fn write_new(&self, path: &str, bytes: &[u8]) -> io::Result<()> {

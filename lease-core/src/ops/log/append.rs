@@ -49,8 +49,10 @@ pub struct Appended {
 /// Append one event as the owner of `lease`.
 ///
 /// Steps: pre-check (the cutoff of this generation must not exist; skip if it does: fenced),
-/// find the tail (from the hint, else an `Exists` gallop), read the last event for its hash,
-/// create the next sequence exclusively (on collision read the winner and try the next),
+/// find the tail (from the hint, else an `Exists` gallop, whose answer `T` must have its
+/// predecessor `T-1`, else `EVENT_LOG_GAP`), read the last event for its hash, the guard (`event s+1` must be absent, else `event s` present: a lost race, or absent:
+/// `EVENT_LOG_GAP`, nothing written), create the next sequence exclusively (on collision
+/// read the winner and try the next),
 /// then the post-check: read this generation's cutoff; if absent, list epochs; if a higher
 /// generation exists, finalize (or read) the cutoff. The answer always equals the event's
 /// authority: acknowledged iff `sequence <= cutoff` or no cutoff exists and nothing
@@ -69,7 +71,13 @@ enum AppendState {
     PreCheck,
     HintProbe(Sequence, Digest),
     Tail(Tail),
+    /// TAIL found `T`: is `T - 1` there? (no: `T` is a stray past a gap)
+    TailPrev(Sequence),
     ReadPrev(Sequence),
+    /// About to create event `s` (bytes ready): is `s + 1` already there? (GUARD)
+    GuardNext(Sequence, Digest, Vec<u8>),
+    /// `s + 1` was there: is `s`? (yes: another appender got ahead; no: a gap)
+    GuardThis(Sequence),
     Create(Sequence, Digest),
     ReadWinner(Sequence),
     PostCutoff(Sequence, Digest),
@@ -91,6 +99,7 @@ impl Append {
         }
     }
 
+    /// Event `s` chaining after `prev`, encoded; then the GUARD before creating it.
     fn create(&mut self, s: Sequence, prev: Option<Digest>) -> Step<Appended> {
         let ev = Event {
             run_id: self.lease.run_id.clone(),
@@ -106,8 +115,40 @@ impl Append {
             Ok(b) => b,
             Err(e) => return Step::Done(Err(e)),
         };
-        self.st = AppendState::Create(s, Digest::of(&bytes));
-        Step::Io(Request::CreateExclusive(FileRef::Event(s), bytes))
+        let hash = Digest::of(&bytes);
+        // GUARD (PROTOCOL §7.6 step 4): never create `s` below an event that is already
+        // there. `event s+1` present while `event s` is absent cannot be a legitimate
+        // appender's work: an appender creates `s+1` only after it saw `s` exist (it read
+        // `s` for its `prev_hash`, or created `s` itself, or holds `s` as its acknowledged
+        // hint), and an event is never removed, so from then on `s` exists. A power loss
+        // cannot undo that order either: `s+1` becomes durable only by an fsync of
+        // `events/` made after `s` was linked, and that fsync makes `s` durable too (A2).
+        // So the probe of `s+1` is made first and, if it is there, `s` second: `s` absent
+        // then means a stray or a hand-made gap, and filling `s` below it would leave a log
+        // whose `s+1` does not link to `s` (what `verify` rejects). Past `u64::MAX` there is
+        // no `s+1` to probe.
+        match s.next(&self.lease.run_id) {
+            Ok(after) => {
+                self.st = AppendState::GuardNext(s, hash, bytes);
+                Step::Io(Request::Exists(FileRef::Event(after)))
+            }
+            Err(_) => {
+                self.st = AppendState::Create(s, hash);
+                Step::Io(Request::CreateExclusive(FileRef::Event(s), bytes))
+            }
+        }
+    }
+
+    /// Count one lost race for a sequence; the 10 000th is `EVENT_CONTENTION`.
+    fn collided(&mut self, run: &RunId) -> Result<(), LeaseError> {
+        self.collisions += 1;
+        if self.collisions >= MAX_APPEND_COLLISIONS {
+            return Err(LeaseError::EventContention {
+                run: run.to_string(),
+                attempts: self.collisions,
+            });
+        }
+        Ok(())
     }
 
     fn after_tail(&mut self, tail: u64) -> Step<Appended> {
@@ -118,10 +159,24 @@ impl Append {
                 if let Err(e) = t.next(run) {
                     return Step::Done(Err(e));
                 }
-                self.st = AppendState::ReadPrev(t);
-                Step::Io(Request::Read(FileRef::Event(t)))
+                // TAIL's gallop probes `lo+1, lo+2, lo+4, ...`, so it can land on a stray
+                // past a gap (events 1..5 and a stray 7: it finds 7). The same argument as
+                // the guard's (see `create`): a legitimate `T` exists only after `T-1`
+                // did, so `T-1` absent is a gap, `EVENT_LOG_GAP`, nothing written.
+                match Sequence::new(tail - 1) {
+                    Some(before) => {
+                        self.st = AppendState::TailPrev(t);
+                        Step::Io(Request::Exists(FileRef::Event(before)))
+                    }
+                    None => self.read_prev(t),
+                }
             }
         }
+    }
+
+    fn read_prev(&mut self, t: Sequence) -> Step<Appended> {
+        self.st = AppendState::ReadPrev(t);
+        Step::Io(Request::Read(FileRef::Event(t)))
     }
 }
 
@@ -176,6 +231,16 @@ impl Operation for Append {
                     let v = sub_step!(self.st, AppendState::Tail, [], t, input.take());
                     return self.after_tail(v);
                 }
+                AppendState::TailPrev(t) => match input.take() {
+                    Some(Response::Exists(true)) => return self.read_prev(t),
+                    Some(Response::Exists(false)) => {
+                        return Step::Done(Err(LeaseError::EventLogGap {
+                            run: run.to_string(),
+                            missing: t.get() - 1,
+                        }));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
                 AppendState::ReadPrev(t) | AppendState::ReadWinner(t) => {
                     let bytes = match input.take() {
                         Some(Response::Content(Some(b))) => b,
@@ -196,18 +261,43 @@ impl Operation for Append {
                     };
                     return self.create(next, Some(Digest::of(&bytes)));
                 }
+                AppendState::GuardNext(s, hash, bytes) => match input.take() {
+                    Some(Response::Exists(false)) => {
+                        self.st = AppendState::Create(s, hash);
+                        return Step::Io(Request::CreateExclusive(FileRef::Event(s), bytes));
+                    }
+                    Some(Response::Exists(true)) => {
+                        self.st = AppendState::GuardThis(s);
+                        return Step::Io(Request::Exists(FileRef::Event(s)));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
+                AppendState::GuardThis(s) => match input.take() {
+                    // Another appender created `s` and `s+1` since this one found its
+                    // tail: a lost race, like `AlreadyExists`; find the new tail from `s`.
+                    Some(Response::Exists(true)) => {
+                        if let Err(e) = self.collided(&run) {
+                            return Step::Done(Err(e));
+                        }
+                        self.st = AppendState::Tail(Tail::new(s.get()));
+                    }
+                    // `s+1` without `s`: a stray or a gap (see `create`); nothing written.
+                    Some(Response::Exists(false)) => {
+                        return Step::Done(Err(LeaseError::EventLogGap {
+                            run: run.to_string(),
+                            missing: s.get(),
+                        }));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
                 AppendState::Create(s, hash) => match input.take() {
                     Some(Response::Created) => {
                         self.st = AppendState::PostCutoff(s, hash);
                         return Step::Io(Request::Read(FileRef::Cutoff(g)));
                     }
                     Some(Response::AlreadyExists) => {
-                        self.collisions += 1;
-                        if self.collisions >= MAX_APPEND_COLLISIONS {
-                            return Step::Done(Err(LeaseError::EventContention {
-                                run: run.to_string(),
-                                attempts: self.collisions,
-                            }));
+                        if let Err(e) = self.collided(&run) {
+                            return Step::Done(Err(e));
                         }
                         self.st = AppendState::ReadWinner(s);
                         return Step::Io(Request::Read(FileRef::Event(s)));
