@@ -150,13 +150,18 @@ pub enum LeaseError {
         /// What does not match.
         detail: String,
     },
-    /// The event log has a hole: sequence `missing` is absent but a later one exists.
-    #[error("run {run}: event {missing} is missing but later events exist")]
+    /// The event log has a hole: sequence `missing` is absent but a later one exists. Both
+    /// files are named, so the repair (restore the missing one, or move the later strays
+    /// out) can be done from the message.
+    #[error("run {run}: event {missing} (events/{missing:020}.json) is missing but {}", later_event(*.later))]
     EventLogGap {
         /// The run.
         run: String,
         /// The first missing sequence.
         missing: u64,
+        /// A sequence seen to exist above it (the highest the reader counted), 0 if the
+        /// missing event itself was seen a moment before (removed under the reader).
+        later: u64,
     },
     /// The next generation or sequence would overflow `u64`.
     #[error("run {run}: {what} cannot be incremented past {value}")]
@@ -300,6 +305,14 @@ fn file_suffix(file: &Option<String>) -> String {
     match file {
         Some(f) => format!(" in file {f}"),
         None => String::new(),
+    }
+}
+
+fn later_event(later: u64) -> String {
+    if later == 0 {
+        "it existed a moment ago (removed while being read)".into()
+    } else {
+        format!("event {later} (events/{later:020}.json) exists")
     }
 }
 

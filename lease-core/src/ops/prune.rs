@@ -377,6 +377,7 @@ impl Operation for Prune {
                             return Step::Done(Err(LeaseError::EventLogGap {
                                 run: run.to_string(),
                                 missing: s,
+                                later: self.tail,
                             }));
                         }
                         other => return Step::Done(Err(violation("Content", &other))),

@@ -237,6 +237,7 @@ impl Operation for Append {
                         return Step::Done(Err(LeaseError::EventLogGap {
                             run: run.to_string(),
                             missing: t.get() - 1,
+                            later: t.get(),
                         }));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
@@ -248,6 +249,9 @@ impl Operation for Append {
                             return Step::Done(Err(LeaseError::EventLogGap {
                                 run: run.to_string(),
                                 missing: t.get(),
+                                // `t` was seen to exist (the tail, or a winner's create)
+                                // and is gone now: removed under the appender.
+                                later: 0,
                             }));
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
@@ -286,6 +290,7 @@ impl Operation for Append {
                         return Step::Done(Err(LeaseError::EventLogGap {
                             run: run.to_string(),
                             missing: s.get(),
+                            later: s.get() + 1,
                         }));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),

@@ -22,6 +22,7 @@ fn read_linked(
     s: Sequence,
     answer: Option<Response>,
     prev: Option<&Digest>,
+    highest: u64,
 ) -> Result<(Event, Digest), LeaseError> {
     let bytes = match answer {
         Some(Response::Content(Some(b))) => b,
@@ -29,6 +30,7 @@ fn read_linked(
             return Err(LeaseError::EventLogGap {
                 run: run.to_string(),
                 missing: s.get(),
+                later: highest.max(s.get() + 1),
             });
         }
         other => return Err(violation("Content", &other)),
@@ -124,21 +126,27 @@ impl JudgeLog {
         };
         // The first pass checked this link already: breaking it now means the log
         // changed while it was read.
-        let (event, hash) =
-            read_linked(run, s, Some(r), self.prev.as_ref()).map_err(|e| match e {
-                LeaseError::ChainBroken {
-                    run,
-                    chain,
-                    at,
-                    detail,
-                } => LeaseError::ChainBroken {
-                    run,
-                    chain,
-                    at,
-                    detail: format!("{detail} (the log changed while it was read)"),
-                },
-                other => other,
-            })?;
+        let (event, hash) = read_linked(
+            run,
+            s,
+            Some(r),
+            self.prev.as_ref(),
+            self.last.as_ref().map_or(0, |(l, _)| l.get()),
+        )
+        .map_err(|e| match e {
+            LeaseError::ChainBroken {
+                run,
+                chain,
+                at,
+                detail,
+            } => LeaseError::ChainBroken {
+                run,
+                chain,
+                at,
+                detail: format!("{detail} (the log changed while it was read)"),
+            },
+            other => other,
+        })?;
         if let Some((last, want)) = &self.last {
             if s == *last && hash != *want {
                 return Err(LeaseError::ChainBroken {
@@ -303,10 +311,11 @@ impl Operation for ReadEvents {
                             return Step::Done(Err(violation("a sequence", &input)));
                         };
                         let prev = self.last.as_ref().map(|(_, h)| h);
-                        let (ev, hash) = match read_linked(&run, s, input.take(), prev) {
-                            Ok(linked) => linked,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let (ev, hash) =
+                            match read_linked(&run, s, input.take(), prev, self.highest) {
+                                Ok(linked) => linked,
+                                Err(e) => return Step::Done(Err(e)),
+                            };
                         self.last = Some((s, hash.clone()));
                         if self.keep {
                             self.events.push((ev, hash));
