@@ -178,6 +178,16 @@ impl Lease {
         self.auth.run_id()
     }
 
+    /// Whether `store/run.sqlite` exists in the folder (looked at beneath the held root,
+    /// without following a symlink); `None` when there is no folder here or it cannot be
+    /// looked at. For status's next step: a store the chain names but this folder lacks
+    /// makes the next `runlease run` refuse (`STORE_MISSING`) before it claims.
+    pub fn store_present(&self) -> Option<bool> {
+        self.folder
+            .as_ref()
+            .and_then(|f| f.fs().exists(lease_core::layout::STORE_FILE).ok())
+    }
+
     /// [`run_status_json`] of the folder, `null` when there is no folder here.
     pub fn run_status(&self) -> Value {
         self.folder
@@ -432,14 +442,25 @@ pub fn shell_path(p: &Path) -> String {
 /// The next step `status` prints: lease-core's [`next_step`](lease_core::diagnose::next_step)
 /// for the view and `run.json` (a free run the next `runlease run` would refuse needs
 /// doctor first), worded as a command.
-pub fn status_next_step(view: &StatusView, dir: &Path, run_status: &Value) -> String {
-    crate::diagnosis::render_next(&status_next(view, run_status), dir)
+pub fn status_next_step(
+    view: &StatusView,
+    dir: &Path,
+    run_status: &Value,
+    store_present: Option<bool>,
+) -> String {
+    crate::diagnosis::render_next(&status_next(view, run_status, store_present), dir)
 }
 
-/// lease-core's one next step for what `status` read.
-fn status_next(view: &StatusView, run_status: &Value) -> lease_core::diagnose::Next {
+/// lease-core's one next step for what `status` read (`store_present`:
+/// [`Lease::store_present`]).
+fn status_next(
+    view: &StatusView,
+    run_status: &Value,
+    store_present: Option<bool>,
+) -> lease_core::diagnose::Next {
     let mut facts = lease_core::diagnose::Facts::of_view(view.clone());
     facts.run_json = crate::diagnosis::run_json_facts(run_status);
+    facts.store_present = store_present;
     lease_core::diagnose::next_step(&facts)
 }
 
@@ -493,12 +514,13 @@ pub fn status_json(
     run_id: &str,
     view: &StatusView,
     run_status: Value,
+    store_present: Option<bool>,
     authority: Option<&str>,
 ) -> Value {
     let head = view.head.as_ref();
     let active = head.is_some_and(Head::is_active);
     let expect = head.filter(|h| h.is_active()).map(Expectation::of);
-    let next = status_next(view, &run_status);
+    let next = status_next(view, &run_status, store_present);
     let (liveness, dead) = match &view.liveness {
         None => (Value::Null, Value::Null),
         Some(Ok(())) => (json!("definitely dead"), json!(true)),
@@ -540,10 +562,29 @@ pub fn status_json(
 }
 
 /// The status of one run as aligned human lines (`run_status`: [`run_status_json`]).
-pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<String> {
+pub fn status_human(
+    dir: &Path,
+    view: &StatusView,
+    run_status: &Value,
+    store_present: Option<bool>,
+) -> Vec<String> {
     let mut l = vec![format!("{}: {}", dir.display(), view.status.name())];
     let mut row = |k: &str, v: String| l.push(format!("  {k:<11}{v}"));
-    if let Some(line) = run_status_human(run_status) {
+    if let Some(mut line) = run_status_human(run_status) {
+        // `running` for a generation the chain has moved past (its owner crashed, or a
+        // replacement died before rewriting run.json): say so (PROTOCOL §4: out of date).
+        let head = view.head.as_ref().map(|h| h.generation().get());
+        if let (Some("running"), Some(g), Some(h)) = (
+            run_status["status"].as_str(),
+            run_status["generation"].as_u64(),
+            head,
+        ) {
+            if g < h {
+                line.push_str(&format!(
+                    " (out of date: the lease chain moved on to generation {h}; the state below is the chain's)"
+                ));
+            }
+        }
         row("run.json", line);
     }
     match &view.head {
@@ -597,7 +638,10 @@ pub fn status_human(dir: &Path, view: &StatusView, run_status: &Value) -> Vec<St
             }
         }
     }
-    row("next", status_next_step(view, dir, run_status));
+    row(
+        "next",
+        status_next_step(view, dir, run_status, store_present),
+    );
     l
 }
 

@@ -8,8 +8,8 @@
 //!    `--init` (`RUN_FOLDER_FOREIGN`, 64). The root, every existing layout folder and the
 //!    root files must be ours and not open to others (`RUN_NOT_OWNED`, 77); nothing is
 //!    chmodded. Then check its layout (a misplaced file or a symlinked folder is refused,
-//!    65, before anything is written); check that the program can be started (126 not
-//!    executable, 127 not found: nothing is claimed).
+//!    65, before anything is written). Before all of this, check that the program can be
+//!    started (126 not executable, 127 not found: nothing is created or claimed).
 //! 2. Open the run with [`Run::open`] (its crate docs give the order): kernel owner lock,
 //!    `run.json`, claim (with `--retire-dead`, a definitely-dead owner is retired first;
 //!    with `--takeover-stale`, a stale owner's record is first watched unchanged for its
@@ -62,7 +62,6 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 use serde_json::json;
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -122,18 +121,35 @@ impl Fwd {
     }
 }
 
-/// Check that `program` can be started the way `/bin/sh`'s `exec` will (PATH lookup for a
-/// bare name): 127 when not found, 126 when found but not an executable file. Checked
-/// before anything is claimed; a program that vanishes between this check and the exec
-/// gets the same codes from the shell.
+/// The search path `/bin/sh` (dash) uses when `PATH` is unset; the spawn gate's `exec`
+/// looks the program up with it then.
+const SH_DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Check that `program` can be started the way the spawn gate's `/bin/sh` `exec` will
+/// start it (execvp's lookup: a name with a `/` is used as it is; a bare name is searched
+/// in `PATH`, an empty entry meaning the current folder, and `/bin/sh`'s default path
+/// when `PATH` is unset): 127 when not found, 126 when found but not a file this process
+/// may execute (`faccessat(X_OK, AT_EACCESS)`: the effective ids, as `execve` judges).
+/// Checked first of all, before the run folder is created or anything claimed, so
+/// `runlease run DIR -- no-such-program` leaves no trace. A program that vanishes between
+/// this check and the exec gets the same codes from the shell (after the claim).
 fn check_program(program: &str) -> Result<(), CliError> {
-    let executable =
-        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let executable = |p: &Path| -> std::io::Result<bool> {
+        let m = std::fs::metadata(p)?;
+        Ok(m.is_file()
+            && rustix::fs::accessat(
+                rustix::fs::CWD,
+                p,
+                rustix::fs::Access::EXEC_OK,
+                rustix::fs::AtFlags::EACCESS,
+            )
+            .is_ok())
+    };
     let not_started = |exit: i32, why: &str| {
         CliError::new(
             Code::CommandNotStarted,
             exit,
-            format!("cannot start {program}: {why}; nothing was claimed"),
+            format!("cannot start {program}: {why}; nothing was created or claimed"),
         )
     };
     if program.contains('/') {
@@ -146,7 +162,7 @@ fn check_program(program: &str) -> Result<(), CliError> {
             Err(e) => Err(not_started(126, &e.to_string())),
         };
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
+    let path = std::env::var_os("PATH").unwrap_or_else(|| SH_DEFAULT_PATH.into());
     let mut found_other = false;
     for d in std::env::split_paths(&path) {
         let d = if d.as_os_str().is_empty() {
@@ -195,6 +211,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     if argv.first().is_none_or(|p| p.is_empty()) {
         return Err(CliError::usage("no command given after `--`"));
     }
+    // The program first: one that cannot be started creates nothing (no folder, no
+    // layout, no claim).
+    check_program(&argv[0])?;
     // lease-run's own checks of the options (e.g. the stale_after - self_fence_after
     // margin its watchdog needs), before anything is created.
     let abs_guess = std::path::absolute(&opts.dir).unwrap_or_else(|_| opts.dir.clone());
@@ -254,12 +273,13 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     // that exists is judged (owner, mode) before the first write; nothing is chmodded.
     let rundir = crate::common::init_run(&opts.dir, opts.init)?.run;
     // The layout and every command record, as the open will judge them: refused (65, 76)
-    // before the program check and before anything is written.
+    // before anything is written. The open judges them again under the owner lock, with
+    // the lease half of the preflight (the log as `verify` checks it, names above the
+    // head, the store the chain names).
     lease_run::preflight(&rundir).map_err(CliError::from)?;
     let abs = std::fs::canonicalize(&opts.dir)
         .or_else(|_| std::path::absolute(&opts.dir))
         .unwrap_or_else(|_| opts.dir.clone());
-    check_program(&argv[0])?;
     // The observer's view of the lease (the folder itself, or etcd); lease-run opens its
     // own connection for the owner.
     let rundir = crate::common::open_lease(&opts.dir, &opts.authority, Some(rundir))?;

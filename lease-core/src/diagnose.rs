@@ -22,6 +22,7 @@
 use crate::Generation;
 use crate::code::Code;
 use crate::ops::{Head, ShortTail, Status, StatusView, VerifyReport};
+use crate::records::EpochRecord;
 use crate::seal::seal_of;
 
 /// What `run.json` says, as far as a diagnosis needs it.
@@ -392,15 +393,45 @@ fn run_json_ahead(facts: &Facts) -> Option<String> {
 
 /// The one next step for the run as observed (what `status` prints): by its state, except
 /// that a free run the next claim would refuse (an unreadable `run.json`, the last run's
-/// store refusal, `run.json` ahead of the chain) needs doctor first.
+/// store refusal, a store the head names that the folder lacks, `run.json` ahead of the
+/// chain) needs doctor first.
 pub fn next_step(facts: &Facts) -> Next {
     let blocked = matches!(facts.run_json, RunJsonFacts::Invalid { .. })
         || store_refusal(&facts.run_json).is_some()
+        || named_store_missing(facts)
         || run_json_ahead(facts).is_some();
     if matches!(facts.view.status, Status::Free) && blocked {
         return Next::DoctorBeforeRun;
     }
     next_for_view(&facts.view)
+}
+
+/// The store `epoch` names for whoever owns the run after it ([`seal_of`]): its seal, or
+/// a store floor above 0; `None` when it names none (a new store may then be created).
+/// The one judgement of "the chain names a store" for doctor's `STORE_MISSING`, status's
+/// next step and lease-run's preflight (which refuses a claim that would find it missing).
+pub fn named_store(epoch: &EpochRecord) -> Option<NamedStore> {
+    match seal_of(epoch) {
+        (Some(s), _) => Some(NamedStore::Sealed {
+            sequence: s.sequence,
+            generation: s.generation,
+            store_id: s.store_id.to_string(),
+        }),
+        (None, Some((floor, generation))) if floor > 0 => {
+            Some(NamedStore::Floor { floor, generation })
+        }
+        _ => None,
+    }
+}
+
+/// Whether the head names a store ([`named_store`]) that the folder was seen to lack.
+fn named_store_missing(facts: &Facts) -> bool {
+    facts.store_present == Some(false)
+        && facts
+            .view
+            .head
+            .as_ref()
+            .is_some_and(|h| named_store(&h.epoch).is_some())
 }
 
 /// The next step by the view's state alone.
@@ -550,18 +581,7 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
         ),
     }
     if let (Some(h), Some(false)) = (&view.head, facts.store_present) {
-        let named = match seal_of(&h.epoch) {
-            (Some(s), _) => Some(NamedStore::Sealed {
-                sequence: s.sequence,
-                generation: s.generation,
-                store_id: s.store_id.to_string(),
-            }),
-            (None, Some((floor, generation))) if floor > 0 => {
-                Some(NamedStore::Floor { floor, generation })
-            }
-            _ => None,
-        };
-        if let Some(named) = named {
+        if let Some(named) = named_store(&h.epoch) {
             push(
                 FindingCode::StoreMissing,
                 Severity::Error,

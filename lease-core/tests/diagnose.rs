@@ -145,8 +145,15 @@ fn a_missing_store_is_reported_once_when_run_json_names_the_same_refusal() {
     // The store file is there: nothing to say.
     facts.store_present = Some(true);
     assert_eq!(codes(&diagnose(&facts)), ["OK"]);
-    // Gone while the chain names a seal: STORE_MISSING, naming the seal.
+    assert_eq!(next_step(&facts), Next::Claim);
+    // Gone while the chain names a seal: STORE_MISSING, naming the seal; and the next
+    // step is doctor, not "claim it" (the claim's preflight refuses it, issue #17).
     facts.store_present = Some(false);
+    assert_eq!(next_step(&facts), Next::DoctorBeforeRun);
+    assert!(matches!(
+        named_store(&facts.view.head.as_ref().unwrap().epoch),
+        Some(NamedStore::Sealed { sequence: 4, .. })
+    ));
     let f = diagnose(&facts);
     assert_eq!(codes(&f), ["STORE_MISSING"]);
     match &f[0].subject {
@@ -163,6 +170,7 @@ fn a_missing_store_is_reported_once_when_run_json_names_the_same_refusal() {
     facts.store_present = None;
     facts.run_json = RunJsonFacts::Absent;
     assert_eq!(codes(&diagnose(&facts)), ["OK"]);
+    assert_eq!(next_step(&facts), Next::Claim);
 }
 
 #[test]

@@ -41,7 +41,12 @@
 //!    `lock_timeout`; held → `OWNER_LOCK_HELD` (76). With etcd, then the connection to the
 //!    cluster.
 //! 2. `read-status`: the previous `run.json`; an invalid one is `RECORD_INVALID` (65) and is
-//!    never overwritten (nothing is claimed).
+//!    never overwritten (nothing is claimed). Then the preflight, read-only: the layout and
+//!    every command record ([`preflight`]); the head readable and reaching `run.json`
+//!    ([`chain_reaches`]); and unless the run is held and will not be replaced, the whole
+//!    log and both chains by the call `runlease verify` makes (its codes), no heartbeat,
+//!    cutoff or command record named above the head (`RUN_LAYOUT_INVALID`), and the store
+//!    the chain names present (`STORE_MISSING`). A refusal here uses up no generation.
 //! 3. `claim`: claim the lease; with [`OpenOptions::takeover`], an exact takeover of a
 //!    stale owner instead (the caller's observation: owner id, heartbeat time and count);
 //!    with [`OpenOptions::retire_dead`], a definitely-dead owner (judged with the owner lock
@@ -66,12 +71,14 @@
 //!    (65). The commit gate (the self-fence rule) is installed; the store is live.
 //! 10. `live`: `run.json` rewritten with the seal cleared.
 //!
-//! A failure after the claim undoes the open: tasks stopped; unless fenced, the store is
-//! sealed if it was opened (else the seal the chain required is re-issued, stamped with
-//! this generation, which committed nothing: a failed open never drops the identity
-//! binding), `run.json` is written `failed` with `detail` = the error's code and message,
-//! and the lease is released with that seal; the owner lock is dropped; the watchdog thread
-//! ends.
+//! A failure after the claim (at any step, including a claim or takeover that failed after
+//! creating its epoch) hands the run back: tasks stopped; unless fenced, the store is
+//! sealed if it was opened (else the seal the chain requires of this owner, known from the
+//! claim on, is re-issued, stamped with this generation, which committed nothing: a failed
+//! open never drops the identity binding), `run.json` is written `failed` with `detail` =
+//! the error's code and message (best effort: if it cannot be written the release still
+//! happens), and the lease is released with that seal, so the run is free; the owner lock
+//! is dropped; the watchdog thread ends.
 //!
 //! ## The store ([`Run::store`], [`RunStore`])
 //!

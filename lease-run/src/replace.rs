@@ -11,7 +11,15 @@
 //!   verified first, because a replacement finalizes the old owner's cutoff over the whole
 //!   event log;
 //! - the replacement acts on exactly the head that was observed (an [`Expectation`]), so a
-//!   head that changed meanwhile is a race, never a wrong replacement.
+//!   head that changed meanwhile is a race, never a wrong replacement;
+//! - `run.json` follows the owner change ([`RunJsonUpdate`]): it is rewritten `failed`,
+//!   as the generation that replaced the owner, with a detail saying what happened, so it
+//!   no longer says `running` for a generation that lost the lease. A takeover writes it
+//!   while its own generation is still the active head (before it releases: no other
+//!   owner can claim in between); a retirement writes it holding the kernel owner lock
+//!   (no owner on this host can claim in between). An unreadable `run.json` or one
+//!   written by a newer generation is left as it is (reported by `doctor`, never
+//!   repaired).
 //!
 //! ```no_run
 //! use lease_run::replace::Replacer;
@@ -23,6 +31,7 @@
 //!     let owner_id = lease_core::Identity::new("ops-retire-1").unwrap();
 //!     let retired = r.retire(&owner, owner_id, now, 7)?;
 //!     println!("retired generation {}; its events count through {}", retired.retired, retired.cutoff);
+//!     println!("run.json: {:?}", retired.run_json);
 //! }
 //! # Ok(()) }
 //! ```
@@ -32,16 +41,17 @@ use crate::error::RunError;
 use crate::procs::boottime_ns;
 use lease_core::LeaseError;
 use lease_core::ops::{
-    Expectation, Head, ReleaseParams, Request, Response, RetireParams, Retired, Status, StatusView,
+    Expectation, Head, ReleaseParams, Request, Response, RetireParams, Status, StatusView,
     TakeoverParams, TakeoverTrigger,
 };
 use lease_core::watch::{StaleWatch, Verdict, watch_key};
 use lease_core::{
-    FileRef, Generation, Identity, LeaseOps, RetirementRecord, Timestamp, decode_for,
+    EpochState, FileRef, Generation, Identity, LeaseOps, RetirementRecord, RunState, RunStatus,
+    Timestamp, decode_for, encode,
 };
 use lease_fs::lock::OwnerLock;
-use lease_fs::{ProcLiveness, RunDir, this_holder};
-use std::path::Path;
+use lease_fs::{ProcLiveness, RunDir, primitives, this_holder};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,12 +86,53 @@ pub struct TakenOver {
     pub released: Result<Generation, RunError>,
     /// The old owner's cutoff: its events count through this sequence.
     pub cutoff: Option<u64>,
+    /// What became of `run.json` (written before the release, as [`TakenOver::generation`]).
+    pub run_json: RunJsonUpdate,
+}
+
+/// What a retirement did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetiredOwner {
+    /// The retired generation.
+    pub retired: Generation,
+    /// The new, free (`retired`) epoch.
+    pub generation: Generation,
+    /// The cutoff recorded for the retired generation (its events up to this sequence
+    /// count).
+    pub cutoff: u64,
+    /// What became of `run.json` (written as [`RetiredOwner::generation`]).
+    pub run_json: RunJsonUpdate,
+}
+
+/// What a replacement did to `run.json` (the advisory record of PROTOCOL §4 that
+/// `runlease run` writes), so it does not keep saying `running` for the generation that
+/// lost the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunJsonUpdate {
+    /// Rewritten `failed` as `generation` (the replacement's), `detail` saying what
+    /// happened; the heartbeat time of the replaced record kept.
+    Written {
+        /// The generation it was written as.
+        generation: Generation,
+    },
+    /// Left as it was: no run folder on this host (the lease in etcd), `run.json`
+    /// unreadable (reported by `doctor`, never repaired) or written by a newer generation,
+    /// the owner lock held by another process, the head moved on, or the write failed.
+    Left {
+        /// Why, in one sentence.
+        why: String,
+    },
 }
 
 /// The lease of one run, opened to replace its owner (see the module docs).
 pub struct Replacer {
     auth: Arc<dyn LeaseAuthority>,
-    _lock: Option<OwnerLock>,
+    /// The run folder on this host, if any (`run.json` lives there whatever the authority).
+    folder: Option<Arc<RunDir>>,
+    path: PathBuf,
+    lock: Option<OwnerLock>,
 }
 
 impl Replacer {
@@ -116,9 +167,12 @@ impl Replacer {
                 } else {
                     None
                 };
+                let dir = Arc::new(dir);
                 Ok(Replacer {
-                    auth: Arc::new(FolderAuthority(Arc::new(dir))),
-                    _lock: lock,
+                    auth: Arc::new(FolderAuthority(dir.clone())),
+                    folder: Some(dir),
+                    path: path.to_path_buf(),
+                    lock,
                 })
             }
             #[cfg(feature = "etcd")]
@@ -132,7 +186,10 @@ impl Replacer {
                 let _ = lock;
                 Ok(Replacer {
                     auth: Arc::new(auth),
-                    _lock: None,
+                    // run.json stays in the folder, if this host has one.
+                    folder: RunDir::open(path).ok().map(Arc::new),
+                    path: path.to_path_buf(),
+                    lock: None,
                 })
             }
         }
@@ -162,22 +219,45 @@ impl Replacer {
 
     /// Retire exactly `owner`'s head if it is definitely dead (`RETIRE_REFUSED_NOT_DEAD`,
     /// 76, otherwise; `TAKEOVER_RACE`, 75, if the head changed), as `owner_id` at wall
-    /// time `now`.
+    /// time `now`; then `run.json` is rewritten `failed` as the retirement's generation,
+    /// holding the owner lock ([`RunJsonUpdate`]; with etcd the lock is taken for the
+    /// write if it can be).
     pub fn retire(
         &self,
         owner: &Observed,
         owner_id: Identity,
         now: Timestamp,
         nonce: u64,
-    ) -> Result<Retired, RunError> {
-        self.auth.retire(RetireParams {
+    ) -> Result<RetiredOwner, RunError> {
+        let holder = this_holder()?;
+        let r = self.auth.retire(RetireParams {
             run_id: self.auth.run_id().clone(),
-            owner_id,
-            holder: this_holder()?,
+            owner_id: owner_id.clone(),
+            holder: holder.clone(),
             policy: owner.head.epoch.policy,
             now,
             expect: Some(Expectation::of(&owner.head)),
             nonce,
+        })?;
+        let old = &owner.head.epoch;
+        let detail = format!(
+            "generation {} (owner {}, pid {} on {}) was found dead and retired as generation {}; its events count through sequence {}",
+            r.retired, old.owner_id, old.holder.pid, old.holder.host, r.generation, r.cutoff
+        );
+        let run_json = self.follow_owner_change(
+            Writer {
+                generation: r.generation,
+                owner_id: &owner_id,
+                holder,
+                state: EpochState::Retired,
+            },
+            detail,
+        );
+        Ok(RetiredOwner {
+            retired: r.retired,
+            generation: r.generation,
+            cutoff: r.cutoff,
+            run_json,
         })
     }
 
@@ -245,7 +325,9 @@ impl Replacer {
     /// Take over exactly `expect` as an operator would, `watched` being how long
     /// [`Replacer::watch`] saw it unchanged (refused if that is not more than the owner's
     /// `stale_after`, or if the head differs: nothing is written then), and release at once
-    /// so the run is free for its next owner. `now` is read for each of the two steps.
+    /// so the run is free for its next owner. `now` is read for each step. In between,
+    /// while the takeover's generation is still the active head, `run.json` is rewritten
+    /// `failed` as that generation ([`RunJsonUpdate`]).
     pub fn takeover_and_release(
         &self,
         owner: &Observed,
@@ -255,10 +337,11 @@ impl Replacer {
         now: impl Fn() -> Result<Timestamp, RunError>,
         nonce: u64,
     ) -> Result<TakenOver, RunError> {
+        let holder = this_holder()?;
         let lease = self.auth.takeover(TakeoverParams {
             run_id: self.auth.run_id().clone(),
-            owner_id,
-            holder: this_holder()?,
+            owner_id: owner_id.clone(),
+            holder: holder.clone(),
             policy: owner.head.epoch.policy,
             now: now()?,
             expect,
@@ -268,6 +351,28 @@ impl Replacer {
             nonce,
         })?;
         let cutoff = self.read_cutoff(owner.head.generation());
+        let old = &owner.head.epoch;
+        let detail = format!(
+            "generation {} (owner {}, pid {} on {}) was stale and taken over by an operator as generation {}, which released the run at once; {}",
+            old.generation,
+            old.owner_id,
+            old.holder.pid,
+            old.holder.host,
+            lease.generation,
+            match cutoff {
+                Some(c) => format!("its events count through sequence {c}"),
+                None => "its cutoff could not be read".into(),
+            }
+        );
+        let run_json = self.follow_owner_change(
+            Writer {
+                generation: lease.generation,
+                owner_id: &owner_id,
+                holder,
+                state: EpochState::Active,
+            },
+            detail,
+        );
         let released = now().and_then(|now| {
             self.auth.release(ReleaseParams {
                 lease: lease.clone(),
@@ -279,7 +384,102 @@ impl Replacer {
             generation: lease.generation,
             released,
             cutoff,
+            run_json,
         })
+    }
+
+    /// Rewrite `run.json` after this replacer changed the owner (module docs), as `w`:
+    /// only while the head is still `w`'s epoch (its active takeover, or its retirement)
+    /// and, for a retirement, holding the owner lock. Order of writes: a temp file
+    /// `.tmp-*` beside `run.json` is written and fsynced, renamed over `run.json`, and the
+    /// run folder fsynced (`primitives::replace`, durable). A crash before the rename
+    /// leaves the old `run.json` (and an orphan temp file, which `doctor` reports and
+    /// `--clean-temp` removes); after it, the new one. Either way the chain already
+    /// changed: `status` reads the owner from the chain, and a `run.json` written by an
+    /// older generation than the head is out of date (PROTOCOL §4), which the next
+    /// `runlease run` overwrites.
+    fn follow_owner_change(&self, w: Writer<'_>, detail: String) -> RunJsonUpdate {
+        let left = |why: String| RunJsonUpdate::Left { why };
+        let Some(folder) = &self.folder else {
+            return left("there is no run folder on this host".into());
+        };
+        // A retirement leaves the run free: only the owner lock keeps a new owner on
+        // this host from claiming (and writing run.json) meanwhile.
+        let mut taken = None;
+        if w.state != EpochState::Active && self.lock.is_none() {
+            match OwnerLock::acquire_timeout(&self.path, RETIRE_LOCK_TIMEOUT) {
+                Ok(Some(l)) => taken = Some(l),
+                Ok(None) => {
+                    return left("another process on this host holds the run's owner lock".into());
+                }
+                Err(e) => return left(format!("the owner lock cannot be taken: {e}")),
+            }
+        }
+        let now = match crate::run::wall_now() {
+            Ok(n) => n,
+            Err(e) => return left(e.to_string()),
+        };
+        let head = match self.auth.status(now, false) {
+            Ok(v) => v.head,
+            Err(e) => {
+                return left(format!(
+                    "the head cannot be read: {}",
+                    e.code().prefixed(&e)
+                ));
+            }
+        };
+        let ours = head.as_ref().is_some_and(|h| {
+            h.generation() == w.generation
+                && h.epoch.state == w.state
+                && h.epoch.owner_id == *w.owner_id
+        });
+        if !ours {
+            return left(format!(
+                "the run moved on from generation {} before run.json was written",
+                w.generation
+            ));
+        }
+        let previous = match crate::diagnosis::read_run_json(folder) {
+            Ok(p) => p,
+            Err(e) => return left(format!("{e}; it is left as it is (runlease doctor)")),
+        };
+        if let Some(p) = previous.as_ref().filter(|p| p.generation >= w.generation) {
+            return left(format!(
+                "run.json was written by generation {}, not older than {}",
+                p.generation, w.generation
+            ));
+        }
+        let record = RunStatus {
+            run_id: self.auth.run_id().clone(),
+            status: RunState::Failed,
+            generation: w.generation,
+            sealed_sequence: None,
+            wake_at: None,
+            holder: Some(w.holder),
+            heartbeat_at: previous.and_then(|p| p.heartbeat_at),
+            updated_at: now,
+            detail: Some(truncate_detail(detail)),
+        };
+        let written = encode(&record).map_err(RunError::from).and_then(|b| {
+            primitives::replace(&**folder.fs(), &FileRef::RunStatus.path(), &b, true).map_err(|e| {
+                RunError::from(lease_fs::FsError::io(
+                    self.auth.run_id().as_str(),
+                    "replace",
+                    "run.json",
+                    e,
+                ))
+            })
+        });
+        drop(taken);
+        match written {
+            Ok(()) => RunJsonUpdate::Written {
+                generation: w.generation,
+            },
+            Err(e) => left(format!(
+                "writing run.json failed: {}",
+                e.code().prefixed(&e)
+            )),
+        }
     }
 
     fn read_cutoff(&self, g: Generation) -> Option<u64> {
@@ -292,4 +492,26 @@ impl Replacer {
             _ => None,
         }
     }
+}
+
+/// Who changed the owner, for [`Replacer::follow_owner_change`].
+struct Writer<'a> {
+    /// The generation it created (a takeover's active epoch, a retirement).
+    generation: Generation,
+    owner_id: &'a Identity,
+    holder: lease_core::Holder,
+    /// The state of that epoch while `run.json` is written.
+    state: EpochState,
+}
+
+/// `detail` cut to the record's limit (at a character boundary).
+fn truncate_detail(mut d: String) -> String {
+    let mut cut = lease_core::records::DETAIL_MAX_BYTES;
+    if d.len() > cut {
+        while !d.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        d.truncate(cut);
+    }
+    d
 }

@@ -1,9 +1,9 @@
 //! lease-run with its lease in a real 3-member etcd cluster (`Authority::Etcd`): open,
 //! commit, release and reopen (the seal lives in the lease chain in etcd; run.json and the
 //! store stay in the folder); a second owner refused while the first holds the lease; a
-//! folder lacking the store the chain names (`STORE_MISSING`); the owner fenced, its
-//! command killed, when the whole cluster is stopped; a takeover only after the owner's
-//! etcd lease expired.
+//! folder lacking the store the chain names (`STORE_MISSING`, before any claim, also in a
+//! race of eight hosts); the owner fenced, its command killed, when the whole cluster is
+//! stopped; a takeover only after the owner's etcd lease expired.
 #![cfg(feature = "etcd")]
 
 // Each test crate uses a part of the harness.
@@ -170,10 +170,14 @@ fn a_second_owner_is_refused_while_the_first_holds_the_etcd_lease() {
         assert_eq!(err.code().as_str(), "OWNER_LOCK_HELD");
         run.commit(Batch::new().put("k", "1")).await.unwrap();
         run.release(FinalStatus::Done).await.unwrap();
-        // Free now, but the chain names a store host-b's folder lacks.
+        // Free now, but the chain names a store host-b's folder lacks: refused by the
+        // preflight, before the claim (issue #17), so the lease in etcd is untouched.
+        let obs = observer(&cluster, "t-held", "job");
+        let head = |o: &EtcdLease| o.status(now_ts(), false).unwrap().head.unwrap();
+        let before = head(&obs).generation();
         let err = Run::open(&b, o.clone()).await.unwrap_err();
         assert_eq!(err.code().as_str(), "STORE_MISSING", "{err}");
-        // The refused open was undone: released again with the seal carried forward, so
+        assert_eq!(head(&obs).generation(), before, "nothing was claimed");
         // host-a's folder still opens with its store.
         let run = Run::open(&a, o.clone()).await.unwrap();
         assert_eq!(run.store().head().unwrap(), 1);
@@ -335,4 +339,64 @@ fn an_unreachable_cluster_fails_the_open_with_unavailable() {
         started.elapsed()
     );
     assert!(!path.join("run.json").exists());
+}
+
+/// Issue #17: eight hosts race for a free run whose chain names a store only one of them
+/// has. The hosts lacking it refuse before they claim (`STORE_MISSING`, or the run is held
+/// by then), so the one with the store wins and no generation is used up by the others.
+/// (Before the preflight checked the store, a host lacking it claimed first, found out,
+/// and released: the rightful host lost the race and nobody won.)
+#[test]
+fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
+    let Some((_g, cluster)) = setup() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let o = opts(&cluster, "t-race8");
+    let host = |i: usize| tmp.path().join(format!("host-{i}")).join("job");
+    let obs = observer(&cluster, "t-race8", "job");
+    rt().block_on(async {
+        let run = Run::open(&host(0), o.clone()).await.unwrap();
+        run.commit(Batch::new().put("k", "v")).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+    let released = obs
+        .status(now_ts(), false)
+        .unwrap()
+        .head
+        .unwrap()
+        .generation();
+    let results: Vec<(usize, Result<u64, String>)> = rt().block_on(async {
+        let mut tasks = Vec::new();
+        for i in (0..8).rev() {
+            let (p, o) = (host(i), o.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = match Run::open(&p, o).await {
+                    Ok(run) => {
+                        let g = run.generation().get();
+                        assert_eq!(run.store().head().unwrap(), 1);
+                        run.release(FinalStatus::Done).await.unwrap();
+                        Ok(g)
+                    }
+                    Err(e) => Err(e.code().as_str().to_string()),
+                };
+                (i, r)
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for (i, r) in &results {
+        match (i, r) {
+            (0, r) => assert_eq!(r, &Ok(released.get() + 1), "host-0: {r:?}"),
+            // Refused before claiming: the store is missing, or (once host-0 holds the
+            // run) it is held; never a claim.
+            (_, Err(code)) if code == "STORE_MISSING" || code == "RUN_ALREADY_ACTIVE" => {}
+            (_, r) => panic!("host-{i}: {r:?}"),
+        }
+    }
+    // Only host-0's claim and release moved the chain.
+    let head = obs.status(now_ts(), false).unwrap().head.unwrap();
+    assert_eq!(head.generation().get(), released.get() + 2);
 }

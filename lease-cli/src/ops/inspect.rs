@@ -66,6 +66,7 @@ pub fn status(
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
+                        run.store_present(),
                         url.as_deref(),
                     );
                     if let Some(u) = &unproven {
@@ -83,7 +84,7 @@ pub fn status(
                     if i > 0 {
                         out.line("");
                     }
-                    for l in status_human(dir, &view, &run.run_status()) {
+                    for l in status_human(dir, &view, &run.run_status(), run.store_present()) {
                         out.line(&l);
                     }
                     match &unproven {
@@ -198,6 +199,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
+                        run.store_present(),
                         None,
                     ));
                     continue;

@@ -7,7 +7,7 @@ use crate::common::{
 use lease_core::Code;
 use lease_core::ops::Expectation;
 use lease_core::{Generation, Identity};
-use lease_run::replace::{Observed, Replacer};
+use lease_run::replace::{Observed, Replacer, RunJsonUpdate};
 use lease_run::{Authority as RunAuthority, RunError};
 use serde_json::{Value, json};
 use std::io::{BufRead, IsTerminal, Write};
@@ -156,6 +156,7 @@ pub fn takeover(
         lease_run::wall_now,
         new_nonce()?,
     )?;
+    note_run_json(&taken.run_json, out);
     let cutoff = taken.cutoff;
     let released = taken.released.map_err(|e| {
         CliError::from(e).with_hint(format!(
@@ -227,6 +228,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
             }
         })?;
     drop(r);
+    note_run_json(&retired.run_json, out);
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/retire/1",
@@ -250,4 +252,15 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
         ));
     }
     Ok(0)
+}
+
+/// Say on stderr when a replacement left `run.json` as it was (lease-run's
+/// [`RunJsonUpdate::Left`]): the chain changed the owner all the same, and `status` reads
+/// the owner from the chain.
+fn note_run_json(update: &RunJsonUpdate, out: Out) {
+    if let RunJsonUpdate::Left { why } = update {
+        out.info(&format!(
+            "run.json was not updated ({why}); it is out of date until the next `runlease run` writes it (status reads the owner from the lease chain)"
+        ));
+    }
 }

@@ -1,7 +1,7 @@
 //! Open, in order, each step timed, and its undo.
 
 use super::heartbeat::heartbeat_loop;
-use super::preflight::{chain_reaches, preflight};
+use super::preflight::{Intent, preflight, preflight_lease};
 use super::reap::{reap_cgroups, reap_or_refuse};
 use super::status::{failure_detail, record_fallback, wall_now, write_status_blocking};
 use super::step::{blocking, timed};
@@ -16,8 +16,8 @@ use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{
-    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status, TakeoverParams,
-    TakeoverTrigger,
+    ClaimParams, Expectation, OwnedLease, ReleaseParams, Request, Response, RetireParams, Status,
+    TakeoverParams, TakeoverTrigger,
 };
 use lease_core::{
     FileRef, Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal, decode_for,
@@ -55,10 +55,14 @@ struct Opening {
     shared: Option<Arc<Shared>>,
     tasks: Vec<JoinHandle<()>>,
     current: Option<RunStatus>,
-    /// The seal the chain required at the `store` step (the replaced epoch's): re-issued
-    /// by the undo of an open that fails before the store is live, so the next opener
-    /// still checks the store's identity.
+    /// The seal the chain requires of this owner (the replaced epoch's), known from the
+    /// claim on (and read again at the `store` step): re-issued by the undo of an open
+    /// that fails before the store is live, so the next opener still checks the store's
+    /// identity.
     carry_seal: Arc<Mutex<Option<Seal>>>,
+    /// The preflight verified the log and both chains (so a replacement in the claim step
+    /// need not walk them again).
+    verified: bool,
 }
 
 /// What every open step reads: the run folder's path, its name (as messages show it) and
@@ -68,6 +72,10 @@ struct Ctx<'a> {
     name: String,
     opts: &'a OpenOptions,
 }
+
+/// The seal and store floor the chain requires of an owner
+/// ([`lease_core::seal::requirements`]).
+type Requirements = (Option<Seal>, Option<(u64, Generation)>);
 
 /// The store as the `store` step opened it, with the seal and floor the `seal` step
 /// checks it against.
@@ -89,7 +97,7 @@ impl Run {
         let mut st = owner_lock(&cx, run_id).await?;
         // Steps 2 to 10; a failure is undone.
         let steps = async {
-            let previous = read_status(&st, &cx).await?;
+            let previous = read_status(&mut st, &cx).await?;
             let (lease, claim_started) = claim(&mut st, &cx).await?;
             let shared = share(&mut st, &cx, &lease, claim_started)?;
             run_json(&mut st, &cx, &lease, &shared, previous.as_ref()).await?;
@@ -123,60 +131,87 @@ impl Run {
         })
     }
 
-    /// Undo a failed open: stop the tasks; unless fenced: seal the store if it was opened
-    /// (else re-issue the seal the chain required, stamped with this generation, which
-    /// committed nothing), write `run.json` `failed` with `detail` = the error (code and
-    /// message), and release the lease with that seal; drop the owner lock. Best effort,
-    /// each step under its deadline.
+    /// Undo a failed open, so that a failure after the claim hands the run back (the next
+    /// `status` says free, the next open proceeds). Stop the tasks; then, if a lease was
+    /// claimed and the run is not fenced (fenced: the lease is someone else's now, nothing
+    /// is written), in this order:
+    ///
+    /// 1. the seal: the store's own if it was opened (`Store::seal`), else the seal the
+    ///    chain required of this owner, re-issued stamped with this generation (which
+    ///    committed nothing), so a failed open never drops the store's identity binding;
+    /// 2. `run.json` `failed`, `detail` = the error's code and message (atomic replace:
+    ///    temp, fsync, rename, fsync of the folder), if the shared state exists; a failure
+    ///    here is logged and does **not** stop step 3 (a run.json that cannot be written,
+    ///    e.g. over a stray, must not keep the run claimed by an owner that is gone);
+    /// 3. release the lease with that seal (the release reads no heartbeat, so a stray
+    ///    named like this generation's beat cannot block it).
+    ///
+    /// A crash between 2 and 3 leaves `run.json` `failed` and an active epoch whose owner
+    /// is gone: `status` says dead (or stale), and `retire` or `run --retire-dead` frees it.
+    /// Then the cgroup (empty: no command ran) is removed and the owner lock dropped. Best
+    /// effort, under one step deadline.
     async fn undo(mut st: Opening, opts: &OpenOptions, err: &RunError) {
         for t in st.tasks.drain(..) {
             t.abort();
         }
         let name = st.dir.root().display().to_string();
-        if let (Some(lease), Some(shared)) = (st.lease.clone(), st.shared.clone()) {
-            let store = shared.core.take_store();
-            if !shared.is_fenced() {
-                if let Ok(now) = wall_now() {
-                    let carried = lock_std(&st.carry_seal).clone().map(|s| Seal {
-                        generation: lease.generation,
-                        ..s
-                    });
-                    let mut rec = st.current.clone().unwrap_or(record_fallback(&lease, now));
-                    rec.status = RunState::Failed;
-                    rec.detail = Some(failure_detail(err));
-                    rec.wake_at = None;
-                    rec.updated_at = now;
-                    let (dir, auth, sh, l) = (
-                        st.dir.clone(),
-                        st.auth.clone(),
-                        shared.clone(),
-                        lease.clone(),
-                    );
-                    let r = blocking(
-                        &name,
-                        StepName::FinalStatus,
-                        opts.step_deadline,
-                        move || {
-                            let seal = match store {
-                                Some(s) => Some(s.seal(l.generation)?),
-                                None => carried,
-                            };
-                            rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
-                            write_status_blocking(&dir, &*auth, &sh, &l, &rec)?;
-                            auth.release(ReleaseParams {
-                                lease: l.clone(),
-                                now: wall_now()?,
-                                seal,
-                            })?;
-                            Ok(())
-                        },
-                    )
-                    .await;
-                    if let Err(e) = r {
-                        tracing::warn!(run = %name, error = %e, "undo of a failed open incomplete");
-                    }
+        let shared = st.shared.clone();
+        if let Some(lease) = st.lease.clone() {
+            let fenced = shared.as_ref().is_some_and(|sh| sh.is_fenced());
+            if !fenced {
+                let store = shared.as_ref().and_then(|sh| sh.core.take_store());
+                let carried = lock_std(&st.carry_seal).clone().map(|s| Seal {
+                    generation: lease.generation,
+                    ..s
+                });
+                let (current, detail) = (st.current.clone(), failure_detail(err));
+                let (dir, auth, sh, l, n) = (
+                    st.dir.clone(),
+                    st.auth.clone(),
+                    shared.clone(),
+                    lease.clone(),
+                    name.clone(),
+                );
+                let r = blocking(
+                    &name,
+                    StepName::FinalStatus,
+                    opts.step_deadline,
+                    move || {
+                        let now = wall_now()?;
+                        let mut rec = current.unwrap_or(record_fallback(&l, now));
+                        rec.status = RunState::Failed;
+                        rec.detail = Some(detail);
+                        rec.wake_at = None;
+                        rec.updated_at = now;
+                        let seal = match store.map(|s| s.seal(l.generation)) {
+                            Some(Ok(s)) => Some(s),
+                            Some(Err(e)) => {
+                                tracing::warn!(run = %n, error = %e, "undo: sealing the store failed; the seal the chain required is re-issued");
+                                carried
+                            }
+                            None => carried,
+                        };
+                        rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
+                        if let Some(sh) = &sh {
+                            if let Err(e) = write_status_blocking(&dir, &*auth, sh, &l, &rec) {
+                                tracing::warn!(run = %n, error = %e, "undo: run.json not written; releasing all the same");
+                            }
+                        }
+                        auth.release(ReleaseParams {
+                            lease: l.clone(),
+                            now: wall_now()?,
+                            seal,
+                        })?;
+                        Ok(())
+                    },
+                )
+                .await;
+                if let Err(e) = r {
+                    tracing::warn!(run = %name, error = %e, "undo of a failed open incomplete: the lease was not released");
                 }
             }
+        }
+        if let Some(shared) = shared {
             // No command ran yet: the cgroup (if any) is empty and can go.
             if let Some(cg) = shared.tracked().cgroup.clone() {
                 crate::cgroup::Cgroup::at(cg).remove();
@@ -250,37 +285,65 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
         tasks: Vec::new(),
         current: None,
         carry_seal: Arc::new(Mutex::new(None)),
+        verified: false,
     })
 }
 
-/// (2) previous run.json; an invalid one is refused and never overwritten. Then
-/// the preflight (`preflight`): the layout, every command record, and run.json not
-/// ahead of the lease chain. All of it reads only: a refusal here leaves the run
-/// exactly as it was (only the owner lock is let go by the undo).
-async fn read_status(st: &Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>, RunError> {
+/// (2) previous run.json; an invalid one is refused and never overwritten. Then the
+/// preflight: the folder ([`preflight`]: the layout, every command record) and the lease
+/// ([`preflight_lease`]: run.json not ahead of the chain; unless the run is held and will
+/// not be replaced, the whole log and both chains as `runlease verify` checks them, no
+/// heartbeat, cutoff or command record above the head, and the store the chain names
+/// present). All of it reads only: a refusal here leaves the run exactly as it was (only
+/// the owner lock is let go by the undo), and no generation is used up.
+async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>, RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let (dir, auth) = (st.dir.clone(), st.auth.clone());
-    let previous = timed(
-        cb,
-        StepName::ReadStatus,
-        blocking(name, StepName::ReadStatus, deadline, move || {
+    let intent = if cx.opts.takeover.is_some() {
+        Intent::Takeover
+    } else if cx.opts.retire_dead {
+        Intent::ClaimOrRetireDead
+    } else {
+        Intent::Claim
+    };
+    let (previous, checked) = timed(cb, StepName::ReadStatus, async move {
+        let (d, a) = (dir.clone(), auth.clone());
+        let (previous, events) = blocking(name, StepName::ReadStatus, deadline, move || {
             let p = FileRef::RunStatus.path();
-            let bytes = dir
+            let bytes = d
                 .fs()
                 .read(&p, MAX_RECORD_BYTES)
-                .map_err(|e| FsError::io(dir.run_id().as_str(), "read", &p, e))?;
+                .map_err(|e| FsError::io(d.run_id().as_str(), "read", &p, e))?;
             let previous = match bytes {
                 None => None,
-                Some(b) => {
-                    Some(decode_for::<RunStatus>(dir.run_id(), &b).map_err(|e| e.in_file(p))?)
-                }
+                Some(b) => Some(decode_for::<RunStatus>(d.run_id(), &b).map_err(|e| e.in_file(p))?),
             };
-            preflight(&dir)?;
-            chain_reaches(&*auth, previous.as_ref())?;
-            Ok(previous)
-        }),
-    )
+            preflight(&d)?;
+            // How long the log is (a streamed count), to bound the walk below.
+            let events = match a.perform(Request::CountEvents)? {
+                Response::EventCount { count, .. } => count,
+                _ => 0,
+            };
+            Ok((previous, events))
+        })
+        .await?;
+        // The walk of the log is O(n): its deadline grows by 1 ms per event (some 40 to 75
+        // times what one event costs on the reference VM, docs/BENCHMARKS.md), so a long
+        // log is never refused as a hung disk.
+        let walk = deadline + Duration::from_millis(events);
+        let prev = previous.clone();
+        let checked = blocking(name, StepName::ReadStatus, walk, move || {
+            preflight_lease(&*auth, &dir, prev.as_ref(), intent)
+        })
+        .await?;
+        Ok((previous, checked))
+    })
     .await?;
+    st.verified = checked.verified;
+    // Until the claim reads its own epoch: the seal a claim of this free head inherits.
+    if let Some(h) = checked.view.head.as_ref().filter(|h| !h.is_active()) {
+        *lock_std(&st.carry_seal) = h.epoch.seal.clone();
+    }
     Ok(previous)
 }
 
@@ -288,12 +351,17 @@ async fn read_status(st: &Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>, Ru
 /// and claim (with etcd, "dead" is judged by the owner's etcd lease).
 ///
 /// Returns the lease and the `CLOCK_BOOTTIME` instant the claim started (the run's first
-/// beat).
+/// beat). A claim or takeover that fails after its epoch was created (an I/O error at its
+/// recheck or finalize) left this owner's epoch at the head: it is found by its owner id
+/// and holder (read-only, as ADOPTION would) and kept as the lease, so the undo hands it
+/// back instead of leaving an active claim without an owner. Then the seal and floor the
+/// chain requires of this owner are read, so an undo from any later step re-issues the
+/// seal.
 async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunError> {
     let (name, opts) = (&cx.name, cx.opts);
     let (cb, deadline) = (&opts.on_step, opts.step_deadline);
     let dir = st.auth.clone();
-    let (policy, retire_dead) = (opts.policy, opts.retire_dead);
+    let (policy, retire_dead, verified) = (opts.policy, opts.retire_dead, st.verified);
     let takeover = opts.takeover.clone();
     // No watch, no takeover: without one the core refuses (watched 0 ms), writing nothing.
     let trigger = match opts.takeover_watched {
@@ -304,77 +372,164 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
             watched_unchanged_ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
         },
     };
+    let carry = st.carry_seal.clone();
     let claim_started = boottime_ns();
-    let lease = timed(
+    let (lease, failed) = timed(
         cb,
         StepName::Claim,
         blocking(name, StepName::Claim, deadline, move || {
             let holder = this_holder()?;
-            if let Some(expect) = takeover {
-                // Replacing an owner finalizes its cutoff over the log and writes on
-                // top of the chain: a broken record anywhere refuses it (65, naming
-                // the file), as doctor advises ("do not take over").
-                dir.verify()?;
-                return dir.takeover(TakeoverParams {
-                    run_id: dir.run_id().clone(),
-                    owner_id: new_owner_id()?,
-                    holder,
+            let owner_id = new_owner_id()?;
+            let attempt = claim_blocking(
+                &*dir,
+                ClaimAttempt {
+                    owner_id: owner_id.clone(),
+                    holder: holder.clone(),
                     policy,
-                    now: wall_now()?,
-                    expect,
+                    takeover,
                     trigger,
-                    nonce: random_u64()?,
-                });
-            }
-            let claim = |holder: lease_core::Holder| -> Result<ClaimParams, RunError> {
-                Ok(ClaimParams {
-                    run_id: dir.run_id().clone(),
-                    owner_id: new_owner_id()?,
-                    holder,
-                    policy,
-                    now: wall_now()?,
-                    store_floor: None,
-                })
+                    retire_dead,
+                    verified,
+                },
+            );
+            let (lease, failed) = match attempt {
+                Ok(l) => (l, None),
+                Err(e) => match own_head(&*dir, &owner_id, &holder) {
+                    Some(l) => (l, Some(e)),
+                    None => return Err(e),
+                },
             };
-            match dir.claim(claim(holder.clone())?) {
-                Ok(l) => Ok(l),
-                // Held (76): the status below decides whether the holder is dead.
-                Err(e)
-                    if retire_dead
-                        && matches!(
-                            e.code(),
-                            Code::RunAlreadyActive
-                                | Code::RunStaleRequiresTakeover
-                                | Code::RunDeadRequiresRetirement
-                                | Code::TakeoverActiveRefused
-                                | Code::RetireRefusedNotDead
-                        ) =>
-                {
-                    let view = dir.status(wall_now()?, true)?;
-                    match (&view.status, &view.head) {
-                        (Status::Dead, Some(head)) => {
-                            dir.verify()?;
-                            dir.retire(RetireParams {
-                                run_id: dir.run_id().clone(),
-                                owner_id: new_owner_id()?,
-                                holder: holder.clone(),
-                                policy,
-                                now: wall_now()?,
-                                expect: Some(Expectation::of(head)),
-                                nonce: random_u64()?,
-                            })?;
-                            dir.claim(claim(holder)?)
-                        }
-                        _ => Err(e),
-                    }
-                }
-                Err(e) => Err(e),
+            if let Ok((seal, _)) = requirements(&*dir, lease.generation) {
+                *lock_std(&carry) = seal;
             }
+            Ok((lease, failed))
         }),
     )
     .await?;
     st.lease = Some(lease.clone());
-    Ok((lease, claim_started))
+    match failed {
+        None => Ok((lease, claim_started)),
+        Some(e) => Err(e),
+    }
+}
+
+/// What one claim step attempts ([`claim_blocking`]).
+struct ClaimAttempt {
+    owner_id: Identity,
+    holder: lease_core::Holder,
+    policy: lease_core::TimingPolicy,
+    takeover: Option<Expectation>,
+    trigger: TakeoverTrigger,
+    retire_dead: bool,
+    /// The preflight verified the run already.
+    verified: bool,
+}
+
+/// The claim step's lease operations (blocking).
+fn claim_blocking(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLease, RunError> {
+    if let Some(expect) = a.takeover {
+        // Replacing an owner finalizes its cutoff over the log and writes on top of the
+        // chain: a broken record anywhere refuses it (65, naming the file), as doctor
+        // advises ("do not take over"). The preflight verified it (under the owner lock,
+        // with the same call) unless told otherwise.
+        if !a.verified {
+            dir.verify()?;
+        }
+        return dir.takeover(TakeoverParams {
+            run_id: dir.run_id().clone(),
+            owner_id: a.owner_id,
+            holder: a.holder,
+            policy: a.policy,
+            now: wall_now()?,
+            expect,
+            trigger: a.trigger,
+            nonce: random_u64()?,
+        });
+    }
+    let claim = |owner_id: Identity, holder: lease_core::Holder| -> Result<ClaimParams, RunError> {
+        Ok(ClaimParams {
+            run_id: dir.run_id().clone(),
+            owner_id,
+            holder,
+            policy: a.policy,
+            now: wall_now()?,
+            store_floor: None,
+        })
+    };
+    match dir.claim(claim(a.owner_id.clone(), a.holder.clone())?) {
+        Ok(l) => Ok(l),
+        // Held (76): the status below decides whether the holder is dead.
+        Err(e)
+            if a.retire_dead
+                && matches!(
+                    e.code(),
+                    Code::RunAlreadyActive
+                        | Code::RunStaleRequiresTakeover
+                        | Code::RunDeadRequiresRetirement
+                        | Code::TakeoverActiveRefused
+                        | Code::RetireRefusedNotDead
+                ) =>
+        {
+            let view = dir.status(wall_now()?, true)?;
+            match (&view.status, &view.head) {
+                (Status::Dead, Some(head)) => {
+                    // Verified by the preflight only if it saw the owner dead already.
+                    if !a.verified {
+                        dir.verify()?;
+                    }
+                    dir.retire(RetireParams {
+                        run_id: dir.run_id().clone(),
+                        owner_id: new_owner_id()?,
+                        holder: a.holder.clone(),
+                        policy: a.policy,
+                        now: wall_now()?,
+                        expect: Some(Expectation::of(head)),
+                        nonce: random_u64()?,
+                    })?;
+                    // The first claim was refused: it created nothing under this id.
+                    dir.claim(claim(a.owner_id, a.holder)?)
+                }
+                _ => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The lease of this open's own epoch if it is the active head (`owner_id` and `holder`
+/// ours): a claim or takeover that failed after creating it. Read-only; `None` when the
+/// head cannot be read or is not ours.
+fn own_head(
+    dir: &dyn LeaseAuthority,
+    owner_id: &Identity,
+    holder: &lease_core::Holder,
+) -> Option<OwnedLease> {
+    let view = dir.status(wall_now().ok()?, false).ok()?;
+    let h = view.head?;
+    (h.is_active() && h.epoch.owner_id == *owner_id && h.epoch.holder == *holder).then(|| {
+        OwnedLease {
+            run_id: dir.run_id().clone(),
+            generation: h.generation(),
+            owner_id: owner_id.clone(),
+            holder: holder.clone(),
+            policy: h.epoch.policy,
+            epoch_hash: h.hash.clone(),
+        }
+    })
+}
+
+/// The seal and floor the chain requires of the owner of generation `g`: from its own
+/// epoch and the one its claim replaced ([`lease_core::seal::requirements`]).
+fn requirements(dir: &dyn LeaseAuthority, g: Generation) -> Result<Requirements, RunError> {
+    let own = dir
+        .read_epoch(g)?
+        .ok_or_else(|| RunError::Io(format!("epoch {g} vanished right after it was created")))?;
+    let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
+        Some(prev) => dir.read_epoch(prev)?,
+        None => None,
+    };
+    let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
+    Ok((seal.cloned(), floor))
 }
 
 /// The state the run's tasks share (its first beat: the start of the claim).
@@ -568,15 +723,7 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
         cb,
         StepName::Store,
         blocking(name, StepName::Store, deadline, move || {
-            let own = dir.read_epoch(g)?.ok_or_else(|| {
-                RunError::Io(format!("epoch {g} vanished right after it was created"))
-            })?;
-            let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
-                Some(prev) => dir.read_epoch(prev)?,
-                None => None,
-            };
-            let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
-            let seal = seal.cloned();
+            let (seal, floor) = requirements(&*dir, g)?;
             *lock_std(&carry) = seal.clone();
             let create = seal.is_none() && floor.is_none_or(|(f, _)| f == 0);
             let expect = seal.as_ref().map(|s| Expected {
@@ -668,4 +815,56 @@ async fn live(
     .await?;
     st.current = Some(live);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authority::FolderAuthority;
+    use lease_core::Transport;
+
+    /// A claim that failed after creating its epoch is recognised by its owner id and
+    /// holder (and only then), with the lease the claim would have returned.
+    #[test]
+    fn own_head_finds_only_this_opens_own_active_epoch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Arc::new(RunDir::create(&tmp.path().join("own")).unwrap());
+        let auth = FolderAuthority(dir.clone());
+        let (me, holder) = (new_owner_id().unwrap(), this_holder().unwrap());
+        assert!(own_head(&auth, &me, &holder).is_none(), "no epoch yet");
+        let lease = auth
+            .claim(ClaimParams {
+                run_id: auth.run_id().clone(),
+                owner_id: me.clone(),
+                holder: holder.clone(),
+                policy: lease_core::TimingPolicy::default(),
+                now: wall_now().unwrap(),
+                store_floor: None,
+            })
+            .unwrap();
+        assert_eq!(own_head(&auth, &me, &holder), Some(lease.clone()));
+        let other = new_owner_id().unwrap();
+        assert!(
+            own_head(&auth, &other, &holder).is_none(),
+            "another owner id"
+        );
+        let elsewhere = lease_core::Holder {
+            pid: holder.pid + 1,
+            ..holder.clone()
+        };
+        assert!(
+            own_head(&auth, &me, &elsewhere).is_none(),
+            "another process"
+        );
+        auth.release(ReleaseParams {
+            lease,
+            now: wall_now().unwrap(),
+            seal: None,
+        })
+        .unwrap();
+        assert!(
+            own_head(&auth, &me, &holder).is_none(),
+            "released: not active"
+        );
+    }
 }

@@ -1,12 +1,21 @@
 //! What an open checks before it writes anything.
+//!
+//! Two parts, both read-only and both run under the kernel owner lock, before the claim:
+//! [`preflight`] (the folder: its layout and command records) and [`preflight_lease`] (the
+//! lease the open is about to change: the chain against `run.json`, the whole log exactly
+//! as `runlease verify` checks it, names above the head, and the store the chain names).
+//! Whatever they refuse, the run is left exactly as it was: no generation is used up.
 
 use super::reap::{CommandState, audit_commands};
 use super::status::wall_now;
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
 use lease_core::LeaseOps;
-use lease_core::{LeaseError, RunStatus};
-use lease_fs::RunDir;
+use lease_core::diagnose::{NamedStore, named_store};
+use lease_core::ops::{Head, Request, Response, Status, StatusView};
+use lease_core::{Dir, FileRef, LeaseError, RunStatus};
+use lease_fs::{FsError, RunDir};
+use lease_sqlite::StoreError;
 
 /// What an open checks before it writes anything, for runs it is about to claim: every
 /// protocol folder of the layout is listed (the event folder counted) as the lease will
@@ -28,6 +37,90 @@ pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
         Some(refusal) => Err(refusal),
         None => Ok(()),
     }
+}
+
+/// How the open means to change the owner, for [`preflight_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Claim a free run (a held one is refused by the claim itself).
+    Claim,
+    /// Exact takeover of the active head.
+    Takeover,
+    /// Claim, or retire the head first if it is definitely dead.
+    ClaimOrRetireDead,
+}
+
+/// What [`preflight_lease`] found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Preflighted {
+    /// The status view it judged (liveness probed for [`Intent::ClaimOrRetireDead`]).
+    pub view: StatusView,
+    /// Whether the log and both chains were verified (false only when the open cannot
+    /// change the owner: the head is held and the intent does not replace it; the claim
+    /// then refuses with 76 without writing).
+    pub verified: bool,
+}
+
+/// The lease half of an open's preflight, on `auth` (the run folder or etcd) with the run
+/// folder `dir` (where `run.json`, command records and the store are), before the claim.
+/// Read-only; each refusal is the error the open returns, and nothing was written:
+///
+/// 1. the head is readable (`RECORD_INVALID`, 65) and reaches `run.json`'s generation
+///    ([`chain_reaches`]: `CHAIN_BROKEN`, 65);
+/// 2. unless the open cannot change the owner (a held head that `intent` does not
+///    replace: skipped, so waiting on a held run costs no O(n) walk per attempt):
+///    - the event log and both hash chains, by the very call `runlease verify` makes
+///      ([`LeaseOps::verify`]): whatever verify rejects, the open refuses with the same
+///      code (`EVENT_LOG_GAP`, `CHAIN_BROKEN`, `RECORD_INVALID`, `RUN_LAYOUT_INVALID` for a
+///      directory or FIFO named like a record, ...). O(n) in the log's length;
+///    - no heartbeat, cutoff or command record names a generation above the head
+///      ([`strays_above`]: `RUN_LAYOUT_INVALID`, 65): no crash leaves one (each is written
+///      only after its epoch is durable), and the claim would create that very generation
+///      and meet it (a heartbeat it cannot replace, a cutoff that fences it at once);
+///    - the store the chain names is in this folder ([`store_named`]: `STORE_MISSING`,
+///      65): with etcd, a host lacking the run's store refuses here instead of claiming
+///      the lease from the host that has it.
+///
+/// What is not checked here and is still found after the claim (and handed back, released
+/// with the seal): a present store's identity and head against the seal and floor (the
+/// store is opened only once the lease is ours), and anything that changes between this
+/// check and the claim (another host's owner, with etcd).
+pub fn preflight_lease(
+    auth: &dyn LeaseAuthority,
+    dir: &RunDir,
+    run_json: Option<&RunStatus>,
+    intent: Intent,
+) -> Result<Preflighted, RunError> {
+    let view = auth.status(wall_now()?, intent == Intent::ClaimOrRetireDead)?;
+    // An unreadable head is that record's error, not a chain that ends early.
+    if let Status::Invalid(e) = &view.status {
+        return Err(RunError::Lease(e.clone()));
+    }
+    behind(auth, &view, run_json)?;
+    let acting = match (&view.head, intent) {
+        (None, _) => true,
+        (Some(h), _) if !h.is_active() => true,
+        (Some(_), Intent::Takeover) => true,
+        (Some(_), Intent::ClaimOrRetireDead) => view.status == Status::Dead,
+        (Some(_), Intent::Claim) => false,
+    };
+    if !acting {
+        return Ok(Preflighted {
+            view,
+            verified: false,
+        });
+    }
+    auth.verify()?;
+    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+    strays_above(auth, dir, head)?;
+    if let Some(h) = &view.head {
+        store_named(dir, h)?;
+    }
+    Ok(Preflighted {
+        view,
+        verified: true,
+    })
 }
 
 /// The refusal (`RUN_COMMAND_UNPROVEN`, 76) for the first command record that names a live
@@ -58,14 +151,26 @@ pub fn chain_reaches(
     auth: &dyn LeaseAuthority,
     run_json: Option<&RunStatus>,
 ) -> Result<(), RunError> {
+    if run_json.is_none() {
+        return Ok(());
+    }
+    let view = auth.status(wall_now()?, false)?;
+    // An unreadable head is that record's error, not a chain that ends early.
+    if let Status::Invalid(e) = view.status {
+        return Err(RunError::Lease(e));
+    }
+    behind(auth, &view, run_json)
+}
+
+/// [`chain_reaches`] on a view already read.
+fn behind(
+    auth: &dyn LeaseAuthority,
+    view: &StatusView,
+    run_json: Option<&RunStatus>,
+) -> Result<(), RunError> {
     let Some(written_by) = run_json.map(|r| r.generation.get()) else {
         return Ok(());
     };
-    let view = auth.status(wall_now()?, false)?;
-    // An unreadable head is that record's error, not a chain that ends early.
-    if let lease_core::ops::Status::Invalid(e) = view.status {
-        return Err(RunError::Lease(e));
-    }
     let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
     // The same judgement `status` and `doctor` make (lease-core's one diagnosis).
     let Some(what) = lease_core::diagnose::chain_behind(written_by, head) else {
@@ -76,5 +181,106 @@ pub fn chain_reaches(
         chain: "epoch",
         at: written_by,
         detail: format!("{what}; restore lease/ from a backup"),
+    }))
+}
+
+/// `RUN_LAYOUT_INVALID` (65) naming the first heartbeat or cutoff (listed where the lease
+/// lives) or command record (in the run folder) whose generation is above `head`, the
+/// chain's head generation (0: none). Whatever its type (a file, a directory, a FIFO):
+/// only the name is looked at, and nothing is opened.
+pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Result<(), RunError> {
+    let above = |refs: Vec<FileRef>| {
+        refs.into_iter().find(|f| match f {
+            FileRef::Beat(g) | FileRef::Cutoff(g) | FileRef::Command { generation: g, .. } => {
+                g.get() > head
+            }
+            _ => false,
+        })
+    };
+    let listing = |r: Response, d: Dir| match r {
+        Response::Listing(l) => Ok(l),
+        other => Err(RunError::Io(format!(
+            "listing {} answered {other:?}",
+            d.path()
+        ))),
+    };
+    let mut found = None;
+    for d in [Dir::Beats, Dir::Cutoffs] {
+        found = found.or(above(listing(auth.perform(Request::List(d))?, d)?));
+    }
+    let commands = listing(dir.perform(Request::List(Dir::Commands))?, Dir::Commands)?;
+    found = found.or(above(commands));
+    let Some(f) = found else {
+        return Ok(());
+    };
+    let what = match f {
+        FileRef::Beat(_) => "a heartbeat",
+        FileRef::Cutoff(_) => "a cutoff",
+        _ => "a command record",
+    };
+    let g = match &f {
+        FileRef::Beat(g) | FileRef::Cutoff(g) | FileRef::Command { generation: g, .. } => g.get(),
+        _ => 0,
+    };
+    let chain = if head == 0 {
+        "the lease chain has no epoch".to_string()
+    } else {
+        format!("the lease chain ends at generation {head}")
+    };
+    Err(RunError::Fs(FsError::LayoutInvalid {
+        run: auth.run_id().to_string(),
+        path: f.path(),
+        detail: format!(
+            "named like {what} of generation {g}, but {chain}: no crash leaves one (it is written only after its epoch), and the next owner would meet it at generation {g}; move it out of the run by hand (keep a copy), then run again; nothing was claimed"
+        ),
+    }))
+}
+
+/// `STORE_MISSING` (65) when the store that whoever owns the run after `head` must open is
+/// not in the run folder `dir`: the one `head` names ([`named_store`], the judgement
+/// doctor's `STORE_MISSING` makes), or, for an active head about to be replaced, the store
+/// head its owner reported in its last heartbeat (the replacement records it as the floor).
+/// Looked at beneath the held root without following a symlink; the store is not opened,
+/// and only a store certainly absent is refused here.
+pub fn store_named(dir: &RunDir, head: &Head) -> Result<(), RunError> {
+    let reported = head
+        .beat
+        .as_ref()
+        .filter(|_| head.is_active())
+        .and_then(|b| b.store_head)
+        .filter(|&h| h > 0);
+    let named = match (named_store(&head.epoch), reported) {
+        (Some(n), _) => n,
+        (None, Some(floor)) => NamedStore::Floor {
+            floor,
+            generation: head.generation(),
+        },
+        (None, None) => return Ok(()),
+    };
+    let file = lease_core::layout::STORE_FILE;
+    // Only a name that is certainly absent refuses here. Anything else (a file lease-fs
+    // would not trust, a symlinked `store/`, an I/O error) is for the `store` step to
+    // judge: `store/`'s contents are lease-sqlite's (PROTOCOL §2 Trust).
+    if !matches!(dir.fs().exists(file), Ok(false)) {
+        return Ok(());
+    }
+    let names = match named {
+        NamedStore::Sealed {
+            sequence,
+            generation,
+            store_id,
+        } => format!(
+            "the lease chain names store {store_id}, sealed at sequence {sequence} by generation {generation}"
+        ),
+        NamedStore::Floor { floor, generation } => format!(
+            "the lease chain names a store at sequence {floor} or later (recorded by generation {generation})"
+        ),
+    };
+    Err(RunError::Store(StoreError::Missing {
+        run: dir.run_id().to_string(),
+        file: file.to_string(),
+        detail: format!(
+            "{names}, but this run folder has none; it is never recreated: restore it (or run on the host that has it); nothing was claimed"
+        ),
     }))
 }

@@ -222,13 +222,14 @@ fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
             .await
             .unwrap();
         std::fs::remove_file(&store).unwrap();
+        let before = read_status(&path);
         let e = Run::open(&path, fast()).await.unwrap_err();
         assert_eq!(e.code().as_str(), "STORE_MISSING", "{e}");
         assert!(!store.exists(), "an expected store is never recreated");
-        let st = read_status(&path);
-        assert_eq!(st.status, RunState::Failed);
-        assert!(st.detail.unwrap().starts_with("STORE_MISSING"));
-        // The failed open re-issued the seal: still refused, still not recreated.
+        // Refused by the preflight, before the claim: no generation used, run.json as it
+        // was (the chain's seal is what names the store, for doctor and status).
+        assert_eq!(read_status(&path), before);
+        assert!(!path.join("lease/epochs/00000000000000000003.json").exists());
         let e = Run::open(&path, fast()).await.unwrap_err();
         assert_eq!(e.code().as_str(), "STORE_MISSING");
         assert!(!store.exists());
