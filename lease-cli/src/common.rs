@@ -178,14 +178,31 @@ impl Lease {
         self.auth.run_id()
     }
 
-    /// Whether `store/run.sqlite` exists in the folder (looked at beneath the held root,
-    /// without following a symlink); `None` when there is no folder here or it cannot be
-    /// looked at. For status's next step: a store the chain names but this folder lacks
-    /// makes the next `runlease run` refuse (`STORE_MISSING`) before it claims.
-    pub fn store_present(&self) -> Option<bool> {
-        self.folder
-            .as_ref()
-            .and_then(|f| f.fs().exists(lease_core::layout::STORE_FILE).ok())
+    /// What `status` looks at in the folder beyond the lease, for its next step
+    /// ([`FolderFacts`]); nothing when there is no folder here.
+    pub fn folder_facts(&self, view: &StatusView) -> FolderFacts {
+        let Some(f) = self.folder.as_ref() else {
+            return FolderFacts::default();
+        };
+        // Whether `store/run.sqlite` exists (beneath the held root, without following a
+        // symlink): a store the chain names but this folder lacks makes the next
+        // `runlease run` refuse (`STORE_MISSING`) before it claims.
+        let store_present = f.fs().exists(lease_core::layout::STORE_FILE).ok();
+        // What the next claim or replacement would refuse before writing (its preflight,
+        // the verify walk, records above the head): only when the next step would be one
+        // (a free, stale or dead run), so polling a live owner stays cheap. An I/O error
+        // here leaves it unknown; the claim itself reports it.
+        let claim_refusal = match view.status {
+            Status::Free | Status::Stale | Status::Dead => {
+                let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+                lease_run::diagnosis::claim_refusal(f, head).ok().flatten()
+            }
+            _ => None,
+        };
+        FolderFacts {
+            store_present,
+            claim_refusal,
+        }
     }
 
     /// [`run_status_json`] of the folder, `null` when there is no folder here.
@@ -194,6 +211,15 @@ impl Lease {
             .as_ref()
             .map_or(Value::Null, |f| run_status_json(f))
     }
+}
+
+/// What `status` knows of the run folder beyond the lease, for its next step.
+#[derive(Debug, Clone, Default)]
+pub struct FolderFacts {
+    /// Whether `store/run.sqlite` exists (`None`: no folder here, or not looked at).
+    pub store_present: Option<bool>,
+    /// What the next claim would refuse before writing (`lease_run::diagnosis::claim_refusal`).
+    pub claim_refusal: Option<(lease_core::Code, String)>,
 }
 
 /// Deadlines of the CLI's etcd calls (`lease_run::authority::EtcdLease::options` of this
@@ -446,21 +472,21 @@ pub fn status_next_step(
     view: &StatusView,
     dir: &Path,
     run_status: &Value,
-    store_present: Option<bool>,
+    folder: &FolderFacts,
 ) -> String {
-    crate::diagnosis::render_next(&status_next(view, run_status, store_present), dir)
+    crate::diagnosis::render_next(&status_next(view, run_status, folder), dir)
 }
 
-/// lease-core's one next step for what `status` read (`store_present`:
-/// [`Lease::store_present`]).
+/// lease-core's one next step for what `status` read (`folder`: [`Lease::folder_facts`]).
 fn status_next(
     view: &StatusView,
     run_status: &Value,
-    store_present: Option<bool>,
+    folder: &FolderFacts,
 ) -> lease_core::diagnose::Next {
     let mut facts = lease_core::diagnose::Facts::of_view(view.clone());
     facts.run_json = crate::diagnosis::run_json_facts(run_status);
-    facts.store_present = store_present;
+    facts.store_present = folder.store_present;
+    facts.claim_refusal = folder.claim_refusal.clone();
     lease_core::diagnose::next_step(&facts)
 }
 
@@ -514,13 +540,13 @@ pub fn status_json(
     run_id: &str,
     view: &StatusView,
     run_status: Value,
-    store_present: Option<bool>,
+    folder: &FolderFacts,
     authority: Option<&str>,
 ) -> Value {
     let head = view.head.as_ref();
     let active = head.is_some_and(Head::is_active);
     let expect = head.filter(|h| h.is_active()).map(Expectation::of);
-    let next = status_next(view, &run_status, store_present);
+    let next = status_next(view, &run_status, folder);
     let (liveness, dead) = match &view.liveness {
         None => (Value::Null, Value::Null),
         Some(Ok(())) => (json!("definitely dead"), json!(true)),
@@ -566,7 +592,7 @@ pub fn status_human(
     dir: &Path,
     view: &StatusView,
     run_status: &Value,
-    store_present: Option<bool>,
+    folder: &FolderFacts,
 ) -> Vec<String> {
     let mut l = vec![format!("{}: {}", dir.display(), view.status.name())];
     let mut row = |k: &str, v: String| l.push(format!("  {k:<11}{v}"));
@@ -638,10 +664,7 @@ pub fn status_human(
             }
         }
     }
-    row(
-        "next",
-        status_next_step(view, dir, run_status, store_present),
-    );
+    row("next", status_next_step(view, dir, run_status, folder));
     l
 }
 

@@ -87,8 +87,9 @@ echo "append=$?""#;
     let o = runlease(&["run", d, "--", "sh", "-c", script]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(text(&o.stdout).contains("append=65"), "{}", text(&o.stdout));
+    // A directory named like an event: the code verify gives (one rule for bad files).
     assert!(
-        text(&o.stderr).contains("EVENT_LOG_GAP"),
+        text(&o.stderr).contains("RUN_LAYOUT_INVALID"),
         "{}",
         text(&o.stderr)
     );
@@ -220,7 +221,14 @@ fn takeover_and_retire_leave_run_json_following_the_chain() {
     );
     let doctor = runlease(&["doctor", "--json", d]);
     assert_eq!(doctor.status.code(), Some(0));
-    assert_eq!(json_lines(&doctor)[0]["code"], "OK");
+    // OK, or the stopped owner's in-flight heartbeat temp file (a warning, never counted).
+    for f in json_lines(&doctor) {
+        assert!(
+            f["code"] == "OK" || f["code"] == "ORPHAN_TEMP_FILES",
+            "{}",
+            text(&doctor.stdout)
+        );
+    }
     // The old owner resumes, finds itself fenced and exits 75, writing nothing.
     signal(owner.id(), Signal::CONT);
     assert_eq!(

@@ -101,6 +101,11 @@ pub struct Facts {
     pub temp_files: (usize, usize),
     /// Names in the run folder that no reader uses.
     pub stray_names: Vec<String>,
+    /// What the next claim (or replacement) would refuse before writing, beyond the
+    /// lease's state (lease-run's `claim_refusal`: the open's preflight, the whole log and
+    /// both chains as `verify` checks them, records named above the head): its code and
+    /// `CODE: message` naming the file. `None`: nothing, or not looked at.
+    pub claim_refusal: Option<(Code, String)>,
 }
 
 impl Facts {
@@ -114,6 +119,7 @@ impl Facts {
             store_present: None,
             temp_files: (0, 0),
             stray_names: Vec::new(),
+            claim_refusal: None,
         }
     }
 }
@@ -391,6 +397,10 @@ fn run_json_ahead(facts: &Facts) -> Option<String> {
     }
 }
 
+/// How far ahead of this host's clock a heartbeat may be dated before it counts as "in
+/// the future" (`FUTURE_HEARTBEAT`, and a takeover as the next step), in ms.
+const FUTURE_MS: i64 = 1000;
+
 /// The one next step for the run as observed (what `status` prints): by its state, except
 /// that a free run the next claim would refuse (an unreadable `run.json`, the last run's
 /// store refusal, a store the head names that the folder lacks, `run.json` ahead of the
@@ -399,9 +409,15 @@ pub fn next_step(facts: &Facts) -> Next {
     let blocked = matches!(facts.run_json, RunJsonFacts::Invalid { .. })
         || store_refusal(&facts.run_json).is_some()
         || named_store_missing(facts)
-        || run_json_ahead(facts).is_some();
+        || run_json_ahead(facts).is_some()
+        || facts.claim_refusal.is_some();
     if matches!(facts.view.status, Status::Free) && blocked {
         return Next::DoctorBeforeRun;
+    }
+    // A takeover or retirement verifies the run first and refuses what the claim's
+    // preflight refuses: name the repair instead of a step that would be refused.
+    if matches!(facts.view.status, Status::Stale | Status::Dead) && facts.claim_refusal.is_some() {
+        return Next::DoctorDoNotTakeOver;
     }
     next_for_view(&facts.view)
 }
@@ -438,6 +454,15 @@ fn named_store_missing(facts: &Facts) -> bool {
 pub fn next_for_view(view: &StatusView) -> Next {
     match (&view.status, &view.head) {
         (Status::Free, _) => Next::Claim,
+        // A heartbeat dated more than a second ahead of this host's clock: the wall clock
+        // cannot tell whether its owner still beats, and a takeover does not use it (it
+        // watches the record on this host's clock, and refuses if the owner writes).
+        (Status::Active, Some(h)) if view.age_ms.is_some_and(|a| a < -FUTURE_MS) => {
+            Next::Takeover {
+                owner_id: h.epoch.owner_id.to_string(),
+                heartbeat_at: h.heartbeat_at().to_string(),
+            }
+        }
         (Status::Active, _) => Next::Wait,
         (Status::Stale, Some(h)) => Next::Takeover {
             owner_id: h.epoch.owner_id.to_string(),
@@ -507,7 +532,7 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
         );
     }
     if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
-        if h.is_active() && age < -1000 {
+        if h.is_active() && age < -FUTURE_MS {
             push(
                 FindingCode::FutureHeartbeat,
                 Severity::Warning,
@@ -612,6 +637,23 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                     detail: detail.clone().unwrap_or_default(),
                 },
                 next: Next::RestoreStore,
+            });
+        }
+    }
+    // What the next claim refuses that no finding above reports (a bad file named like a
+    // record in a folder verify does not read, a record named above the head): an error,
+    // with its own repair.
+    if let Some((code, message)) = &facts.claim_refusal {
+        let reported = out.iter().any(|f| match &f.subject {
+            Subject::Message(m) => m == message,
+            _ => false,
+        });
+        if !reported && *code != Code::RunCommandUnproven {
+            out.push(Finding {
+                code: FindingCode::InvalidRecord,
+                severity: Severity::Error,
+                subject: Subject::Message(message.clone()),
+                next: Next::RepairRecord,
             });
         }
     }

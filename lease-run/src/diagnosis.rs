@@ -32,6 +32,7 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
                     | Code::EventLogGap
                     | Code::RecordInvalid
                     | Code::SchemaUnsupported
+                    | Code::RunLayoutInvalid
             ) =>
         {
             VerifyFacts::Failed {
@@ -68,7 +69,49 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     // held root, without following a symlink.
     facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
     facts.stray_names = dir.stray_names()?;
+    let head = facts.view.head.as_ref().map_or(0, |h| h.generation().get());
+    facts.claim_refusal = claim_refusal(dir, head)?;
     Ok(facts)
+}
+
+/// What the next claim of the run folder `dir` would refuse before writing anything,
+/// beyond the lease's state: the open's preflight ([`crate::preflight`]: every protocol
+/// folder listed as the lease lists it, every command record judged), the whole log and
+/// both chains exactly as `runlease verify` checks them, and heartbeats, cutoffs or command
+/// records named above the head generation `head` (0: none). `Ok(None)` when it would
+/// refuse none of these; a data error (65, or 76 for an unprovable command) is
+/// `Some((code, CODE: message))` naming the file; anything else (I/O, a folder that is not
+/// ours) is the error. Read-only; O(n) in the log's length (the verify walk), as the
+/// claim's own preflight is. `status` asks it for a run whose next step would be a claim
+/// or a replacement, so the step it names is one the claim will not refuse.
+pub fn claim_refusal(dir: &RunDir, head: u64) -> Result<Option<(Code, String)>, RunError> {
+    let as_finding = |e: RunError| -> Result<Option<(Code, String)>, RunError> {
+        let code = e.code();
+        if matches!(
+            code,
+            Code::RecordInvalid
+                | Code::SchemaUnsupported
+                | Code::ChainBroken
+                | Code::EventLogGap
+                | Code::RunLayoutInvalid
+                | Code::RunCommandUnproven
+        ) {
+            Ok(Some((code, code.prefixed(&e))))
+        } else {
+            Err(e)
+        }
+    };
+    if let Err(e) = crate::preflight(dir) {
+        return as_finding(e);
+    }
+    if let Err(e) = dir.verify() {
+        return as_finding(e.into());
+    }
+    let list = |d: Dir| Ok(dir.perform(lease_core::ops::Request::List(d))?);
+    if let Err(e) = crate::run::strays_above_in(dir.run_id().as_str(), &list, dir, head) {
+        return as_finding(e);
+    }
+    Ok(None)
 }
 
 /// Read `run.json` beneath the held root, reporting, never repairing: `Ok(None)` when

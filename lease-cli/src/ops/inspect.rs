@@ -66,7 +66,7 @@ pub fn status(
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
-                        run.store_present(),
+                        &run.folder_facts(&view),
                         url.as_deref(),
                     );
                     if let Some(u) = &unproven {
@@ -84,7 +84,7 @@ pub fn status(
                     if i > 0 {
                         out.line("");
                     }
-                    for l in status_human(dir, &view, &run.run_status(), run.store_present()) {
+                    for l in status_human(dir, &view, &run.run_status(), &run.folder_facts(&view)) {
                         out.line(&l);
                     }
                     match &unproven {
@@ -199,7 +199,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
-                        run.store_present(),
+                        &run.folder_facts(&view),
                         None,
                     ));
                     continue;

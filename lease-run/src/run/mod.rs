@@ -22,6 +22,7 @@ mod watchdog;
 pub use crate::procs::INCARNATION_VAR;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
+pub(crate) use preflight::strays_above_in;
 pub use preflight::{chain_reaches, preflight};
 pub use reap::{CommandAudit, CommandState, audit_commands};
 pub use release::FinalStatus;

@@ -189,6 +189,22 @@ fn behind(
 /// chain's head generation (0: none). Whatever its type (a file, a directory, a FIFO):
 /// only the name is looked at, and nothing is opened.
 pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Result<(), RunError> {
+    strays_above_in(
+        auth.run_id().as_str(),
+        &|d| Ok(auth.perform(Request::List(d))?),
+        dir,
+        head,
+    )
+}
+
+/// [`strays_above`] with the lease's folders listed by `list` (the lease's authority, or
+/// the run folder itself).
+pub(crate) fn strays_above_in(
+    run_id: &str,
+    list: &dyn Fn(Dir) -> Result<Response, RunError>,
+    dir: &RunDir,
+    head: u64,
+) -> Result<(), RunError> {
     let above = |refs: Vec<FileRef>| {
         refs.into_iter().find(|f| match f {
             FileRef::Beat(g) | FileRef::Cutoff(g) | FileRef::Command { generation: g, .. } => {
@@ -206,7 +222,7 @@ pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Resul
     };
     let mut found = None;
     for d in [Dir::Beats, Dir::Cutoffs] {
-        found = found.or(above(listing(auth.perform(Request::List(d))?, d)?));
+        found = found.or(above(listing(list(d)?, d)?));
     }
     let commands = listing(dir.perform(Request::List(Dir::Commands))?, Dir::Commands)?;
     found = found.or(above(commands));
@@ -228,7 +244,7 @@ pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Resul
         format!("the lease chain ends at generation {head}")
     };
     Err(RunError::Fs(FsError::LayoutInvalid {
-        run: auth.run_id().to_string(),
+        run: run_id.to_string(),
         path: f.path(),
         detail: format!(
             "named like {what} of generation {g}, but {chain}: no crash leaves one (it is written only after its epoch), and the next owner would meet it at generation {g}; move it out of the run by hand (keep a copy), then run again; nothing was claimed"
