@@ -32,8 +32,8 @@ use crate::authority::LeaseAuthority;
 use crate::diagnosis::TEMP_MIN_AGE_SECS;
 use crate::error::RunError;
 use crate::run::wall_now;
-use lease_core::ops::{PruneParams, PruneReport, ReleaseParams, Request, Response};
-use lease_core::{Dir, FileRef, Generation, Identity, LeaseOps};
+use lease_core::ops::{PruneParams, PruneReport, ReleaseParams, Request, Response, Status};
+use lease_core::{Dir, FileRef, Generation, Identity, LeaseError, LeaseOps};
 use lease_fs::RunDir;
 
 /// Compact once the chain has grown by this many generations since the last checkpoint
@@ -58,7 +58,8 @@ pub enum Compaction {
     },
     /// Due, and run.
     Ran {
-        /// The prune's report (its new floor and the files it removed), or why it failed.
+        /// The prune's report (its new floor and the files it removed), or why it failed
+        /// or was refused (an invalid head refuses it, as it refuses `runlease prune`).
         prune: Result<PruneReport, RunError>,
         /// How many orphaned temp files were collected, or why not; `None` when there is
         /// no run folder to look in (the lease in etcd, opened without its folder).
@@ -181,6 +182,20 @@ fn compact(
         Ok(f) => f.unwrap_or(Generation::FIRST),
         Err(e) => return Compaction::Unknown(e),
     };
+    if floor > released {
+        // A checkpoint above the head we just created: forged or left by hand. Reported,
+        // never passed over (it would stop every later compaction); `verify` and `doctor`
+        // say more.
+        return Compaction::Unknown(RunError::Lease(LeaseError::ChainBroken {
+            run: auth.run_id().to_string(),
+            chain: "epoch",
+            at: floor.get(),
+            detail: format!(
+                "{} names a floor above the head, generation {released} (written by hand?); no automatic compaction until it is repaired",
+                FileRef::Checkpoint(floor).path()
+            ),
+        }));
+    }
     if !is_due(floor, released) {
         return Compaction::NotDue {
             floor,
@@ -191,12 +206,20 @@ fn compact(
         Ok(now) => now,
         Err(e) => return Compaction::Unknown(e),
     };
-    let prune = auth.prune(PruneParams {
-        run_id: auth.run_id().clone(),
-        keep: COMPACT_KEEP,
-        by,
-        now,
-    });
+    // Like `runlease prune`: an invalid head refuses the prune (reported, never passed
+    // over); one OBSERVE, only when due.
+    let prune = match auth.status(now, false) {
+        Ok(view) => match view.status {
+            Status::Invalid(e) => Err(RunError::Lease(e)),
+            _ => auth.prune(PruneParams {
+                run_id: auth.run_id().clone(),
+                keep: COMPACT_KEEP,
+                by,
+                now,
+            }),
+        },
+        Err(e) => Err(e),
+    };
     let temps = folder.map(|dir| {
         dir.clean_temp_files(TEMP_MIN_AGE_SECS)
             .map_err(RunError::from)

@@ -599,3 +599,29 @@ fn a_compaction_that_meets_bad_input_fails_alone_and_the_release_stands() {
     let l = claim(&a, "after", 77, 2_000_001);
     assert_eq!(l.generation.get(), r.generation.get() + 1);
 }
+
+// A forged checkpoint above the head would stop every later compaction: reported (with
+// its file), never passed over; the release stands and nothing is removed.
+#[test]
+fn a_checkpoint_above_the_head_is_reported_not_passed_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("run");
+    let a = folder_authority(&path);
+    let l = until_due(&a);
+    std::fs::create_dir_all(path.join("lease/checkpoints")).unwrap();
+    let forged = path.join("lease/checkpoints/00000000000000009999.json");
+    std::fs::write(&forged, b"{}\n").unwrap();
+    let before = lease_files(&path);
+    let r = release(&a, &l, 1_000_000);
+    assert!(
+        matches!(r.compaction, Compaction::Unknown(_)),
+        "{:?}",
+        r.compaction
+    );
+    let e = r.compaction.failure().unwrap();
+    assert_eq!(e.code(), Code::ChainBroken);
+    assert!(e.to_string().contains("00000000000000009999.json"), "{e}");
+    // Only the release's own records were added: its epoch and the released cutoff.
+    assert_eq!(lease_files(&path), before + 2);
+    assert!(forged.exists());
+}

@@ -222,11 +222,11 @@ impl Run {
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
-                Ok(auth.release(ReleaseParams {
+                auth.release(ReleaseParams {
                     lease: l.clone(),
                     now: wall_now()?,
                     seal: Some(seal),
-                })?)
+                })
             }),
         )
         .await?;
