@@ -22,6 +22,9 @@
 //! each iteration of either does one cycle on the small run and one on the large one, in
 //! alternating order, and times only its own, so both see the shared machine at the same
 //! moments.
+//!
+//! **Baseline.** `growth/claim_uncompacted/10000`: the same claim on a run of 10,000
+//! cycles released without compaction (what every run looked like before issue #17).
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use lease_core::ops::{ClaimParams, OwnedLease, ReleaseParams};
@@ -35,6 +38,8 @@ use std::time::{Duration, Instant};
 
 const SMALL: u64 = 10;
 const LARGE: u64 = 100_000;
+/// History of the uncompacted baseline (its claims list every epoch, so it is kept short).
+const UNCOMPACTED: u64 = 10_000;
 
 /// One cycle: the claim (timed in `claim`), the release with its compaction.
 struct Cycler {
@@ -43,6 +48,8 @@ struct Cycler {
     policy: TimingPolicy,
     n: u64,
     compactions: u64,
+    /// `false` for the baseline: a plain release, never compacted (the issue's "before").
+    compacting: bool,
 }
 
 impl Cycler {
@@ -54,6 +61,7 @@ impl Cycler {
             policy: TimingPolicy::default(),
             n: 0,
             compactions: 0,
+            compacting: true,
         }
     }
 
@@ -76,6 +84,16 @@ impl Cycler {
     }
 
     fn release(&mut self, lease: OwnedLease) {
+        if !self.compacting {
+            self.auth
+                .release(ReleaseParams {
+                    lease,
+                    now: self.now(),
+                    seal: None,
+                })
+                .expect("release");
+            return;
+        }
         let r = compact::release(
             &self.auth,
             Some(&self.auth.0),
@@ -240,6 +258,20 @@ fn growth(c: &mut Criterion) {
             large.n
         );
     }
+    // Baseline, the issue's "before": the same claim on a run whose 10,000 cycles were never
+    // compacted (claim lists every epoch).
+    let mut raw = Cycler::create(&scratch.path().join("uncompacted"));
+    raw.compacting = false;
+    for _ in 0..UNCOMPACTED {
+        raw.cycle();
+    }
+    g.bench_function(BenchmarkId::new("claim_uncompacted", UNCOMPACTED), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| raw.timed(false)).sum())
+    });
+    println!(
+        "growth/claim_uncompacted: that run went from {UNCOMPACTED} to {} cycles while measured",
+        raw.n
+    );
     g.finish();
     let files = files_below(&large_root.join("lease"));
     println!("growth: lease/ of the large run holds {files} files at the end");

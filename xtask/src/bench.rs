@@ -128,6 +128,13 @@ fn growth(root: &Path) -> Result<(), String> {
         claim100k / claim10,
         verdict(claim100k / claim10)
     );
+    if let Some(raw) = mean_ns(root, "growth/claim_uncompacted/10000") {
+        println!(
+            "  claim, 10,000 uncompacted cycles {}  = {:.1}x the claim at 10 (baseline: no compaction)",
+            fmt_ns(raw),
+            raw / claim10
+        );
+    }
     println!(
         "  claim+release+compaction         {} / {}  = {:.3}x (target <= 1.10x: {})",
         fmt_ns(cycle10),
