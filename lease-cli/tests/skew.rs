@@ -92,7 +92,6 @@ fn an_owner_whose_clock_runs_slow_is_not_taken_over_while_it_beats() {
 fn an_owner_whose_clock_runs_fast_is_taken_over_stale_after_after_it_stopped() {
     let Some(lib) = libfaketime() else { return };
     let (_tmp, dir) = scratch();
-    let d = dir.to_str().unwrap();
     let mut owner = skewed_owner(&lib, &dir, "+60s");
     // Its beats are dated a minute ahead: `status` says active.
     let s = wait_for_state(&dir, "active", Duration::from_secs(10));

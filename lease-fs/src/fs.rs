@@ -96,6 +96,30 @@ pub trait Fs: Send + Sync {
     /// Check that the run root is still the directory that was opened (not renamed,
     /// replaced, deleted or unmounted underneath). `Err` describes what changed.
     fn check_root(&self) -> io::Result<()>;
+
+    /// What `lstat` says of `path` (never following a symlink): its kind, whether the
+    /// effective uid owns it, and its age; `None` if it does not exist. Used by the temp-file
+    /// collection ([`crate::primitives::clean_temp_files`]), which removes only regular
+    /// files of ours. The default is `Unsupported`, so a file system that cannot tell never
+    /// has anything removed.
+    fn entry_info(&self, path: &str) -> io::Result<Option<EntryInfo>> {
+        let _ = path;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system cannot tell a file's kind and owner",
+        ))
+    }
+}
+
+/// What [`Fs::entry_info`] reports of one directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// A regular file (not a symlink, directory, FIFO, socket or device).
+    pub regular: bool,
+    /// Owned by the effective uid of this process.
+    pub ours: bool,
+    /// Seconds since it was last modified (0 if its time is in the future).
+    pub age_secs: u64,
 }
 
 /// Split `path` into its parent directory (`""` for the root) and file name.

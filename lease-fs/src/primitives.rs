@@ -323,21 +323,64 @@ pub fn remove(fs: &dyn Fs, path: &str, durable: bool) -> io::Result<()> {
     PrimOp::remove(path, durable).run(fs).map(|_| ())
 }
 
-/// Remove temp files in `dir` older than `min_age_secs` (younger ones may belong to a
-/// writer that is still working). Temp files are never read, so removing one never changes
-/// what a reader sees. Returns how many were removed.
+/// Whether `name` is one of runlease's own temp names (PROTOCOL §2, Temp files): lease-fs's
+/// `.tmp-<pid>-<counter>-<nanos:09>` ([`temp_path`]), or lease-sqlite's store build
+/// `.tmp-<pid>-store-<16 hex>` and its SQLite side files (`-wal`, `-journal`). Anything
+/// else under the `.tmp-` prefix (e.g. `.tmp-notes`) is not ours and is never removed.
+pub fn is_temp_name(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    let Some(rest) = name.strip_prefix(TEMP_PREFIX) else {
+        return false;
+    };
+    let Some((pid, rest)) = rest.split_once('-') else {
+        return false;
+    };
+    if !digits(pid) {
+        return false;
+    }
+    if let Some(store) = rest.strip_prefix("store-") {
+        let hex = store
+            .strip_suffix("-wal")
+            .or_else(|| store.strip_suffix("-journal"))
+            .unwrap_or(store);
+        return hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    }
+    match rest.split_once('-') {
+        Some((counter, nanos)) => digits(counter) && nanos.len() == 9 && digits(nanos),
+        None => false,
+    }
+}
+
+/// Remove orphaned temp files in `dir` older than `min_age_secs` (younger ones may belong
+/// to a writer that is still working). Only entries whose name is ours ([`is_temp_name`])
+/// and that are **regular files owned by the effective uid** ([`Fs::entry_info`], an
+/// `lstat`: a symlink is never followed, and neither it nor a directory, FIFO, socket or
+/// device named like a temp is touched, nor another user's file). Temp files are never
+/// read, so removing one never changes what a reader sees; a writer paused past the age
+/// whose temp vanished gets `ENOENT` and aborts its write (nothing it was told succeeded).
+/// Returns how many were removed.
+///
+/// Order: for each temp, `lstat` → `unlinkat` (by name beneath the held directory); then one
+/// fsync of `dir` if anything was removed. A crash anywhere leaves some temps removed and
+/// the others still there: either way nothing that is read changed. Between the `lstat`
+/// and the `unlinkat` another writer of the folder could put something else under that
+/// name; such a writer can remove the entry itself anyway (the trust model), and only the
+/// name is unlinked, never what a symlink points to.
 pub fn clean_temp_files(fs: &dyn Fs, dir: &str, min_age_secs: u64) -> io::Result<usize> {
     let mut removed = 0;
     // Only the temp names are collected (a long log's event names are not).
     let mut temps = Vec::new();
     fs.for_each_name(dir, &mut |name| {
-        if name.starts_with(TEMP_PREFIX) {
+        if is_temp_name(name) {
             temps.push(name.to_string());
         }
     })?;
     for name in temps {
         let path = join(dir, &name);
-        if fs.age_secs(&path)?.is_some_and(|a| a >= min_age_secs) {
+        let collectable = fs
+            .entry_info(&path)?
+            .is_some_and(|e| e.regular && e.ours && e.age_secs >= min_age_secs);
+        if collectable {
             match fs.unlink(&path) {
                 Ok(()) => removed += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -349,4 +392,44 @@ pub fn clean_temp_files(fs: &dyn Fs, dir: &str, min_age_secs: u64) -> io::Result
         fs.fsync_dir(dir)?;
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_own_temp_names_are_temp_names() {
+        let made = temp_path("lease/epochs");
+        assert!(is_temp_name(split(&made).1), "{made}");
+        for ours in [
+            ".tmp-1-0-000000000",
+            ".tmp-4242-17-123456789",
+            ".tmp-12345-store-00112233aabbccdd",
+            ".tmp-12345-store-00112233aabbccdd-wal",
+            ".tmp-12345-store-00112233aabbccdd-journal",
+        ] {
+            assert!(is_temp_name(ours), "{ours}");
+        }
+        for not_ours in [
+            ".tmp-",
+            ".tmp-notes",
+            ".tmp-1-2",
+            ".tmp-1-2-3",
+            ".tmp-x-1-000000000",
+            ".tmp-1-x-000000000",
+            ".tmp-1-1-00000000a",
+            ".tmp-1-1-0000000000",
+            ".tmp--1-000000000",
+            ".tmp-1-store-00112233AABBCCDD",
+            ".tmp-1-store-0011",
+            ".tmp-1-store-00112233aabbccdd-shm",
+            ".tmp-1-0-000000000/x",
+            "tmp-1-0-000000000",
+            "00000000000000000001.json",
+            ".tmp-123456789012345678901-0-000000000",
+        ] {
+            assert!(!is_temp_name(not_ours), "{not_ours}");
+        }
+    }
 }

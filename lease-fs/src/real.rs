@@ -969,6 +969,22 @@ impl Fs for RealFs {
         Ok(Some(now.saturating_sub(mtime)))
     }
 
+    fn entry_info(&self, path: &str) -> io::Result<Option<crate::fs::EntryInfo>> {
+        let Some(st) = self.lstat(path)? else {
+            return Ok(None);
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mtime = u64::try_from(st.st_mtime).unwrap_or(0);
+        Ok(Some(crate::fs::EntryInfo {
+            regular: type_of(&st) == FileType::RegularFile,
+            ours: st.st_uid == euid(),
+            age_secs: now.saturating_sub(mtime),
+        }))
+    }
+
     fn check_root(&self) -> io::Result<()> {
         let root = self.root_path.display();
         let held = rfs::fstat(&*self.root)?;

@@ -476,7 +476,9 @@ impl RunDir {
         })
     }
 
-    /// Remove orphan temp files older than `min_age_secs` from every protocol folder.
+    /// Remove orphaned temp files older than `min_age_secs` from every protocol folder, the
+    /// root and `store/` ([`primitives::clean_temp_files`]: only our temp names, only regular
+    /// files of the effective uid, never through a symlink).
     pub fn clean_temp_files(&self, min_age_secs: u64) -> Result<usize, FsError> {
         let mut n = 0;
         // `store/` holds the temp files of a store creation that crashed before its link.
@@ -494,8 +496,7 @@ impl RunDir {
             // Streamed: only the strays are kept, not every name of a long log.
             self.fs
                 .for_each_name(dir.path(), &mut |name| {
-                    if dir.parse_name(name).is_none() && !name.starts_with(primitives::TEMP_PREFIX)
-                    {
+                    if dir.parse_name(name).is_none() && !primitives::is_temp_name(name) {
                         out.push(crate::fs::join(dir.path(), name));
                     }
                 })

@@ -101,6 +101,12 @@ pub trait LeaseAuthority:
 {
     /// `run folder` or the `etcd://` URL, for messages.
     fn describe(&self) -> String;
+
+    /// The run folder, when it is the authority (for the temp-file collection of
+    /// [`crate::compact`]); `None` for etcd.
+    fn folder(&self) -> Option<&RunDir> {
+        None
+    }
 }
 
 /// The run folder as the authority ([`Authority::RunFolder`]): lease-fs's `RunDir`
@@ -132,6 +138,9 @@ impl Transport for FolderAuthority {
 impl LeaseAuthority for FolderAuthority {
     fn describe(&self) -> String {
         "run folder".into()
+    }
+    fn folder(&self) -> Option<&RunDir> {
+        Some(&self.0)
     }
 }
 

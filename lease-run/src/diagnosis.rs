@@ -146,15 +146,15 @@ pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
     }
 }
 
-/// Count `.tmp-*` files (total, older than [`TEMP_MIN_AGE_SECS`]) in the run's protocol
-/// folders and its root.
+/// Count our temp files ([`lease_fs::primitives::is_temp_name`]: total, older than
+/// [`TEMP_MIN_AGE_SECS`]) in the run's protocol folders and its root.
 fn count_temp_files(fs: &dyn Fs) -> (usize, usize) {
     let (mut total, mut old) = (0, 0);
     for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
         // Beneath the held root; a missing or refused folder has nothing to count.
         let mut temps = Vec::new();
         let listed = fs.for_each_name(d, &mut |name| {
-            if name.starts_with(lease_fs::primitives::TEMP_PREFIX) {
+            if lease_fs::primitives::is_temp_name(name) {
                 temps.push(lease_fs::fs::join(d, name));
             }
         });

@@ -148,9 +148,12 @@
 //! after it) → `seal-store` (`Store::seal`: sealed sequence = the head, bound to the store
 //! id and this generation; the store's highest token is raised to it, the WAL checkpointed,
 //! the store closed) → `final-status` (`paused`/`done`/`failed`, `sealed_sequence`) →
-//! `stop-heartbeat` → `release-lease` (the release epoch carries the seal) → `unlock`. Each
-//! step has its own deadline. A fenced run: release waits (bounded) for the kill to be
-//! confirmed, writes nothing and returns `FENCED`.
+//! `stop-heartbeat` → `release-lease` (the release epoch carries the seal) → `unlock` →
+//! `compact` (best-effort, after the lock is let go: the prune of PROTOCOL §7.10 once the
+//! chain grew by [`compact::COMPACT_EVERY`] generations, and orphaned temp files collected;
+//! its failure is logged, never the release's, see [`compact`]). Each step has its own
+//! deadline. A fenced run: release waits (bounded) for the kill to be confirmed, writes
+//! nothing and returns `FENCED`.
 //!
 //! ## Escapes (what the kill reaches)
 //!
@@ -254,6 +257,8 @@ mod acquire;
 #[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
+#[cfg(not(loom))]
+pub mod compact;
 #[cfg(not(loom))]
 pub mod diagnosis;
 pub mod error;

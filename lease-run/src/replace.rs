@@ -373,12 +373,19 @@ impl Replacer {
             },
             detail,
         );
+        // The release, then the automatic compaction (crate::compact: best-effort, never
+        // this release's error; its order of writes is the prune's own, PROTOCOL §7.10).
         let released = now().and_then(|now| {
-            self.auth.release(ReleaseParams {
-                lease: lease.clone(),
-                now,
-                seal: None,
-            })
+            crate::compact::release(
+                &*self.auth,
+                self.auth.folder(),
+                ReleaseParams {
+                    lease: lease.clone(),
+                    now,
+                    seal: None,
+                },
+            )
+            .map(|r| r.generation)
         });
         Ok(TakenOver {
             generation: lease.generation,

@@ -1,5 +1,6 @@
-//! `cargo xtask bench`: run the criterion benchmarks of lease-fs, then print each figure
-//! beside the raw baselines measured in the same run, with the ratios the issue targets.
+//! `cargo xtask bench`: run the criterion benchmarks of lease-fs, lease-sqlite and
+//! lease-run's bounded growth, then print each figure beside the raw baselines measured in
+//! the same run, with the ratios the issues target.
 
 use std::path::Path;
 
@@ -95,5 +96,51 @@ pub fn report(root: &Path) -> Result<(), String> {
             1e11 / batch
         );
     }
+    growth(root)
+}
+
+/// Issue #17: claim and whole-cycle cost at 100,000 cycles of history vs 10, same run.
+fn growth(root: &Path) -> Result<(), String> {
+    let get = |id: &str| mean_ns(root, id).ok_or_else(|| format!("no criterion result for {id}"));
+    let claim10 = get("growth/claim/10")?;
+    let claim100k = get("growth/claim/100000")?;
+    let cycle10 = get("growth/cycle/10")?;
+    let cycle100k = get("growth/cycle/100000")?;
+    println!("bounded growth (lease-run, same run):");
+    if let Some(h) = std::fs::read_to_string(root.join("target/criterion/growth/history.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+    {
+        println!(
+            "  history: {} cycles built through claim + release in {:.1} s on {} ({} compactions); lease/ holds {} files",
+            h["history"],
+            h["build_seconds"].as_f64().unwrap_or(f64::NAN),
+            h["where"].as_str().unwrap_or("?"),
+            h["compactions"],
+            h["lease_files"]
+        );
+    }
+    let verdict = |r: f64| if r <= 1.10 { "met" } else { "MISSED" };
+    println!(
+        "  claim at 10 / 100,000 cycles     {} / {}  = {:.3}x (target <= 1.10x: {})",
+        fmt_ns(claim10),
+        fmt_ns(claim100k),
+        claim100k / claim10,
+        verdict(claim100k / claim10)
+    );
+    if let Some(raw) = mean_ns(root, "growth/claim_uncompacted/10000") {
+        println!(
+            "  claim, 10,000 uncompacted cycles {}  = {:.1}x the claim at 10 (baseline: no compaction)",
+            fmt_ns(raw),
+            raw / claim10
+        );
+    }
+    println!(
+        "  claim+release+compaction         {} / {}  = {:.3}x (target <= 1.10x: {})",
+        fmt_ns(cycle10),
+        fmt_ns(cycle100k),
+        cycle100k / cycle10,
+        verdict(cycle100k / cycle10)
+    );
     Ok(())
 }

@@ -26,7 +26,8 @@ Commands:
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench         criterion benchmarks of lease-fs and lease-sqlite, then figures and ratios vs raw baselines
+  bench         criterion benchmarks of lease-fs, lease-sqlite and lease-run's bounded growth, then
+                figures and ratios vs raw baselines (and 100,000 vs 10 cycles of history)
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         }
         Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
             .and_then(|()| run_status(cargo(&["bench", "-p", "lease-sqlite", "--bench", "store"])))
+            .and_then(|()| run_status(cargo(&["bench", "-p", "lease-run", "--bench", "growth"])))
             .and_then(|()| bench::report(&workspace_root())),
         Some("fuzz-smoke") => match fuzz::parse_args(rest) {
             Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),

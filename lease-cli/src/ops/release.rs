@@ -110,11 +110,18 @@ pub fn release(
             }
         }
     } else {
-        run.release(ReleaseParams {
-            lease: lease.clone(),
-            now: wall_now()?,
-            seal: None,
-        })?
+        // The release, then lease-run's automatic compaction (best-effort: it never fails
+        // the release; its order of writes is the prune's own, PROTOCOL §7.10).
+        lease_run::compact::release(
+            run,
+            opened.folder.as_deref(),
+            ReleaseParams {
+                lease: lease.clone(),
+                now: wall_now()?,
+                seal: None,
+            },
+        )?
+        .generation
     };
     let how = if via_run { "owner" } else { "direct" };
     if out.json {

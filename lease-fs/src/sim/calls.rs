@@ -260,6 +260,25 @@ impl Fs for SimFs {
         })
     }
 
+    fn entry_info(&self, path: &str) -> io::Result<Option<crate::fs::EntryInfo>> {
+        // The simulated disk has only directories and regular files, all of this process.
+        self.lock().call(Op::Other, |st| {
+            check_rel(path)?;
+            Ok(st.lookup("entry_info", path)?.map(|id| match st.node(id) {
+                Node::Dir(_) => crate::fs::EntryInfo {
+                    regular: false,
+                    ours: true,
+                    age_secs: 0,
+                },
+                Node::File(f) => crate::fs::EntryInfo {
+                    regular: true,
+                    ours: true,
+                    age_secs: f.age,
+                },
+            }))
+        })
+    }
+
     fn age_secs(&self, path: &str) -> io::Result<Option<u64>> {
         self.lock().call(Op::Other, |st| {
             check_rel(path)?;

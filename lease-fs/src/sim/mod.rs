@@ -31,7 +31,7 @@
 //!   fsyncs the parent of each one it creates, so created directories are durable (the
 //!   parent fsync also makes durable every other pending entry change of that parent, as
 //!   A2 says). A file in the way is a `NotADirectory` error.
-//! - `read`, `exists`, `list`, `link_count`, `age_secs`, `check_root` see the live state.
+//! - `read`, `exists`, `list`, `link_count`, `age_secs`, `entry_info`, `check_root` see the live state.
 //!
 //! **Crash** ([`SimFs::crash`], power loss): every directory's entries := its durable
 //! entries; only directories reachable from the root through durable entries survive, and

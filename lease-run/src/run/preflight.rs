@@ -191,7 +191,7 @@ fn behind(
 pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Result<(), RunError> {
     strays_above_in(
         auth.run_id().as_str(),
-        &|d| Ok(auth.perform(Request::List(d))?),
+        &|d| auth.perform(Request::List(d)),
         dir,
         head,
     )

@@ -39,8 +39,9 @@ impl Run {
     /// it) → seal-store (the seal: store id, head, this generation; the store's highest
     /// token is raised to this generation, the WAL checkpointed, the store closed) →
     /// final-status (`run.json` as `final_status`, `sealed_sequence` = the sealed head) →
-    /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock.
-    /// A fenced run reports the fence and writes nothing.
+    /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock →
+    /// compact ([`crate::compact::after_release`]: best-effort, its failure is logged and
+    /// never returned). A fenced run reports the fence and writes nothing.
     pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
         self.release_with(final_status, false).await
     }
@@ -217,7 +218,7 @@ impl Run {
         .await?;
 
         let (auth, l) = (self.auth.clone(), self.lease.clone());
-        timed(
+        let released = timed(
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
@@ -225,8 +226,7 @@ impl Run {
                     lease: l.clone(),
                     now: wall_now()?,
                     seal: Some(seal),
-                })?;
-                Ok(())
+                })
             }),
         )
         .await?;
@@ -236,7 +236,41 @@ impl Run {
             self.lock.take();
             Ok(())
         })
-        .await
+        .await?;
+
+        // Automatic compaction (crate::compact), after the unlock so it never holds up the
+        // next owner. Its order of writes is the prune's own (PROTOCOL §7.10: pending
+        // cutoffs below the floor, then the checkpoint, both durable, then the removals),
+        // then the temp collection; a crash or timeout anywhere in it leaves a valid state
+        // and the release above stands. `after_release` logs its outcome; a timeout is
+        // logged here (the prune goes on in the blocking pool or dies with the process).
+        let (auth, dir, by) = (
+            self.auth.clone(),
+            self.dir.clone(),
+            self.lease.owner_id.clone(),
+        );
+        let compacted = timed(
+            &cb,
+            StepName::Compact,
+            blocking(&name, StepName::Compact, deadline, move || {
+                Ok(crate::compact::after_release(
+                    &*auth,
+                    Some(&dir),
+                    released,
+                    by,
+                ))
+            }),
+        )
+        .await;
+        if let Err(e) = compacted {
+            tracing::warn!(
+                target: "lease_run::compact",
+                run = %name,
+                code = e.code().as_str(),
+                "the compaction after the release did not finish (the release stands): {e}"
+            );
+        }
+        Ok(())
     }
 
     /// The fence path of release: stop the tasks, wait (bounded) for the watchdog to

@@ -47,6 +47,9 @@ pub enum StepName {
     ReleaseLease,
     /// Release: stop the watchdog and drop the owner lock.
     Unlock,
+    /// Release, after the unlock: the automatic compaction ([`crate::compact`]), best-effort
+    /// (its failure is logged, the release stands).
+    Compact,
 }
 
 impl StepName {
@@ -70,6 +73,7 @@ impl StepName {
             StepName::FinalStatus => "final-status",
             StepName::ReleaseLease => "release-lease",
             StepName::Unlock => "unlock",
+            StepName::Compact => "compact",
         }
     }
 }
