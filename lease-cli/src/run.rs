@@ -443,16 +443,20 @@ async fn run_async(
     };
     let mut on_request = None;
     let mut release_error = None;
+    // Whether the lease was already fenced when the command's exit was seen: then the
+    // fence's kill ended it (the watchdog may kill before the fence is reported here).
+    let mut fenced_first = false;
     let run = match ended {
         Ended::Exited(r) => {
             r?;
+            fenced_first = run.check_live().is_err();
             Some(run)
         }
         Ended::Fenced(e) => {
             // Every command process is confirmed dead; collect the exit code.
             let code = reap(fwd, &mut cmd).await?;
             drop(run);
-            return Err(fenced_error(&lease, e, code));
+            return Err(fenced_error(rundir, &lease, e, code));
         }
         Ended::ReleaseRequested => {
             // From here on the command runs without the lease.
@@ -471,7 +475,7 @@ async fn run_async(
                 Err(e @ RunError::Fenced { .. }) => {
                     // The commands were killed before the fence was reported.
                     let code = reap(fwd, &mut cmd).await?;
-                    return Err(fenced_error(&lease, e, code));
+                    return Err(fenced_error(rundir, &lease, e, code));
                 }
                 Err(e) => {
                     eprintln!(
@@ -502,13 +506,14 @@ async fn run_async(
             match run.release(status).await {
                 Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
                 Err(e @ RunError::Fenced { .. }) => {
-                    // Fenced while releasing: the command had already ended.
-                    return Err(fenced_error_as(
-                        &lease,
-                        e,
-                        code,
-                        "the command had already ended, and whatever it left running was stopped",
-                    ));
+                    // Fenced while releasing: the command had ended, by the fence's kill
+                    // or by itself before the fence was seen.
+                    let ended = if fenced_first {
+                        "runlease killed the command when the lease was fenced"
+                    } else {
+                        "the command had exited by itself before the fence was seen; whatever it left running was stopped"
+                    };
+                    return Err(fenced_error_as(rundir, &lease, e, code, ended));
                 }
                 Err(e) => {
                     return Err(
@@ -558,12 +563,25 @@ fn released_as(rundir: &Lease) -> Option<u64> {
     view.head.map(|h| h.generation().get())
 }
 
-fn fenced_error(lease: &lease_core::ops::OwnedLease, e: RunError, code: i32) -> CliError {
-    fenced_error_as(lease, e, code, "the command's processes were killed")
+fn fenced_error(
+    rundir: &Lease,
+    lease: &lease_core::ops::OwnedLease,
+    e: RunError,
+    code: i32,
+) -> CliError {
+    fenced_error_as(
+        rundir,
+        lease,
+        e,
+        code,
+        "runlease killed the command when the lease was fenced",
+    )
 }
 
-/// [`fenced_error`], saying how the command ended (`ended`: killed, or exited before).
+/// [`fenced_error`], saying how the command ended (`ended`: killed by runlease, or exited
+/// before) and who replaced the owner, if anyone did ([`replaced_by`]).
 fn fenced_error_as(
+    rundir: &Lease,
     lease: &lease_core::ops::OwnedLease,
     e: RunError,
     code: i32,
@@ -573,14 +591,44 @@ fn fenced_error_as(
         RunError::Fenced { reason, .. } => reason.clone(),
         other => other.to_string(),
     };
+    let by = replaced_by(rundir, lease.generation)
+        .map(|w| format!("; {w}"))
+        .unwrap_or_default();
     CliError::of(
         Code::Fenced,
         format!(
-            "run {}: generation {} is fenced ({reason}); {ended} (it exited with {code}); nothing was released or written",
+            "run {}: generation {} is fenced ({reason}{by}); {ended} (it exited with {code}); nothing was released or written",
             lease.run_id, lease.generation
         ),
     )
     .with_extra(json!({"generation": lease.generation.get(), "command_exit": code}))
+}
+
+/// Who replaced generation `g`, from the epoch after it (read-only; `None` when there is
+/// none, as when the owner fenced itself on a lapse nobody acted on yet, or it cannot be
+/// read): "taken over by generation N (owner, pid on host) at T", or "retired as dead …".
+fn replaced_by(rundir: &Lease, g: lease_core::Generation) -> Option<String> {
+    use lease_core::ops::{Request, Response};
+    let next = g.next(&rundir.auth.run_id().clone()).ok()?;
+    let bytes = match rundir
+        .auth
+        .perform(Request::Read(lease_core::FileRef::Epoch(next)))
+        .ok()?
+    {
+        Response::Content(Some(b)) => b,
+        _ => return None,
+    };
+    let e: lease_core::EpochRecord = lease_core::decode_for(rundir.auth.run_id(), &bytes).ok()?;
+    let retired = e.retired.as_ref().filter(|r| r.generation == g)?;
+    let how = match retired.reason {
+        lease_core::RetireReason::TakenOver => "taken over",
+        lease_core::RetireReason::Dead => "retired as dead",
+        _ => return None,
+    };
+    Some(format!(
+        "{how} by generation {} (owner {}, pid {} on {}) at {}",
+        e.generation, e.owner_id, e.holder.pid, e.holder.host, e.claimed_at
+    ))
 }
 
 /// Block until the command `pid` has exited, without reaping it. A stop by SIGTTIN or

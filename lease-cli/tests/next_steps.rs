@@ -65,12 +65,20 @@ fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     let o = run_argv(argv);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(status_json(&dir)["state"], "free");
-    // The replaced owner fences itself when it resumes.
+    // The replaced owner fences itself when it resumes, and says what happened: how long
+    // it had no successful heartbeat, who took over (generation, host, time), and that
+    // runlease killed its command.
     signal(owner.id(), Signal::CONT);
     assert_eq!(
         wait_exit(&mut owner, Duration::from_secs(10)).code(),
         Some(75)
     );
+    let mut err = String::new();
+    std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("FENCED"), "{err}");
+    assert!(err.contains("no successful heartbeat for"), "{err}");
+    assert!(err.contains("taken over by generation 2"), "{err}");
+    assert!(err.contains("runlease killed the command"), "{err}");
 }
 
 #[test]

@@ -408,7 +408,7 @@ fn a_head_epoch_garbled_during_the_run_is_named_when_the_release_fences() {
         "{err}"
     );
     assert!(
-        !err.contains("processes were killed") && err.contains("exited with 0"),
+        !err.contains("runlease killed the command") && err.contains("exited with 0"),
         "{err}"
     );
     assert_eq!(std::fs::read(&head).unwrap(), b"{\"generation\":1");
