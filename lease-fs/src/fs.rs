@@ -269,12 +269,18 @@ pub fn not_a_record(path: &str, kind: EntryKind, size: u64, limit: usize) -> io:
 
 /// The [`NotARecord`] inside `e` (its payload, or anywhere in its chain of sources).
 pub fn not_a_record_in(e: &io::Error) -> Option<&NotARecord> {
+    error_in(e)
+}
+
+/// The error of type `T` inside `e`: its payload, or anywhere in its chain of sources,
+/// looking into nested `io::Error`s too.
+pub fn error_in<T: std::error::Error + 'static>(e: &io::Error) -> Option<&T> {
     let mut cur = e.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
     while let Some(x) = cur {
-        if let Some(n) = x.downcast_ref::<NotARecord>() {
+        if let Some(n) = x.downcast_ref::<T>() {
             return Some(n);
         }
-        if let Some(n) = x.downcast_ref::<io::Error>().and_then(not_a_record_in) {
+        if let Some(n) = x.downcast_ref::<io::Error>().and_then(error_in::<T>) {
             return Some(n);
         }
         cur = x.source();

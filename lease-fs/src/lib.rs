@@ -53,6 +53,7 @@ pub mod probe;
 pub mod real;
 pub mod run_dir;
 pub mod sim;
+mod trust;
 
 pub use error::{FS_ERROR_CODES, FsError};
 pub use real::{RealFs, is_run_folder};

@@ -58,154 +58,8 @@ fn resolve_flags() -> ResolveFlags {
 const DIR_MODE: u32 = 0o700;
 const FILE_MODE: u32 = 0o600;
 
-/// Permission bits a directory runlease trusts must not have: group or other write.
-const DIR_FORBIDDEN: u32 = 0o022;
-/// Permission bits a file runlease reads must not have: group or other write (issue #15:
-/// "not writable by group/others"). Read bits are no threat to what runlease decides (it
-/// writes its own files 0600, but a record copied back from a backup with umask 022 is
-/// still ours and unchanged).
-const FILE_FORBIDDEN: u32 = 0o022;
-
-/// The effective uid of this process.
-pub fn euid() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-/// A file or directory runlease does not trust: owned by another uid than the effective
-/// one, or with permission bits others could use to change it. Carried as the payload of an
-/// `io::Error` (kind `PermissionDenied`); `FsError::io` turns it into `RUN_NOT_OWNED` (77).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotOwned {
-    /// The path relative to the run root (`""`: the run root itself).
-    pub path: String,
-    /// The absolute path, for the fix.
-    pub abs: PathBuf,
-    /// Its owner.
-    pub uid: u32,
-    /// Its permission bits.
-    pub mode: u32,
-    /// The effective uid runlease runs as.
-    pub euid: u32,
-    /// Whether it is a directory (directories may be group/other readable).
-    pub is_dir: bool,
-}
-
-impl NotOwned {
-    /// What is wrong and the fix, one sentence each, without the run's name.
-    pub fn describe(&self) -> String {
-        let what = if self.path.is_empty() {
-            "the run folder itself".to_string()
-        } else if self.is_dir {
-            format!("folder {}", self.path)
-        } else {
-            format!("file {}", self.path)
-        };
-        let forbidden = if self.is_dir {
-            DIR_FORBIDDEN
-        } else {
-            FILE_FORBIDDEN
-        };
-        let mut wrong = Vec::new();
-        let mut fix = Vec::new();
-        let q = shell_quote(&self.abs);
-        if self.uid != self.euid {
-            wrong.push(format!(
-                "it is owned by uid {}, not by uid {} that runlease runs as",
-                self.uid, self.euid
-            ));
-            fix.push(format!(
-                "run runlease as uid {} (its owner), or `chown {} {q}` if it really belongs to uid {}",
-                self.uid, self.euid, self.euid
-            ));
-        }
-        if self.mode & forbidden != 0 {
-            wrong.push("group or others may write it".to_string());
-            fix.push(format!("`chmod go-w {q}`"));
-        }
-        format!(
-            "{what} ({}, owner uid {}, mode {:04o}) is not trusted: {}; runlease trusts only what uid {} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
-            self.abs.display(),
-            self.uid,
-            self.mode,
-            wrong.join(" and "),
-            self.euid,
-            fix.join(", then ")
-        )
-    }
-}
-
-impl fmt::Display for NotOwned {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl std::error::Error for NotOwned {}
-
-/// Quote a path for a shell command suggestion if it needs it (the one quoting rule of
-/// every next step runlease prints).
-pub fn shell_quote(p: &Path) -> String {
-    let s = p.display().to_string();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
-    {
-        s
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-/// `Ok` if `st` (of `rel` below the run root `root`; `""` = the root) is owned by the
-/// effective uid and not open to others: no group/other write bit. Else a [`NotOwned`] error. Symlinks are not
-/// judged here (they are refused as such wherever they matter).
-pub(crate) fn check_trusted(root: &Path, st: &Stat, rel: &str) -> io::Result<()> {
-    let ft = type_of(st);
-    if ft == FileType::Symlink {
-        return Ok(());
-    }
-    let is_dir = ft == FileType::Directory;
-    let forbidden = if is_dir {
-        DIR_FORBIDDEN
-    } else {
-        FILE_FORBIDDEN
-    };
-    let (uid, mode, me) = (st.st_uid, perm_of(st), euid());
-    if uid == me && mode & forbidden == 0 {
-        return Ok(());
-    }
-    let abs = if rel.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(rel)
-    };
-    Err(io::Error::new(
-        io::ErrorKind::PermissionDenied,
-        NotOwned {
-            path: rel.to_string(),
-            abs,
-            uid,
-            mode,
-            euid: me,
-            is_dir,
-        },
-    ))
-}
-
-/// The [`NotOwned`] inside `e` (its payload, or anywhere in its chain of sources).
-pub fn not_owned_in(e: &io::Error) -> Option<&NotOwned> {
-    let mut cur = e.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
-    while let Some(x) = cur {
-        if let Some(n) = x.downcast_ref::<NotOwned>() {
-            return Some(n);
-        }
-        if let Some(n) = x.downcast_ref::<io::Error>().and_then(not_owned_in) {
-            return Some(n);
-        }
-        cur = x.source();
-    }
-    None
-}
+pub(crate) use crate::trust::check_trusted;
+pub use crate::trust::{NotOwned, euid, not_owned_in, shell_quote};
 
 /// `st_nlink` widened to `u64` (it is `u32` on some architectures).
 #[allow(clippy::unnecessary_cast)]
@@ -221,11 +75,11 @@ fn id_of(st: &Stat) -> (u64, u64) {
 
 /// The permission bits of `st_mode`.
 #[allow(clippy::unnecessary_cast)]
-fn perm_of(st: &Stat) -> u32 {
+pub(crate) fn perm_of(st: &Stat) -> u32 {
     (st.st_mode as u32) & 0o7777
 }
 
-fn type_of(st: &Stat) -> FileType {
+pub(crate) fn type_of(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode)
 }
 
@@ -596,6 +450,31 @@ impl RealFs {
     }
 
     /// Like [`dir_fd`](Self::dir_fd), but a missing directory is `None`.
+    /// Call `f` with the folder's descriptor, each entry of directory `dir` (`.` and `..`
+    /// left out) and its name; a missing folder has none. A fresh open file description
+    /// (`openat(dir, ".")`), so concurrent listings do not share a directory offset with
+    /// each other or with the cached descriptor. Names this crate writes are ASCII; a stray
+    /// non-UTF-8 name is passed lossily (callers ignore names they do not parse).
+    fn each_entry(
+        &self,
+        dir: &str,
+        f: &mut dyn FnMut(&OwnedFd, &rustix::fs::DirEntry, &str) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
+            return Ok(());
+        };
+        for entry in Dir::read_from(&*dfd)? {
+            let entry = entry?;
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            let name = String::from_utf8_lossy(raw);
+            f(&dfd, &entry, &name)?;
+        }
+        Ok(())
+    }
+
     fn dir_fd_opt(&self, dir: &str, path: &str) -> io::Result<Option<Arc<OwnedFd>>> {
         match self.dir_fd(dir, path) {
             Ok(fd) => Ok(Some(fd)),
@@ -769,23 +648,10 @@ impl Fs for RealFs {
     }
 
     fn for_each_name(&self, dir: &str, each: &mut dyn FnMut(&str)) -> io::Result<()> {
-        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
-            return Ok(());
-        };
-        // A fresh open file description (`openat(dir, ".")`), so concurrent listings do not
-        // share a directory offset with each other or with the cached descriptor.
-        let entries = Dir::read_from(&*dfd)?;
-        for entry in entries {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            // Names this crate writes are ASCII; a stray non-UTF-8 name is listed lossily
-            // (callers ignore names they do not parse).
-            each(&String::from_utf8_lossy(name));
-        }
-        Ok(())
+        self.each_entry(dir, &mut |_, _, name| {
+            each(name);
+            Ok(())
+        })
     }
 
     fn read(&self, path: &str, limit: usize) -> io::Result<Option<Vec<u8>>> {
@@ -840,19 +706,9 @@ impl Fs for RealFs {
         is_record: &dyn Fn(&str) -> bool,
         each: &mut dyn FnMut(&str),
     ) -> io::Result<()> {
-        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
-            return Ok(());
-        };
-        let entries = Dir::read_from(&*dfd)?;
-        for entry in entries {
-            let entry = entry?;
-            let raw = entry.file_name().to_bytes();
-            if raw == b"." || raw == b".." {
-                continue;
-            }
-            let name = String::from_utf8_lossy(raw);
-            if is_record(&name) {
-                let path = join(dir, &name);
+        self.each_entry(dir, &mut |dfd, entry, name| {
+            if is_record(name) {
+                let path = join(dir, name);
                 match kind_of(entry.file_type()) {
                     // `getdents` said what it is: no further call for a non-file.
                     Some(k) if k != EntryKind::File => judge_record(&path, k, 0, limit)?,
@@ -867,9 +723,9 @@ impl Fs for RealFs {
                     },
                 }
             }
-            each(&name);
-        }
-        Ok(())
+            each(name);
+            Ok(())
+        })
     }
 
     fn exists(&self, path: &str) -> io::Result<bool> {
