@@ -34,7 +34,9 @@ fn claim_elsewhere(dir: &Path, owner: &str, at_ms: u64) -> u64 {
             pid: 4242,
             start_time: 1,
         },
-        policy: TimingPolicy::default(),
+        // A short stale_after: `takeover` watches the record for it before it acts.
+        policy: TimingPolicy::from_millis(100, 300, 1000, lease_core::HeartbeatDurability::Local)
+            .unwrap(),
         now: Timestamp::from_unix_millis(at_ms).unwrap(),
         store_floor: None,
     })
@@ -125,4 +127,36 @@ fn takeover_then_release_compacts_when_due() {
     // The files of the folded generations are gone: intents included.
     let intents = std::fs::read_dir(dir.join("lease/intents")).map_or(0, |d| d.count());
     assert!(intents <= 2, "{intents} intents left");
+}
+
+/// Owners that crash and are retired never release: the retirement compacts too, so a
+/// crash loop (`run` killed, `retire`; `run --retire-dead` killed, ...) stays bounded.
+#[test]
+fn a_crash_loop_of_retired_owners_stays_bounded() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let lease_files = |dir: &Path| {
+        ["epochs", "beats", "cutoffs", "intents", "checkpoints"]
+            .iter()
+            .map(|f| std::fs::read_dir(dir.join("lease").join(f)).map_or(0, |d| d.count()))
+            .sum::<usize>()
+    };
+    let mut most = 0;
+    for i in 0..30 {
+        // The owner is SIGKILLed by its own command (its parent): a crash, no release.
+        let how: &[&str] = if i % 2 == 0 { &[] } else { &["--retire-dead"] };
+        let args: Vec<&str> = [&["run"][..], how, &[d, "--", "sh", "-c", "kill -9 $PPID"]].concat();
+        let o = runlease(&args);
+        assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        if i % 2 == 0 {
+            let o = runlease(&["retire", d]);
+            assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        }
+        most = most.max(lease_files(&dir));
+    }
+    assert!(checkpoints(&dir) >= 1, "never compacted");
+    assert!(most < 100, "lease/ reached {most} files");
+    let o = runlease(&["verify", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    println!("crash loop of 30 retired owners: lease/ peaked at {most} files");
 }

@@ -253,6 +253,15 @@ impl Replacer {
             },
             detail,
         );
+        // A retirement frees the run as a release does: compact if due (best-effort, never
+        // this retirement's error; its order of writes is the prune's own, PROTOCOL §7.10),
+        // so a crash loop whose owners are retired and never release stays bounded.
+        let _ = crate::compact::after_release(
+            &*self.auth,
+            self.auth.folder(),
+            r.generation,
+            owner_id.clone(),
+        );
         Ok(RetiredOwner {
             retired: r.retired,
             generation: r.generation,

@@ -477,15 +477,26 @@ fn claim_blocking(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLeas
                     if !a.verified {
                         dir.verify()?;
                     }
-                    dir.retire(RetireParams {
+                    let retirer = new_owner_id()?;
+                    let retired = dir.retire(RetireParams {
                         run_id: dir.run_id().clone(),
-                        owner_id: new_owner_id()?,
+                        owner_id: retirer.clone(),
                         holder: a.holder.clone(),
                         policy: a.policy,
                         now: wall_now()?,
                         expect: Some(Expectation::of(head)),
                         nonce: random_u64()?,
                     })?;
+                    // The retirement freed the run as a release does: compact if due
+                    // (best-effort, never this open's error; the prune's own order of
+                    // writes, PROTOCOL §7.10), so owners that crash and are retired, and
+                    // never release, still leave a bounded `lease/`.
+                    let _ = crate::compact::after_release(
+                        dir,
+                        dir.folder(),
+                        retired.generation,
+                        retirer,
+                    );
                     // The first claim was refused: it created nothing under this id.
                     dir.claim(claim(a.owner_id, a.holder)?)
                 }
