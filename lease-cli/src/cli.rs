@@ -193,9 +193,12 @@ Example:
     /// Exact takeover of a stale owner; the run is then released (free).
     #[command(after_help = "\
 On a terminal without expectations it asks for confirmation. In scripts pass exactly what
-`runlease status --json` printed (expect_owner, expect_heartbeat); any change in between
-refuses with TAKEOVER_RACE (75). A fresh owner is refused (76). --yes takes over exactly
-what is observed now, without asking. The old owner is fenced: its later writes never count.
+`runlease status --json` printed (expect_owner, expect_heartbeat); a different record
+refuses with TAKEOVER_RACE (75). It then watches the owner's record for the owner's
+stale_after (20 s by default) on this host's clock, never comparing another host's clock:
+a record that changes meanwhile is a live owner, refused (76); nothing is written before
+the watch ends. --yes takes over exactly what is observed now, without asking. The old
+owner is fenced: its later writes never count.
 
 Example:
   runlease takeover ./demo-run --expect-owner 0b9e...-... --expect-heartbeat 2026-01-01T12:00:00.000Z")]
