@@ -269,7 +269,9 @@ impl World {
                     holder: actor.holder(),
                     policy: TimingPolicy::default(),
                     now,
-                    trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now) },
+                    trigger: TakeoverTrigger::Operator {
+                        watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
+                    },
                     expect,
                     nonce,
                 }))
