@@ -3,7 +3,7 @@
 //!
 //! 1. Makes sure `cargo +nightly fuzz` works, installing `cargo-fuzz` with
 //!    `cargo install cargo-fuzz --locked` if it is missing (it says so first).
-//! 2. Builds every target once (`cargo +nightly fuzz build`).
+//! 2. Builds every target once (`cargo +nightly fuzz build -s none`, see [`SANITIZER`]).
 //! 3. Per target, in `fuzz/`:
 //!    - replays `fuzz/regressions/<target>/` if it holds inputs (`-runs=0`: each input once;
 //!      inputs that once found a bug must keep passing);

@@ -462,7 +462,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         let (end, n, _, text) = fuzz_once(&bin, &args, &log, Duration::MAX)?;
         match end {
             End::Budget => println!(
-                "fuzz-long {target}: corpus and regressions pass under AddressSanitizer ({n} inputs)"
+                "fuzz-long {target}: corpus and regressions pass under AddressSanitizer ({n} runs)"
             ),
             End::Finding => {
                 eprintln!("--- {target} under AddressSanitizer:\n{}", tail(&text, 40));
