@@ -76,7 +76,12 @@ fn takeover(d: &mut MemDisk, owner: &str, pid: u32, now: u64) -> OwnedLease {
             policy: TimingPolicy::default(),
             now: t(now),
             expect: Expectation::of(&head),
-            trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&Expectation::of(&head), t(now)) },
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                    &Expectation::of(&head),
+                    t(now),
+                ),
+            },
             nonce: 0x5eed,
         }),
         &alive,

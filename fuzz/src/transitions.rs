@@ -192,23 +192,26 @@ impl World {
         self.next_pid
     }
 
-    fn head(&self) -> Option<Generation> {
+    /// The epoch files, in generation order: `FileRef::Epoch` sorts before every other
+    /// kind, so they are the range below the first heartbeat (checked after every request:
+    /// a scan of every file, events included, made long inputs quadratic).
+    fn epochs(&self) -> impl DoubleEndedIterator<Item = Generation> + '_ {
+        let first_beat = FileRef::Beat(Generation::FIRST);
         self.disk
             .files
-            .keys()
-            .filter_map(|f| match f {
+            .range(..first_beat)
+            .filter_map(|(f, _)| match f {
                 FileRef::Epoch(g) => Some(*g),
                 _ => None,
             })
-            .max()
+    }
+
+    fn head(&self) -> Option<Generation> {
+        self.epochs().next_back()
     }
 
     fn epoch_count(&self) -> usize {
-        self.disk
-            .files
-            .keys()
-            .filter(|f| matches!(f, FileRef::Epoch(_)))
-            .count()
+        self.epochs().count()
     }
 
     fn epoch(&self, g: Generation) -> Option<EpochRecord> {
@@ -269,7 +272,9 @@ impl World {
                     holder: actor.holder(),
                     policy: TimingPolicy::default(),
                     now,
-                    trigger: TakeoverTrigger::Operator { watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now) },
+                    trigger: TakeoverTrigger::Operator {
+                        watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
+                    },
                     expect,
                     nonce,
                 }))

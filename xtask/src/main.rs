@@ -1,7 +1,7 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
 //! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
-//! `fuzz-smoke [--seconds N]`, `loom`, `torture [--procs N --seconds S]`, `rss` (see `USAGE`).
+//! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss` (see `USAGE`).
 
 mod bench;
 mod dist;
@@ -32,6 +32,10 @@ Commands:
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
                 run each cargo-fuzz target in fuzz/ N s (default 30; nightly; installs cargo-fuzz)
+  fuzz --long [--max-seconds N] [--target T]
+                per target, one at a time: replay fuzz/regressions, fuzz until 10 million runs or
+                one CPU-hour (or N s of wall time: partial), save crashes to fuzz/artifacts,
+                merge the corpus into fuzz/corpus (seeds kept), replay it under ASan
   loom          loom models of lease-run's fence core (RUSTFLAGS=--cfg loom, release,
                 LOOM_MAX_PREEMPTIONS=3 unless set; own target dir target/loom)
   torture [--procs N] [--seconds S] [--seed X]
@@ -69,6 +73,10 @@ fn main() -> ExitCode {
             .and_then(|()| bench::report(&workspace_root())),
         Some("fuzz-smoke") => match fuzz::parse_args(rest) {
             Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),
+            Err(reason) => return usage(&reason),
+        },
+        Some("fuzz") => match fuzz::long::parse_args(rest) {
+            Ok(opts) => fuzz::long::run(&workspace_root(), &opts),
             Err(reason) => return usage(&reason),
         },
         Some("model") => match rest {
