@@ -45,6 +45,16 @@ fn skewed_owner(lib: &std::path::Path, dir: &std::path::Path, offset: &str) -> C
         .expect("spawn runlease under libfaketime")
 }
 
+/// `status --json`'s `next_step_argv`, which must be there.
+fn next_argv(s: &serde_json::Value) -> Vec<String> {
+    s["next_step_argv"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no step: {s}"))
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The names of the files under `lease/` (epochs, intents, cutoffs), beats left out (the
 /// live owner replaces its own).
 fn lease_files(dir: &std::path::Path) -> Vec<String> {
@@ -65,12 +75,7 @@ fn an_owner_whose_clock_runs_slow_is_not_taken_over_while_it_beats() {
     let before = lease_files(&dir);
     // The advised exact takeover watches the record on this host's clock, sees it change
     // (the owner beats every 100 ms), and refuses: 76, nothing written.
-    let argv: Vec<String> = s["next_step_argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let argv = next_argv(&s);
     assert_eq!(argv[1], "takeover", "{s}");
     let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
     let t = Instant::now();
@@ -104,12 +109,7 @@ fn an_owner_whose_clock_runs_fast_is_taken_over_stale_after_after_it_stopped() {
     // host's clock, whatever the heartbeat's date says.
     let s = status_json(&dir);
     assert_eq!(s["state"], "active", "{s}");
-    let argv: Vec<String> = s["next_step_argv"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no step: {s}"))
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let argv = next_argv(&s);
     assert_eq!(argv[1], "takeover", "{s}");
     let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
     let t = Instant::now();

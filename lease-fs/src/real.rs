@@ -814,15 +814,7 @@ impl Fs for RealFs {
     }
 
     fn age_secs(&self, path: &str) -> io::Result<Option<u64>> {
-        let Some(st) = self.lstat(path)? else {
-            return Ok(None);
-        };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let mtime = u64::try_from(st.st_mtime).unwrap_or(0);
-        Ok(Some(now.saturating_sub(mtime)))
+        Ok(self.entry_info(path)?.map(|i| i.age_secs))
     }
 
     fn entry_info(&self, path: &str) -> io::Result<Option<crate::fs::EntryInfo>> {

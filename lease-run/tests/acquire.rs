@@ -7,6 +7,9 @@ use lease_core::{Code, HeartbeatDurability, TimingPolicy};
 use lease_run::{Acquire, AcquireError, Acquired, FinalStatus, NextStep, OpenOptions, Run, Wait};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::rt;
+
 fn fast() -> OpenOptions {
     OpenOptions {
         policy: TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap(),
@@ -14,14 +17,6 @@ fn fast() -> OpenOptions {
         kill_wait: Duration::from_secs(1),
         ..OpenOptions::default()
     }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

@@ -14,12 +14,15 @@ mod cluster;
 use cluster::{Cluster, SERIAL, etcd_binary};
 use lease_core::LeaseOps;
 use lease_core::ops::{Expectation, Status};
-use lease_core::{HeartbeatDurability, RunId, RunState, RunStatus, Timestamp, TimingPolicy};
+use lease_core::{HeartbeatDurability, RunId, RunState, RunStatus, TimingPolicy};
 use lease_run::authority::EtcdLease;
 use lease_run::{Authority, Batch, FinalStatus, OpenOptions, Run};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+mod support;
+use support::{now_ts, rt};
 
 /// Beat 300 ms, self-fence after 900 ms, stale after 2 s (the etcd lease's time to live).
 fn policy() -> TimingPolicy {
@@ -45,22 +48,6 @@ fn observer(cluster: &Cluster, prefix: &str, run: &str) -> EtcdLease {
         EtcdLease::options(Duration::from_secs(4), Duration::from_secs(4)),
     )
     .unwrap()
-}
-
-fn now_ts() -> Timestamp {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    Timestamp::from_unix_millis(u64::try_from(ms).unwrap()).unwrap()
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 fn run_json(path: &Path) -> RunStatus {

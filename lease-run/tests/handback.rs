@@ -9,8 +9,7 @@
 use lease_core::diagnose::{FindingCode, Next, Severity, diagnose, next_step};
 use lease_core::ops::{AppendParams, Expectation, Status, TakeoverTrigger};
 use lease_core::{
-    Code, EpochState, Generation, HeartbeatDurability, Holder, Identity, LeaseOps, RunState,
-    RunStatus, Timestamp, TimingPolicy, decode, encode,
+    Code, EpochState, Generation, Holder, Identity, LeaseOps, RunState, RunStatus, decode, encode,
 };
 use lease_fs::RunDir;
 use lease_run::replace::{Replacer, RunJsonUpdate};
@@ -22,30 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-fn fast() -> OpenOptions {
-    OpenOptions {
-        policy: TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap(),
-        term_grace: Duration::from_millis(200),
-        kill_wait: Duration::from_millis(500),
-        ..OpenOptions::default()
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn now_ts() -> Timestamp {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    Timestamp::from_unix_millis(u64::try_from(ms).unwrap()).unwrap()
-}
+mod support;
+use support::{fast, now_ts, rt};
 
 fn name(g: u64) -> String {
     format!("{g:020}.json")

@@ -9,38 +9,15 @@
 //! private pid namespace would make the kernel hand out the very number, but the reaper's
 //! decision depends only on (pid, start time, environment), which is what is reproduced.
 
-use lease_core::{CommandRecord, FileRef, Generation, HeartbeatDurability, Identity, RunId};
-use lease_core::{Timestamp, TimingPolicy};
-use lease_run::{FinalStatus, OpenOptions, Run};
+use lease_core::{CommandRecord, FileRef, Generation, Identity, RunId};
+use lease_run::{FinalStatus, Run};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-fn fast() -> OpenOptions {
-    OpenOptions {
-        policy: TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap(),
-        term_grace: Duration::from_millis(200),
-        kill_wait: Duration::from_millis(500),
-        ..OpenOptions::default()
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn now_ts() -> Timestamp {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    Timestamp::from_unix_millis(u64::try_from(ms).unwrap()).unwrap()
-}
+mod support;
+use support::{fast, now_ts, rt};
 
 fn alive(pid: u32) -> bool {
     matches!(lease_run::procs::state_of(pid), Some(c) if c != 'Z' && c != 'X')
