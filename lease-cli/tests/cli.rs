@@ -96,6 +96,18 @@ fn a_held_run_is_refused_with_the_holder_named_or_waited_for() {
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("TAKEOVER_ACTIVE_REFUSED"));
     assert!(text(&o.stderr).contains("alive"), "{}", text(&o.stderr));
+    // The same owner seen with an older heartbeat: it wrote since, so it is alive (76, not
+    // a race), nothing written.
+    let o = runlease(&[
+        "takeover",
+        d,
+        "--expect-owner",
+        &owner,
+        "--expect-heartbeat",
+        "2020-01-01T00:00:00.000Z",
+    ]);
+    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("TAKEOVER_ACTIVE_REFUSED"));
     let o = runlease(&[
         "takeover",
         d,

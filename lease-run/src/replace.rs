@@ -274,9 +274,10 @@ impl Replacer {
     /// unchanged (generation, owner, heartbeat time and count) for more than the owner's
     /// `stale_after` (PROTOCOL §10: no other host's wall clock decides). Read-only.
     ///
-    /// `expect` is the operator's observation: a head that differs from it when the watch
-    /// starts is `TAKEOVER_RACE` (75). A record that changes while watched is an owner that
-    /// is alive: `TAKEOVER_ACTIVE_REFUSED` (76), naming how long it was watched. `progress`
+    /// `expect` is the operator's observation: another generation or owner when the watch
+    /// starts is `TAKEOVER_RACE` (75); the same owner with a newer heartbeat, or a record
+    /// that changes while watched, is an owner that is alive: `TAKEOVER_ACTIVE_REFUSED`
+    /// (76), naming how long it was watched. `progress`
     /// is called before each pause with the time watched and the time needed. Returns the
     /// exact observation that was watched (its count filled in) and how long.
     pub fn watch(
@@ -313,6 +314,19 @@ impl Replacer {
                     }));
                 }
             } else if let Some(why) = expect.mismatch(&head) {
+                let same_owner = expect.generation.is_none_or(|g| g == head.generation())
+                    && expect.owner_id == head.epoch.owner_id;
+                if same_owner {
+                    // The same owner wrote a newer heartbeat since it was observed: it is
+                    // alive (76), not a different owner (a race, 75).
+                    return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
+                        run,
+                        held: Box::new(head.held_by()),
+                        age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
+                        stale_after_ms: head.epoch.policy.stale_after_ms(),
+                        watched_ms: 0,
+                    }));
+                }
                 return Err(RunError::Lease(LeaseError::TakeoverRace {
                     run,
                     detail: why,
