@@ -46,11 +46,14 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     facts.run_json = run_json_facts(dir);
     // Command records (read by the next open to reap a killed incarnation's commands):
     // one it cannot read, or one naming a live process it cannot prove ours, refuses it.
+    let mut commands_refusal = None;
     facts.commands = match first_unproven(dir) {
         Ok(None) => CommandFacts::Clean,
-        Ok(Some(refusal)) => CommandFacts::Unproven {
-            message: refusal.code().prefixed(&refusal),
-        },
+        Ok(Some(refusal)) => {
+            let message = refusal.code().prefixed(&refusal);
+            commands_refusal = Some((refusal.code(), message.clone()));
+            CommandFacts::Unproven { message }
+        }
         // Bad data in a record (not I/O, not a folder that is not ours): a finding.
         Err(e)
             if matches!(
@@ -58,9 +61,9 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
                 Code::RecordInvalid | Code::RunLayoutInvalid | Code::ChainBroken
             ) =>
         {
-            CommandFacts::Invalid {
-                message: e.code().prefixed(&e),
-            }
+            let message = e.code().prefixed(&e);
+            commands_refusal = Some((e.code(), message.clone()));
+            CommandFacts::Invalid { message }
         }
         Err(e) => return Err(e),
     };
@@ -69,8 +72,21 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     // held root, without following a symlink.
     facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
     facts.stray_names = dir.stray_names()?;
+    // What the next claim refuses, in the order its preflight checks ([`claim_refusal`]),
+    // from the facts above where they hold it: the verify walk and the command audit are
+    // not repeated, only the layout listing and the names above the head are added.
     let head = facts.view.head.as_ref().map_or(0, |h| h.generation().get());
-    facts.claim_refusal = claim_refusal(dir, head)?;
+    let verify_refusal = match &facts.verify {
+        VerifyFacts::Failed { code, message } => Some((*code, message.clone())),
+        _ => None,
+    };
+    facts.claim_refusal = match crate::run::list_layout(dir) {
+        Err(e) => Some(as_finding(e)?),
+        Ok(()) => match commands_refusal.or(verify_refusal) {
+            Some(r) => Some(r),
+            None => strays_refusal(dir, head)?,
+        },
+    };
     Ok(facts)
 }
 
@@ -85,33 +101,43 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
 /// claim's own preflight is. `status` asks it for a run whose next step would be a claim
 /// or a replacement, so the step it names is one the claim will not refuse.
 pub fn claim_refusal(dir: &RunDir, head: u64) -> Result<Option<(Code, String)>, RunError> {
-    let as_finding = |e: RunError| -> Result<Option<(Code, String)>, RunError> {
-        let code = e.code();
-        if matches!(
-            code,
-            Code::RecordInvalid
-                | Code::SchemaUnsupported
-                | Code::ChainBroken
-                | Code::EventLogGap
-                | Code::RunLayoutInvalid
-                | Code::RunCommandUnproven
-        ) {
-            Ok(Some((code, code.prefixed(&e))))
-        } else {
-            Err(e)
-        }
-    };
     if let Err(e) = crate::preflight(dir) {
-        return as_finding(e);
+        return as_finding(e).map(Some);
     }
     if let Err(e) = dir.verify() {
-        return as_finding(e.into());
+        return as_finding(e.into()).map(Some);
     }
+    strays_refusal(dir, head)
+}
+
+/// The last check of [`claim_refusal`]: heartbeats, cutoffs or command records named above
+/// the head generation `head`.
+fn strays_refusal(dir: &RunDir, head: u64) -> Result<Option<(Code, String)>, RunError> {
     let list = |d: Dir| Ok(dir.perform(lease_core::ops::Request::List(d))?);
-    if let Err(e) = crate::run::strays_above_in(dir.run_id().as_str(), &list, dir, head) {
-        return as_finding(e);
+    match crate::run::strays_above_in(dir.run_id().as_str(), &list, dir, head) {
+        Ok(()) => Ok(None),
+        Err(e) => as_finding(e).map(Some),
     }
-    Ok(None)
+}
+
+/// A refusal of the claim's preflight as a finding (`code`, `CODE: message`) when it is
+/// bad data on disk (65, or 76 for an unprovable command); anything else (I/O, a folder
+/// that is not ours) stays the error.
+fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
+    let code = e.code();
+    if matches!(
+        code,
+        Code::RecordInvalid
+            | Code::SchemaUnsupported
+            | Code::ChainBroken
+            | Code::EventLogGap
+            | Code::RunLayoutInvalid
+            | Code::RunCommandUnproven
+    ) {
+        Ok((code, code.prefixed(&e)))
+    } else {
+        Err(e)
+    }
 }
 
 /// Read `run.json` beneath the held root, reporting, never repairing: `Ok(None)` when

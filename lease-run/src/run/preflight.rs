@@ -25,6 +25,17 @@ use lease_sqlite::StoreError;
 /// process that cannot be proved ours (`RUN_COMMAND_UNPROVEN`, 76) is refused before a
 /// claim or a retirement, not while reaping after it. Read-only.
 pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
+    list_layout(dir)?;
+    match first_unproven(dir)? {
+        Some(refusal) => Err(refusal),
+        None => Ok(()),
+    }
+}
+
+/// The layout half of [`preflight`]: every protocol folder listed as the lease lists it
+/// (the event folder counted), so a misplaced file, a symlinked folder or a bad file named
+/// like a record is its error.
+pub(crate) fn list_layout(dir: &RunDir) -> Result<(), RunError> {
     for d in lease_core::Dir::ALL {
         let req = if d == lease_core::Dir::Events {
             lease_core::ops::Request::CountEvents
@@ -33,10 +44,7 @@ pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
         };
         dir.perform(req)?;
     }
-    match first_unproven(dir)? {
-        Some(refusal) => Err(refusal),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// How the open means to change the owner, for [`preflight_lease`].
