@@ -302,34 +302,37 @@ impl Replacer {
                     }));
                 }
             };
-            if let Some(key) = watch.watching() {
-                if *key != watch_key(&head) {
-                    let watched = Duration::from_nanos(boottime_ns().saturating_sub(began));
-                    return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
-                        run,
-                        held: Box::new(head.held_by()),
-                        age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
-                        stale_after_ms: head.epoch.policy.stale_after_ms(),
-                        watched_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
-                    }));
+            // An owner that wrote is alive (76): a record that changed while watched, or,
+            // before the watch, the expected generation and owner with a newer heartbeat
+            // (it wrote since it was observed). Another generation or owner is a race (75).
+            let alive_after = match watch.watching() {
+                Some(key) if *key != watch_key(&head) => {
+                    Some(Duration::from_nanos(boottime_ns().saturating_sub(began)))
                 }
-            } else if let Some(why) = expect.mismatch(&head) {
-                let same_owner = expect.generation.is_none_or(|g| g == head.generation())
-                    && expect.owner_id == head.epoch.owner_id;
-                if same_owner {
-                    // The same owner wrote a newer heartbeat since it was observed: it is
-                    // alive (76), not a different owner (a race, 75).
-                    return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
-                        run,
-                        held: Box::new(head.held_by()),
-                        age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
-                        stale_after_ms: head.epoch.policy.stale_after_ms(),
-                        watched_ms: 0,
-                    }));
-                }
-                return Err(RunError::Lease(LeaseError::TakeoverRace {
+                Some(_) => None,
+                None => match expect.mismatch(&head) {
+                    None => None,
+                    Some(_)
+                        if expect.generation.is_none_or(|g| g == head.generation())
+                            && expect.owner_id == head.epoch.owner_id =>
+                    {
+                        Some(Duration::ZERO)
+                    }
+                    Some(why) => {
+                        return Err(RunError::Lease(LeaseError::TakeoverRace {
+                            run,
+                            detail: why,
+                        }));
+                    }
+                },
+            };
+            if let Some(watched) = alive_after {
+                return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
                     run,
-                    detail: why,
+                    held: Box::new(head.held_by()),
+                    age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
+                    stale_after_ms: head.epoch.policy.stale_after_ms(),
+                    watched_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
                 }));
             }
             match watch.observe(&head, boottime_ns()) {
