@@ -707,6 +707,54 @@ pub fn held_description(view: &StatusView) -> (String, Value) {
     )
 }
 
+/// A one-line progress message on stderr, only when stderr is a terminal.
+pub struct Progress {
+    tty: bool,
+    shown: bool,
+}
+
+impl Progress {
+    /// A progress line for `out` (shown only on a terminal, not with --quiet or --json).
+    pub fn new(out: Out) -> Progress {
+        Progress {
+            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()) && !out.quiet && !out.json,
+            shown: false,
+        }
+    }
+    /// Replace the line with `msg`.
+    pub fn show(&mut self, msg: &str) {
+        if self.tty {
+            // Our own erase-line sequence goes out as is; the message (which names a
+            // holder from the records) is made terminal-safe.
+            let mut msg = terminal_safe(msg).into_owned();
+            if let Some((cut, _)) = msg.char_indices().nth(200) {
+                msg.truncate(cut);
+            }
+            raw_stderr(&format!("\r\x1b[Krunlease: {msg}"));
+            self.shown = true;
+        }
+    }
+    /// Erase the line, if one is shown.
+    pub fn clear(&mut self) {
+        if self.shown {
+            raw_stderr("\r\x1b[K");
+            self.shown = false;
+        }
+    }
+}
+
+/// Write to stderr as is (the progress line's own control sequence), never panicking.
+fn raw_stderr(s: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(s.as_bytes());
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,8 +47,8 @@
 //! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
 use crate::common::{
-    CliError, EX_SOFTWARE, Lease, Out, held_description, human_duration, policy_json, shell_path,
-    wall_now,
+    CliError, EX_SOFTWARE, Lease, Out, Progress, held_description, human_duration, policy_json,
+    shell_path, wall_now,
 };
 use lease_cli::cli::WaitFor;
 use lease_core::Code;
@@ -866,49 +866,4 @@ fn check_pending_signal() -> Result<(), CliError> {
         ));
     }
     Ok(())
-}
-
-/// A one-line progress message on stderr, only when stderr is a terminal.
-struct Progress {
-    tty: bool,
-    shown: bool,
-}
-
-impl Progress {
-    fn new(out: Out) -> Progress {
-        Progress {
-            tty: std::io::stderr().is_terminal() && !out.quiet && !out.json,
-            shown: false,
-        }
-    }
-    fn show(&mut self, msg: &str) {
-        if self.tty {
-            // Our own erase-line sequence goes out as is; the message (which names a
-            // holder from the records) is made terminal-safe.
-            let mut msg = crate::common::terminal_safe(msg).into_owned();
-            if let Some((cut, _)) = msg.char_indices().nth(200) {
-                msg.truncate(cut);
-            }
-            raw_stderr(&format!("\r\x1b[Krunlease: {msg}"));
-            self.shown = true;
-        }
-    }
-    fn clear(&mut self) {
-        if self.shown {
-            raw_stderr("\r\x1b[K");
-            self.shown = false;
-        }
-    }
-}
-
-/// Write to stderr as is (the progress line's own control sequence), never panicking.
-fn raw_stderr(s: &str) {
-    use std::io::Write as _;
-    let _ = std::io::stderr().write_all(s.as_bytes());
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.clear();
-    }
 }

@@ -1,7 +1,7 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
 use crate::common::{
-    CliError, Out, held_description, human_duration, human_ms, name_folder, new_nonce,
+    CliError, Out, Progress, held_description, human_duration, human_ms, name_folder, new_nonce,
     new_owner_id, shell_path, wall_now,
 };
 use lease_core::Code;
@@ -121,22 +121,15 @@ pub fn takeover(
             human_duration(needed)
         ));
     }
-    let tty = !out.json && std::io::stderr().is_terminal();
+    let mut line = Progress::new(out);
     let watched = r.watch(&expect, |watched, needed| {
-        if tty {
-            // `\r` written raw: eprint! escapes control characters.
-            let _ = std::io::stderr().write_all(b"\r");
-            eprint!(
-                "runlease: watched unchanged for {} of {}   ",
-                human_duration(watched),
-                human_duration(needed)
-            );
-            let _ = std::io::stderr().flush();
-        }
+        line.show(&format!(
+            "watched unchanged for {} of {}",
+            human_duration(watched),
+            human_duration(needed)
+        ))
     });
-    if tty {
-        eprintln!("");
-    }
+    line.clear();
     let (expect, watched) = watched.map_err(|e| {
         let alive = e.code() == Code::TakeoverActiveRefused;
         let err = CliError::from(e);
