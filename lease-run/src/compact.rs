@@ -32,7 +32,7 @@ use crate::authority::LeaseAuthority;
 use crate::diagnosis::TEMP_MIN_AGE_SECS;
 use crate::error::RunError;
 use crate::run::wall_now;
-use lease_core::ops::{PruneParams, PruneReport, ReleaseParams, Request, Response, Status};
+use lease_core::ops::{PruneParams, PruneReport, ReleaseParams, Request, Status};
 use lease_core::{Dir, FileRef, Generation, Identity, LeaseError, LeaseOps};
 use lease_fs::RunDir;
 
@@ -229,19 +229,18 @@ fn compact(
 
 /// The newest checkpoint's floor, from one listing of `lease/checkpoints/`.
 fn newest_checkpoint(auth: &dyn LeaseAuthority) -> Result<Option<Generation>, RunError> {
-    match auth.perform(Request::List(Dir::Checkpoints))? {
-        Response::Listing(files) => Ok(files
-            .into_iter()
-            .filter_map(|f| match f {
-                FileRef::Checkpoint(g) => Some(g),
-                _ => None,
-            })
-            .max()),
-        other => Err(RunError::Io(format!(
-            "run {}: listing lease/checkpoints/ answered {other:?}",
-            auth.run_id()
-        ))),
-    }
+    let files = crate::run::listed(
+        auth.run_id().as_str(),
+        Dir::Checkpoints,
+        auth.perform(Request::List(Dir::Checkpoints))?,
+    )?;
+    Ok(files
+        .into_iter()
+        .filter_map(|f| match f {
+            FileRef::Checkpoint(g) => Some(g),
+            _ => None,
+        })
+        .max())
 }
 
 #[cfg(test)]

@@ -205,6 +205,18 @@ pub fn strays_above(auth: &dyn LeaseAuthority, dir: &RunDir, head: u64) -> Resul
     )
 }
 
+/// The files of the answer `r` to `List(d)` (any other answer is an I/O error naming the
+/// folder: a transport that broke its contract).
+pub(crate) fn listed(run_id: &str, d: Dir, r: Response) -> Result<Vec<FileRef>, RunError> {
+    match r {
+        Response::Listing(l) => Ok(l),
+        other => Err(RunError::Io(format!(
+            "run {run_id}: listing {} answered {other:?}",
+            d.path()
+        ))),
+    }
+}
+
 /// [`strays_above`] with the lease's folders listed by `list` (the lease's authority, or
 /// the run folder itself).
 pub(crate) fn strays_above_in(
@@ -221,18 +233,15 @@ pub(crate) fn strays_above_in(
             _ => false,
         })
     };
-    let listing = |r: Response, d: Dir| match r {
-        Response::Listing(l) => Ok(l),
-        other => Err(RunError::Io(format!(
-            "listing {} answered {other:?}",
-            d.path()
-        ))),
-    };
     let mut found = None;
     for d in [Dir::Beats, Dir::Cutoffs] {
-        found = found.or(above(listing(list(d)?, d)?));
+        found = found.or(above(listed(run_id, d, list(d)?)?));
     }
-    let commands = listing(dir.perform(Request::List(Dir::Commands))?, Dir::Commands)?;
+    let commands = listed(
+        run_id,
+        Dir::Commands,
+        dir.perform(Request::List(Dir::Commands))?,
+    )?;
     found = found.or(above(commands));
     let Some(f) = found else {
         return Ok(());
