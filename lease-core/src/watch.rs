@@ -16,10 +16,11 @@
 //! let key = (3, "owner-a".to_string(), "2026-12-03T10:00:00.000Z".to_string(), 7);
 //! let stale_after = Duration::from_secs(20);
 //! assert!(matches!(w.observe_key(key.clone(), stale_after, 1_000_000_000), Verdict::Watching { .. }));
-//! // 20 s later on the same clock, the record is unchanged: still watching (strictly more is needed).
-//! assert!(matches!(w.observe_key(key.clone(), stale_after, 21_000_000_000), Verdict::Watching { .. }));
-//! let v = w.observe_key(key, stale_after, 21_000_000_001);
-//! assert_eq!(v, Verdict::TakeOver { watched: Duration::from_nanos(20_000_000_001) });
+//! // 20 s later on the same clock, the record is unchanged: still watching (strictly more is
+//! // needed, in whole milliseconds, the unit the intent records and the core judges).
+//! assert!(matches!(w.observe_key(key.clone(), stale_after, 21_000_999_999), Verdict::Watching { .. }));
+//! let v = w.observe_key(key, stale_after, 21_001_000_000);
+//! assert_eq!(v, Verdict::TakeOver { watched: Duration::from_millis(20_001) });
 //! ```
 
 use crate::ops::Head;
@@ -96,8 +97,11 @@ impl StaleWatch {
                 now_mono_ns
             }
         };
-        let watched = Duration::from_nanos(now_mono_ns.saturating_sub(since));
-        if watched > stale_after {
+        // Whole milliseconds: the intent records `watched_unchanged_ms` and the core accepts
+        // only more than `stale_after_ms`, so a verdict judged on nanoseconds (1000.4 ms >
+        // 1000 ms) would be refused once truncated (1000 ms). Judge what is recorded.
+        let watched = Duration::from_millis(now_mono_ns.saturating_sub(since) / 1_000_000);
+        if watched.as_millis() > stale_after.as_millis() {
             Verdict::TakeOver { watched }
         } else {
             Verdict::Watching {
@@ -153,6 +157,26 @@ mod tests {
                 watched: Duration::from_millis(101)
             }
         );
+    }
+
+    #[test]
+    fn a_fraction_of_a_millisecond_past_stale_after_is_not_yet_more() {
+        // What CI once hit: 1000.4 ms watched against a 1000 ms stale_after was a TakeOver
+        // verdict whose intent (1000 ms) the core then refused as too brief.
+        let mut w = StaleWatch::new();
+        let d = Duration::from_millis(1000);
+        w.observe_key(key(1), d, 0);
+        assert_eq!(
+            w.observe_key(key(1), d, 1_000_999_999),
+            Verdict::Watching {
+                watched: Duration::from_millis(1000),
+                needed: d
+            }
+        );
+        let Verdict::TakeOver { watched } = w.observe_key(key(1), d, 1_001_000_000) else {
+            panic!("1001 ms watched is more than 1000 ms");
+        };
+        assert!(watched.as_millis() > d.as_millis());
     }
 
     #[test]
