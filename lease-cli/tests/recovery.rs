@@ -94,7 +94,8 @@ fn named_files(detail: &str) -> Vec<String> {
         let known = ["lease/", "events/", "commands/"]
             .iter()
             .any(|p| w.starts_with(p));
-        if (known && w.len() > 8) || w == "run.json" {
+        // Files only: a finding may also name a folder (`lease/epochs/`) in its prose.
+        if (known && w.ends_with(".json")) || w == "run.json" {
             out.push(w.to_string());
         }
     }
@@ -249,7 +250,8 @@ fn restore(dir: &Path, backup: &Path, rel: &str) {
         let _ = m;
     }
     if from.is_file() {
-        std::fs::copy(&from, &target).unwrap();
+        std::fs::copy(&from, &target)
+            .unwrap_or_else(|e| panic!("restore {rel} into {}: {e}", dir.display()));
     }
 }
 
@@ -302,6 +304,17 @@ fn damages(sample: &Path) -> Vec<Damage> {
     out.push((
         format!("deleted newest epoch {newest}"),
         Box::new(move |d: &Path| std::fs::remove_file(d.join(&newest)).unwrap()),
+    ));
+    // A rollback of the chain by two generations (issue #17): the records they left (a
+    // cutoff naming a missing successor, events of a missing generation) give it away.
+    let two: Vec<String> = epochs.iter().rev().take(2).cloned().collect();
+    out.push((
+        format!("deleted the two newest epochs {}", two.join(", ")),
+        Box::new(move |d: &Path| {
+            for e in &two {
+                std::fs::remove_file(d.join(e)).unwrap()
+            }
+        }),
     ));
     let events: Vec<String> = record_files(sample)
         .into_iter()

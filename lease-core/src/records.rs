@@ -109,6 +109,16 @@ pub struct EpochRecord {
     pub seal: Option<Seal>,
     /// The highest store head the writer knew of (a floor for the store).
     pub store_floor: Option<u64>,
+    /// SHA-256 of the cutoff (`lease/cutoffs/<g>.json`) of the generation `g` that the
+    /// previous epoch superseded (`retired.generation` of epoch `generation − 1`), as GATE
+    /// finalized it before this epoch was created (PROTOCOL.md §4, §7.0): it binds every
+    /// cutoff into the epoch chain, so `verify` finds an edited or deleted cutoff and a lazy
+    /// finalizer never re-creates one. `None` when the previous epoch superseded nobody or
+    /// the cutoff was already folded into a checkpoint. **Absent when `None`** (never
+    /// `null`), like the heartbeat's `store_head`, so epochs written before it existed
+    /// decode byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cutoff_hash: Option<Digest>,
 }
 
 impl Record for EpochRecord {
@@ -156,6 +166,11 @@ impl Record for EpochRecord {
                     ),
                 });
             }
+        }
+        if self.cutoff_hash.is_some() && self.generation.get() < 3 {
+            return Err(
+                "cutoff_hash binds the cutoff of generation - 2: only from generation 3".into(),
+            );
         }
         if let Some(seal) = &self.seal {
             if self.state != EpochState::Released {
@@ -317,6 +332,11 @@ pub struct Checkpoint {
     pub floor_epoch_hash: Digest,
     /// The log tail when the checkpoint was computed.
     pub through_sequence: u64,
+    /// SHA-256 of event `through_sequence` (OQ-8): `verify` checks it, so a log rewritten
+    /// or cut below the checkpoint is found. **Absent when `None`** (an empty log, or a
+    /// checkpoint written before it existed), never `null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_hash: Option<Digest>,
     /// Sequences `<= through_sequence` whose events do not count (strictly increasing).
     pub not_authoritative: Vec<u64>,
     /// When.
@@ -338,6 +358,9 @@ impl Record for Checkpoint {
                 ));
             }
             prev = s;
+        }
+        if self.through_sequence == 0 && self.through_hash.is_some() {
+            return Err("through_hash needs an event: through_sequence is 0".into());
         }
         Ok(())
     }

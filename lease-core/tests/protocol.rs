@@ -1025,3 +1025,195 @@ fn the_store_head_in_the_last_heartbeat_becomes_the_floor_after_a_takeover_or_re
         "STORE_BEHIND_SEAL"
     );
 }
+
+// Issue #17, rollback evidence (PROTOCOL §4 `cutoff_hash`, §7.0 FINALIZE, §13). A run where
+// every cutoff but the newest is bound: a (g1) appends 1, b takes over (g2, cutoff 1
+// through 1), b appends 2, b releases (g3 binds cutoff 1), c claims (g4 binds cutoff 2).
+fn bound_run() -> (MemDisk, OwnedLease) {
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &a, 1, 1).unwrap();
+    let b = takeover(&mut d, "b", 2, 60_000, 1).unwrap();
+    append(&mut d, &b, 60_001, 2).unwrap();
+    release(&mut d, &b, 60_002).unwrap();
+    claim(&mut d, "c", 3, 60_003).unwrap();
+    (d, a)
+}
+
+fn epoch_of(d: &MemDisk, g: u64) -> EpochRecord {
+    decode(&d.files[&FileRef::Epoch(Generation::new(g).unwrap())]).unwrap()
+}
+
+fn verify(d: &mut MemDisk) -> Result<VerifyReport, LeaseError> {
+    d.run(&mut Verify::new(run_id()), &all_alive)
+}
+
+#[test]
+fn each_epoch_binds_the_cutoff_its_gate_finalized() {
+    let (mut d, _) = bound_run();
+    let cut =
+        |d: &MemDisk, g: u64| Digest::of(&d.files[&FileRef::Cutoff(Generation::new(g).unwrap())]);
+    assert_eq!(
+        epoch_of(&d, 2).cutoff_hash,
+        None,
+        "epoch 1 superseded nobody"
+    );
+    assert_eq!(epoch_of(&d, 3).cutoff_hash, Some(cut(&d, 1)));
+    assert_eq!(epoch_of(&d, 4).cutoff_hash, Some(cut(&d, 2)));
+    let report = verify(&mut d).unwrap();
+    assert_eq!((report.epochs, report.events), (4, 2));
+}
+
+#[test]
+fn a_deleted_bound_cutoff_is_chain_broken_and_never_finalized_again() {
+    let (mut d, zombie) = bound_run();
+    let cutoff1 = FileRef::Cutoff(Generation::FIRST);
+    d.files.remove(&cutoff1);
+    let e = verify(&mut d).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
+    assert!(
+        e.to_string()
+            .contains("lease/cutoffs/00000000000000000001.json is missing"),
+        "{e}"
+    );
+    // A finalizing reader refuses rather than deciding generation 1's events again.
+    let e = read_events(&mut d, 70_000).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
+    assert!(
+        !d.files.contains_key(&cutoff1),
+        "the reader re-created the cutoff"
+    );
+    // The zombie of generation 1 appends (its PRE-check finds no cutoff): its event must
+    // never be acknowledged. Before the binding, the lazy FINALIZE of its POST-check
+    // re-created cutoff 1 through the new tail and acknowledged it.
+    let e = append(&mut d, &zombie, 70_001, 3).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
+    assert!(!d.files.contains_key(&cutoff1));
+}
+
+#[test]
+fn an_edited_bound_cutoff_is_chain_broken() {
+    let (mut d, _) = bound_run();
+    let f = FileRef::Cutoff(Generation::FIRST);
+    let mut c: RetirementRecord = decode(&d.files[&f]).unwrap();
+    c.events_through = 2;
+    d.files.insert(f, encode(&c).unwrap());
+    let e = verify(&mut d).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
+    assert!(e.to_string().contains("was changed"), "{e}");
+}
+
+#[test]
+fn a_cutoff_that_disagrees_with_its_epoch_is_chain_broken() {
+    // The newest cutoff (2) is not bound yet by hash, but it must still name its epoch's
+    // owner and successor.
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    release(&mut d, &a, 1).unwrap();
+    let f = FileRef::Cutoff(Generation::FIRST);
+    let good = d.files[&f].clone();
+    let mut c: RetirementRecord = decode(&good).unwrap();
+    c.owner_id = id("someone-else");
+    d.files.insert(f, encode(&c).unwrap());
+    let e = verify(&mut d).unwrap_err();
+    assert!(e.to_string().contains("names owner someone-else"), "{e}");
+    let mut c: RetirementRecord = decode(&good).unwrap();
+    c.superseded_by = Generation::new(5).unwrap();
+    d.files.insert(f, encode(&c).unwrap());
+    let e = verify(&mut d).unwrap_err();
+    assert!(e.to_string().contains("superseded by generation 5"), "{e}");
+    d.files.insert(f, good);
+    verify(&mut d).unwrap();
+}
+
+#[test]
+fn deleted_newest_epochs_are_chain_broken() {
+    // a: g1 appends 1, releases (g2); b: g3 appends 2, releases (g4).
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &a, 1, 1).unwrap();
+    release(&mut d, &a, 2).unwrap();
+    let b = claim(&mut d, "b", 2, 3).unwrap();
+    append(&mut d, &b, 4, 2).unwrap();
+    release(&mut d, &b, 5).unwrap();
+    verify(&mut d).unwrap();
+    let epoch = |g: u64| FileRef::Epoch(Generation::new(g).unwrap());
+    // Only the released head: cutoff 3 names epoch 4 as its successor.
+    let mut d4 = d.clone();
+    d4.files.remove(&epoch(4));
+    let e = verify(&mut d4).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN");
+    assert!(e.to_string().contains("epoch 4 superseded it"), "{e}");
+    // Epochs 3 and 4: cutoff 3 exists without its epoch.
+    d.files.remove(&epoch(4));
+    d.files.remove(&epoch(3));
+    let e = verify(&mut d).unwrap_err();
+    assert!(e.to_string().contains("newest epochs were deleted"), "{e}");
+    // And its cutoff too: event 2 still names generation 3.
+    d.files
+        .remove(&FileRef::Cutoff(Generation::new(3).unwrap()));
+    let e = verify(&mut d).unwrap_err();
+    assert!(
+        e.to_string().contains("events of generation 3 exist"),
+        "{e}"
+    );
+    // A beat above the head says the same (no event, no cutoff left).
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    release(&mut d, &a, 1).unwrap();
+    let b = claim(&mut d, "b", 2, 2).unwrap();
+    heartbeat(&mut d, &b, 3, 1).unwrap();
+    d.files.remove(&epoch(3));
+    let e = verify(&mut d).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("lease/beats/00000000000000000003.json exists"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_checkpoint_binds_its_last_event_and_verify_checks_it() {
+    let mut d = MemDisk::new();
+    let mut now = 0;
+    for i in 0..6u64 {
+        now += 10;
+        let l = claim(&mut d, &format!("o{i}"), 10 + i as u32, now).unwrap();
+        append(&mut d, &l, now + 1, i).unwrap();
+        release(&mut d, &l, now + 2).unwrap();
+    }
+    let report = d
+        .run(
+            &mut Prune::new(PruneParams {
+                run_id: run_id(),
+                keep: 2,
+                by: id("pruner"),
+                now: t(now + 3),
+            }),
+            &all_alive,
+        )
+        .unwrap();
+    let floor = report.floor.unwrap();
+    let cp: Checkpoint = decode(&d.files[&FileRef::Checkpoint(floor)]).unwrap();
+    let last = FileRef::Event(Sequence::new(6).unwrap());
+    assert_eq!(cp.through_sequence, 6);
+    assert_eq!(cp.through_hash, Some(Digest::of(&d.files[&last])));
+    verify(&mut d).unwrap();
+    // Rewrite the last event (no later event links to it, so only the checkpoint can tell).
+    let mut ev: Event = decode(&d.files[&last]).unwrap();
+    ev.payload = serde_json::json!("rewritten");
+    d.files.insert(last, encode(&ev).unwrap());
+    let e = verify(&mut d).unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
+    assert!(e.to_string().contains("through_hash differs"), "{e}");
+    // With a later event appended after it, the hash is read from the event itself.
+    let mut d2 = d.clone();
+    d2.files.remove(&last);
+    let mut ev: Event = decode(&d.files[&last]).unwrap();
+    ev.payload = serde_json::json!({ "n": 5 });
+    d2.files.insert(last, encode(&ev).unwrap());
+    verify(&mut d2).unwrap();
+    let l = claim(&mut d2, "late", 99, now + 10).unwrap();
+    append(&mut d2, &l, now + 11, 7).unwrap();
+    verify(&mut d2).unwrap();
+}

@@ -56,6 +56,8 @@ pub struct Prune {
     tail: u64,
     not_authoritative: Vec<u64>,
     prev_hash: Option<Digest>,
+    /// Hash of event `tail` (the checkpoint's `through_hash`, OQ-8).
+    through_hash: Option<Digest>,
     restarts: u32,
     head: Option<Generation>,
 }
@@ -73,6 +75,8 @@ enum PruneState {
     Finalize(Vec<(Generation, Identity, Generation)>, Finalize),
     Tail(Tail),
     ReadEvent(u64),
+    /// No event to judge since the last checkpoint: read event `tail` for its hash only.
+    ReadThrough,
     Create,
     List(usize),
     Remove(usize),
@@ -104,6 +108,7 @@ impl Prune {
             tail: 0,
             not_authoritative: Vec::new(),
             prev_hash: None,
+            through_hash: None,
             restarts: 0,
             head: None,
         }
@@ -358,6 +363,21 @@ impl Operation for Prune {
                         .map_or(0, |c| c.through_sequence)
                         + 1;
                     if from > tail {
+                        let known = self.chain.checkpoint.as_ref().and_then(|c| {
+                            c.through_hash
+                                .clone()
+                                .filter(|_| c.through_sequence == tail)
+                        });
+                        match (tail, known) {
+                            (0, _) => self.through_hash = None,
+                            (_, Some(h)) => self.through_hash = Some(h),
+                            (t, None) => {
+                                self.st = PruneState::ReadThrough;
+                                return Step::Io(Request::Read(FileRef::Event(
+                                    Sequence::new(t).unwrap_or(Sequence::FIRST),
+                                )));
+                            }
+                        }
                         self.st = PruneState::Create;
                         continue;
                     }
@@ -370,7 +390,12 @@ impl Operation for Prune {
                     let seq = Sequence::new(s).unwrap_or(Sequence::FIRST);
                     let ev = match input.take() {
                         Some(Response::Content(Some(b))) => match decode_event(&run, seq, &b) {
-                            Ok(e) => e,
+                            Ok(e) => {
+                                if s == self.tail {
+                                    self.through_hash = Some(Digest::of(&b));
+                                }
+                                e
+                            }
                             Err(e) => return Step::Done(Err(e)),
                         },
                         Some(Response::Content(None)) => {
@@ -413,6 +438,24 @@ impl Operation for Prune {
                     }
                     self.st = PruneState::Create;
                 }
+                PruneState::ReadThrough => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        let seq = Sequence::new(self.tail).unwrap_or(Sequence::FIRST);
+                        if let Err(e) = decode_event(&run, seq, &b) {
+                            return Step::Done(Err(e));
+                        }
+                        self.through_hash = Some(Digest::of(&b));
+                        self.st = PruneState::Create;
+                    }
+                    Some(Response::Content(None)) => {
+                        return Step::Done(Err(LeaseError::EventLogGap {
+                            run: run.to_string(),
+                            missing: self.tail,
+                            later: self.tail,
+                        }));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
                 PruneState::Create => {
                     if input.is_none() {
                         let cp = Checkpoint {
@@ -425,6 +468,7 @@ impl Operation for Prune {
                                 }
                             },
                             through_sequence: self.tail,
+                            through_hash: self.through_hash.clone(),
                             not_authoritative: self.not_authoritative.clone(),
                             created_at: self.p.now,
                             created_by: self.p.by.clone(),

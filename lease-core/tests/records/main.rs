@@ -130,8 +130,8 @@ proptest! {
 
     /// Every field is required (optional ones are written as `null`): removing any one field,
     /// `version` included, is `RECORD_INVALID`. The exceptions are the heartbeat's
-    /// `store_head` and the command record's `incarnation`, omitted when empty (PROTOCOL.md
-    /// §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
+    /// `store_head`, the command record's `incarnation`, the epoch's `cutoff_hash` and the
+    /// checkpoint's `through_hash`, omitted when empty (PROTOCOL.md §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
     /// and `command_incarnation_is_absent_when_empty_and_never_null`.
     #[test]
     fn missing_fields_are_rejected_in_every_record(s in any_sample(), at in any::<Index>()) {
@@ -140,6 +140,9 @@ proptest! {
             .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["store_head"]))
             // Also optional, omitted when absent (records from before issue #15).
             .filter(|p| !(s.version == CommandRecord::VERSION && p == &["incarnation"]))
+            // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
+            .filter(|p| !(s.version == EpochRecord::VERSION && p == &["cutoff_hash"]))
+            .filter(|p| !(s.version == Checkpoint::VERSION && p == &["through_hash"]))
             .collect();
         let path = &fields[at.index(fields.len())];
         let mut v = s.value.clone();
@@ -536,6 +539,78 @@ fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
     assert!(null.contains("\"store_head\":null"), "{null}");
     let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
     assert_eq!(e.code().as_str(), "RECORD_INVALID");
+}
+
+/// The epoch's `cutoff_hash` and the checkpoint's `through_hash` (issue #17) are absent
+/// when empty, like `store_head`: records written before they existed decode byte for byte,
+/// `null` is not canonical, and a `cutoff_hash` below generation 3 (no cutoff of
+/// generation − 2 to bind) is refused.
+#[test]
+fn cutoff_hash_and_through_hash_are_absent_when_empty_and_never_null() {
+    let old_cp = "{\"created_at\":\"2026-12-02T00:00:00.000Z\",\"created_by\":\"p\",\"floor_epoch_hash\":\"HASH\",\"floor_generation\":4,\"not_authoritative\":[],\"run_id\":\"r\",\"through_sequence\":2,\"version\":\"runlease/checkpoint/1\"}\n"
+        .replace("HASH", &"a".repeat(64));
+    let cp: Checkpoint = decode(old_cp.as_bytes()).unwrap();
+    assert_eq!(cp.through_hash, None);
+    assert_eq!(encode(&cp).unwrap(), old_cp.as_bytes().to_vec());
+    let with = Checkpoint {
+        through_hash: Some(cp.floor_epoch_hash.clone()),
+        ..cp.clone()
+    };
+    let text = String::from_utf8(encode(&with).unwrap()).unwrap();
+    assert!(text.contains("\"through_hash\":\""), "{text}");
+    assert_eq!(decode::<Checkpoint>(text.as_bytes()).unwrap(), with);
+    let null = old_cp.replace(
+        "\"through_sequence\"",
+        "\"through_hash\":null,\"through_sequence\"",
+    );
+    assert_eq!(
+        decode::<Checkpoint>(null.as_bytes())
+            .unwrap_err()
+            .code()
+            .as_str(),
+        "RECORD_INVALID"
+    );
+    let empty_log = Checkpoint {
+        through_sequence: 0,
+        ..with.clone()
+    };
+    assert_eq!(
+        encode(&empty_log).unwrap_err().code().as_str(),
+        "RECORD_INVALID",
+        "through_hash without an event"
+    );
+
+    let old_epoch = "{\"claimed_at\":\"2026-12-02T00:00:00.000Z\",\"generation\":3,\"holder\":{\"boot_id\":\"b\",\"host\":\"h\",\"pid\":7,\"start_time\":9},\"owner_id\":\"o\",\"policy\":{\"heartbeat_durability\":\"local\",\"heartbeat_ms\":5000,\"self_fence_after_ms\":15000,\"stale_after_ms\":20000},\"prev_hash\":\"HASH\",\"retired\":{\"generation\":2,\"owner_id\":\"o\",\"reason\":\"released\"},\"run_id\":\"r\",\"seal\":null,\"state\":\"released\",\"store_floor\":null,\"version\":\"runlease/epoch/1\"}\n"
+        .replace("HASH", &"b".repeat(64));
+    let epoch: EpochRecord = decode(old_epoch.as_bytes()).unwrap();
+    assert_eq!(epoch.cutoff_hash, None);
+    assert_eq!(encode(&epoch).unwrap(), old_epoch.as_bytes().to_vec());
+    let bound = EpochRecord {
+        cutoff_hash: Some(cp.floor_epoch_hash.clone()),
+        ..epoch.clone()
+    };
+    let text = String::from_utf8(encode(&bound).unwrap()).unwrap();
+    assert!(text.contains("\"cutoff_hash\":\""), "{text}");
+    assert_eq!(decode::<EpochRecord>(text.as_bytes()).unwrap(), bound);
+    let null = String::from_utf8(encode(&epoch).unwrap())
+        .unwrap()
+        .replace("\"generation\"", "\"cutoff_hash\":null,\"generation\"");
+    assert_eq!(
+        decode::<EpochRecord>(null.as_bytes())
+            .unwrap_err()
+            .code()
+            .as_str(),
+        "RECORD_INVALID"
+    );
+    let low = EpochRecord {
+        generation: Generation::new(2).unwrap(),
+        retired: Some(RetiredOwner {
+            generation: Generation::FIRST,
+            ..epoch.retired.clone().unwrap()
+        }),
+        ..bound
+    };
+    assert_eq!(encode(&low).unwrap_err().code().as_str(), "RECORD_INVALID");
 }
 
 // Strict parsing of payload text (issue #15): duplicate keys and numbers that cannot be

@@ -116,9 +116,14 @@ pub(crate) fn epoch_record() -> impl Strategy<Value = EpochRecord> {
                         (g, EpochState::Retired, Some(retired), None)
                     }
                 };
+                // Both forms of the optional `cutoff_hash` (absent when none), only where
+                // it is allowed (generation 3 and up).
+                let cutoff_hash =
+                    (g >= 3 && claimed_at.unix_millis() % 2 == 0).then(|| prev.clone());
                 EpochRecord {
                     run_id,
                     generation: generation(g),
+                    cutoff_hash,
                     prev_hash: (g != 1).then_some(prev),
                     state,
                     owner_id,
@@ -250,6 +255,7 @@ pub(crate) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
                 Checkpoint {
                     run_id,
                     floor_generation: generation(floor),
+                    through_hash: (through > 0 && floor % 2 == 0).then(|| hash.clone()),
                     floor_epoch_hash: hash,
                     through_sequence: through,
                     not_authoritative,

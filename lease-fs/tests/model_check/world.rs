@@ -8,7 +8,7 @@ use lease_core::ghost::{
 use lease_core::ops::{
     Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence, Operation,
     OwnedLease, Prune, PruneParams, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
-    RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger,
+    RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
 };
 use lease_core::*;
 use lease_fs::fs::Fs;
@@ -614,6 +614,12 @@ impl World {
             self.head(),
             floor,
         )?;
+        // The whole-run check, read-only, in every state (issue #17): cutoffs bound by the
+        // epochs after them (none missing or changed), cutoffs that agree with their epochs,
+        // no record above the head, the checkpoint's last event. A power loss or a crash at
+        // any point must never make it report a broken chain.
+        self.observe(&mut Verify::new(run_id()))
+            .map_err(|e| format!("verify: {e}"))?;
         let view = self
             .observe(&mut ReadEvents::new(
                 run_id(),

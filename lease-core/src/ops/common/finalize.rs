@@ -33,6 +33,10 @@ enum FinalizeState {
     /// The cutoff is missing: is the generation below a checkpoint floor (compacted)?
     ListCheckpoints,
     ReadCheckpoint(Generation),
+    /// Lazy only, the cutoff missing and no checkpoint folding it: does epoch `g + 2`
+    /// exist? Its creator's GATE had this cutoff (and bound its hash), so then it was
+    /// removed, and re-creating it could count a zombie's fenced events (issue #17).
+    CheckBound,
     Tail(Tail),
     /// Lazy only: the superseding epoch this finalizer saw was created by someone else
     /// and may not be durable yet; `lease/epochs/` is fsynced before the cutoff is created
@@ -161,7 +165,18 @@ impl Operation for Finalize {
                                 self.st = FinalizeState::ReadCheckpoint(floor);
                                 return Step::Io(Request::Read(FileRef::Checkpoint(floor)));
                             }
-                            _ => self.st = FinalizeState::Tail(Tail::new(0)),
+                            _ => match self
+                                .generation
+                                .get()
+                                .checked_add(2)
+                                .and_then(Generation::new)
+                            {
+                                Some(binder) => {
+                                    self.st = FinalizeState::CheckBound;
+                                    return Step::Io(Request::Exists(FileRef::Epoch(binder)));
+                                }
+                                None => self.st = FinalizeState::Tail(Tail::new(0)),
+                            },
                         }
                     }
                     other => return Step::Done(Err(violation("Listing", &other))),
@@ -177,6 +192,22 @@ impl Operation for Finalize {
                         return Step::Io(Request::List(Dir::Checkpoints));
                     }
                     other => return Step::Done(Err(violation("Content", &other))),
+                },
+                FinalizeState::CheckBound => match input.take() {
+                    Some(Response::Exists(false)) => self.st = FinalizeState::Tail(Tail::new(0)),
+                    Some(Response::Exists(true)) => {
+                        let binder = self.generation.get().saturating_add(2);
+                        return Step::Done(Err(LeaseError::ChainBroken {
+                            run: self.run.to_string(),
+                            chain: "epoch",
+                            at: binder,
+                            detail: format!(
+                                "{} is missing, but epoch {binder} exists, whose creator finalized it first: it was removed (restore it from a backup; re-creating it could count events that were refused)",
+                                FileRef::Cutoff(self.generation).path()
+                            ),
+                        }));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
                 },
                 FinalizeState::Tail(mut t) => {
                     let tail = match t.next(input.take()) {

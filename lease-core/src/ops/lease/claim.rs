@@ -4,10 +4,9 @@ use super::gate::{Gate, own_epoch};
 use super::{OwnedLease, next_epoch};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
-use crate::layout::FileRef;
 use crate::ops::common::{Finalize, Head, Observe, Observed, Recheck};
 use crate::ops::observe::{Freshness, freshness};
-use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Response, Step, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{EpochRecord, EpochState, Holder};
 use crate::time::Timestamp;
@@ -46,7 +45,7 @@ const MAX_CLAIM_ROUNDS: u32 = 8;
 #[derive(Debug, Clone)]
 enum ClaimState {
     Observe(Observe),
-    Gate(Box<(Option<Head>, EpochRecord, Digest)>, Gate),
+    Gate(Box<Option<Head>>, Gate),
     Create(Box<(Option<Head>, EpochRecord, Digest)>),
     Recheck(Box<(Option<Head>, EpochRecord, Digest)>, Recheck),
     Finalize(Box<EpochRecord>, Digest, Finalize),
@@ -119,7 +118,7 @@ impl Operation for Claim {
                             }));
                         }
                     }
-                    let (rec, bytes) = match next_epoch(
+                    let rec = match next_epoch(
                         &run,
                         observed.head.as_ref(),
                         EpochState::Active,
@@ -134,21 +133,20 @@ impl Operation for Claim {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let hash = Digest::of(&bytes);
-                    let g = rec.generation;
                     let gate = Gate::new(
                         &run,
                         observed.head.as_ref(),
                         &self.p.owner_id,
                         self.p.now,
-                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
+                        rec,
                     );
-                    self.st = ClaimState::Gate(Box::new((observed.head, rec, hash)), gate);
+                    self.st = ClaimState::Gate(Box::new(observed.head), gate);
                 }
-                ClaimState::Gate(b, gate) => {
-                    let (b, create) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
-                    self.st = ClaimState::Create(b);
-                    return Step::Io(create);
+                ClaimState::Gate(head, gate) => {
+                    let (head, bound) =
+                        sub_step!(self.st, ClaimState::Gate, [head], gate, input.take());
+                    self.st = ClaimState::Create(Box::new((*head, bound.rec, bound.hash)));
+                    return Step::Io(bound.create);
                 }
                 ClaimState::Create(b) => match input.take() {
                     Some(Response::Created) => {

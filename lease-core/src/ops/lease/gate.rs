@@ -1,8 +1,10 @@
 //! GATE (finalize before extend) and ADOPTION (PROTOCOL §7.0): the sub-steps only the
 //! ownership changes take before they create the next epoch.
 
+use crate::canonical::encode;
 use crate::ids::{Digest, Identity, RunId};
-use crate::ops::common::{Finalize, Head};
+use crate::layout::FileRef;
+use crate::ops::common::{Cut, Finalize, Head};
 use crate::ops::{Operation, Request, Response, Step, violation};
 use crate::records::{EpochRecord, Holder};
 use crate::time::Timestamp;
@@ -11,24 +13,36 @@ use crate::time::Timestamp;
 /// head's epoch names (the generation `h` superseded) is finalized. By induction every
 /// superseded generation below the head has its cutoff before the chain moves on, so a
 /// zombie can never finalize its own cutoff late (after newer owners wrote events) and
-/// count (PROTOCOL.md §15 OQ-2, reproduced by a scenario test).
+/// count (PROTOCOL.md OQ-2, reproduced by a scenario test).
+///
+/// The gate then binds that cutoff into the chain: the new epoch's `cutoff_hash` is the
+/// hash of the cutoff it finalized (issue #17, rollback evidence), and only then is the
+/// epoch encoded. Its output is the epoch to create: the record, its bytes and its hash.
 #[derive(Debug, Clone)]
 pub(super) struct Gate {
     finalize: Option<Finalize>,
-    then: Option<Request>,
+    rec: Option<Box<EpochRecord>>,
+}
+
+/// The epoch a [`Gate`] let through, bound to the cutoff it finalized.
+pub(super) struct Bound {
+    pub(super) rec: EpochRecord,
+    pub(super) hash: Digest,
+    pub(super) create: Request,
 }
 
 impl Gate {
+    /// The gate before creating `rec` (whose `cutoff_hash` the gate sets).
     pub(super) fn new(
         run: &RunId,
         head: Option<&Head>,
         by: &Identity,
         now: Timestamp,
-        then: Request,
+        rec: EpochRecord,
     ) -> Gate {
         Gate {
             finalize: head.and_then(|h| retired_cutoff(run, &h.epoch, by, now)),
-            then: Some(then),
+            rec: Some(Box::new(rec)),
         }
     }
 }
@@ -74,19 +88,34 @@ pub(super) fn own_epoch(
 }
 
 impl Operation for Gate {
-    /// The request to issue next (the epoch creation).
-    type Output = Request;
-    fn next(&mut self, input: Option<Response>) -> Step<Request> {
+    /// The epoch to create, bound to the cutoff the gate finalized.
+    type Output = Bound;
+    fn next(&mut self, input: Option<Response>) -> Step<Bound> {
+        let mut cutoff_hash = None;
         if let Some(f) = &mut self.finalize {
             match f.next(input) {
                 Step::Io(r) => return Step::Io(r),
                 Step::Done(Err(e)) => return Step::Done(Err(e)),
-                Step::Done(Ok(_)) => {}
+                // A cutoff already folded into a checkpoint is bound by the checkpoint's
+                // floor epoch hash instead: nothing to name here.
+                Step::Done(Ok(Cut::Compacted(_))) => {}
+                Step::Done(Ok(Cut::Record(r))) => match encode(&r) {
+                    Ok(b) => cutoff_hash = Some(Digest::of(&b)),
+                    Err(e) => return Step::Done(Err(e)),
+                },
             }
         }
-        match self.then.take() {
-            Some(r) => Step::Done(Ok(r)),
-            None => Step::Done(Err(violation("nothing (gate finished)", &None))),
+        let Some(mut rec) = self.rec.take().map(|b| *b) else {
+            return Step::Done(Err(violation("nothing (gate finished)", &None)));
+        };
+        rec.cutoff_hash = cutoff_hash;
+        match encode(&rec) {
+            Ok(bytes) => Step::Done(Ok(Bound {
+                hash: Digest::of(&bytes),
+                create: Request::CreateExclusive(FileRef::Epoch(rec.generation), bytes),
+                rec,
+            })),
+            Err(e) => Step::Done(Err(e)),
         }
     }
 }

@@ -108,7 +108,7 @@ fn next_epoch(
     retired: Option<RetiredOwner>,
     seal: Option<Seal>,
     store_floor: Option<u64>,
-) -> Result<(EpochRecord, Vec<u8>), LeaseError> {
+) -> Result<EpochRecord, LeaseError> {
     let (generation, prev_hash, inherited_floor) = match head {
         None => (Generation::FIRST, None, None),
         Some(h) => (
@@ -135,7 +135,10 @@ fn next_epoch(
         seal,
         // The floor never goes down along the chain.
         store_floor: store_floor.max(inherited_floor),
+        // Set by GATE once it has finalized the cutoff it binds (gate.rs).
+        cutoff_hash: None,
     };
-    let bytes = encode(&rec)?;
-    Ok((rec, bytes))
+    // Refuse now what could never be encoded (before GATE writes anything).
+    encode(&rec)?;
+    Ok(rec)
 }

@@ -104,7 +104,7 @@ impl Operation for Release {
                         owner_id: lease.owner_id.clone(),
                         reason: RetireReason::Released,
                     };
-                    let (rec, bytes) = match next_epoch(
+                    let rec = match next_epoch(
                         run,
                         Some(&head),
                         EpochState::Released,
@@ -119,20 +119,15 @@ impl Operation for Release {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let gate = Gate::new(
-                        run,
-                        Some(&head),
-                        &lease.owner_id,
-                        self.p.now,
-                        Request::CreateExclusive(FileRef::Epoch(rec.generation), bytes),
-                    );
-                    self.st = ReleaseState::Gate(rec.generation, gate);
+                    let g = rec.generation;
+                    let gate = Gate::new(run, Some(&head), &lease.owner_id, self.p.now, rec);
+                    self.st = ReleaseState::Gate(g, gate);
                 }
                 ReleaseState::Gate(g, gate) => {
-                    let (g, create) =
+                    let (g, bound) =
                         sub_step!(self.st, ReleaseState::Gate, [g], gate, input.take());
                     self.st = ReleaseState::Create(g);
-                    return Step::Io(create);
+                    return Step::Io(bound.create);
                 }
                 ReleaseState::Recheck(g, rc) => {
                     let (g, v) = sub_step!(self.st, ReleaseState::Recheck, [g], rc, input.take());

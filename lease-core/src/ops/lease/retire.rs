@@ -58,9 +58,9 @@ pub struct Retire {
 enum RetireState {
     Observe(Observe),
     Probe(Box<Head>),
-    Intent(Box<(Head, EpochRecord, Vec<u8>)>),
-    IntentCheck(Box<(Head, EpochRecord, Vec<u8>)>),
-    Gate(Box<(Head, EpochRecord)>, Gate),
+    Intent(Box<(Head, EpochRecord)>),
+    IntentCheck(Box<(Head, EpochRecord)>),
+    Gate(Box<Head>, Gate),
     Create(Box<(Head, EpochRecord)>),
     Recheck(Box<(Head, EpochRecord)>, Recheck),
     Finalize(Generation, Generation, Finalize),
@@ -128,7 +128,7 @@ impl Operation for Retire {
                         owner_id: head.epoch.owner_id.clone(),
                         reason: RetireReason::Dead,
                     };
-                    let (rec, bytes) = match next_epoch(
+                    let rec = match next_epoch(
                         &run,
                         Some(&head),
                         EpochState::Retired,
@@ -160,7 +160,7 @@ impl Operation for Retire {
                         Err(e) => return Step::Done(Err(e)),
                     };
                     let g = rec.generation;
-                    self.st = RetireState::Intent(Box::new((*head, rec, bytes)));
+                    self.st = RetireState::Intent(Box::new((*head, rec)));
                     return Step::Io(Request::CreateExclusive(
                         FileRef::Intent {
                             generation: g,
@@ -171,16 +171,9 @@ impl Operation for Retire {
                 }
                 RetireState::Intent(b) => match input.take() {
                     Some(Response::Created) => {
-                        let (head, rec, bytes) = *b;
-                        let g = rec.generation;
-                        let gate = Gate::new(
-                            &run,
-                            Some(&head),
-                            &self.p.owner_id,
-                            self.p.now,
-                            Request::CreateExclusive(FileRef::Epoch(g), bytes),
-                        );
-                        self.st = RetireState::Gate(Box::new((head, rec)), gate);
+                        let (head, rec) = *b;
+                        let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
+                        self.st = RetireState::Gate(Box::new(head), gate);
                     }
                     Some(Response::AlreadyExists) => {
                         let file = FileRef::Intent {
@@ -196,22 +189,15 @@ impl Operation for Retire {
                     if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
                         return Step::Done(Err(e));
                     }
-                    let (head, rec, bytes) = *b;
-                    let g = rec.generation;
-                    let gate = Gate::new(
-                        &run,
-                        Some(&head),
-                        &self.p.owner_id,
-                        self.p.now,
-                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
-                    );
-                    self.st = RetireState::Gate(Box::new((head, rec)), gate);
+                    let (head, rec) = *b;
+                    let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
+                    self.st = RetireState::Gate(Box::new(head), gate);
                 }
-                RetireState::Gate(b, gate) => {
-                    let (b, create) =
-                        sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
-                    self.st = RetireState::Create(b);
-                    return Step::Io(create);
+                RetireState::Gate(head, gate) => {
+                    let (head, bound) =
+                        sub_step!(self.st, RetireState::Gate, [head], gate, input.take());
+                    self.st = RetireState::Create(Box::new((*head, bound.rec)));
+                    return Step::Io(bound.create);
                 }
                 RetireState::Recheck(b, rc) => {
                     let (b, v) = sub_step!(self.st, RetireState::Recheck, [b], rc, input.take());

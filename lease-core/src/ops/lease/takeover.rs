@@ -148,7 +148,7 @@ enum TakeoverState {
     Intent(Box<Head>),
     IntentCheck(Box<Head>),
     Reread(Box<Head>),
-    Gate(Box<(Head, EpochRecord, Digest)>, Gate),
+    Gate(Box<Head>, Gate),
     Create(Box<(Head, EpochRecord, Digest)>),
     Recheck(Box<(Head, EpochRecord, Digest)>, Recheck),
     Finalize(Box<(EpochRecord, Digest)>, Finalize),
@@ -336,7 +336,7 @@ impl Operation for Takeover {
                         owner_id: head.epoch.owner_id.clone(),
                         reason: RetireReason::TakenOver,
                     };
-                    let (rec, bytes) = match next_epoch(
+                    let rec = match next_epoch(
                         &run,
                         Some(&head),
                         EpochState::Active,
@@ -351,22 +351,14 @@ impl Operation for Takeover {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let hash = Digest::of(&bytes);
-                    let g = rec.generation;
-                    let gate = Gate::new(
-                        &run,
-                        Some(&head),
-                        &self.p.owner_id,
-                        self.p.now,
-                        Request::CreateExclusive(FileRef::Epoch(g), bytes),
-                    );
-                    self.st = TakeoverState::Gate(Box::new((head, rec, hash)), gate);
+                    let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
+                    self.st = TakeoverState::Gate(Box::new(head), gate);
                 }
-                TakeoverState::Gate(b, gate) => {
-                    let (b, create) =
-                        sub_step!(self.st, TakeoverState::Gate, [b], gate, input.take());
-                    self.st = TakeoverState::Create(b);
-                    return Step::Io(create);
+                TakeoverState::Gate(head, gate) => {
+                    let (head, bound) =
+                        sub_step!(self.st, TakeoverState::Gate, [head], gate, input.take());
+                    self.st = TakeoverState::Create(Box::new((*head, bound.rec, bound.hash)));
+                    return Step::Io(bound.create);
                 }
                 TakeoverState::Create(b) => match input.take() {
                     Some(Response::Created) => {

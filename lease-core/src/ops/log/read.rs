@@ -178,6 +178,9 @@ pub struct EventLogView {
     /// The last event of the log (its sequence and hash), `None` for an empty log: the
     /// log is `1..=last`, every link checked.
     pub last: Option<(Sequence, Digest)>,
+    /// The highest generation any event of the log is stamped with (`verify`: an event of a
+    /// generation above the head means newer epochs were deleted).
+    pub top_generation: Option<Generation>,
 }
 
 /// Read the whole log and judge it: the log FIRST, then epochs, cutoffs and the checkpoint
@@ -199,6 +202,7 @@ pub struct ReadEvents {
     keep: bool,
     /// The last event read, for the next link and the result.
     last: Option<(Sequence, Digest)>,
+    top_generation: Option<Generation>,
 }
 
 /// How often a reader re-reads the chain after a concurrent prune before giving up.
@@ -241,6 +245,7 @@ impl ReadEvents {
             restarts: 0,
             keep: true,
             last: None,
+            top_generation: None,
         }
     }
 
@@ -276,6 +281,7 @@ impl ReadEvents {
             events,
             chain,
             last: self.last.clone(),
+            top_generation: self.top_generation,
         }))
     }
 }
@@ -317,6 +323,7 @@ impl Operation for ReadEvents {
                                 Err(e) => return Step::Done(Err(e)),
                             };
                         self.last = Some((s, hash.clone()));
+                        self.top_generation = self.top_generation.max(Some(ev.generation));
                         if self.keep {
                             self.events.push((ev, hash));
                         }
@@ -427,6 +434,7 @@ impl Operation for ReadEvents {
                             Some(Response::Content(Some(b))) => match decode_cutoff(&run, g, &b) {
                                 Ok(c) => {
                                     self.chain.cutoffs.insert(g, c.events_through);
+                                    self.chain.cutoff_records.insert(g, (c, Digest::of(&b)));
                                 }
                                 Err(e) => return Step::Done(Err(e)),
                             },
@@ -499,6 +507,11 @@ impl Operation for ReadEvents {
                     match v {
                         Cut::Record(c) => {
                             self.chain.cutoffs.insert(c.generation, c.events_through);
+                            let hash = match crate::canonical::encode(&c) {
+                                Ok(b) => Digest::of(&b),
+                                Err(e) => return Step::Done(Err(e)),
+                            };
+                            self.chain.cutoff_records.insert(c.generation, (c, hash));
                             return self.next_pending();
                         }
                         Cut::Compacted(_) => {

@@ -1,7 +1,7 @@
 //! Whether an event counts: the pure judgment of an event against the epoch chain.
 
-use crate::ids::{Generation, Identity};
-use crate::records::{Checkpoint, EpochRecord, EpochState, Event};
+use crate::ids::{Digest, Generation, Identity};
+use crate::records::{Checkpoint, EpochRecord, EpochState, Event, RetirementRecord};
 use std::collections::BTreeMap;
 
 /// What a reader knows of the epoch chain, for judging events.
@@ -13,6 +13,9 @@ pub struct ChainView {
     pub epochs: BTreeMap<Generation, EpochRecord>,
     /// Finalized cutoffs (`events_through`) by retired generation.
     pub cutoffs: BTreeMap<Generation, u64>,
+    /// The cutoff records behind [`ChainView::cutoffs`] with the hash of their bytes, for
+    /// `verify`'s checks of the epochs that bind them (`cutoff_hash`, issue #17).
+    pub cutoff_records: BTreeMap<Generation, (RetirementRecord, Digest)>,
 }
 
 impl ChainView {

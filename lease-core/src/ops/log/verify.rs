@@ -1,11 +1,14 @@
 //! verify: walk both hash chains, read-only.
 
-use super::read::{ReadEvents, ReadState};
+use super::read::{EventLogView, ReadEvents, ReadState};
+use super::standing::ChainView;
 use crate::canonical::encode;
 use crate::error::LeaseError;
-use crate::ids::{Digest, Generation, RunId};
+use crate::ids::{Digest, Generation, RunId, Sequence};
+use crate::layout::{Dir, FileRef};
 use crate::ops::common::epochs_of;
-use crate::ops::{Operation, Response, Step};
+use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::records::{EpochRecord, EpochState};
 
 /// What [`Verify`] checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +42,37 @@ pub struct ShortTail {
 
 /// Walk both hash chains and report the first broken link as `CHAIN_BROKEN` (or a missing
 /// record as `EVENT_LOG_GAP` / `CHAIN_BROKEN`). Read-only.
+///
+/// Beyond the links (PROTOCOL.md §13): each epoch against the one before it (§4's
+/// `retired` rules, and the cutoff it binds by `cutoff_hash`); each cutoff against its
+/// epoch (owner, `superseded_by`); the checkpoint's `through_hash` against its event; and
+/// records that name a generation above the head (an event, a beat, a cutoff whose
+/// successor is missing), which mean the newest epochs were deleted. Those last findings
+/// are confirmed by listing the epochs again at the end, so a claim or release that ran
+/// while `verify` read is not mistaken for a deletion.
 #[derive(Debug, Clone)]
 pub struct Verify {
     read: ReadEvents,
     all_gens: Vec<Generation>,
-    st: u8,
+    st: VerifyState,
+}
+
+#[derive(Debug, Clone)]
+enum VerifyState {
+    Reading,
+    /// The chain and the log checked; reading event `through_sequence` for the checkpoint.
+    Through(Box<Pending>, u64, Digest),
+    ListBeats(Box<Pending>),
+    /// A record names a generation above the head: is the head still the one verified?
+    Confirm(Box<Pending>, Box<LeaseError>),
+    Done,
+}
+
+/// What the in-memory checks left: the report and what still needs a read.
+#[derive(Debug, Clone)]
+struct Pending {
+    report: VerifyReport,
+    head: Option<Generation>,
 }
 
 impl Verify {
@@ -52,78 +81,137 @@ impl Verify {
         Verify {
             read: ReadEvents::chain_only(run, None),
             all_gens: Vec::new(),
-            st: 0,
+            st: VerifyState::Reading,
         }
     }
-}
 
-impl Operation for Verify {
-    type Output = VerifyReport;
-    fn next(&mut self, input: Option<Response>) -> Step<VerifyReport> {
-        // Snoop the epochs listing so strays below the floor can be reported.
-        if self.st == 0 {
-            if let (ReadState::ListEpochs, Some(Response::Listing(l))) = (&self.read.st, &input) {
-                self.all_gens = epochs_of(l.clone());
-            }
+    fn broken(&self, chain: &'static str, at: u64, detail: String) -> LeaseError {
+        LeaseError::ChainBroken {
+            run: self.read.run.to_string(),
+            chain,
+            at,
+            detail,
         }
-        let view = match self.read.next(input) {
-            Step::Io(r) => return Step::Io(r),
-            Step::Done(Err(e)) => return Step::Done(Err(e)),
-            Step::Done(Ok(v)) => v,
-        };
-        self.st = 1;
-        let run = self.read.run.to_string();
+    }
+
+    /// The checks that need no further read. `Ok` carries the report, and a record of the
+    /// log above the head (if any) for the confirmation.
+    fn check_view(&self, view: &EventLogView) -> Result<(Pending, Option<LeaseError>), LeaseError> {
         let chain = &view.chain;
         let floor = chain.checkpoint.as_ref().map(|c| c.floor_generation);
         let mut expected_gen = floor.unwrap_or(Generation::FIRST);
-        let mut prev: Option<Digest> = None;
+        let mut prev: Option<(Digest, &EpochRecord)> = None;
         let mut count = 0u64;
+        // The first epoch that binds a cutoff: from there on every epoch must (older
+        // writers did not; an edit that drops the field also breaks the next link).
+        let mut binding_since: Option<Generation> = None;
         for (g, e) in &chain.epochs {
             if *g != expected_gen {
-                return Step::Done(Err(LeaseError::ChainBroken {
-                    run,
-                    chain: "epoch",
-                    at: expected_gen.get(),
-                    detail: format!("epoch {expected_gen} is missing (next present: {g})"),
-                }));
+                return Err(self.broken(
+                    "epoch",
+                    expected_gen.get(),
+                    format!("epoch {expected_gen} is missing (next present: {g})"),
+                ));
             }
-            let bytes = match encode(e) {
-                Ok(b) => b,
-                Err(err) => return Step::Done(Err(err)),
-            };
-            let hash = Digest::of(&bytes);
+            let hash = Digest::of(&encode(e)?);
             match (&prev, &chain.checkpoint) {
                 (None, Some(cp)) => {
                     if hash != cp.floor_epoch_hash {
-                        return Step::Done(Err(LeaseError::ChainBroken {
-                            run,
-                            chain: "epoch",
-                            at: g.get(),
-                            detail: "the floor epoch does not match the checkpoint's hash".into(),
-                        }));
+                        return Err(self.broken(
+                            "epoch",
+                            g.get(),
+                            "the floor epoch does not match the checkpoint's hash".into(),
+                        ));
                     }
                 }
                 (None, None) => {}
-                (Some(p), _) => {
+                (Some((p, pe)), _) => {
                     if e.prev_hash.as_ref() != Some(p) {
-                        return Step::Done(Err(LeaseError::ChainBroken {
-                            run,
-                            chain: "epoch",
-                            at: g.get(),
-                            detail: format!(
-                                "prev_hash does not match the hash of epoch {}",
-                                g.get() - 1
-                            ),
-                        }));
+                        return Err(self.broken(
+                            "epoch",
+                            g.get(),
+                            format!("prev_hash does not match the hash of epoch {}", g.get() - 1),
+                        ));
                     }
+                    self.check_pair(pe, e, floor, &mut binding_since, chain)?;
                 }
             }
-            prev = Some(hash);
+            prev = Some((hash, e));
             count += 1;
-            expected_gen = match g.next(&self.read.run) {
-                Ok(n) => n,
-                Err(err) => return Step::Done(Err(err)),
+            expected_gen = g.next(&self.read.run)?;
+        }
+        let head = chain.head();
+        let mut above: Option<LeaseError> = None;
+        for (g, (c, _)) in &chain.cutoff_records {
+            let Some(e) = chain.epochs.get(g) else {
+                // Below the floor cutoffs are not listed; above the head: see below.
+                above.get_or_insert_with(|| {
+                    self.broken(
+                        "epoch",
+                        g.get(),
+                        format!(
+                            "{} exists but {} does not: the newest epochs were deleted",
+                            FileRef::Cutoff(*g).path(),
+                            FileRef::Epoch(*g).path()
+                        ),
+                    )
+                });
+                continue;
             };
+            if e.state != EpochState::Active || c.owner_id != e.owner_id {
+                return Err(self.broken(
+                    "cutoff",
+                    g.get(),
+                    format!(
+                        "{} names owner {} but epoch {g} is {} by {}",
+                        FileRef::Cutoff(*g).path(),
+                        c.owner_id,
+                        state_name(e.state),
+                        e.owner_id
+                    ),
+                ));
+            }
+            if c.superseded_by.get() != g.get().saturating_add(1) {
+                return Err(self.broken(
+                    "cutoff",
+                    g.get(),
+                    format!(
+                        "{} says superseded by generation {}, not {}",
+                        FileRef::Cutoff(*g).path(),
+                        c.superseded_by,
+                        g.get().saturating_add(1)
+                    ),
+                ));
+            }
+            if Some(*g) == head {
+                above.get_or_insert_with(|| {
+                    self.broken(
+                        "epoch",
+                        g.get().saturating_add(1),
+                        format!(
+                            "{} says epoch {} superseded it, and {} is missing: the newest epochs were deleted",
+                            FileRef::Cutoff(*g).path(),
+                            g.get().saturating_add(1),
+                            first_missing(Some(*g))
+                        ),
+                    )
+                });
+            }
+        }
+        if let (Some(top), h) = (view.top_generation, head) {
+            if h.is_none_or(|h| top > h) {
+                above.get_or_insert_with(|| {
+                    self.broken(
+                        "epoch",
+                        top.get(),
+                        format!(
+                            "events of generation {top} exist but the newest epoch is {}: {} is missing (the newest epochs were deleted)",
+                            h.map_or("none".to_string(), |h| h.to_string()),
+                            first_missing(h)
+                        ),
+                    )
+                });
+            }
         }
         let strays = self
             .all_gens
@@ -151,12 +239,245 @@ impl Operation for Verify {
                 by_cutoff_of,
                 tail,
             });
-        Step::Done(Ok(VerifyReport {
-            epochs: count,
-            events: tail,
-            strays,
-            floor,
-            short_tail,
-        }))
+        Ok((
+            Pending {
+                report: VerifyReport {
+                    epochs: count,
+                    events: tail,
+                    strays,
+                    floor,
+                    short_tail,
+                },
+                head,
+            },
+            above,
+        ))
+    }
+
+    /// §4's chain rules between epoch `g − 1` (`p`) and `g` (`e`), and the cutoff `e` binds.
+    fn check_pair(
+        &self,
+        p: &EpochRecord,
+        e: &EpochRecord,
+        floor: Option<Generation>,
+        binding_since: &mut Option<Generation>,
+        chain: &ChainView,
+    ) -> Result<(), LeaseError> {
+        let g = e.generation;
+        match (&e.retired, p.state) {
+            (Some(r), EpochState::Active) if r.owner_id == p.owner_id => {}
+            (None, EpochState::Released | EpochState::Retired) => {}
+            (Some(r), EpochState::Active) => {
+                return Err(self.broken(
+                    "epoch",
+                    g.get(),
+                    format!(
+                        "it retired owner {} but epoch {} belongs to {}",
+                        r.owner_id, p.generation, p.owner_id
+                    ),
+                ));
+            }
+            (retired, state) => {
+                return Err(self.broken(
+                    "epoch",
+                    g.get(),
+                    format!(
+                        "epoch {} is {} and epoch {g} {} it",
+                        p.generation,
+                        state_name(state),
+                        if retired.is_some() {
+                            "says it retired"
+                        } else {
+                            "did not retire"
+                        }
+                    ),
+                ));
+            }
+        }
+        if e.cutoff_hash.is_some() && binding_since.is_none() {
+            *binding_since = Some(g);
+        }
+        let Some(r) = &p.retired else {
+            if e.cutoff_hash.is_some() {
+                return Err(self.broken(
+                    "epoch",
+                    g.get(),
+                    format!(
+                        "cutoff_hash is set but epoch {} superseded nobody",
+                        p.generation
+                    ),
+                ));
+            }
+            return Ok(());
+        };
+        // The cutoff of r was folded into the checkpoint: the floor epoch's hash binds it.
+        if floor.is_some_and(|f| r.generation < f) {
+            return Ok(());
+        }
+        let cutoff = FileRef::Cutoff(r.generation).path();
+        match (&e.cutoff_hash, chain.cutoff_records.get(&r.generation)) {
+            (Some(want), Some((_, have))) if want == have => Ok(()),
+            (Some(_), Some(_)) => Err(self.broken(
+                "cutoff",
+                r.generation.get(),
+                format!("{cutoff} was changed: its hash is not the one epoch {g} recorded"),
+            )),
+            (_, None) => Err(self.broken(
+                "cutoff",
+                r.generation.get(),
+                format!(
+                    "{cutoff} is missing, but epoch {g} exists, whose creator finalized it first: it was removed (restore it from a backup)"
+                ),
+            )),
+            (None, Some(_)) => match binding_since {
+                Some(since) => Err(self.broken(
+                    "epoch",
+                    g.get(),
+                    format!(
+                        "epoch {g} does not bind {cutoff} (cutoff_hash is missing; every epoch since {since} has one)"
+                    ),
+                )),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// The path of the epoch after `head` (the first one a deletion took).
+fn first_missing(head: Option<Generation>) -> String {
+    let next = head.map_or(Some(1), |h| h.get().checked_add(1));
+    match next.and_then(Generation::new) {
+        Some(g) => FileRef::Epoch(g).path(),
+        None => "an epoch above the last generation".into(),
+    }
+}
+
+fn state_name(s: EpochState) -> &'static str {
+    match s {
+        EpochState::Active => "active",
+        EpochState::Released => "released",
+        EpochState::Retired => "retired",
+    }
+}
+
+impl Operation for Verify {
+    type Output = VerifyReport;
+    fn next(&mut self, input: Option<Response>) -> Step<VerifyReport> {
+        match std::mem::replace(&mut self.st, VerifyState::Done) {
+            VerifyState::Reading => {
+                // Snoop the epochs listing so strays below the floor can be reported.
+                if let (ReadState::ListEpochs, Some(Response::Listing(l))) = (&self.read.st, &input)
+                {
+                    self.all_gens = epochs_of(l.clone());
+                }
+                let view = match self.read.next(input) {
+                    Step::Io(r) => {
+                        self.st = VerifyState::Reading;
+                        return Step::Io(r);
+                    }
+                    Step::Done(Err(e)) => return Step::Done(Err(e)),
+                    Step::Done(Ok(v)) => v,
+                };
+                let (pending, above) = match self.check_view(&view) {
+                    Ok(x) => x,
+                    Err(e) => return Step::Done(Err(e)),
+                };
+                if let Some(e) = above {
+                    self.st = VerifyState::Confirm(Box::new(pending), Box::new(e));
+                    return Step::Io(Request::List(Dir::Epochs));
+                }
+                // OQ-8: the checkpoint names the hash of its last event.
+                let through = view
+                    .chain
+                    .checkpoint
+                    .as_ref()
+                    .and_then(|c| c.through_hash.clone().map(|h| (c.through_sequence, h)));
+                match (through, &view.last) {
+                    (Some((t, want)), Some((s, have))) if t == s.get() && &want != have => {
+                        return Step::Done(Err(self.through_mismatch(t)));
+                    }
+                    (Some((t, want)), Some((s, _))) if t < s.get() => {
+                        if let Some(seq) = Sequence::new(t) {
+                            self.st = VerifyState::Through(Box::new(pending), t, want);
+                            return Step::Io(Request::Read(FileRef::Event(seq)));
+                        }
+                    }
+                    // Past the tail: `short_tail` reports it.
+                    _ => {}
+                }
+                self.st = VerifyState::ListBeats(Box::new(pending));
+                Step::Io(Request::List(Dir::Beats))
+            }
+            VerifyState::Through(pending, t, want) => match input {
+                Some(Response::Content(Some(b))) => {
+                    if Digest::of(&b) != want {
+                        return Step::Done(Err(self.through_mismatch(t)));
+                    }
+                    self.st = VerifyState::ListBeats(pending);
+                    Step::Io(Request::List(Dir::Beats))
+                }
+                Some(Response::Content(None)) => Step::Done(Err(LeaseError::EventLogGap {
+                    run: self.read.run.to_string(),
+                    missing: t,
+                    later: pending.report.events,
+                })),
+                other => Step::Done(Err(violation("Content", &other))),
+            },
+            VerifyState::ListBeats(pending) => {
+                let Some(Response::Listing(l)) = input else {
+                    return Step::Done(Err(violation("Listing", &input)));
+                };
+                let top = l
+                    .into_iter()
+                    .filter_map(|f| match f {
+                        FileRef::Beat(g) => Some(g),
+                        _ => None,
+                    })
+                    .max();
+                match top {
+                    Some(b) if pending.head.is_none_or(|h| b > h) => {
+                        let e = self.broken(
+                            "epoch",
+                            b.get(),
+                            format!(
+                                "{} exists but the newest epoch is {}: {} is missing (the newest epochs were deleted)",
+                                FileRef::Beat(b).path(),
+                                pending.head.map_or("none".to_string(), |h| h.to_string()),
+                                first_missing(pending.head)
+                            ),
+                        );
+                        self.st = VerifyState::Confirm(pending, Box::new(e));
+                        Step::Io(Request::List(Dir::Epochs))
+                    }
+                    _ => Step::Done(Ok(pending.report)),
+                }
+            }
+            VerifyState::Confirm(pending, e) => {
+                let Some(Response::Listing(l)) = input else {
+                    return Step::Done(Err(violation("Listing", &input)));
+                };
+                let now = epochs_of(l).last().copied();
+                if now == pending.head {
+                    Step::Done(Err(*e))
+                } else {
+                    // Someone created an epoch while verify read: the record above the head
+                    // is explained, not evidence of a deletion (the next verify sees it all).
+                    Step::Done(Ok(pending.report))
+                }
+            }
+            VerifyState::Done => Step::Done(Err(violation("nothing (verify finished)", &input))),
+        }
+    }
+}
+
+impl Verify {
+    fn through_mismatch(&self, t: u64) -> LeaseError {
+        self.broken(
+            "event",
+            t,
+            format!(
+                "event {t} is not the one the checkpoint recorded (through_hash differs): the log was rewritten below the checkpoint"
+            ),
+        )
     }
 }
