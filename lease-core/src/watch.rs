@@ -36,7 +36,12 @@ pub fn watch_key(h: &Head) -> WatchKey {
     (
         h.generation().get(),
         h.epoch.owner_id.to_string(),
-        h.heartbeat_at().to_string(),
+        match &h.torn_beat {
+            // A torn beat (OQ-6) is judged as no beat, but its bytes are what was seen:
+            // any rewrite of the file restarts the watch.
+            Some(torn) => format!("{} torn {torn}", h.heartbeat_at()),
+            None => h.heartbeat_at().to_string(),
+        },
         h.heartbeat_count(),
     )
 }

@@ -526,24 +526,90 @@ fn an_invalid_head_record_never_allows_claim_takeover_or_retirement() {
     }
 }
 
-// PROTOCOL §5.3, §7.0 OBSERVE, I7
+// PROTOCOL §4 HeartbeatRecord, §5.3, §7.0 OBSERVE, OQ-6 (issue #17): a torn `local` beat
+// (what a power loss leaves of a beat that was never fsynced) is no evidence: the head is
+// judged from its claim time and an exact takeover may replace it; it never wedges the run.
+// The same bytes under `durable` (fsynced before the rename: never torn by a power loss),
+// and a complete but undecodable beat under either policy, stay RECORD_INVALID.
 #[test]
-fn a_torn_heartbeat_is_invalid_not_stale() {
+fn a_torn_local_heartbeat_is_no_evidence_and_never_wedges_the_run() {
+    for cut in [0usize, 1, 2] {
+        let mut d = MemDisk::new();
+        let l = claim(&mut d, "a", 1, 0).unwrap();
+        heartbeat(&mut d, &l, 1000, 1).unwrap();
+        let full = d.files[&FileRef::Beat(l.generation)].clone();
+        let torn = match cut {
+            0 => Vec::new(),
+            1 => full[..full.len() / 2].to_vec(),
+            _ => vec![0u8; full.len()],
+        };
+        d.files.insert(FileRef::Beat(l.generation), torn.clone());
+        let s = status(&mut d, 100_000);
+        assert_eq!(s.status, Status::Stale, "cut {cut}: {:?}", s.status);
+        let head = s.head.unwrap();
+        assert_eq!(head.torn_beat, Some(Digest::of(&torn)));
+        assert_eq!((head.heartbeat_at(), head.heartbeat_count()), (t(0), 0));
+        // The watch key names the torn bytes: a rewrite restarts a watch.
+        let key = lease_core::watch::watch_key(&head);
+        assert!(key.2.contains("torn"), "{key:?}");
+        // An exact takeover of that observation succeeds (after its watch).
+        let exp = Expectation::of(&head);
+        let b = d
+            .run(
+                &mut Takeover::new(takeover_params("b", 2, 100_000, exp.clone(), 1)),
+                &all_alive,
+            )
+            .unwrap();
+        assert_eq!(b.generation.get(), 2);
+        // If the owner had come back and written a whole beat, the same expectation races.
+        let mut d = MemDisk::new();
+        let l = claim(&mut d, "a", 1, 0).unwrap();
+        d.files.insert(FileRef::Beat(l.generation), torn);
+        let exp = expect_head(&mut d, 100_000);
+        heartbeat(&mut d, &l, 99_000, 1).unwrap();
+        let e = d
+            .run(
+                &mut Takeover::new(takeover_params("b", 2, 100_000, exp, 1)),
+                &all_alive,
+            )
+            .unwrap_err();
+        assert_eq!(e.code().as_str(), "TAKEOVER_RACE", "{e}");
+    }
+    // A complete record that does not decode is a hand edit, not a tear: invalid.
     let mut d = MemDisk::new();
     let l = claim(&mut d, "a", 1, 0).unwrap();
-    heartbeat(&mut d, &l, 1000, 1).unwrap();
-    let full = d.files[&FileRef::Beat(l.generation)].clone();
     d.files
-        .insert(FileRef::Beat(l.generation), full[..full.len() / 2].to_vec());
-    let s = status(&mut d, 100_000);
+        .insert(FileRef::Beat(l.generation), b"{\"garbage\":1}\n".to_vec());
     assert!(matches!(
-        s.status,
+        status(&mut d, 100_000).status,
+        Status::Invalid(LeaseError::RecordInvalid { .. })
+    ));
+    // Under `durable` even a cut-short beat is damage (a power loss cannot tear it).
+    let mut d = MemDisk::new();
+    let l = d
+        .run(
+            &mut Claim::new(ClaimParams {
+                run_id: run_id(),
+                owner_id: id("a"),
+                holder: holder(1),
+                policy: TimingPolicy::from_millis(5000, 15000, 20000, HeartbeatDurability::Durable)
+                    .unwrap(),
+                now: t(0),
+                store_floor: None,
+            }),
+            &all_alive,
+        )
+        .unwrap();
+    d.files.insert(FileRef::Beat(l.generation), Vec::new());
+    let before = d.files.clone();
+    assert!(matches!(
+        status(&mut d, 100_000).status,
         Status::Invalid(LeaseError::RecordInvalid { .. })
     ));
     let exp = Expectation {
         generation: None,
         owner_id: id("a"),
-        heartbeat_at: t(1000),
+        heartbeat_at: t(0),
         heartbeat_count: None,
     };
     assert_eq!(
@@ -556,6 +622,7 @@ fn a_torn_heartbeat_is_invalid_not_stale() {
         .as_str(),
         "RECORD_INVALID"
     );
+    assert_eq!(d.files, before);
 }
 
 // PROTOCOL §7.10, §13, I12

@@ -217,6 +217,10 @@ impl Fs for SimFs {
             }
             st.dir_mut(fd).live.remove(fname);
             st.dir_mut(td).live.insert(tname.to_string(), id);
+            if st.renames_outrun_data {
+                st.dir_mut(fd).durable.remove(fname);
+                st.dir_mut(td).durable.insert(tname.to_string(), id);
+            }
             st.gc();
             Ok(())
         })

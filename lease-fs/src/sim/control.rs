@@ -164,6 +164,13 @@ impl SimFs {
         self.lock().enospc_leaves_empty_file = on;
     }
 
+    /// Make every later `rename` durable at once while the renamed file's data stays as
+    /// durable as its fsyncs made it (see the module docs): a power loss can then leave a
+    /// file that was renamed into place without an fsync empty or torn. Default: `false`.
+    pub fn set_renames_outrun_data(&self, on: bool) {
+        self.lock().renames_outrun_data = on;
+    }
+
     /// The torn file of a `crash(true)` keeps `len * num / den` bytes. Default `1/2`.
     ///
     /// # Panics

@@ -58,6 +58,13 @@
 //! ambiguous failure instead (the call takes effect, then reports the error, like a
 //! retransmitted NFS `link`).
 //!
+//! **Renames that outrun their data.** With [`SimFs::set_renames_outrun_data`], a `rename`
+//! is durable at once (its new entry and the removal of the old one), as on a journaling
+//! file system that commits the rename with its metadata before the file's data (XFS,
+//! ext4 without `auto_da_alloc`, some FUSE file systems): a power loss then leaves the
+//! renamed file with its durable data, **empty** if it was never fsynced, or torn. This is
+//! how a `local` heartbeat, written without an fsync, comes back empty (PROTOCOL OQ-6).
+//!
 //! **Not modelled.** Symlinks (there are none), permissions and modes, file handles
 //! (`write_new` writes and closes in one call), clocks (ages are fixed by
 //! [`SimFs::set_age`], `0` by default), renaming or linking directories (refused: the
@@ -192,6 +199,9 @@ struct State {
     /// Step number → (errno, whether the call takes effect first).
     faults: BTreeMap<u64, (i32, bool)>,
     enospc_leaves_empty_file: bool,
+    /// A rename is durable at once, its file's data only once fsynced
+    /// ([`SimFs::set_renames_outrun_data`]).
+    renames_outrun_data: bool,
     tear: (u64, u64),
     root_replaced: bool,
     /// Collect garbage once the inode table grows past this size (amortized GC).

@@ -22,6 +22,7 @@ impl State {
             down: false,
             faults: BTreeMap::new(),
             enospc_leaves_empty_file: false,
+            renames_outrun_data: false,
             tear: (1, 2),
             root_replaced: false,
             gc_at: GC_MIN,

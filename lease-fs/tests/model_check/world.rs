@@ -799,6 +799,12 @@ pub(crate) fn world(c: &Config) -> World {
     for d in Dir::ALL {
         fs.ensure_dir(d.path()).unwrap();
     }
+    // Where power can fail, renames outrun their data (the file system the issue-#17
+    // tester used): a `local` heartbeat, renamed into place unsynced, can come back empty
+    // or torn, and the run must stay recoverable by the protocol alone (OQ-6).
+    if c.power_losses > 0 {
+        fs.set_renames_outrun_data(true);
+    }
     World {
         fs,
         actors: c

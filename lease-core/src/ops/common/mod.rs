@@ -18,6 +18,6 @@ pub(crate) use decode::{
 };
 pub(crate) use finalize::{Cut, Finalize};
 pub use observe::Head;
-pub(crate) use observe::{Observe, Observed};
+pub(crate) use observe::{Observe, Observed, read_beat};
 pub(crate) use recheck::Recheck;
 pub(crate) use tail::Tail;

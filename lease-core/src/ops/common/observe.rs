@@ -5,6 +5,7 @@ use crate::error::{HeldBy, LeaseError};
 use crate::ids::{Digest, Generation, RunId};
 use crate::layout::{Dir, FileRef};
 use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::policy::HeartbeatDurability;
 use crate::records::{EpochRecord, EpochState, HeartbeatRecord};
 use crate::time::Timestamp;
 
@@ -17,6 +18,30 @@ pub struct Head {
     pub hash: Digest,
     /// Its heartbeat record, if any was written (active epochs only).
     pub beat: Option<HeartbeatRecord>,
+    /// The hash of a **torn** heartbeat file, if that is what is there (PROTOCOL §4, OQ-6):
+    /// under the `local` policy a beat is never fsynced, so a power loss can leave the file
+    /// empty, cut short or zero-filled. Such a beat is no evidence either way: the head is
+    /// judged as if no beat had been written (`heartbeat_at` = the claim time, count 0),
+    /// and a watcher keys its watch on this hash, so any rewrite restarts the watch.
+    pub torn_beat: Option<Digest>,
+}
+
+/// Read a head's heartbeat file: `(beat, torn)`. A file that does not end in a line feed
+/// (empty, cut short, zero-filled: every strict prefix of a canonical record) under the
+/// `local` policy is torn, not invalid (OQ-6): only a power loss during a heartbeat that
+/// was never fsynced leaves one, and it only ever mattered to liveness. Anything else that
+/// fails to decode, and any damage under `durable` (fsynced before the rename, so a power
+/// loss cannot tear it), stays `RECORD_INVALID`.
+pub(crate) fn read_beat(
+    run: &RunId,
+    epoch: &EpochRecord,
+    bytes: &[u8],
+) -> Result<(Option<HeartbeatRecord>, Option<Digest>), LeaseError> {
+    let local = epoch.policy.heartbeat_durability() == HeartbeatDurability::Local;
+    if local && bytes.last() != Some(&b'\n') {
+        return Ok((None, Some(Digest::of(bytes))));
+    }
+    decode_beat(run, epoch, bytes).map(|b| (Some(b), None))
 }
 
 impl Head {
@@ -149,24 +174,30 @@ impl Operation for Observe {
                             epoch,
                             hash,
                             beat: None,
+                            torn_beat: None,
                         }),
                     }))
                 }
             }
             ObserveState::ReadBeat(b) => {
                 let (epoch, hash) = *b;
-                let beat = match input {
-                    Some(Response::Content(None)) => None,
+                let (beat, torn_beat) = match input {
+                    Some(Response::Content(None)) => (None, None),
                     Some(Response::Content(Some(bytes))) => {
-                        match decode_beat(&self.run, &epoch, &bytes) {
-                            Ok(b) => Some(b),
+                        match read_beat(&self.run, &epoch, &bytes) {
+                            Ok(b) => b,
                             Err(e) => return Step::Done(Err(e)),
                         }
                     }
                     other => return Step::Done(Err(violation("Content", &other))),
                 };
                 Step::Done(Ok(Observed {
-                    head: Some(Head { epoch, hash, beat }),
+                    head: Some(Head {
+                        epoch,
+                        hash,
+                        beat,
+                        torn_beat,
+                    }),
                 }))
             }
         }

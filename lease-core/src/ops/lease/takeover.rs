@@ -6,7 +6,7 @@ use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
-use crate::ops::common::{Finalize, Head, Observe, Recheck, decode_beat};
+use crate::ops::common::{Finalize, Head, Observe, Recheck, read_beat};
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
@@ -318,11 +318,11 @@ impl Operation for Takeover {
                 }
                 TakeoverState::Reread(head) => {
                     let mut head = *head;
-                    head.beat = match input.take() {
-                        Some(Response::Content(None)) => None,
+                    (head.beat, head.torn_beat) = match input.take() {
+                        Some(Response::Content(None)) => (None, None),
                         Some(Response::Content(Some(b))) => {
-                            match decode_beat(&run, &head.epoch, &b) {
-                                Ok(b) => Some(b),
+                            match read_beat(&run, &head.epoch, &b) {
+                                Ok(b) => b,
                                 Err(e) => return Step::Done(Err(e)),
                             }
                         }
