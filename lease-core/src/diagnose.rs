@@ -11,7 +11,13 @@
 //! use lease_core::diagnose::{diagnose, next_step, Facts, FindingCode, Next};
 //! use lease_core::ops::{Status, StatusView};
 //!
-//! let free = StatusView { status: Status::Free, head: None, age_ms: None, liveness: None };
+//! let free = StatusView {
+//!     status: Status::Free,
+//!     head: None,
+//!     age_ms: None,
+//!     liveness: None,
+//!     authority_lease: None,
+//! };
 //! let facts = Facts::of_view(free);
 //! assert_eq!(next_step(&facts), Next::Claim);
 //! let findings = diagnose(&facts);
