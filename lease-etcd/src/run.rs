@@ -17,7 +17,7 @@
 //! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
 //! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
 //! | `Replace(f)` / `Remove(f)` | put / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
-//! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there |
+//! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there (`AuthorityLease::Alive`, else `Expired`) |
 //!
 //! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
 //! owner of `g - 1` is in the same transaction also conditioned on the liveness key of
