@@ -1,7 +1,8 @@
 //! `runlease --authority etcd://...` end to end against a real 3-member etcd cluster: run
 //! (the command appends an event through the inherited RUNLEASE_AUTHORITY), status, events
 //! and verify with the same JSON shapes and exit codes as with the run folder; a second
-//! owner refused (76); folder-only subcommands refused (64); an unreachable cluster (69).
+//! owner refused (76); folder-only subcommands refused (64); an unreachable cluster (69);
+//! an owner whose wall clock is off but whose etcd lease lives waited for, not taken over.
 #![cfg(feature = "etcd")]
 
 mod common;
@@ -351,12 +352,12 @@ impl SkewedOwner {
             pid: 4242,
             start_time: 7,
         };
-        // FAST's policy: beat 100 ms, self-fence after 500 ms, stale after 1 s (the etcd
-        // lease's time to live).
+        // Beat 250 ms, self-fence after 1 s, stale after 2 s (the etcd lease's time to
+        // live): short, with room for a beat delayed on a loaded machine.
         let policy = lease_core::TimingPolicy::from_millis(
-            100,
-            500,
+            250,
             1_000,
+            2_000,
             lease_core::HeartbeatDurability::Local,
         )
         .unwrap();
@@ -373,14 +374,18 @@ impl SkewedOwner {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (r, l, s) = (handle.clone(), lease.clone(), stop.clone());
         let beats = std::thread::spawn(move || {
-            let mut count = 0;
+            let (mut count, mut ok) = (0, 0);
             while !s.load(std::sync::atomic::Ordering::SeqCst) {
                 count += 1;
-                r.heartbeat(&l, skewed_now(skew_ms), count, None)
-                    .map_err(|e| format!("beat {count}: {e}"))?;
+                match r.heartbeat(&l, skewed_now(skew_ms), count, None) {
+                    Ok(()) => ok += 1,
+                    // A slow cluster answer is retried by the next beat, as lease-run does.
+                    Err(e) if e.code() == "UNAVAILABLE" => {}
+                    Err(e) => return Err(format!("beat {count}: {e}")),
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Ok(count)
+            Ok(ok)
         });
         SkewedOwner {
             run: handle,
@@ -395,7 +400,7 @@ impl SkewedOwner {
     fn stop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let beats = self.beats.take().unwrap().join().unwrap();
-        assert!(beats.expect("every beat succeeded") > 0);
+        assert!(beats.expect("no beat was refused") > 0);
     }
 
     /// Whether its etcd lease is alive now.
