@@ -1,6 +1,6 @@
 //! Fixed identities, times and liveness answers shared by the targets.
 
-use lease_core::ops::{LivenessEvidence, LockEvidence, ProcessState};
+use lease_core::ops::{AuthorityLease, LivenessEvidence, LockEvidence, ProcessState};
 use lease_core::{Holder, Identity, RunId, Timestamp};
 
 /// The run every target works on.
@@ -77,21 +77,25 @@ impl LiveMode {
                     start_time: h.start_time,
                 },
                 owner_lock: LockEvidence::Held,
+                lease: AuthorityLease::NotKept,
             },
             LiveMode::Dead => LivenessEvidence {
                 observer_boot_id: h.boot_id.clone(),
                 process: ProcessState::Gone,
                 owner_lock: LockEvidence::Free,
+                lease: AuthorityLease::NotKept,
             },
             LiveMode::Unknown => LivenessEvidence {
                 observer_boot_id: h.boot_id.clone(),
                 process: ProcessState::Unknown,
                 owner_lock: LockEvidence::Unknown,
+                lease: AuthorityLease::NotKept,
             },
             LiveMode::OtherBoot => LivenessEvidence {
                 observer_boot_id: id("boot-other"),
                 process: ProcessState::Gone,
                 owner_lock: LockEvidence::Free,
+                lease: AuthorityLease::NotKept,
             },
         }
     }

@@ -36,6 +36,7 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
     match next {
         Next::Claim => format!("claim it (runlease run {d} -- COMMAND)"),
         Next::Wait => "wait, or ask the owner to release".into(),
+        Next::WaitForLease => "wait: its etcd lease is alive (the cluster still hears the owner), whatever this host's wall clock says of its heartbeat; a takeover would be refused (76, TAKEOVER_ACTIVE_REFUSED) until that lease expires, stale_after after the owner's last keep-alive (then `runlease status` names the next step); or ask the owner to release".into(),
         Next::Takeover {
             owner_id,
             heartbeat_at,

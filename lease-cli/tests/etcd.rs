@@ -1,7 +1,8 @@
 //! `runlease --authority etcd://...` end to end against a real 3-member etcd cluster: run
 //! (the command appends an event through the inherited RUNLEASE_AUTHORITY), status, events
 //! and verify with the same JSON shapes and exit codes as with the run folder; a second
-//! owner refused (76); folder-only subcommands refused (64); an unreachable cluster (69).
+//! owner refused (76); folder-only subcommands refused (64); an unreachable cluster (69);
+//! an owner whose wall clock is off but whose etcd lease lives waited for, not taken over.
 #![cfg(feature = "etcd")]
 
 mod common;
@@ -309,4 +310,189 @@ fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
     let o = rl(&a, &args);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(!common::alive(child));
+}
+
+/// The wall clock now, as a protocol timestamp, shifted by `skew_ms` (an owner whose clock
+/// runs slow or fast).
+fn skewed_now(skew_ms: i64) -> lease_core::Timestamp {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    lease_core::Timestamp::from_unix_millis((ms + skew_ms) as u64).unwrap()
+}
+
+/// An owner on another host (its own holder, never this one), whose wall clock is
+/// `skew_ms` off, beating every 100 ms through the library as `runlease run` would: its
+/// etcd lease stays alive while its records are dated by its wrong clock.
+struct SkewedOwner {
+    run: std::sync::Arc<lease_etcd::EtcdRun>,
+    lease: lease_core::ops::OwnedLease,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    beats: Option<std::thread::JoinHandle<Result<u64, String>>>,
+}
+
+impl SkewedOwner {
+    fn start(cluster: &Cluster, prefix: &str, run: &str, skew_ms: i64) -> SkewedOwner {
+        use lease_core::LeaseOps;
+        let opts = lease_etcd::EtcdOptions {
+            call_timeout: Duration::from_millis(500),
+            op_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_millis(500),
+        };
+        let handle = std::sync::Arc::new(
+            cluster
+                .authority(&[0, 1, 2], prefix, opts)
+                .run(lease_core::RunId::new(run).unwrap()),
+        );
+        let id = |s: &str| lease_core::Identity::new(s).unwrap();
+        let holder = lease_core::Holder {
+            host: id("far-host"),
+            boot_id: id("far-boot"),
+            pid: 4242,
+            start_time: 7,
+        };
+        // Beat 250 ms, self-fence after 1 s, stale after 2 s (the etcd lease's time to
+        // live): short, with room for a beat delayed on a loaded machine.
+        let policy = lease_core::TimingPolicy::from_millis(
+            250,
+            1_000,
+            2_000,
+            lease_core::HeartbeatDurability::Local,
+        )
+        .unwrap();
+        let lease = handle
+            .claim(lease_core::ops::ClaimParams {
+                run_id: handle.run_id().clone(),
+                owner_id: id(&format!("skewed-{run}")),
+                holder,
+                policy,
+                now: skewed_now(skew_ms),
+                store_floor: None,
+            })
+            .expect("claim");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, l, s) = (handle.clone(), lease.clone(), stop.clone());
+        let beats = std::thread::spawn(move || {
+            let (mut count, mut ok) = (0, 0);
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                count += 1;
+                match r.heartbeat(&l, skewed_now(skew_ms), count, None) {
+                    Ok(()) => ok += 1,
+                    // A slow cluster answer is retried by the next beat, as lease-run does.
+                    Err(e) if e.code() == "UNAVAILABLE" => {}
+                    Err(e) => return Err(format!("beat {count}: {e}")),
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(ok)
+        });
+        SkewedOwner {
+            run: handle,
+            lease,
+            stop,
+            beats: Some(beats),
+        }
+    }
+
+    /// Stop beating (as a crashed or SIGSTOPped owner would): its etcd lease expires
+    /// stale_after after its last keep-alive.
+    fn stop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let beats = self.beats.take().unwrap().join().unwrap();
+        assert!(beats.expect("no beat was refused") > 0);
+    }
+
+    /// Whether its etcd lease is alive now.
+    fn lease_alive(&self) -> bool {
+        self.run
+            .owner_lease_ttl(self.lease.generation)
+            .expect("lease ttl")
+            .is_some()
+    }
+}
+
+/// `status --json`'s next step as an argument vector (null: none).
+fn argv_of(s: &serde_json::Value) -> Option<Vec<String>> {
+    s["next_step_argv"]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+}
+
+// Issue #17: with etcd, "alive" is the owner's etcd lease, not a wall clock. An owner whose
+// clock runs 60 s slow (beats dated a minute ago) or fast (dated a minute ahead) while it
+// keeps its etcd lease alive is active, and `status` names waiting, with why: a takeover
+// would be refused (76) until that lease expires. Once it expired (the owner stopped),
+// the step `status --json` names is run as it is and succeeds.
+#[test]
+fn an_owner_whose_etcd_lease_lives_is_waited_for_whatever_its_clock_says() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let prefix = "cli-skew";
+    let a = url(&cluster, prefix);
+    let tmp = tempfile::tempdir().unwrap();
+    for (run, skew_ms) in [("slow", -60_000i64), ("fast", 60_000)] {
+        // The run folder is on the owner's host, not this one.
+        let dir = tmp.path().join(run);
+        let d = dir.to_str().unwrap();
+        let mut owner = SkewedOwner::start(&cluster, prefix, run, skew_ms);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(owner.lease_alive());
+        let o = rl(&a, &["status", "--json", d]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let s = json_lines(&o).remove(0);
+        let age = s["heartbeat_age_ms"].as_i64().unwrap();
+        assert!(age.abs() > 50_000, "{run}: the wall clock's view: {s}");
+        assert_eq!(s["state"], "active", "{run}: {s}");
+        assert_eq!(s["dead"], false, "{run}: {s}");
+        assert!(argv_of(&s).is_none(), "{run}: waiting is no command: {s}");
+        let next = s["next_step"].as_str().unwrap();
+        assert!(
+            next.starts_with("wait") && next.contains("etcd lease is alive") && next.contains("76"),
+            "{run}: {s}"
+        );
+        assert!(
+            s["liveness"].as_str().unwrap().contains("etcd lease"),
+            "{run}: {s}"
+        );
+        // The human form says the same.
+        let o = rl(&a, &["status", d]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let human = text(&o.stdout);
+        assert!(human.contains(": active"), "{human}");
+        assert!(human.contains("next       wait"), "{human}");
+        // What waiting avoids: the takeover the wall clock would suggest is refused, 76.
+        let o = rl(&a, &["--json", "takeover", d, "--yes"]);
+        assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
+        assert_eq!(json_lines(&o)[0]["code"], "TAKEOVER_ACTIVE_REFUSED");
+
+        // The owner stops beating; while its etcd lease lives, status still names no
+        // takeover; once it expired the owner is dead, and the step named is run as is.
+        owner.stop();
+        let t = Instant::now();
+        let s = loop {
+            let alive_before = owner.lease_alive();
+            let o = rl(&a, &["status", "--json", d]);
+            assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+            let s = json_lines(&o).remove(0);
+            if alive_before && owner.lease_alive() {
+                assert_eq!(s["state"], "active", "{run}: {s}");
+                assert!(argv_of(&s).is_none(), "{run}: {s}");
+            }
+            if s["state"] != "active" {
+                break s;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "never expired: {s}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(s["state"], "dead", "{run}: {s}");
+        let argv = argv_of(&s).unwrap_or_else(|| panic!("{run}: no step: {s}"));
+        assert_eq!(argv[..3], ["runlease", "--authority", a.as_str()], "{s}");
+        let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+        let o = cmd(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{argv:?}: {}", text(&o.stderr));
+        let o = rl(&a, &["status", "--json", d]);
+        assert_eq!(json_lines(&o)[0]["state"], "free", "{run}");
+    }
 }

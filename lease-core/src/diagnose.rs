@@ -11,7 +11,13 @@
 //! use lease_core::diagnose::{diagnose, next_step, Facts, FindingCode, Next};
 //! use lease_core::ops::{Status, StatusView};
 //!
-//! let free = StatusView { status: Status::Free, head: None, age_ms: None, liveness: None };
+//! let free = StatusView {
+//!     status: Status::Free,
+//!     head: None,
+//!     age_ms: None,
+//!     liveness: None,
+//!     authority_lease: None,
+//! };
 //! let facts = Facts::of_view(free);
 //! assert_eq!(next_step(&facts), Next::Claim);
 //! let findings = diagnose(&facts);
@@ -275,6 +281,11 @@ pub enum Next {
     Claim,
     /// Wait, or ask the owner to release.
     Wait,
+    /// Wait: the owner's heartbeat is older than its `stale_after` by this host's wall
+    /// clock (or dated ahead of it), but the authority holds its lease alive (etcd: its
+    /// etcd lease has not expired), so a takeover would be refused
+    /// (`TAKEOVER_ACTIVE_REFUSED`) until that lease expires; or ask the owner to release.
+    WaitForLease,
     /// Exact takeover of the stale owner seen.
     Takeover {
         /// Its owner id.
@@ -452,17 +463,22 @@ fn named_store_missing(facts: &Facts) -> bool {
 
 /// The next step by the view's state alone.
 pub fn next_for_view(view: &StatusView) -> Next {
+    let future = view.age_ms.is_some_and(|a| a < -FUTURE_MS);
     match (&view.status, &view.head) {
         (Status::Free, _) => Next::Claim,
+        // The authority holds the owner's lease alive: no wall clock decides, and a
+        // takeover is refused until that lease expires (PROTOCOL §7.8, §11). Said apart
+        // from a plain wait when a wall clock would have suggested a takeover.
+        (Status::Active, Some(_)) if view.lease_alive() && (view.is_stale() || future) => {
+            Next::WaitForLease
+        }
         // A heartbeat dated more than a second ahead of this host's clock: the wall clock
         // cannot tell whether its owner still beats, and a takeover does not use it (it
         // watches the record on this host's clock, and refuses if the owner writes).
-        (Status::Active, Some(h)) if view.age_ms.is_some_and(|a| a < -FUTURE_MS) => {
-            Next::Takeover {
-                owner_id: h.epoch.owner_id.to_string(),
-                heartbeat_at: h.heartbeat_at().to_string(),
-            }
-        }
+        (Status::Active, Some(h)) if future => Next::Takeover {
+            owner_id: h.epoch.owner_id.to_string(),
+            heartbeat_at: h.heartbeat_at().to_string(),
+        },
         (Status::Active, _) => Next::Wait,
         (Status::Stale, Some(h)) => Next::Takeover {
             owner_id: h.epoch.owner_id.to_string(),

@@ -53,8 +53,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ops::{
-    EventLogView, Expectation, LivenessEvidence, LockEvidence, ProcessState, Request, Response,
-    Status,
+    AuthorityLease, EventLogView, Expectation, LivenessEvidence, LockEvidence, ProcessState,
+    Request, Response, Status,
 };
 use crate::{EpochRecord, FileRef, Generation, Holder, Identity, LeaseError};
 
@@ -438,6 +438,7 @@ pub fn simulated_evidence(observer_boot_id: Identity, h: &Holder, up: bool) -> L
         } else {
             LockEvidence::Free
         },
+        lease: AuthorityLease::NotKept,
     }
 }
 

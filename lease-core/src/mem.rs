@@ -7,7 +7,9 @@
 use crate::LeaseError;
 use crate::RunId;
 use crate::layout::FileRef;
-use crate::ops::{LivenessEvidence, LockEvidence, Operation, ProcessState, Request, Response};
+use crate::ops::{
+    AuthorityLease, LivenessEvidence, LockEvidence, Operation, ProcessState, Request, Response,
+};
 use crate::records::Holder;
 use crate::transport::{TailHint, Transport};
 use std::collections::BTreeMap;
@@ -128,6 +130,7 @@ impl MemTransport {
             observer_boot_id: h.boot_id.clone(),
             process: ProcessState::Gone,
             owner_lock: LockEvidence::Free,
+            lease: AuthorityLease::NotKept,
         })
     }
 

@@ -225,7 +225,8 @@ pub trait LeaseOps: Transport {
         outcome.map_err(Self::Error::from)
     }
 
-    /// The run's status (§7.8); with `probe`, an active owner's liveness decides `dead`.
+    /// The run's status (§7.8); with `probe`, an active owner's liveness decides `dead` (and an
+    /// authority's live lease `active`, whatever the wall clock says).
     fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, Self::Error> {
         self.drive(&mut StatusView::read(self.run_id().clone(), now, probe))
     }

@@ -99,6 +99,69 @@ fn a_stale_owner_is_taken_over_exactly_but_only_after_the_errors_are_repaired() 
     assert_eq!(f[1].next, Next::VerifyAndRestore);
 }
 
+/// Liveness as an authority that keeps leases (etcd) answers it: nothing observed of the
+/// owner's host, only its lease.
+fn authority_lease(
+    lease: lease_core::ops::AuthorityLease,
+) -> impl Fn(&lease_core::Holder) -> lease_core::ops::LivenessEvidence {
+    move |h| lease_core::ops::LivenessEvidence {
+        observer_boot_id: h.boot_id.clone(),
+        process: lease_core::ops::ProcessState::Unknown,
+        owner_lock: lease_core::ops::LockEvidence::Unknown,
+        lease,
+    }
+}
+
+// PROTOCOL §7.8, §11 (issue #17): an owner whose lease the authority holds alive is active
+// whatever this host's wall clock says of its heartbeat, and the next step is to wait (a
+// takeover would be refused until that lease expires); once it expired the owner is dead.
+#[test]
+fn an_owner_whose_authority_lease_lives_is_waited_for_whatever_the_wall_clock_says() {
+    use lease_core::ops::{AuthorityLease, Status, StatusView};
+    let alive = authority_lease(AuthorityLease::Alive);
+    let expired = authority_lease(AuthorityLease::Expired);
+    let mut disk = MemDisk::new();
+    claim(&mut disk, "a", 10, 100_000).unwrap();
+    let mut read =
+        |now: u64, live: &dyn Fn(&lease_core::Holder) -> lease_core::ops::LivenessEvidence| {
+            disk.run(&mut StatusView::read(run_id(), t(now), true), live)
+                .unwrap()
+        };
+    // Older than stale_after by this clock (the owner's runs slow), and dated ahead of it
+    // (the owner's runs fast): active, wait for the lease.
+    for now in [100_000 + 600_000, 0] {
+        let view = read(now, &alive);
+        assert!(view.lease_alive());
+        assert_eq!(view.status, Status::Active, "{now}");
+        assert!(
+            view.liveness
+                .clone()
+                .unwrap()
+                .unwrap_err()
+                .contains("etcd lease")
+        );
+        let facts = Facts::of_view(view);
+        assert_eq!(next_step(&facts), Next::WaitForLease, "{now}");
+        assert!(!codes(&diagnose(&facts)).contains(&"STALE_OWNER"));
+    }
+    // Fresh by this clock too: a plain wait.
+    let view = read(100_500, &alive);
+    assert_eq!(view.status, Status::Active);
+    assert_eq!(next_step(&Facts::of_view(view)), Next::Wait);
+    // The lease expired: dead, retire (at once, whatever the wall clock says).
+    for now in [100_500, 100_000 + 600_000, 0] {
+        let view = read(now, &expired);
+        assert!(!view.lease_alive());
+        assert_eq!(view.status, Status::Dead, "{now}");
+        assert_eq!(next_step(&Facts::of_view(view)), Next::Retire, "{now}");
+    }
+    // Without an authority's lease the wall clock still calls a silent owner stale (advice
+    // only: the takeover watches on its own clock).
+    let view = read(100_000 + 600_000, &all_alive);
+    assert_eq!(view.authority_lease, Some(AuthorityLease::NotKept));
+    assert_eq!(view.status, Status::Stale);
+}
+
 #[test]
 fn a_dead_owner_is_retired_and_an_unproven_command_blocks_the_run() {
     let mut disk = MemDisk::new();

@@ -327,23 +327,35 @@ fn a_live_owner_is_never_retired() {
                 start_time: h.start_time + 1,
             },
             owner_lock: LockEvidence::Held,
+            lease: AuthorityLease::NotKept,
         }),
         ("pid gone in our namespace but lock held", |_| {
             LivenessEvidence {
                 observer_boot_id: id(BOOT),
                 process: ProcessState::Gone,
                 owner_lock: LockEvidence::Held,
+                lease: AuthorityLease::NotKept,
             }
         }),
         ("another boot", |_| LivenessEvidence {
             observer_boot_id: id("boot-b"),
             process: ProcessState::Gone,
             owner_lock: LockEvidence::Free,
+            lease: AuthorityLease::NotKept,
         }),
         ("lock unknown", |_| LivenessEvidence {
             observer_boot_id: id(BOOT),
             process: ProcessState::Gone,
             owner_lock: LockEvidence::Unknown,
+            lease: AuthorityLease::NotKept,
+        }),
+        // An authority that keeps leases (etcd) decides alone: its live lease outweighs
+        // kernel evidence that would prove death.
+        ("its lease in the authority alive", |_| LivenessEvidence {
+            observer_boot_id: id(BOOT),
+            process: ProcessState::Gone,
+            owner_lock: LockEvidence::Free,
+            lease: AuthorityLease::Alive,
         }),
     ];
     for (name, live) in cases {

@@ -17,7 +17,7 @@
 //! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
 //! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
 //! | `Replace(f)` / `Remove(f)` | put / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
-//! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there |
+//! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there (`AuthorityLease::Alive`, else `Expired`) |
 //!
 //! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
 //! owner of `g - 1` is in the same transaction also conditioned on the liveness key of
@@ -70,8 +70,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use lease_core::ops::{
-    LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Request, Response, Status,
-    StatusView, TakeoverParams,
+    AuthorityLease, LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Request, Response,
+    Status, StatusView, TakeoverParams,
 };
 use lease_core::{
     Dir, EpochRecord, EpochState, FileRef, Generation, Holder, LeaseError, LeaseOps, RunId,
@@ -622,11 +622,13 @@ impl EtcdRun {
     /// Liveness as the cluster sees it: a liveness key holding `holder` exists while that
     /// owner's etcd lease is alive.
     ///
-    /// The evidence is filled so that `lease_core::ops::definitely_dead` judges exactly
-    /// "its etcd lease is gone": the cluster is the observer (same boot id as the holder),
-    /// the process counts as gone and the owner lock as free once the lease expired or was
-    /// revoked, and as running and held while it is alive. This is sound because the owner
-    /// fenced itself before its lease could expire (module docs).
+    /// The answer is the etcd lease itself ([`AuthorityLease`]): `Alive` while the key is
+    /// there, `Expired` once the lease expired or was revoked, and lease-core judges by it
+    /// alone (`lease_core::ops::definitely_dead`: dead exactly when it expired; a status
+    /// read calls the owner active while it lives, whatever the heartbeat's age by a wall
+    /// clock). That is sound because the owner fenced itself before its lease could expire
+    /// (module docs). Nothing of the owner's host is observed from here: the process and
+    /// the kernel owner lock are `Unknown`, the boot id is the holder's own.
     async fn probe(&self, holder: &Holder, deadline: Instant) -> Result<Response, EtcdError> {
         let p = format!("{}live/", self.base);
         let pk = p.clone();
@@ -648,17 +650,12 @@ impl EtcdRun {
         }
         Ok(Response::Liveness(LivenessEvidence {
             observer_boot_id: holder.boot_id.clone(),
-            process: if alive {
-                ProcessState::Running {
-                    start_time: holder.start_time,
-                }
+            process: ProcessState::Unknown,
+            owner_lock: LockEvidence::Unknown,
+            lease: if alive {
+                AuthorityLease::Alive
             } else {
-                ProcessState::Gone
-            },
-            owner_lock: if alive {
-                LockEvidence::Held
-            } else {
-                LockEvidence::Free
+                AuthorityLease::Expired
             },
         }))
     }

@@ -7,7 +7,7 @@ mod cluster;
 
 use cluster::{Cluster, SERIAL, etcd_binary};
 use lease_core::LeaseOps;
-use lease_core::ops::{Expectation, TakeoverTrigger};
+use lease_core::ops::{AuthorityLease, Expectation, TakeoverTrigger};
 use lease_core::{
     EpochRecord, EpochState, FileRef, Generation, HeartbeatDurability, Holder, Identity, RunId,
     Timestamp, TimingPolicy, must_self_fence,
@@ -661,6 +661,12 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
         .unwrap_err();
     assert_eq!(raced.code().as_str(), "TAKEOVER_RACE", "{raced}");
     assert!(raced.to_string().contains("etcd lease"), "{raced}");
+    // The status this taker reads says so too: by its clock the heartbeat is a minute
+    // old, but the liveness probe answers with the etcd lease, which is alive: `active`,
+    // never `stale` (issue #17: no wall clock decides for another host).
+    let view = taker.status(skewed, true).unwrap();
+    assert_eq!(view.authority_lease, Some(AuthorityLease::Alive));
+    assert_eq!(view.status.name(), "active", "{view:?}");
     assert_eq!(
         owner
             .status(now_ts(), false)
@@ -682,6 +688,7 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     assert_eq!(hb.code().as_str(), "FENCED", "{hb}");
     assert!(hb.to_string().contains("etcd lease expired"), "{hb}");
     let view = taker.status(now_ts(), true).unwrap();
+    assert_eq!(view.authority_lease, Some(AuthorityLease::Expired));
     assert_eq!(view.head.unwrap().generation(), lease.generation);
     assert_eq!(
         view.status.name(),

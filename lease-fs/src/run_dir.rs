@@ -6,7 +6,7 @@ use crate::fs::Fs;
 use crate::primitives;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{
-    Durability, LivenessEvidence, LockEvidence, ProcessState, Request, Response,
+    AuthorityLease, Durability, LivenessEvidence, LockEvidence, ProcessState, Request, Response,
 };
 use lease_core::{Dir, FileRef, Holder, Identity, RunId, TailHint, Transport};
 use std::collections::HashSet;
@@ -72,6 +72,7 @@ impl Liveness for ProcLiveness {
             observer_boot_id,
             process,
             owner_lock,
+            lease: AuthorityLease::NotKept,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! judgment and both hash chains survive the compaction.
 
 use lease_core::LeaseOps;
-use lease_core::ops::{LivenessEvidence, LockEvidence, ProcessState};
+use lease_core::ops::{AuthorityLease, LivenessEvidence, LockEvidence, ProcessState};
 use lease_core::*;
 use lease_fs::{Liveness, RunDir, SimFs};
 use std::path::Path;
@@ -17,6 +17,7 @@ impl Liveness for Alive {
                 start_time: h.start_time,
             },
             owner_lock: LockEvidence::Held,
+            lease: AuthorityLease::NotKept,
         }
     }
 }

@@ -9,7 +9,8 @@
 
 use lease_core::LeaseOps;
 use lease_core::ops::{
-    Expectation, LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Status, TakeoverTrigger,
+    AuthorityLease, Expectation, LivenessEvidence, LockEvidence, OwnedLease, ProcessState, Status,
+    TakeoverTrigger,
 };
 use lease_core::*;
 use lease_fs::{FsError, Liveness, RunDir, SimFs};
@@ -44,6 +45,7 @@ impl Liveness for AllDead {
             observer_boot_id: id(BOOT),
             process: ProcessState::Gone,
             owner_lock: LockEvidence::Free,
+            lease: AuthorityLease::NotKept,
         }
     }
 }

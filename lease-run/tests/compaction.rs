@@ -4,8 +4,8 @@
 //! removes only our own orphaned regular files.
 
 use lease_core::ops::{
-    AppendParams, ClaimParams, Expectation, LivenessEvidence, LockEvidence, OwnedLease,
-    ProcessState, ReleaseParams, RetireParams, Status, TakeoverParams, TakeoverTrigger,
+    AppendParams, AuthorityLease, ClaimParams, Expectation, LivenessEvidence, LockEvidence,
+    OwnedLease, ProcessState, ReleaseParams, RetireParams, Status, TakeoverParams, TakeoverTrigger,
 };
 use lease_core::{
     Code, Generation, HeartbeatDurability, Holder, Identity, RunId, Timestamp, TimingPolicy,
@@ -51,6 +51,7 @@ impl Liveness for AllDead {
             observer_boot_id: id("boot-x"),
             process: ProcessState::Gone,
             owner_lock: LockEvidence::Free,
+            lease: AuthorityLease::NotKept,
         }
     }
 }

@@ -205,7 +205,9 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
             let code = e.code();
             let err = CliError::from(e);
             if code == Code::RetireRefusedNotDead {
-                let next = if view.is_stale() {
+                let next = if view.lease_alive() {
+                    "its etcd lease is alive: wait for it to expire (stale_after after the owner's last keep-alive), then retire".into()
+                } else if view.is_stale() {
                     format!(
                         "it is stale: runlease takeover {} --expect-owner {} --expect-heartbeat {}",
                         shell_path(dir),

@@ -29,8 +29,8 @@ pub use log::{
     MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Standing, Verify, VerifyReport, judge_event,
 };
 pub use observe::{
-    Freshness, LivenessEvidence, LockEvidence, ProcessState, ReadStatus, Status, StatusView,
-    definitely_dead, freshness,
+    AuthorityLease, Freshness, LivenessEvidence, LockEvidence, ProcessState, ReadStatus, Status,
+    StatusView, definitely_dead, freshness,
 };
 pub use prune::{Prune, PruneParams, PruneReport};
 

@@ -61,6 +61,24 @@ pub enum LockEvidence {
     Unknown,
 }
 
+/// What an authority that keeps leases of its own (etcd) says of the owner's lease
+/// (PROTOCOL §11). Such an authority decides liveness alone: its lease is what lets the
+/// owner stay, whatever any wall clock says of its heartbeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorityLease {
+    /// The authority keeps no lease of its own (a run folder): the kernel evidence
+    /// (boot id, process, owner lock) decides.
+    NotKept,
+    /// The authority holds the owner's lease alive (etcd: its etcd lease has not expired).
+    /// The owner is alive as far as the authority knows, however old or new its heartbeat
+    /// is by an observer's wall clock, and no takeover or retirement can replace it until
+    /// that lease expires.
+    Alive,
+    /// The owner's lease expired or was revoked (etcd: its liveness key is gone). The owner
+    /// fenced itself before that could happen, so it is dead.
+    Expired,
+}
+
 /// Liveness evidence gathered by an adapter about a [`Holder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LivenessEvidence {
@@ -70,12 +88,25 @@ pub struct LivenessEvidence {
     pub process: ProcessState,
     /// The run's kernel owner lock.
     pub owner_lock: LockEvidence,
+    /// The authority's own lease of the owner, when it keeps one: then it alone decides
+    /// ([`definitely_dead`]), and the kernel evidence above is not looked at.
+    pub lease: AuthorityLease,
 }
 
-/// Is the holder definitely dead? Only when all of: the observer is on the same boot
-/// (same boot id), the recorded process is gone or its pid now has another start time,
-/// and the kernel owner lock is free. `Err` says which piece is missing.
+/// Is the holder definitely dead? With an authority that keeps leases ([`AuthorityLease`]),
+/// exactly when its lease expired. Otherwise only when all of: the observer is on the same
+/// boot (same boot id), the recorded process is gone or its pid now has another start
+/// time, and the kernel owner lock is free. `Err` says which piece is missing.
 pub fn definitely_dead(holder: &Holder, ev: &LivenessEvidence) -> Result<(), String> {
+    match ev.lease {
+        AuthorityLease::Alive => {
+            return Err(
+                "its lease in the authority is alive (etcd: its etcd lease has not expired): it cannot be replaced until that lease expires, whatever a wall clock says of its heartbeat".into(),
+            );
+        }
+        AuthorityLease::Expired => return Ok(()),
+        AuthorityLease::NotKept => {}
+    }
     if ev.observer_boot_id != holder.boot_id {
         return Err(format!(
             "it ran on boot {} (host {}) and this observer is on boot {}: liveness cannot be judged from here; wait for staleness and take over",
@@ -105,9 +136,12 @@ pub fn definitely_dead(holder: &Holder, ev: &LivenessEvidence) -> Result<(), Str
 pub enum Status {
     /// Never claimed, released or retired: anyone may claim.
     Free,
-    /// A fresh owner.
+    /// A fresh owner, or one whose lease the authority holds alive
+    /// ([`AuthorityLease::Alive`]) whatever its heartbeat's wall-clock age.
     Active,
-    /// The owner stopped heartbeating: an exact takeover may replace it.
+    /// The owner's heartbeat is older than its `stale_after` on the observer's wall clock
+    /// and no authority vouches for it: an exact takeover (which watches the record on the
+    /// taker's own clock first) may replace it.
     Stale,
     /// The owner is definitely dead: it may be retired at once.
     Dead,
@@ -139,6 +173,8 @@ pub struct StatusView {
     pub age_ms: Option<i64>,
     /// Why the owner is not proven dead (or why it is), when liveness was probed.
     pub liveness: Option<Result<(), String>>,
+    /// What the authority said of the owner's lease, when liveness was probed.
+    pub authority_lease: Option<AuthorityLease>,
 }
 
 impl StatusView {
@@ -150,6 +186,13 @@ impl StatusView {
             (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
             _ => false,
         }
+    }
+
+    /// Whether the authority holds the owner's lease alive ([`AuthorityLease::Alive`]): the
+    /// owner is active whatever [`StatusView::is_stale`] says, and no takeover can succeed
+    /// until that lease expires.
+    pub fn lease_alive(&self) -> bool {
+        self.authority_lease == Some(AuthorityLease::Alive)
     }
 
     /// Start a status read of `run` at wall time `now`. With `probe_liveness`, an active
@@ -185,16 +228,20 @@ impl Operation for ReadStatus {
             let age = match fr {
                 Freshness::Fresh { age_ms } | Freshness::Stale { age_ms } => age_ms,
             };
-            let status = match (&verdict, fr) {
-                (Ok(()), _) => Status::Dead,
-                (Err(_), Freshness::Fresh { .. }) => Status::Active,
-                (Err(_), Freshness::Stale { .. }) => Status::Stale,
+            // The wall clock judges freshness only where no authority vouches for the
+            // owner: an authority's live lease is the owner's liveness (PROTOCOL §7.8).
+            let status = match (&verdict, ev.lease, fr) {
+                (Ok(()), _, _) => Status::Dead,
+                (Err(_), AuthorityLease::Alive, _) => Status::Active,
+                (Err(_), _, Freshness::Fresh { .. }) => Status::Active,
+                (Err(_), _, Freshness::Stale { .. }) => Status::Stale,
             };
             return Step::Done(Ok(StatusView {
                 status,
                 head: Some(head),
                 age_ms: Some(age),
                 liveness: Some(verdict),
+                authority_lease: Some(ev.lease),
             }));
         }
         let observed = match self.obs.next(input) {
@@ -207,6 +254,7 @@ impl Operation for ReadStatus {
                             head: None,
                             age_ms: None,
                             liveness: None,
+                            authority_lease: None,
                         }))
                     }
                     e => Step::Done(Err(e)),
@@ -220,6 +268,7 @@ impl Operation for ReadStatus {
                 head: None,
                 age_ms: None,
                 liveness: None,
+                authority_lease: None,
             }));
         };
         if !head.is_active() {
@@ -228,6 +277,7 @@ impl Operation for ReadStatus {
                 head: Some(head),
                 age_ms: None,
                 liveness: None,
+                authority_lease: None,
             }));
         }
         let fr = freshness(&head, self.now);
@@ -245,6 +295,7 @@ impl Operation for ReadStatus {
             head: Some(head),
             age_ms: Some(age),
             liveness: None,
+            authority_lease: None,
         }))
     }
 }

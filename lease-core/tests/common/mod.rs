@@ -37,6 +37,7 @@ pub fn all_alive(h: &Holder) -> LivenessEvidence {
             start_time: h.start_time,
         },
         owner_lock: LockEvidence::Held,
+        lease: AuthorityLease::NotKept,
     }
 }
 
@@ -46,6 +47,7 @@ pub fn all_dead(_: &Holder) -> LivenessEvidence {
         observer_boot_id: id(BOOT),
         process: ProcessState::Gone,
         owner_lock: LockEvidence::Free,
+        lease: AuthorityLease::NotKept,
     }
 }
 
