@@ -573,6 +573,7 @@ pub fn status_json(
         "heartbeat_at": head.filter(|_| active).map(|h| h.heartbeat_at().to_string()),
         "heartbeat_age_ms": view.age_ms,
         "heartbeat_count": head.filter(|_| active).map(Head::heartbeat_count),
+        "heartbeat_torn": head.filter(|_| active).map(|h| h.torn_beat.is_some()),
         "policy": head.map(|h| policy_json(&h.epoch.policy)),
         "dead": dead,
         "liveness": liveness,
@@ -646,6 +647,9 @@ pub fn status_human(
                         h.heartbeat_count()
                     ),
                 );
+                if h.torn_beat.is_some() {
+                    row("", crate::diagnosis::torn_beat_text(h));
+                }
                 row("policy", policy_human(&e.policy));
                 match &view.liveness {
                     Some(Ok(())) => row("liveness", "definitely dead".into()),

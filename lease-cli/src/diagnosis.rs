@@ -136,6 +136,7 @@ pub fn render_detail(f: &Finding, view: &StatusView) -> String {
             head.heartbeat_at(),
             human_ms(*ahead_ms)
         ),
+        Subject::TornHeartbeat { head } => torn_beat_text(head),
         Subject::ShortTail(t) => short_tail_text(t),
         Subject::StrayEpochs(g) => format!(
             "epochs below the checkpoint floor remain: {:?}",
@@ -180,5 +181,15 @@ pub fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
     format!(
         "the event log ends at sequence {} but {by} names events through {}",
         t.tail, t.named
+    )
+}
+
+/// A torn heartbeat file (PROTOCOL §4, OQ-6), for doctor's finding and status's line.
+pub fn torn_beat_text(head: &lease_core::ops::Head) -> String {
+    format!(
+        "{} is torn (no complete record: a power loss during a `local` heartbeat, which is never fsynced, leaves it empty or cut short); liveness is judged as if owner {} had not beaten since its claim at {}, until its next heartbeat replaces the file",
+        lease_core::FileRef::Beat(head.generation()).path(),
+        head.epoch.owner_id,
+        head.epoch.claimed_at
     )
 }

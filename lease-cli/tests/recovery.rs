@@ -513,3 +513,109 @@ fn a_run_killed_before_any_durable_call_recovers_by_the_named_steps_alone() {
     assert!(states > 20, "too few crash points: {states}");
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// OQ-6 (issue #17): what a power loss leaves of a `local` heartbeat (the beat file empty,
+/// or cut short) no longer wedges the run. `status` says `stale` (not `invalid`) with the
+/// file named, `doctor` warns (exit 0), and the takeover `status --json` names succeeds when
+/// executed as given; a complete but undecodable beat stays `invalid` (a hand edit).
+#[test]
+fn a_torn_local_heartbeat_is_recovered_by_the_named_takeover() {
+    let (_tmp, root) = scratch();
+    // Killed (same boot: provably dead, so retire) or stopped (alive but silent: a
+    // takeover after watching the torn file unchanged), with an empty and a cut-short beat.
+    let cases = [
+        (&b""[..], rustix::process::Signal::KILL, "retire"),
+        (
+            b"{\"count\":3,\"genera",
+            rustix::process::Signal::KILL,
+            "retire",
+        ),
+        (&b""[..], rustix::process::Signal::STOP, "takeover"),
+        (
+            b"{\"count\":3,\"genera",
+            rustix::process::Signal::STOP,
+            "takeover",
+        ),
+    ];
+    for (i, (torn, sig, step)) in cases.into_iter().enumerate() {
+        let dir = root.join(format!("torn-{i}"));
+        let d = dir.to_str().unwrap();
+        let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+        let active = wait_for_state(&dir, "active", std::time::Duration::from_secs(10));
+        let g = active["generation"].as_u64().unwrap();
+        // Wait for a beat file, then silence the owner and tear its beat.
+        let beat = dir.join(format!("lease/beats/{g:020}.json"));
+        wait_for_file(&beat, std::time::Duration::from_secs(10), "a heartbeat");
+        signal(owner.id(), sig);
+        if sig == rustix::process::Signal::KILL {
+            let _ = owner.wait();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::fs::write(&beat, torn).unwrap();
+        let s = status_json(&dir);
+        assert_ne!(s["state"], "invalid", "{s}");
+        assert_eq!(s["heartbeat_torn"], true, "{s}");
+        assert_eq!(s["heartbeat_count"], 0, "{s}");
+        let o = runlease(&["status", d]);
+        assert!(text(&o.stdout).contains("is torn"), "{}", text(&o.stdout));
+        let o = runlease(&["doctor", "--json", d]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+        assert!(
+            json_lines(&o)
+                .iter()
+                .any(|f| f["code"] == "TORN_HEARTBEAT" && f["severity"] == "warning"),
+            "{}",
+            text(&o.stdout)
+        );
+        if sig == rustix::process::Signal::KILL {
+            // Follow status's steps to a free run, then run and verify.
+            let r = recover(&dir, None);
+            assert!(
+                r.failure.is_none(),
+                "case {i}: {:?}: {:?}",
+                r.steps,
+                r.failure
+            );
+            assert!(
+                r.steps.iter().any(|s| s.starts_with(step)),
+                "case {i}: {:?}",
+                r.steps
+            );
+            continue;
+        }
+        // Stopped: once stale by its claim time, status names the takeover; executed as
+        // given it watches the torn file unchanged and succeeds.
+        let s = wait_for_state(&dir, "stale", std::time::Duration::from_secs(10));
+        let argv: Vec<String> = s["next_step_argv"]
+            .as_array()
+            .unwrap_or_else(|| panic!("case {i}: no argv: {s}"))
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(argv[1], step, "case {i}: {s}");
+        let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+        let o = runlease(&args);
+        assert_eq!(o.status.code(), Some(0), "case {i}: {}", text(&o.stderr));
+        // The stopped owner, resumed, finds itself fenced; then the run is usable.
+        signal(owner.id(), rustix::process::Signal::CONT);
+        let st = wait_exit(&mut owner, std::time::Duration::from_secs(10));
+        assert_eq!(st.code(), Some(75), "case {i}: the replaced owner exits 75");
+        let o = runlease(&["run", d, "--", "true"]);
+        assert_eq!(o.status.code(), Some(0), "case {i}: {}", text(&o.stderr));
+        assert_eq!(runlease(&["verify", d]).status.code(), Some(0));
+    }
+    // A complete record that does not decode: invalid, and no takeover is offered.
+    let dir = root.join("edited");
+    let d = dir.to_str().unwrap();
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    let active = wait_for_state(&dir, "active", std::time::Duration::from_secs(10));
+    let g = active["generation"].as_u64().unwrap();
+    let beat = dir.join(format!("lease/beats/{g:020}.json"));
+    wait_for_file(&beat, std::time::Duration::from_secs(10), "a heartbeat");
+    signal(owner.id(), rustix::process::Signal::KILL);
+    let _ = owner.wait();
+    std::fs::write(&beat, b"{\"garbage\":1}\n").unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "invalid", "{s}");
+    assert_ne!(s["next_step_argv"][1], "takeover", "{s}");
+}

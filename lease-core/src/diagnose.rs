@@ -148,6 +148,8 @@ pub enum FindingCode {
     BrokenChain,
     /// The head's heartbeat is ahead of this host's clock.
     FutureHeartbeat,
+    /// The head's `local` heartbeat file is torn (OQ-6): judged as no heartbeat.
+    TornHeartbeat,
     /// A cutoff or the checkpoint names events past the log's tail.
     EventLogShort,
     /// Epoch files below the checkpoint floor remain.
@@ -174,6 +176,7 @@ impl FindingCode {
             FindingCode::DeadOwner => "DEAD_OWNER",
             FindingCode::BrokenChain => "BROKEN_CHAIN",
             FindingCode::FutureHeartbeat => "FUTURE_HEARTBEAT",
+            FindingCode::TornHeartbeat => "TORN_HEARTBEAT",
             FindingCode::EventLogShort => "EVENT_LOG_SHORT",
             FindingCode::StrayEpochs => "STRAY_EPOCHS",
             FindingCode::CommandUnproven => "COMMAND_UNPROVEN",
@@ -229,6 +232,11 @@ pub enum Subject {
         head: Box<Head>,
         /// How far ahead, ms.
         ahead_ms: i64,
+    },
+    /// The head's heartbeat file is torn (PROTOCOL §4, OQ-6).
+    TornHeartbeat {
+        /// The head (its `torn_beat` is set).
+        head: Box<Head>,
     },
     /// The log is shorter than a cutoff or the checkpoint names.
     ShortTail(ShortTail),
@@ -545,6 +553,18 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
             Severity::Error,
             Subject::Message(msg),
             Next::RestoreLease,
+        );
+    }
+    if let Some(h) = view.head.as_ref().filter(|h| h.torn_beat.is_some()) {
+        // Liveness only: the head reads as if it never beat; the owner's next heartbeat
+        // replaces the file, and a replacement still needs the watch (status names it).
+        push(
+            FindingCode::TornHeartbeat,
+            Severity::Warning,
+            Subject::TornHeartbeat {
+                head: Box::new(h.clone()),
+            },
+            Next::Nothing,
         );
     }
     if let (Some(h), Some(age)) = (&view.head, view.age_ms) {
