@@ -56,6 +56,16 @@ fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     let d = dir.to_str().unwrap();
     let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
     wait_for_state(&dir, "active", Duration::from_secs(10));
+    // Stop it only once its command is recorded (so started): `active` shows from the
+    // claim on, and an owner stopped inside its open has no command to be killed for.
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(dir.join("commands"))
+        .map(|mut r| r.next().is_none())
+        .unwrap_or(true)
+    {
+        assert!(std::time::Instant::now() < end, "no command record");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(owner.id(), Signal::STOP);
     let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
     let argv = &s["next_step_argv"];

@@ -21,8 +21,10 @@ pub struct MemDisk {
     /// The files.
     pub files: BTreeMap<FileRef, Vec<u8>>,
     /// How many requests of each kind were answered (`list`, `read`, `exists`, `create`,
-    /// `replace`, `remove`, `probe`, `sync`).
+    /// `replace`, `remove`, `probe`, `sync`, `clock`).
     pub counts: BTreeMap<&'static str, u64>,
+    /// What [`Request::Monotonic`] answers (ns): a simulated clock the caller moves.
+    pub mono_ns: u64,
 }
 
 impl MemDisk {
@@ -46,6 +48,7 @@ impl MemDisk {
             Request::Remove(..) => "remove",
             Request::ProbeLiveness(_) => "probe",
             Request::SyncDir(_) => "sync",
+            Request::Monotonic => "clock",
         };
         *self.counts.entry(kind).or_default() += 1;
         match req {
@@ -87,6 +90,7 @@ impl MemDisk {
             Request::ProbeLiveness(h) => Response::Liveness(liveness(&h)),
             // Every request is durable at once here.
             Request::SyncDir(_) => Response::Done,
+            Request::Monotonic => Response::Monotonic(self.mono_ns),
         }
     }
 

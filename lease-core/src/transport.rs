@@ -169,12 +169,23 @@ pub trait LeaseOps: Transport {
 
     /// Exact takeover of a stale owner (§7.4).
     fn takeover(&self, p: TakeoverParams) -> Result<OwnedLease, Self::Error> {
+        self.takeover_reporting(p).map(|(lease, _)| lease)
+    }
+
+    /// [`LeaseOps::takeover`], also saying whether it may have replaced a live owner
+    /// ([`crate::ops::Preempted`], §7.4 step 11, OQ-5): a caller about to start work as the
+    /// new owner waits the replaced owner's `self_fence_after` first when it did.
+    fn takeover_reporting(
+        &self,
+        p: TakeoverParams,
+    ) -> Result<(OwnedLease, Option<crate::ops::Preempted>), Self::Error> {
         same_run(self.run_id(), &p.run_id)?;
         let bound = self.default_bound();
         self.before_takeover(&p, bound)?;
-        let lease = self.drive_within(&mut Takeover::new(p), bound)?;
+        let mut op = Takeover::new(p);
+        let lease = self.drive_within(&mut op, bound)?;
         self.acquired(&lease, bound)?;
-        Ok(lease)
+        Ok((lease, op.preempted().cloned()))
     }
 
     /// Retire a definitely-dead owner; the run becomes free (§7.5).

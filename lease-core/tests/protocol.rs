@@ -1296,3 +1296,52 @@ fn a_checkpoint_binds_its_last_event_and_verify_checks_it() {
     append(&mut d2, &l, now + 11, 7).unwrap();
     verify(&mut d2).unwrap();
 }
+
+// PROTOCOL §7.4 steps 5–8, OQ-5 (issue #17): the takeover reads its monotonic clock before
+// its last look at the owner's beat and right before its commit; more than half the owner's
+// heartbeat interval between them is TAKEOVER_RACE (an owner that resumed meanwhile may
+// have beaten unseen), the intent stays as the audit record and no epoch is created.
+#[test]
+fn a_takeover_paused_between_its_last_look_and_its_commit_races() {
+    for (pause_ms, ok) in [(0u64, true), (2_500, true), (2_501, false), (60_000, false)] {
+        let mut d = MemDisk::new();
+        claim(&mut d, "a", 1, 0).unwrap();
+        let exp = expect_head(&mut d, 100_000);
+        let mut op = Takeover::new(takeover_params("b", 2, 100_000, exp, 7));
+        let mut input = None;
+        let mut clocks = 0;
+        let result = loop {
+            match op.next(input.take()) {
+                Step::Io(req) => {
+                    if matches!(req, Request::Monotonic) {
+                        clocks += 1;
+                        if clocks == 2 {
+                            // The taker was paused after its look at the beat.
+                            d.mono_ns += pause_ms * 1_000_000;
+                        }
+                    }
+                    input = Some(d.perform(req, &all_alive));
+                }
+                Step::Done(r) => break r,
+            }
+        };
+        assert_eq!(clocks, 2, "pause {pause_ms}");
+        let epoch2 = FileRef::Epoch(Generation::new(2).unwrap());
+        if ok {
+            assert_eq!(result.unwrap().generation.get(), 2, "pause {pause_ms}");
+        } else {
+            let e = result.unwrap_err();
+            assert_eq!(e.code().as_str(), "TAKEOVER_RACE", "pause {pause_ms}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("half the owner's heartbeat interval"),
+                "{e}"
+            );
+            assert!(!d.files.contains_key(&epoch2), "no epoch after the race");
+            assert!(
+                d.files.keys().any(|f| matches!(f, FileRef::Intent { .. })),
+                "the intent stays as the audit record"
+            );
+        }
+    }
+}

@@ -486,6 +486,15 @@ impl EtcdRun {
             // What a read returns was committed by a quorum, which is etcd's durability:
             // nothing visible can be lost to one member's power loss (PROTOCOL §7.0 SYNC).
             Request::SyncDir(_) => Ok(Response::Done),
+            // This process's CLOCK_BOOTTIME (the takeover's look-to-commit window, OQ-5).
+            Request::Monotonic => {
+                let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+                let ns = u64::try_from(ts.tv_sec)
+                    .unwrap_or(0)
+                    .saturating_mul(1_000_000_000)
+                    .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0));
+                Ok(Response::Monotonic(ns))
+            }
         }
     }
 

@@ -18,6 +18,22 @@ use std::sync::{Arc, Mutex};
 pub trait Liveness: Send + Sync {
     /// Evidence about `holder`.
     fn probe(&self, holder: &Holder) -> LivenessEvidence;
+
+    /// The answer to [`Request::Monotonic`]: this process's `CLOCK_BOOTTIME` in ns (it keeps
+    /// counting while the machine sleeps, so a suspended taker's window shows its pause).
+    /// A simulation overrides it with its own clock.
+    fn monotonic_ns(&self) -> u64 {
+        boottime_ns()
+    }
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds (0 if the clock cannot be read: a window then reads as
+/// empty, never as a pause).
+pub fn boottime_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// Liveness on this machine: boot id, `/proc/<pid>/stat` start time and the run's kernel
@@ -618,6 +634,7 @@ pub fn start_request(
                 .map_err(|e| ("fsync", dir.path().to_string(), e))?;
             Exec::Ready(Response::Done)
         }
+        Request::Monotonic => Exec::Ready(Response::Monotonic(liveness.monotonic_ns())),
     })
 }
 

@@ -86,6 +86,10 @@ pub struct TakenOver {
     pub released: Result<Generation, RunError>,
     /// The old owner's cutoff: its events count through this sequence.
     pub cutoff: Option<u64>,
+    /// The takeover may have replaced a live owner (its heartbeat changed after the
+    /// takeover's last look, PROTOCOL §7.4 step 11, OQ-5): that owner is fenced at its next
+    /// heartbeat, or stops at its self-fence.
+    pub preempted: Option<lease_core::ops::Preempted>,
     /// What became of `run.json` (written before the release, as [`TakenOver::generation`]).
     pub run_json: RunJsonUpdate,
 }
@@ -364,7 +368,7 @@ impl Replacer {
         nonce: u64,
     ) -> Result<TakenOver, RunError> {
         let holder = this_holder()?;
-        let lease = self.auth.takeover(TakeoverParams {
+        let (lease, preempted) = self.auth.takeover_reporting(TakeoverParams {
             run_id: self.auth.run_id().clone(),
             owner_id: owner_id.clone(),
             holder: holder.clone(),
@@ -417,6 +421,7 @@ impl Replacer {
             generation: lease.generation,
             released,
             cutoff,
+            preempted,
             run_json,
         })
     }

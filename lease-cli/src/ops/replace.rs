@@ -151,6 +151,7 @@ pub fn takeover(
     )?;
     note_run_json(&taken.run_json, out);
     let cutoff = taken.cutoff;
+    let preempted = taken.preempted.clone();
     let released = taken.released.map_err(|e| {
         CliError::from(e).with_hint(format!(
             "the takeover itself succeeded (generation {}); the old owner is fenced",
@@ -166,6 +167,7 @@ pub fn takeover(
             "generation": taken.generation.get(),
             "released_as": released.get(),
             "cutoff": cutoff,
+            "preempted": preempted.is_some(),
             "state": "free",
         }));
     } else {
@@ -181,6 +183,12 @@ pub fn takeover(
         if let Some(c) = cutoff {
             out.line(&format!(
                 "events of the old owner count through sequence {c}; anything it writes later is fenced and never counts"
+            ));
+        }
+        if let Some(p) = &preempted {
+            out.line(&format!(
+                "note: owner {} heartbeat after this takeover's last look: it was alive, and runs on until its next heartbeat fences it (at most {} ms, its self-fence)",
+                p.owner_id, p.self_fence_after_ms
             ));
         }
     }

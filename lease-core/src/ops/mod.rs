@@ -21,8 +21,8 @@ mod prune;
 
 pub use common::Head;
 pub use lease::{
-    Claim, ClaimParams, Expectation, Heartbeat, OwnedLease, Release, ReleaseParams, Retire,
-    RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
+    Claim, ClaimParams, Expectation, Heartbeat, OwnedLease, Preempted, Release, ReleaseParams,
+    Retire, RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
 };
 pub use log::{
     Append, AppendParams, Appended, ChainView, EventLogView, JudgeLog, JudgedEvent,
@@ -82,6 +82,13 @@ pub enum Request {
     /// (PROTOCOL §7.0 SYNC). An authority whose visible writes are already durable (etcd)
     /// answers at once.
     SyncDir(Dir),
+    /// Read the caller's own monotonic clock (nanoseconds; `CLOCK_BOOTTIME` where there is
+    /// one, which keeps counting while the machine sleeps): answer
+    /// [`Response::Monotonic`]. The core has no clock of its own; a takeover reads it
+    /// before its last look at the owner's beat and right before its commit, and refuses
+    /// when more than half the owner's heartbeat interval passed between (PROTOCOL §7.4,
+    /// OQ-5). A driver without a clock may answer a constant (the window then reads as 0).
+    Monotonic,
 }
 
 /// The answer to a [`Request`].
@@ -108,6 +115,8 @@ pub enum Response {
     Done,
     /// Liveness evidence.
     Liveness(LivenessEvidence),
+    /// The caller's monotonic clock, in nanoseconds.
+    Monotonic(u64),
 }
 
 /// What an operation wants next.

@@ -98,6 +98,21 @@ fn configs(mode: &str) -> Vec<Config> {
             max_states: cap(250_000.0),
         },
         Config {
+            // OQ-5: the taker may stall anywhere (time jumps between any two of its calls)
+            // while the owner beats; a takeover must never replace an owner whose beat
+            // succeeded after the taker's last look and long before its commit.
+            name: "2 actors, every interleaving: heartbeating owner vs a taker stalled before its commit (OQ-5)",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Heartbeat, 2)], 0),
+                ('b', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 0,
+            time_jumps: 3,
+            corrupt: 0,
+            preemptions: None,
+            max_states: cap(60_000.0),
+        },
+        Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",
             actors: vec![
                 ('a', vec![(Claim, 2), (Append, 1), (Release, 2)], 0),
@@ -378,4 +393,75 @@ fn model_schedule_fenced_append_judged_by_an_unsynced_cutoff_then_power_loss() {
     ] {
         assert!(all.contains(want), "missing {want:?} in:\n{all}");
     }
+}
+
+/// OQ-5 (issue #17), the residual a clock check cannot close: the taker reads its clock
+/// right after its last look at the owner's beat (nothing elapsed), stalls before its
+/// create, the owner resumes and heartbeats successfully, and the takeover commits. Its
+/// step 11 re-reads the beat and reports `Preempted`; without that report the checker's
+/// OQ-5 invariant fails here. PROTOCOL §7.4 steps 5–11.
+#[test]
+fn model_schedule_taker_stalls_after_its_clock_check_and_the_owner_beats() {
+    let c = configs("ci")
+        .into_iter()
+        .find(|c| c.name.contains("OQ-5"))
+        .unwrap();
+    let r = follow(
+        &c,
+        &[
+            "a0 starts Claim",
+            "*a0",
+            "clock jumps",
+            "b0 starts Takeover",
+            "b0~Monotonic",
+            "b0~Read(Beat(",
+            "b0~Monotonic",
+            "clock jumps",
+            "a0 starts Heartbeat",
+            "*a0",
+            "*b0",
+        ],
+    );
+    let trace = r.unwrap_or_else(|trace| panic!("schedule failed:\n{}", trace.join("\n")));
+    assert!(
+        trace.iter().any(|l| l.contains("Heartbeat -> ok")),
+        "the owner's beat succeeded:\n{}",
+        trace.join("\n")
+    );
+    assert!(
+        trace.iter().any(|l| l.contains("Takeover -> ok")),
+        "{}",
+        trace.join("\n")
+    );
+}
+
+/// OQ-5, the bound: a taker stalled between its last look at the beat and its clock check
+/// (more than half the owner's heartbeat interval) races instead of committing.
+#[test]
+fn model_schedule_taker_stalled_between_look_and_clock_check_races() {
+    let c = configs("ci")
+        .into_iter()
+        .find(|c| c.name.contains("OQ-5"))
+        .unwrap();
+    let r = follow(
+        &c,
+        &[
+            "a0 starts Claim",
+            "*a0",
+            "clock jumps",
+            "b0 starts Takeover",
+            "b0~Monotonic",
+            "b0~Read(Beat(",
+            "clock jumps",
+            "*b0",
+        ],
+    );
+    let trace = r.unwrap_or_else(|trace| panic!("schedule failed:\n{}", trace.join("\n")));
+    assert!(
+        trace
+            .iter()
+            .any(|l| l.contains("Takeover -> TAKEOVER_RACE")),
+        "{}",
+        trace.join("\n")
+    );
 }

@@ -64,6 +64,10 @@ pub(crate) struct Actor {
     /// Operations it may still start, by kind.
     pub(crate) budget: BTreeMap<Kind, u8>,
     pub(crate) crashes_left: u8,
+    /// A takeover in flight: the world time of its last read of the owner's beat, and of
+    /// its request to create the next epoch (its commit) (OQ-5).
+    pub(crate) looked_at: Option<u64>,
+    pub(crate) commit_at: Option<u64>,
 }
 
 impl Actor {
@@ -107,6 +111,8 @@ pub(crate) struct World {
     /// actor in the middle of an operation) are allowed; `None` = unbounded.
     pub(crate) running: Option<usize>,
     pub(crate) preemptions_left: Option<u8>,
+    /// Every heartbeat that succeeded: (generation, world time it finished) (OQ-5).
+    pub(crate) beats_ok: Vec<(u64, u64)>,
 }
 
 /// Liveness as the world knows it: a holder is dead iff it ran on this boot and no live
@@ -114,6 +120,7 @@ pub(crate) struct World {
 pub(crate) struct WorldLiveness {
     boot: u32,
     live_pids: BTreeSet<u32>,
+    now_ms: u64,
 }
 
 impl Liveness for WorldLiveness {
@@ -121,6 +128,11 @@ impl Liveness for WorldLiveness {
         let up =
             self.live_pids.contains(&h.pid) && h.boot_id.as_str() == format!("boot-{}", self.boot);
         simulated_evidence(id(&format!("boot-{}", self.boot)), h, up)
+    }
+
+    /// The world's clock (ms, moved only by time jumps), as every actor's monotonic clock.
+    fn monotonic_ns(&self) -> u64 {
+        self.now_ms.saturating_mul(1_000_000)
     }
 }
 
@@ -131,6 +143,7 @@ impl World {
         WorldLiveness {
             boot: self.boot,
             live_pids: self.actors.iter().map(Actor::pid).collect(),
+            now_ms: self.now,
         }
     }
 
@@ -144,7 +157,7 @@ impl World {
     pub(crate) fn fingerprint(&self) -> u128 {
         let g = &self.ghost;
         hash128(&format!(
-            "{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}",
+            "{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}",
             self.fs.fingerprint(),
             self.actors,
             self.now,
@@ -160,7 +173,8 @@ impl World {
             self.corrupt_left,
             self.corrupted(),
             self.running,
-            self.preemptions_left
+            self.preemptions_left,
+            self.beats_ok
         ))
     }
 
@@ -332,6 +346,8 @@ impl World {
         *a.budget.get_mut(&kind).unwrap() -= 1;
         a.op = Some((op, ghost));
         a.input = None;
+        a.looked_at = None;
+        a.commit_at = None;
         let line = format!(
             "{}{} starts {kind:?} at t={}",
             a.name, a.incarnation, self.now
@@ -397,6 +413,19 @@ impl World {
                 let desc: String = desc.chars().take(90).collect();
                 let event_create = matches!(req, Request::CreateExclusive(FileRef::Event(_), _));
                 self.ghost.on_request(&mut ghost, &req);
+                if matches!(op, AnyOp::Takeover(_)) {
+                    let a = &mut self.actors[i];
+                    match &req {
+                        // Its looks before the commit (step 11's re-read comes after).
+                        Request::Read(FileRef::Beat(_)) if a.commit_at.is_none() => {
+                            a.looked_at = Some(self.now)
+                        }
+                        Request::CreateExclusive(FileRef::Epoch(_), _) => {
+                            a.commit_at = Some(self.now)
+                        }
+                        _ => {}
+                    }
+                }
                 let a = &self.actors[i];
                 let exec = start_request(&self.fs, &live, req, |d| a.tmp(d))
                     .map_err(|(op, p, e)| format!("{who}: unexpected I/O error {op} {p}: {e}"))?;
@@ -476,6 +505,21 @@ impl World {
             }
         );
         if let (AnyOp::Takeover(_), Ok(Out::Lease(l))) = (&op, &result) {
+            // OQ-5: a takeover that replaced an owner whose heartbeat succeeded after the
+            // taker's last look at its beat says so (`Preempted`), so the new owner waits
+            // for the old one's self-fence before it acts.
+            let a = &self.actors[i];
+            let AnyOp::Takeover(t) = &op else {
+                unreachable!()
+            };
+            check_no_unseen_beat(
+                &self.beats_ok,
+                l.generation.get() - 1,
+                a.looked_at,
+                a.commit_at,
+                t.preempted().is_some(),
+            )
+            .map_err(|v| format!("{line}: {v}"))?;
             // The epoch it created must retire exactly the owner it observed.
             let bytes = self
                 .fs
@@ -504,7 +548,11 @@ impl World {
                 a.lease = Some(*l);
                 a.beats = 0;
             }
-            (AnyOp::Heartbeat(_), Ok(_)) => a.beats += 1,
+            (AnyOp::Heartbeat(_), Ok(_)) => {
+                a.beats += 1;
+                let g = a.lease.as_ref().map_or(0, |l| l.generation.get());
+                self.beats_ok.push((g, self.now));
+            }
             (AnyOp::Release(_), Ok(_)) => a.lease = None,
             (AnyOp::Append(_) | AnyOp::Heartbeat(_) | AnyOp::Release(_), Err(e))
                 if e.code() == "FENCED" =>
@@ -527,6 +575,8 @@ impl World {
         a.pending = None;
         a.lease = None;
         a.beats = 0;
+        a.looked_at = None;
+        a.commit_at = None;
         line
     }
 
@@ -821,6 +871,8 @@ pub(crate) fn world(c: &Config) -> World {
                 exec: None,
                 budget: budget.iter().copied().collect(),
                 crashes_left: *crashes,
+                looked_at: None,
+                commit_at: None,
             })
             .collect(),
         now: 0,
@@ -831,5 +883,28 @@ pub(crate) fn world(c: &Config) -> World {
         corrupt_left: c.corrupt,
         running: None,
         preemptions_left: c.preemptions,
+        beats_ok: Vec::new(),
+    }
+}
+
+/// OQ-5's invariant: a takeover that replaced generation `g` after its last look at `g`'s
+/// beat at `looked_at` (committing at `commit_at`) reports `preempted` whenever a heartbeat
+/// of `g` succeeded after that look (a later world time): that owner proved alive after the
+/// look and runs on until it fences itself.
+pub(crate) fn check_no_unseen_beat(
+    beats_ok: &[(u64, u64)],
+    g: u64,
+    looked_at: Option<u64>,
+    commit_at: Option<u64>,
+    reported: bool,
+) -> Result<(), String> {
+    let (Some(look), Some(commit)) = (looked_at, commit_at) else {
+        return Err("takeover committed without a recorded look or commit".into());
+    };
+    match beats_ok.iter().find(|(bg, at)| *bg == g && *at > look) {
+        Some((_, at)) if !reported => Err(format!(
+            "takeover replaced generation {g} (its commit requested at t={commit}) without reporting it preempted a live owner, although its heartbeat succeeded at t={at}, after the taker's last look at t={look} (OQ-5)"
+        )),
+        _ => Ok(()),
     }
 }

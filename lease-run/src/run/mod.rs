@@ -177,6 +177,9 @@ pub struct Run {
     current: Mutex<RunStatus>,
     opts: OpenOptions,
     path: PathBuf,
+    /// OQ-5: the takeover that opened this run may have replaced a live owner; commands
+    /// start once `CLOCK_BOOTTIME` reaches this (ns), after that owner's self-fence.
+    commands_after: Option<u64>,
 }
 
 impl std::fmt::Debug for Run {
@@ -197,6 +200,17 @@ impl Run {
     /// The lease.
     pub fn lease(&self) -> &OwnedLease {
         &self.lease
+    }
+
+    /// How long [`Run::spawn`] still waits before it starts a command: non-zero only when
+    /// the takeover that opened this run may have replaced a live owner (its heartbeat
+    /// changed after the takeover's last look, PROTOCOL §7.4 step 11, OQ-5), until that
+    /// owner's self-fence has surely stopped it and its commands.
+    pub fn commands_wait(&self) -> std::time::Duration {
+        let now = crate::procs::boottime_ns();
+        self.commands_after.map_or(std::time::Duration::ZERO, |at| {
+            std::time::Duration::from_nanos(at.saturating_sub(now))
+        })
     }
 
     /// The run folder (`run.json`, command records, owner lock, store; with the default

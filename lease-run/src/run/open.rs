@@ -63,6 +63,9 @@ struct Opening {
     /// The preflight verified the log and both chains (so a replacement in the claim step
     /// need not walk them again).
     verified: bool,
+    /// The takeover of the claim step may have replaced a live owner (OQ-5): commands
+    /// wait until `CLOCK_BOOTTIME` reaches this (ns).
+    commands_after: Option<(lease_core::ops::Preempted, u64)>,
 }
 
 /// What every open step reads: the run folder's path, its name (as messages show it) and
@@ -118,7 +121,17 @@ impl Run {
         let (Some(lease), Some(shared), Some(current)) = (st.lease, st.shared, st.current) else {
             return Err(RunError::Io("open finished without a lease".into()));
         };
+        if let Some((p, _)) = &st.commands_after {
+            tracing::warn!(
+                run = %cx.name,
+                replaced = p.generation.get(),
+                owner = %p.owner_id,
+                wait_ms = p.self_fence_after_ms,
+                "the takeover may have replaced a live owner (its heartbeat changed after the last look): commands wait for its self-fence"
+            );
+        }
         Ok(Run {
+            commands_after: st.commands_after.map(|(_, at)| at),
             dir: st.dir,
             auth: st.auth,
             lease,
@@ -286,6 +299,7 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
         current: None,
         carry_seal: Arc::new(Mutex::new(None)),
         verified: false,
+        commands_after: None,
     })
 }
 
@@ -373,6 +387,8 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
         },
     };
     let carry = st.carry_seal.clone();
+    let preempted = Arc::new(Mutex::new(None));
+    let preempted_out = preempted.clone();
     let claim_started = boottime_ns();
     let (lease, failed) = timed(
         cb,
@@ -393,7 +409,10 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
                 },
             );
             let (lease, failed) = match attempt {
-                Ok(l) => (l, None),
+                Ok((l, p)) => {
+                    *lock_std(&preempted) = p;
+                    (l, None)
+                }
                 Err(e) => match own_head(&*dir, &owner_id, &holder) {
                     Some(l) => (l, Some(e)),
                     None => return Err(e),
@@ -407,6 +426,17 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
     )
     .await?;
     st.lease = Some(lease.clone());
+    // OQ-5: the replaced owner, if its beat changed after the takeover's last look, may run
+    // on until its self-fence (at most its `self_fence_after` after that beat started, then
+    // its commands are killed): this owner's commands start after that, plus our own kill
+    // timings as the margin for its kill (its own are not recorded).
+    if let Some(p) = lock_std(&preempted_out).take() {
+        let wait = std::time::Duration::from_millis(p.self_fence_after_ms)
+            + opts.term_grace
+            + opts.kill_wait;
+        let at = boottime_ns().saturating_add(u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX));
+        st.commands_after = Some((p, at));
+    }
     match failed {
         None => Ok((lease, claim_started)),
         Some(e) => Err(e),
@@ -426,8 +456,11 @@ struct ClaimAttempt {
 }
 
 /// The claim step's lease operations (blocking).
-fn claim_blocking(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLease, RunError> {
-    if let Some(expect) = a.takeover {
+fn claim_blocking(
+    dir: &dyn LeaseAuthority,
+    a: ClaimAttempt,
+) -> Result<(OwnedLease, Option<lease_core::ops::Preempted>), RunError> {
+    if let Some(expect) = a.takeover.clone() {
         // Replacing an owner finalizes its cutoff over the log and writes on top of the
         // chain: a broken record anywhere refuses it (65, naming the file), as doctor
         // advises ("do not take over"). The preflight verified it (under the owner lock,
@@ -435,7 +468,7 @@ fn claim_blocking(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLeas
         if !a.verified {
             dir.verify()?;
         }
-        return dir.takeover(TakeoverParams {
+        return dir.takeover_reporting(TakeoverParams {
             run_id: dir.run_id().clone(),
             owner_id: a.owner_id,
             holder: a.holder,
@@ -446,6 +479,11 @@ fn claim_blocking(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLeas
             nonce: random_u64()?,
         });
     }
+    claim_or_retire(dir, a).map(|l| (l, None))
+}
+
+/// The claim step without a takeover: claim, or retire a dead holder (`retire_dead`).
+fn claim_or_retire(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLease, RunError> {
     let claim = |owner_id: Identity, holder: lease_core::Holder| -> Result<ClaimParams, RunError> {
         Ok(ClaimParams {
             run_id: dir.run_id().clone(),

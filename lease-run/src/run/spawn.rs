@@ -46,6 +46,12 @@ impl Run {
             ));
         }
         self.check_live()?;
+        // OQ-5: never overlap with a replaced owner that may still be running.
+        let wait = self.commands_wait();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            self.check_live()?;
+        }
         let run = self.shared.run.clone();
         let spawn_err = |detail: String| RunError::Spawn {
             run: run.clone(),

@@ -1,6 +1,6 @@
 //! claim (PROTOCOL §7.1): create the next epoch of a free run as `active`.
 
-use super::gate::{Gate, own_epoch};
+use super::gate::{Gate, bind, own_epoch};
 use super::{OwnedLease, next_epoch};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
@@ -45,7 +45,7 @@ const MAX_CLAIM_ROUNDS: u32 = 8;
 #[derive(Debug, Clone)]
 enum ClaimState {
     Observe(Observe),
-    Gate(Box<Option<Head>>, Gate),
+    Gate(Box<(Option<Head>, EpochRecord)>, Gate),
     Create(Box<(Option<Head>, EpochRecord, Digest)>),
     Recheck(Box<(Option<Head>, EpochRecord, Digest)>, Recheck),
     Finalize(Box<EpochRecord>, Digest, Finalize),
@@ -133,19 +133,18 @@ impl Operation for Claim {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let gate = Gate::new(
-                        &run,
-                        observed.head.as_ref(),
-                        &self.p.owner_id,
-                        self.p.now,
-                        rec,
-                    );
-                    self.st = ClaimState::Gate(Box::new(observed.head), gate);
+                    let gate =
+                        Gate::new(&run, observed.head.as_ref(), &self.p.owner_id, self.p.now);
+                    self.st = ClaimState::Gate(Box::new((observed.head, rec)), gate);
                 }
-                ClaimState::Gate(head, gate) => {
-                    let (head, bound) =
-                        sub_step!(self.st, ClaimState::Gate, [head], gate, input.take());
-                    self.st = ClaimState::Create(Box::new((*head, bound.rec, bound.hash)));
+                ClaimState::Gate(b, gate) => {
+                    let (b, cutoff) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
+                    let (head, rec) = *b;
+                    let bound = match bind(rec, cutoff) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    self.st = ClaimState::Create(Box::new((head, bound.rec, bound.hash)));
                     return Step::Io(bound.create);
                 }
                 ClaimState::Create(b) => match input.take() {

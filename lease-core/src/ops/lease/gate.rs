@@ -2,10 +2,11 @@
 //! ownership changes take before they create the next epoch.
 
 use crate::canonical::encode;
+use crate::error::LeaseError;
 use crate::ids::{Digest, Identity, RunId};
 use crate::layout::FileRef;
 use crate::ops::common::{Cut, Finalize, Head};
-use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::ops::{Operation, Request, Response, Step};
 use crate::records::{EpochRecord, Holder};
 use crate::time::Timestamp;
 
@@ -15,34 +16,37 @@ use crate::time::Timestamp;
 /// zombie can never finalize its own cutoff late (after newer owners wrote events) and
 /// count (PROTOCOL.md OQ-2, reproduced by a scenario test).
 ///
-/// The gate then binds that cutoff into the chain: the new epoch's `cutoff_hash` is the
-/// hash of the cutoff it finalized (issue #17, rollback evidence), and only then is the
-/// epoch encoded. Its output is the epoch to create: the record, its bytes and its hash.
+/// Its output is the hash of the cutoff it finalized, which the new epoch records as its
+/// `cutoff_hash` ([`bind`], issue #17, rollback evidence); `None` when the head superseded
+/// nobody or the cutoff was already folded into a checkpoint.
 #[derive(Debug, Clone)]
 pub(super) struct Gate {
     finalize: Option<Finalize>,
-    rec: Option<Box<EpochRecord>>,
 }
 
-/// The epoch a [`Gate`] let through, bound to the cutoff it finalized.
+/// An epoch bound to the cutoff its gate finalized, ready to create.
 pub(super) struct Bound {
     pub(super) rec: EpochRecord,
     pub(super) hash: Digest,
     pub(super) create: Request,
 }
 
+/// Set `rec`'s `cutoff_hash` to what the gate answered and encode it: the epoch to create.
+pub(super) fn bind(mut rec: EpochRecord, cutoff_hash: Option<Digest>) -> Result<Bound, LeaseError> {
+    rec.cutoff_hash = cutoff_hash;
+    let bytes = encode(&rec)?;
+    Ok(Bound {
+        hash: Digest::of(&bytes),
+        create: Request::CreateExclusive(FileRef::Epoch(rec.generation), bytes),
+        rec,
+    })
+}
+
 impl Gate {
-    /// The gate before creating `rec` (whose `cutoff_hash` the gate sets).
-    pub(super) fn new(
-        run: &RunId,
-        head: Option<&Head>,
-        by: &Identity,
-        now: Timestamp,
-        rec: EpochRecord,
-    ) -> Gate {
+    /// The gate before extending the chain past `head`.
+    pub(super) fn new(run: &RunId, head: Option<&Head>, by: &Identity, now: Timestamp) -> Gate {
         Gate {
             finalize: head.and_then(|h| retired_cutoff(run, &h.epoch, by, now)),
-            rec: Some(Box::new(rec)),
         }
     }
 }
@@ -88,34 +92,22 @@ pub(super) fn own_epoch(
 }
 
 impl Operation for Gate {
-    /// The epoch to create, bound to the cutoff the gate finalized.
-    type Output = Bound;
-    fn next(&mut self, input: Option<Response>) -> Step<Bound> {
-        let mut cutoff_hash = None;
-        if let Some(f) = &mut self.finalize {
-            match f.next(input) {
-                Step::Io(r) => return Step::Io(r),
-                Step::Done(Err(e)) => return Step::Done(Err(e)),
-                // A cutoff already folded into a checkpoint is bound by the checkpoint's
-                // floor epoch hash instead: nothing to name here.
-                Step::Done(Ok(Cut::Compacted(_))) => {}
-                Step::Done(Ok(Cut::Record(r))) => match encode(&r) {
-                    Ok(b) => cutoff_hash = Some(Digest::of(&b)),
-                    Err(e) => return Step::Done(Err(e)),
-                },
-            }
-        }
-        let Some(mut rec) = self.rec.take().map(|b| *b) else {
-            return Step::Done(Err(violation("nothing (gate finished)", &None)));
+    /// The hash of the cutoff it finalized, if any.
+    type Output = Option<Digest>;
+    fn next(&mut self, input: Option<Response>) -> Step<Option<Digest>> {
+        let Some(f) = &mut self.finalize else {
+            return Step::Done(Ok(None));
         };
-        rec.cutoff_hash = cutoff_hash;
-        match encode(&rec) {
-            Ok(bytes) => Step::Done(Ok(Bound {
-                hash: Digest::of(&bytes),
-                create: Request::CreateExclusive(FileRef::Epoch(rec.generation), bytes),
-                rec,
-            })),
-            Err(e) => Step::Done(Err(e)),
+        match f.next(input) {
+            Step::Io(r) => Step::Io(r),
+            Step::Done(Err(e)) => Step::Done(Err(e)),
+            // A cutoff already folded into a checkpoint is bound by the checkpoint's floor
+            // epoch hash instead: nothing to name here.
+            Step::Done(Ok(Cut::Compacted(_))) => Step::Done(Ok(None)),
+            Step::Done(Ok(Cut::Record(r))) => match encode(&r) {
+                Ok(b) => Step::Done(Ok(Some(Digest::of(&b)))),
+                Err(e) => Step::Done(Err(e)),
+            },
         }
     }
 }

@@ -19,7 +19,7 @@ pub use claim::{Claim, ClaimParams};
 pub use heartbeat::Heartbeat;
 pub use release::{Release, ReleaseParams};
 pub use retire::{Retire, RetireParams, Retired};
-pub use takeover::{Expectation, Takeover, TakeoverParams, TakeoverTrigger};
+pub use takeover::{Expectation, Preempted, Takeover, TakeoverParams, TakeoverTrigger};
 
 use super::common::Head;
 use super::{Response, violation};

@@ -1,14 +1,14 @@
 //! release (PROTOCOL §7.3): create the next epoch as `released`, finalize this
 //! generation's cutoff, remove the heartbeat.
 
-use super::gate::Gate;
+use super::gate::{Gate, bind};
 use super::{OwnedLease, fenced, next_epoch};
 use crate::error::LeaseError;
 use crate::ids::Generation;
 use crate::layout::FileRef;
 use crate::ops::common::{Finalize, Observe, Recheck};
 use crate::ops::{Durability, Operation, Request, Response, Step, sub_step, violation};
-use crate::records::{EpochState, RetireReason, RetiredOwner, Seal};
+use crate::records::{EpochRecord, EpochState, RetireReason, RetiredOwner, Seal};
 use crate::time::Timestamp;
 
 /// Arguments of a release.
@@ -34,7 +34,7 @@ pub struct Release {
 #[derive(Debug, Clone)]
 enum ReleaseState {
     Observe(Observe),
-    Gate(Generation, Gate),
+    Gate(Box<EpochRecord>, Gate),
     Create(Generation),
     Recheck(Generation, Recheck),
     Finalize(Generation, Finalize),
@@ -119,14 +119,17 @@ impl Operation for Release {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let g = rec.generation;
-                    let gate = Gate::new(run, Some(&head), &lease.owner_id, self.p.now, rec);
-                    self.st = ReleaseState::Gate(g, gate);
+                    let gate = Gate::new(run, Some(&head), &lease.owner_id, self.p.now);
+                    self.st = ReleaseState::Gate(Box::new(rec), gate);
                 }
-                ReleaseState::Gate(g, gate) => {
-                    let (g, bound) =
-                        sub_step!(self.st, ReleaseState::Gate, [g], gate, input.take());
-                    self.st = ReleaseState::Create(g);
+                ReleaseState::Gate(rec, gate) => {
+                    let (rec, cutoff) =
+                        sub_step!(self.st, ReleaseState::Gate, [rec], gate, input.take());
+                    let bound = match bind(*rec, cutoff) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    self.st = ReleaseState::Create(bound.rec.generation);
                     return Step::Io(bound.create);
                 }
                 ReleaseState::Recheck(g, rc) => {

@@ -1,6 +1,6 @@
 //! retire (PROTOCOL §7.5): retire a definitely-dead owner at once; the run becomes free.
 
-use super::gate::Gate;
+use super::gate::{Gate, bind};
 use super::takeover::Expectation;
 use super::{next_epoch, own_intent, race};
 use crate::canonical::encode;
@@ -60,7 +60,7 @@ enum RetireState {
     Probe(Box<Head>),
     Intent(Box<(Head, EpochRecord)>),
     IntentCheck(Box<(Head, EpochRecord)>),
-    Gate(Box<Head>, Gate),
+    Gate(Box<(Head, EpochRecord)>, Gate),
     Create(Box<(Head, EpochRecord)>),
     Recheck(Box<(Head, EpochRecord)>, Recheck),
     Finalize(Generation, Generation, Finalize),
@@ -171,9 +171,8 @@ impl Operation for Retire {
                 }
                 RetireState::Intent(b) => match input.take() {
                     Some(Response::Created) => {
-                        let (head, rec) = *b;
-                        let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
-                        self.st = RetireState::Gate(Box::new(head), gate);
+                        let gate = Gate::new(&run, Some(&b.0), &self.p.owner_id, self.p.now);
+                        self.st = RetireState::Gate(b, gate);
                     }
                     Some(Response::AlreadyExists) => {
                         let file = FileRef::Intent {
@@ -189,14 +188,18 @@ impl Operation for Retire {
                     if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
                         return Step::Done(Err(e));
                     }
-                    let (head, rec) = *b;
-                    let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
-                    self.st = RetireState::Gate(Box::new(head), gate);
+                    let gate = Gate::new(&run, Some(&b.0), &self.p.owner_id, self.p.now);
+                    self.st = RetireState::Gate(b, gate);
                 }
-                RetireState::Gate(head, gate) => {
-                    let (head, bound) =
-                        sub_step!(self.st, RetireState::Gate, [head], gate, input.take());
-                    self.st = RetireState::Create(Box::new((*head, bound.rec)));
+                RetireState::Gate(b, gate) => {
+                    let (b, cutoff) =
+                        sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
+                    let (head, rec) = *b;
+                    let bound = match bind(rec, cutoff) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    self.st = RetireState::Create(Box::new((head, bound.rec)));
                     return Step::Io(bound.create);
                 }
                 RetireState::Recheck(b, rc) => {

@@ -1,6 +1,6 @@
 //! takeover (PROTOCOL §7.4): exact takeover of a stale owner.
 
-use super::gate::{Gate, own_epoch};
+use super::gate::{Gate, bind, own_epoch};
 use super::{OwnedLease, next_epoch, own_intent, race};
 use crate::canonical::encode;
 use crate::error::LeaseError;
@@ -140,6 +140,23 @@ pub struct TakeoverParams {
 pub struct Takeover {
     p: TakeoverParams,
     st: TakeoverState,
+    preempted: Option<Preempted>,
+}
+
+/// A takeover that may have replaced a live owner (PROTOCOL §7.4 step 11, OQ-5): the
+/// owner's beat changed between the takeover's last look and its re-read after the commit.
+/// An owner whose heartbeat succeeded in that window believes it holds the run until its
+/// next heartbeat (which finds the new epoch and fences it) or its self-fence, at most
+/// `self_fence_after_ms` after that beat started; a new owner that must not overlap with
+/// it waits that long (on its own monotonic clock) before it acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preempted {
+    /// The replaced generation.
+    pub generation: Generation,
+    /// Its owner.
+    pub owner_id: Identity,
+    /// The replaced owner's `self_fence_after`, in ms.
+    pub self_fence_after_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -147,11 +164,17 @@ enum TakeoverState {
     Observe(Observe),
     Intent(Box<Head>),
     IntentCheck(Box<Head>),
-    Reread(Box<Head>),
     Gate(Box<Head>, Gate),
+    /// The monotonic reading before the last look at the owner's beat (OQ-5).
+    ClockBefore(Box<Head>, Option<Digest>),
+    Reread(Box<Head>, Option<Digest>, u64),
+    /// The monotonic reading right before the commit: the look-to-commit window (OQ-5).
+    ClockAfter(Box<(Head, EpochRecord, Digest, Request)>, u64),
     Create(Box<(Head, EpochRecord, Digest)>),
     Recheck(Box<(Head, EpochRecord, Digest)>, Recheck),
-    Finalize(Box<(EpochRecord, Digest)>, Finalize),
+    Finalize(Box<(EpochRecord, Digest, Option<Head>)>, Finalize),
+    /// Step 11: the owner's beat read again after the commit (OQ-5).
+    Preempt(Box<(EpochRecord, Digest, Head)>),
     Done,
 }
 
@@ -162,7 +185,14 @@ impl Takeover {
         Takeover {
             p,
             st: TakeoverState::Observe(obs),
+            preempted: None,
         }
+    }
+
+    /// After a successful takeover: whether it may have replaced a live owner (see
+    /// [`Preempted`]). `None` also for an adopted retry (it did not read the beat).
+    pub fn preempted(&self) -> Option<&Preempted> {
+        self.preempted.as_ref()
     }
 
     /// The takeover's judgement of an observed head (step 6): the caller's expectation must
@@ -185,6 +215,13 @@ impl Takeover {
             stale_after_ms,
             watched_ms,
         })
+    }
+
+    /// GATE (step 5 since OQ-5: before the last look at the beat, so the look-to-commit
+    /// window holds no finalization and no fsync).
+    fn gate(&self, head: Box<Head>) -> TakeoverState {
+        let gate = Gate::new(&self.p.run_id, Some(&head), &self.p.owner_id, self.p.now);
+        TakeoverState::Gate(head, gate)
     }
 
     fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
@@ -223,7 +260,7 @@ impl Operation for Takeover {
                     ) {
                         match fin {
                             Some(f) => {
-                                self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
+                                self.st = TakeoverState::Finalize(Box::new((rec, hash, None)), f);
                                 continue;
                             }
                             None => return Step::Done(Ok(self.lease(&rec, hash))),
@@ -293,9 +330,7 @@ impl Operation for Takeover {
                 }
                 TakeoverState::Intent(head) => match input.take() {
                     Some(Response::Created) => {
-                        let g = head.generation();
-                        self.st = TakeoverState::Reread(head);
-                        return Step::Io(Request::Read(FileRef::Beat(g)));
+                        self.st = self.gate(head);
                     }
                     Some(Response::AlreadyExists) => {
                         // A retry of this very attempt, or a nonce collision: read it.
@@ -312,11 +347,23 @@ impl Operation for Takeover {
                     if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
                         return Step::Done(Err(e));
                     }
-                    let g = head.generation();
-                    self.st = TakeoverState::Reread(head);
-                    return Step::Io(Request::Read(FileRef::Beat(g)));
+                    self.st = self.gate(head);
                 }
-                TakeoverState::Reread(head) => {
+                TakeoverState::Gate(head, gate) => {
+                    let (head, cutoff) =
+                        sub_step!(self.st, TakeoverState::Gate, [head], gate, input.take());
+                    self.st = TakeoverState::ClockBefore(head, cutoff);
+                    return Step::Io(Request::Monotonic);
+                }
+                TakeoverState::ClockBefore(head, cutoff) => match input.take() {
+                    Some(Response::Monotonic(t0)) => {
+                        let g = head.generation();
+                        self.st = TakeoverState::Reread(head, cutoff, t0);
+                        return Step::Io(Request::Read(FileRef::Beat(g)));
+                    }
+                    other => return Step::Done(Err(violation("Monotonic", &other))),
+                },
+                TakeoverState::Reread(head, cutoff, t0) => {
                     let mut head = *head;
                     (head.beat, head.torn_beat) = match input.take() {
                         Some(Response::Content(None)) => (None, None),
@@ -351,14 +398,36 @@ impl Operation for Takeover {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now, rec);
-                    self.st = TakeoverState::Gate(Box::new(head), gate);
+                    let bound = match bind(rec, cutoff) {
+                        Ok(x) => x,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
+                    self.st = TakeoverState::ClockAfter(
+                        Box::new((head, bound.rec, bound.hash, bound.create)),
+                        t0,
+                    );
+                    return Step::Io(Request::Monotonic);
                 }
-                TakeoverState::Gate(head, gate) => {
-                    let (head, bound) =
-                        sub_step!(self.st, TakeoverState::Gate, [head], gate, input.take());
-                    self.st = TakeoverState::Create(Box::new((*head, bound.rec, bound.hash)));
-                    return Step::Io(bound.create);
+                TakeoverState::ClockAfter(b, t0) => {
+                    let t1 = match input.take() {
+                        Some(Response::Monotonic(t)) => t,
+                        other => return Step::Done(Err(violation("Monotonic", &other))),
+                    };
+                    // OQ-5: the look at the beat (step 5) and the commit (step 8) must be
+                    // close, or an owner that resumed meanwhile may have beaten unseen.
+                    let (head, rec, hash, create) = *b;
+                    let took_ms = t1.saturating_sub(t0) / 1_000_000;
+                    let budget_ms = head.epoch.policy.heartbeat_ms() / 2;
+                    if took_ms > budget_ms {
+                        return Step::Done(Err(race(
+                            &run,
+                            format!(
+                                "{took_ms} ms passed between this takeover's last read of the owner's heartbeat and its commit, more than half the owner's heartbeat interval ({budget_ms} ms): the owner may have beaten meanwhile; observe again"
+                            ),
+                        )));
+                    }
+                    self.st = TakeoverState::Create(Box::new((head, rec, hash)));
+                    return Step::Io(create);
                 }
                 TakeoverState::Create(b) => match input.take() {
                     Some(Response::Created) => {
@@ -400,7 +469,7 @@ impl Operation for Takeover {
                         self.p.owner_id.clone(),
                         self.p.now,
                     );
-                    self.st = TakeoverState::Finalize(Box::new((rec, hash)), f);
+                    self.st = TakeoverState::Finalize(Box::new((rec, hash, Some(head))), f);
                 }
                 TakeoverState::Finalize(b, mut f) => {
                     match f.next(input.take()) {
@@ -411,7 +480,43 @@ impl Operation for Takeover {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(_)) => {}
                     }
-                    let (rec, hash) = *b;
+                    let (rec, hash, head) = *b;
+                    match head {
+                        // Step 11: read the replaced owner's beat once more.
+                        Some(head) => {
+                            let g = head.generation();
+                            self.st = TakeoverState::Preempt(Box::new((rec, hash, head)));
+                            return Step::Io(Request::Read(FileRef::Beat(g)));
+                        }
+                        None => return Step::Done(Ok(self.lease(&rec, hash))),
+                    }
+                }
+                TakeoverState::Preempt(b) => {
+                    let (rec, hash, judged) = *b;
+                    let mut now = judged.clone();
+                    // Unreadable now (a zombie's torn write?) counts as changed: the
+                    // report errs on the side of waiting.
+                    let changed = match input.take() {
+                        Some(Response::Content(None)) => judged.beat.is_some(),
+                        Some(Response::Content(Some(bytes))) => {
+                            match read_beat(&run, &judged.epoch, &bytes) {
+                                Ok((beat, torn)) => {
+                                    (now.beat, now.torn_beat) = (beat, torn);
+                                    crate::watch::watch_key(&now)
+                                        != crate::watch::watch_key(&judged)
+                                }
+                                Err(_) => true,
+                            }
+                        }
+                        other => return Step::Done(Err(violation("Content", &other))),
+                    };
+                    if changed {
+                        self.preempted = Some(Preempted {
+                            generation: judged.generation(),
+                            owner_id: judged.epoch.owner_id.clone(),
+                            self_fence_after_ms: judged.epoch.policy.self_fence_after_ms(),
+                        });
+                    }
                     return Step::Done(Ok(self.lease(&rec, hash)));
                 }
                 TakeoverState::Done => {
