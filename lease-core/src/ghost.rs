@@ -30,6 +30,7 @@
 //! | I9 an append's answer is its event's authority | [`Ghost::check_refused`]; [`Ghost::check_late`] (an event linked after a newer grant never counts) |
 //! | I10 every prefix is a valid state | [`status_valid`] |
 //! | I11 a cutoff never outlives its successor | [`cutoffs_have_successors`] |
+//! | I12 judgements are stable | [`stable_judgements`] (a concurrent reader against an atomic one); [`Ghost::check_read`] |
 //! | I13 the counted history is generation-monotone | [`generation_monotone`] |
 //!
 //! Who checks what (each checker kept exactly the checks it had before the ghost was
@@ -45,6 +46,7 @@
 //! | [`Ghost::on_linked`] / [`Ghost::check_late`] | no | every state | no |
 //! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
 //! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
+//! | [`Ghost::check_read`], [`stable_judgements`] | no | as a reader ([`OpKind::Read`]) finishes | no |
 //!
 //! While a record is hand-corrupted the model checker checks only
 //! [`Ghost::check_no_new_epoch`]; the proptest and the fuzzer accept an unreadable log then
@@ -80,6 +82,9 @@ pub enum OpKind {
     Release,
     /// [`crate::ops::Prune`].
     Prune,
+    /// [`crate::ops::ReadEvents`], finalizing: a reader of the log (its answer is checked
+    /// with [`Ghost::check_read`] and [`stable_judgements`]).
+    Read,
 }
 
 /// Ghost data about one operation in flight.
@@ -368,6 +373,28 @@ impl Ghost {
         within_cutoffs(view)
     }
 
+    /// Every check of [`Ghost::check_log`] that applies to a reader that read the log
+    /// `1..=last` (`view.last`) at some moment, checked when its answer comes: the
+    /// acknowledged appends it read count (I5), and no event whose append answered
+    /// `FENCED` (I9) or that was linked late counts, the counted events are
+    /// generation-monotone (I13) and within their cutoffs (I4). Appends acknowledged with
+    /// a sequence past `last` are not the reader's: they were linked after it counted the
+    /// log (log first, R3).
+    pub fn check_read(&self, view: &EventLogView) -> Result<(), Violation> {
+        let last = view.last.as_ref().map_or(0, |(s, _)| s.get());
+        let counted = counted(view);
+        if let Some(s) = self.acked.range(..=last).find(|s| !counted.contains(s)) {
+            return Err(format!(
+                "a reader judged acknowledged event {s} as not counting: {:?}",
+                standing_of(view, *s)
+            ));
+        }
+        self.check_refused(&counted)?;
+        self.check_late(&counted)?;
+        generation_monotone(view)?;
+        within_cutoffs(view)
+    }
+
     /// Check an epoch `g` that operation `op` just created (as its creation is answered):
     /// `prev` is the valid epoch below it (if any), `alive` says whether a holder is alive,
     /// `mine` is the generation the actor holds. A takeover commits only over exactly the
@@ -449,6 +476,37 @@ pub fn counted(view: &EventLogView) -> BTreeSet<u64> {
         .filter(|e| e.standing.counts())
         .map(|e| e.event.sequence.get())
         .collect()
+}
+
+/// The standing `view` gave event `s`, if it judged it.
+fn standing_of(view: &EventLogView, s: u64) -> Option<&crate::ops::Standing> {
+    view.events
+        .iter()
+        .find(|e| e.event.sequence.get() == s)
+        .map(|e| &e.standing)
+}
+
+/// Judgements are stable (I12): every event a reader judged (`read`, the answer of a
+/// reader that ran concurrently with other operations) has the same verdict, counts or
+/// does not count, as in `now`, the answer of an atomic finalizing reader run on the state
+/// the reader finished in. A reader must never say "does not count" of an event the run
+/// counts, nor the other way round (OQ-15: a reader racing a prune).
+pub fn stable_judgements(read: &EventLogView, now: &EventLogView) -> Result<(), Violation> {
+    for e in &read.events {
+        let s = e.event.sequence.get();
+        let Some(then) = standing_of(now, s) else {
+            return Err(format!(
+                "a reader judged event {s}, which is no longer in the log"
+            ));
+        };
+        if e.standing.counts() != then.counts() {
+            return Err(format!(
+                "a reader judged event {s} (generation {}) {:?}, but the run judges it {then:?} (judgements must be stable, I12)",
+                e.event.generation, e.standing
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The authoritative history is generation-monotone (I13): once an event of generation

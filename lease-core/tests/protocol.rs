@@ -1170,6 +1170,65 @@ fn a_deleted_bound_cutoff_is_chain_broken_and_never_finalized_again() {
     assert!(!d.files.contains_key(&cutoff1));
 }
 
+/// PROTOCOL §7.0 L4, found by the model checker's concurrent reader (OQ-15 configuration):
+/// a lazy FINALIZE read `cutoff 1` missing while the releaser was about to create it; the
+/// release then ended and a claim created epoch 3 before the finalizer's `Exists(epoch 3)`.
+/// Epoch 3 existing means its creator had cutoff 1, but here it was created, not removed:
+/// the finalizer reads it again and uses it instead of answering `CHAIN_BROKEN` on a sound
+/// run.
+#[test]
+fn a_lazy_finalize_overtaken_by_the_cutoff_and_the_next_claim_uses_the_cutoff() {
+    let mut d = MemDisk::new();
+    let a = claim(&mut d, "a", 1, 0).unwrap();
+    append(&mut d, &a, 1, 1).unwrap();
+    let mut rel = Release::new(ReleaseParams {
+        lease: a.clone(),
+        now: t(2),
+        seal: None,
+    });
+    // The release up to its eager FINALIZE's create of cutoff 1 (not yet performed).
+    let mut ri = None;
+    let cutoff = loop {
+        match rel.next(ri.take()) {
+            Step::Io(r @ Request::CreateExclusive(FileRef::Cutoff(_), _)) => break r,
+            Step::Io(r) => ri = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => panic!("release ended early: {r:?}"),
+        }
+    };
+    // A finalizing reader sees epoch 2 retire generation 1, no cutoff: it reads cutoff 1
+    // (missing) lazily.
+    let mut reader = ReadEvents::new(run_id(), Some((id("reader"), t(3))));
+    let mut input = None;
+    loop {
+        match reader.next(input.take()) {
+            Step::Io(r @ Request::Read(FileRef::Cutoff(_))) => {
+                input = Some(d.perform(r, &all_alive));
+                assert_eq!(input, Some(Response::Content(None)));
+                break;
+            }
+            Step::Io(r) => input = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => panic!("reader ended early: {r:?}"),
+        }
+    }
+    // The release creates cutoff 1 and ends; b claims generation 3.
+    ri = Some(d.perform(cutoff, &all_alive));
+    loop {
+        match rel.next(ri.take()) {
+            Step::Io(r) => ri = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => break assert_eq!(r.unwrap().get(), 2),
+        }
+    }
+    assert_eq!(claim(&mut d, "b", 2, 4).unwrap().generation.get(), 3);
+    let view = loop {
+        match reader.next(input.take()) {
+            Step::Io(r) => input = Some(d.perform(r, &all_alive)),
+            Step::Done(r) => break r.unwrap(),
+        }
+    };
+    assert_eq!(counted(&view), [1]);
+    assert_eq!(counted(&read_events(&mut d, 5).unwrap()), [1]);
+}
+
 #[test]
 fn an_edited_bound_cutoff_is_chain_broken() {
     let (mut d, _) = bound_run();

@@ -1,8 +1,8 @@
 //! Exhaustive, bounded, breadth-first model check of the lease protocol *as implemented*:
 //! lease-core's step machines, executed request by request through lease-fs's own
 //! `start_request` and `PrimOp` (one system call per step) over the simulated file system,
-//! with 2-3 actors that claim, heartbeat, append, take over, retire dead owners, release
-//! and prune, interleaved at system-call granularity, plus process crashes, power loss
+//! with 2-3 actors that claim, heartbeat, append, take over, retire dead owners, release,
+//! prune and read the log (a finalizing reader, checked when it answers), interleaved at system-call granularity, plus process crashes, power loss
 //! (dropping what was not fsynced, optionally tearing the last write), clock jumps and
 //! hand-corrupted records. States are deduplicated by a canonical fingerprint. Every
 //! invariant of docs/PROTOCOL.md §8 is checked in every state, against the ghost model
@@ -124,6 +124,27 @@ fn configs(mode: &str) -> Vec<Config> {
             preemptions: Some(pre),
             max_states: cap(100_000.0),
         },
+        Config {
+            // OQ-15: a finalizing reader racing a prune. The owner claims, appends,
+            // releases and claims again (head 3), so a prune keeping 2 moves the floor to
+            // 2 and removes epoch 1 and cutoff 1, while the reader has counted event 1 in
+            // the log but not yet read (or not yet finalized) its generation. The reader's
+            // answer is checked against the ghost and against an atomic reader (I12).
+            name: "2 actors, preemption-bounded: churn with prune vs a concurrent reader",
+            actors: vec![
+                (
+                    'a',
+                    vec![(Claim, 2), (Append, 1), (Release, 1), (Prune, 1)],
+                    0,
+                ),
+                ('r', vec![(Read, 1)], 0),
+            ],
+            power_losses: 0,
+            time_jumps: 0,
+            corrupt: 0,
+            preemptions: Some(pre),
+            max_states: cap(100_000.0),
+        },
     ]
 }
 
@@ -241,8 +262,12 @@ fn follow_world(c: &Config, schedule: &[&str]) -> Result<(Vec<String>, World), V
         loop {
             let succ = w.successors();
             let pick = succ.into_iter().find(|(_, line, _)| match run_out {
+                // A step of the actor that ends in a violation is reported as one.
                 Some(actor) => {
-                    line.starts_with(actor) && !line.contains("crashes") && !line.contains("starts")
+                    (line.starts_with(actor)
+                        && !line.contains("crashes")
+                        && !line.contains("starts"))
+                        || line.starts_with(&format!("VIOLATION: {actor}"))
                 }
                 None => line.starts_with(want),
             });
@@ -463,5 +488,127 @@ fn model_schedule_taker_stalled_between_look_and_clock_check_races() {
             .any(|l| l.contains("Takeover -> TAKEOVER_RACE")),
         "{}",
         trace.join("\n")
+    );
+}
+
+/// The configuration of OQ-15: a finalizing reader racing a prune.
+fn reader_config() -> Config {
+    configs("ci")
+        .into_iter()
+        .find(|c| c.name.contains("concurrent reader"))
+        .expect("the OQ-15 configuration")
+}
+
+/// Follow `schedule` in the OQ-15 configuration; it must pass every check, and the reader
+/// must answer (the returned trace).
+fn follow_reader(schedule: &[&str]) -> String {
+    let trace = match follow(&reader_config(), schedule) {
+        Ok(t) => t.join("\n"),
+        Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    };
+    assert!(trace.contains("r0: Read -> ok"), "{trace}");
+    trace
+}
+
+/// OQ-15, the re-check (PROTOCOL §7.9 step 4), the configuration's shortest trace without
+/// it: the reader has counted event 1 (generation 1) in the log, listed no checkpoint and
+/// listed epochs while the release's epoch 2 was not linked yet (so it sees no pending
+/// cutoff); then the release ends, the owner claims generation 3 and a prune moves the
+/// floor to 2, removing epoch 1 and cutoff 1 before the reader reads them. The reader must
+/// list checkpoints again, see the floor moved and read the chain again. Without that
+/// re-check (`ReadState::Recheck` not restarting) this schedule and the configuration
+/// report "a reader judged acknowledged event 1 as not counting: Some(UnknownGeneration)".
+#[test]
+fn model_schedule_a_reader_racing_a_prune_reads_the_chain_again_when_the_floor_moved() {
+    let trace = follow_reader(&[
+        "a0 starts Claim",
+        "*a0",
+        "a0 starts Append",
+        "*a0",
+        "a0 starts Release",
+        "a0~CreateExclusive(Epoch(",
+        "r0 starts Read",
+        "r0~List(Epochs)",
+        "*a0",
+        "a0 starts Claim",
+        "*a0",
+        "a0 starts Prune",
+        "*a0",
+        "*r0",
+    ]);
+    // The prune ran to the end between the reader's listing of epochs and its re-check,
+    // and the reader went back for the chain (a third listing, then the checkpoint).
+    assert!(trace.contains("a0: Prune -> ok"), "{trace}");
+    assert!(
+        trace.matches("r0: List(Checkpoints)").count() >= 3,
+        "the reader did not read the chain again:\n{trace}"
+    );
+    assert!(
+        trace.contains("r0: Read(Checkpoint(Generation(2)))"),
+        "{trace}"
+    );
+}
+
+/// OQ-15, the lazy FINALIZE answered by a checkpoint (PROTOCOL §7.9 step 5): the reader
+/// read the chain while the release's cutoff 1 was not yet created (so it is pending),
+/// passed its re-check, and then the release ended, the owner claimed generation 3 and a
+/// prune folded generation 1 into checkpoint 2. The reader's FINALIZE(1) finds the
+/// checkpoint and the reader must read the chain again. Without that restart (the
+/// checkpoint answer ignored) it reports "a reader judged acknowledged event 1 as not
+/// counting: Some(Pending)".
+#[test]
+fn model_schedule_a_reader_whose_finalize_meets_a_checkpoint_reads_the_chain_again() {
+    let trace = follow_reader(&[
+        "a0 starts Claim",
+        "*a0",
+        "a0 starts Append",
+        "*a0",
+        "a0 starts Release",
+        "a0~CreateExclusive(Cutoff(",
+        "r0 starts Read",
+        "r0~List(Cutoffs)",
+        // the re-check: still no checkpoint, so cutoff 1 is pending.
+        "r0~List(Checkpoints)",
+        "*a0",
+        "a0 starts Claim",
+        "*a0",
+        "a0 starts Prune",
+        "*a0",
+        "*r0",
+    ]);
+    for want in [
+        "a0: Prune -> ok",
+        "r0: Read(Cutoff(Generation(1)))",
+        "r0: Read(Checkpoint(Generation(2)))",
+    ] {
+        assert!(trace.contains(want), "missing {want:?} in:\n{trace}");
+    }
+}
+
+/// Found by the OQ-15 configuration: a lazy FINALIZE (here the reader's) read cutoff 1
+/// missing while the releaser was creating it; the release ended and a claim created epoch
+/// 3 before the finalizer checked `Exists(epoch 3)`. That epoch's GATE had cutoff 1, so the
+/// finalizer read "removed" and answered `CHAIN_BROKEN` on a sound run. It now reads the
+/// cutoff again first (PROTOCOL §7.0 L4) and uses it.
+#[test]
+fn model_schedule_a_lazy_finalize_overtaken_by_the_cutoff_and_a_claim_uses_the_cutoff() {
+    let trace = follow_reader(&[
+        "a0 starts Claim",
+        "*a0",
+        "a0 starts Release",
+        "a0~CreateExclusive(Cutoff(",
+        "r0 starts Read",
+        "r0~Read(Cutoff(Generation(1)))",
+        "*a0",
+        "a0 starts Claim",
+        "*a0",
+        "*r0",
+    ]);
+    for want in ["r0: Exists(Epoch(Generation(3)))", "a0: Claim -> ok"] {
+        assert!(trace.contains(want), "missing {want:?} in:\n{trace}");
+    }
+    assert!(
+        trace.matches("r0: Read(Cutoff(Generation(1)))").count() == 2,
+        "{trace}"
     );
 }

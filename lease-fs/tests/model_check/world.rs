@@ -3,12 +3,13 @@
 
 use lease_core::ghost::{
     Ghost, OpGhost, OpKind as Kind, Told, check_takeover_retired, cutoffs_have_successors,
-    simulated_evidence, status_valid,
+    simulated_evidence, stable_judgements, status_valid,
 };
 use lease_core::ops::{
-    Append, AppendParams, Claim, ClaimParams, Expectation, Heartbeat, LivenessEvidence, Operation,
-    OwnedLease, Prune, PruneParams, ReadEvents, Release, ReleaseParams, Request, Response, Retire,
-    RetireParams, StatusView, Step, Takeover, TakeoverParams, TakeoverTrigger, Verify,
+    Append, AppendParams, Claim, ClaimParams, EventLogView, Expectation, Heartbeat,
+    LivenessEvidence, Operation, OwnedLease, Prune, PruneParams, ReadEvents, Release,
+    ReleaseParams, Request, Response, Retire, RetireParams, StatusView, Step, Takeover,
+    TakeoverParams, TakeoverTrigger, Verify,
 };
 use lease_core::*;
 use lease_fs::fs::Fs;
@@ -48,6 +49,8 @@ pub(crate) enum AnyOp {
     Retire(Retire),
     Release(Release),
     Prune(Prune),
+    /// A finalizing reader of the log (PROTOCOL §7.9), racing the others (OQ-15).
+    Read(ReadEvents),
 }
 
 #[derive(Clone, Debug)]
@@ -338,6 +341,7 @@ impl World {
                 by: a.owner(),
                 now,
             })),
+            (Kind::Read, _) => AnyOp::Read(ReadEvents::new(run_id(), Some((a.owner(), now)))),
             _ => return None,
         };
         let mut ghost = self.ghost.begin(kind, observed);
@@ -529,10 +533,14 @@ impl World {
             let rec: Option<EpochRecord> = bytes.and_then(|b| decode(&b).ok());
             check_takeover_retired(&ghost, rec.as_ref()).map_err(|v| format!("{line}: {v}"))?;
         }
+        if let AnyOp::Read(_) = &op {
+            self.check_reader(&result)
+                .map_err(|v| format!("{line}: {v}"))?;
+        }
         let told = match &result {
             Ok(Out::Lease(l)) => Ok(Told::Granted(l.generation)),
             Ok(Out::Seq(s)) => Ok(Told::Appended(*s)),
-            Ok(Out::Unit) => Ok(Told::Done),
+            Ok(Out::Unit | Out::Read(_)) => Ok(Told::Done),
             Err(e) => Err(e),
         };
         let mine = self.actors[i]
@@ -562,6 +570,30 @@ impl World {
             _ => {}
         }
         Ok(line)
+    }
+
+    /// A finalizing reader that ran concurrently with the other actors finished with
+    /// `result`: what it judged must pass the ghost's checks of a read of `1..=last`, and
+    /// each verdict must be the one an atomic finalizing reader gives right now (I12,
+    /// OQ-15). It may give up only with `CONCURRENT_CHANGE` (the chain compacted under it
+    /// again and again), or on a hand-corrupted record.
+    fn check_reader(&self, result: &Result<Out, LeaseError>) -> Result<(), String> {
+        let view = match result {
+            Ok(Out::Read(view)) => view,
+            Ok(_) => return Err("a reader answered something else than a view".into()),
+            Err(e) if e.code() == "CONCURRENT_CHANGE" || self.ghost.is_corrupted() => {
+                return Ok(());
+            }
+            Err(e) => return Err(format!("a finalizing reader failed: {e}")),
+        };
+        self.ghost.check_read(view)?;
+        let now = self
+            .observe(&mut ReadEvents::new(
+                run_id(),
+                Some((id("checker"), t(self.now))),
+            ))
+            .map_err(|e| format!("log unreadable: {e}"))?;
+        stable_judgements(view, &now)
     }
 
     pub(crate) fn crash_actor(&mut self, i: usize) -> String {
@@ -803,6 +835,7 @@ pub(crate) fn next_out(op: &mut AnyOp, input: Option<Response>) -> Step<Out> {
         AnyOp::Append(o) => map(o.next(input), |x| Out::Seq(x.sequence.get())),
         AnyOp::Release(o) => map(o.next(input), |_| Out::Unit),
         AnyOp::Prune(o) => map(o.next(input), |_| Out::Unit),
+        AnyOp::Read(o) => map(o.next(input), |v| Out::Read(Box::new(v))),
     }
 }
 
@@ -821,6 +854,8 @@ pub(crate) enum Out {
     Lease(Box<OwnedLease>),
     Seq(u64),
     Unit,
+    /// What a reader judged.
+    Read(Box<EventLogView>),
 }
 
 pub(crate) fn map<T>(s: Step<T>, f: impl FnOnce(T) -> Out) -> Step<Out> {

@@ -22,6 +22,9 @@ pub(crate) struct Finalize {
     by: Identity,
     now: Timestamp,
     lazy: bool,
+    /// Lazy only: epoch `g + 2` was seen to exist after the cutoff was read missing, so the
+    /// cutoff is read once more before it is called removed (see `CheckBound`).
+    bound: bool,
     st: FinalizeState,
 }
 
@@ -34,8 +37,10 @@ enum FinalizeState {
     ListCheckpoints,
     ReadCheckpoint(Generation),
     /// Lazy only, the cutoff missing and no checkpoint folding it: does epoch `g + 2`
-    /// exist? Its creator's GATE had this cutoff (and bound its hash), so then it was
-    /// removed, and re-creating it could count a zombie's fenced events (issue #17).
+    /// exist? Its creator's GATE had this cutoff (and bound its hash), so it exists now or
+    /// was removed, and re-creating it could count a zombie's fenced events (issue #17).
+    /// It may also have been created (and `g + 2` after it) since it was read missing:
+    /// it is read again before it is called removed.
     CheckBound,
     Tail(Tail),
     /// Lazy only: the superseding epoch this finalizer saw was created by someone else
@@ -66,6 +71,7 @@ impl Finalize {
             by,
             now,
             lazy: false,
+            bound: false,
             st: FinalizeState::Start,
         }
     }
@@ -93,6 +99,20 @@ impl Finalize {
                 Step::Io(Request::SyncDir(dir))
             }
             Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    /// The cutoff is missing although epoch `g + 2`, whose creator had it, exists.
+    fn removed(&self) -> LeaseError {
+        let binder = self.generation.get().saturating_add(2);
+        LeaseError::ChainBroken {
+            run: self.run.to_string(),
+            chain: "epoch",
+            at: binder,
+            detail: format!(
+                "{} is missing, but epoch {binder} exists, whose creator finalized it first: it was removed (restore it from a backup; re-creating it could count events that were refused)",
+                FileRef::Cutoff(self.generation).path()
+            ),
         }
     }
 }
@@ -165,6 +185,7 @@ impl Operation for Finalize {
                                 self.st = FinalizeState::ReadCheckpoint(floor);
                                 return Step::Io(Request::Read(FileRef::Checkpoint(floor)));
                             }
+                            _ if self.bound => return Step::Done(Err(self.removed())),
                             _ => match self
                                 .generation
                                 .get()
@@ -196,16 +217,15 @@ impl Operation for Finalize {
                 FinalizeState::CheckBound => match input.take() {
                     Some(Response::Exists(false)) => self.st = FinalizeState::Tail(Tail::new(0)),
                     Some(Response::Exists(true)) => {
-                        let binder = self.generation.get().saturating_add(2);
-                        return Step::Done(Err(LeaseError::ChainBroken {
-                            run: self.run.to_string(),
-                            chain: "epoch",
-                            at: binder,
-                            detail: format!(
-                                "{} is missing, but epoch {binder} exists, whose creator finalized it first: it was removed (restore it from a backup; re-creating it could count events that were refused)",
-                                FileRef::Cutoff(self.generation).path()
-                            ),
-                        }));
+                        // Epoch g+2's creator had the cutoff before it created g+2, so the
+                        // cutoff exists now unless it was removed. It may have been created
+                        // since it was read missing (a releaser's eager FINALIZE, then a
+                        // claim of g+2, found by the model checker's concurrent reader):
+                        // read it again; still missing and no checkpoint folding it →
+                        // removed.
+                        self.bound = true;
+                        self.st = FinalizeState::Checking;
+                        return Step::Io(Request::Read(FileRef::Cutoff(self.generation)));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },
