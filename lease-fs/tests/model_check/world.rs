@@ -508,6 +508,18 @@ impl World {
                 Err(e) => e.code().to_string(),
             }
         );
+        // A refusal that says the run is damaged (65) is a wrong answer unless a record was
+        // corrupted by hand: crashes, power loss and concurrency never damage a run.
+        if let Err(e) = &result {
+            if !self.ghost.is_corrupted()
+                && matches!(
+                    e.code().as_str(),
+                    "CHAIN_BROKEN" | "RECORD_INVALID" | "EVENT_LOG_GAP" | "RUN_LAYOUT_INVALID"
+                )
+            {
+                return Err(format!("{line}: a sound run was refused as damaged: {e}"));
+            }
+        }
         if let (AnyOp::Takeover(_), Ok(Out::Lease(l))) = (&op, &result) {
             // OQ-5: a takeover that replaced an owner whose heartbeat succeeded after the
             // taker's last look at its beat says so (`Preempted`), so the new owner waits
