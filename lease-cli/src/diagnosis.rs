@@ -47,7 +47,7 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
         Next::Retire => format!("runlease retire {d}"),
         Next::DoctorDoNotTakeOver => format!("runlease doctor {d}; do not take over"),
         Next::DoctorBeforeRun => format!(
-            "runlease doctor {d} (the next `runlease run` would refuse this run: see run.json)"
+            "runlease doctor {d} (the next `runlease run` would refuse this run; doctor names why)"
         ),
         Next::RepairRecord => {
             "repair or restore the named file by hand (keep a copy); do not take over".into()

@@ -307,7 +307,7 @@ pub enum Next {
     Retire,
     /// Run doctor: a record is invalid; do not take over.
     DoctorDoNotTakeOver,
-    /// Run doctor: the next claim would refuse this run (see run.json).
+    /// Run doctor: the next claim would refuse this run (doctor names why: run.json, the chain or a record).
     DoctorBeforeRun,
     /// Repair or restore the named lease record by hand; do not take over.
     RepairRecord,

@@ -1155,6 +1155,11 @@ fn a_deleted_bound_cutoff_is_chain_broken_and_never_finalized_again() {
             .contains("lease/cutoffs/00000000000000000001.json is missing"),
         "{e}"
     );
+    // A read-only reader does not call them "not counted yet" (pending): removed.
+    let e = d
+        .run(&mut ReadEvents::new(run_id(), None), &all_alive)
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");
     // A finalizing reader refuses rather than deciding generation 1's events again.
     let e = read_events(&mut d, 70_000).unwrap_err();
     assert_eq!(e.code().as_str(), "CHAIN_BROKEN", "{e}");

@@ -471,6 +471,27 @@ impl Operation for ReadEvents {
                         return Step::Io(Request::List(Dir::Checkpoints));
                     }
                     self.pending = self.chain.pending_cutoffs();
+                    // A "pending" cutoff whose generation + 2 is in the chain is not pending:
+                    // that epoch's creator had it (GATE), and the epochs were listed before
+                    // the cutoffs, so it was removed (issue #17). Every reader says so,
+                    // read-only or not, rather than calling its events "not counted yet".
+                    if let Some((g, _, _)) = self.pending.iter().find(|(g, _, _)| {
+                        g.get()
+                            .checked_add(2)
+                            .and_then(Generation::new)
+                            .is_some_and(|b| self.chain.epochs.contains_key(&b))
+                    }) {
+                        return Step::Done(Err(LeaseError::ChainBroken {
+                            run: run.to_string(),
+                            chain: "cutoff",
+                            at: g.get(),
+                            detail: format!(
+                                "{} is missing, but epoch {} exists, whose creator finalized it first: it was removed (restore it from a backup)",
+                                FileRef::Cutoff(*g).path(),
+                                g.get().saturating_add(2)
+                            ),
+                        }));
+                    }
                     // SYNC (PROTOCOL §7.0, §7.9): a finalizing reader's judgement is the
                     // one the run stands by (I12), so what it read must be durable first:
                     // a cutoff or checkpoint can be visible before its creator fsynced the
