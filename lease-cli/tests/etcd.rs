@@ -466,6 +466,15 @@ fn an_owner_whose_etcd_lease_lives_is_waited_for_whatever_its_clock_says() {
         let o = rl(&a, &["--json", "takeover", d, "--yes"]);
         assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
         assert_eq!(json_lines(&o)[0]["code"], "TAKEOVER_ACTIVE_REFUSED");
+        // At once, from the authority's word, not after watching the record.
+        assert!(
+            json_lines(&o)[0]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("its etcd lease has not expired"),
+            "{}",
+            text(&o.stdout)
+        );
 
         // The owner stops beating; while its etcd lease lives, status still names no
         // takeover; once it expired the owner is dead, and the step named is run as is.

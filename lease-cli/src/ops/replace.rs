@@ -111,6 +111,20 @@ pub fn takeover(
             ));
         }
     };
+    // An authority that vouches for the owner (etcd: its etcd lease is alive) refuses the
+    // takeover whatever the watch sees: say so now instead of after stale_after.
+    if view.lease_alive() {
+        return Err(CliError::of(
+            Code::TakeoverActiveRefused,
+            format!(
+                "run {}: generation {} (owner {}) is alive by the authority (its etcd lease has not expired); nothing was written",
+                r.lease().run_id(),
+                head.generation(),
+                head.epoch.owner_id
+            ),
+        )
+        .with_hint("wait until its etcd lease expires (runlease status names the step), or ask the owner to release"));
+    }
     // The owner is stale only once its record stayed unchanged for its stale_after on this
     // host's own clock (PROTOCOL §10): no other host's wall clock decides, so this watches.
     let needed = head.epoch.policy.stale_after();
