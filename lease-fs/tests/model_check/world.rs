@@ -71,6 +71,8 @@ pub(crate) struct Actor {
     /// its request to create the next epoch (its commit) (OQ-5).
     pub(crate) looked_at: Option<u64>,
     pub(crate) commit_at: Option<u64>,
+    /// A heartbeat in flight: the world time it started (its self-fence reference).
+    pub(crate) beat_started_at: Option<u64>,
 }
 
 impl Actor {
@@ -352,6 +354,7 @@ impl World {
         a.input = None;
         a.looked_at = None;
         a.commit_at = None;
+        a.beat_started_at = Some(self.now);
         let line = format!(
             "{}{} starts {kind:?} at t={}",
             a.name, a.incarnation, self.now
@@ -571,7 +574,10 @@ impl World {
             (AnyOp::Heartbeat(_), Ok(_)) => {
                 a.beats += 1;
                 let g = a.lease.as_ref().map_or(0, |l| l.generation.get());
-                self.beats_ok.push((g, self.now));
+                // Its start is what the owner's self-fence counts from: the owner believes
+                // it holds the run until then + self_fence_after.
+                self.beats_ok
+                    .push((g, a.beat_started_at.unwrap_or(self.now)));
             }
             (AnyOp::Release(_), Ok(_)) => a.lease = None,
             (AnyOp::Append(_) | AnyOp::Heartbeat(_) | AnyOp::Release(_), Err(e))
@@ -621,6 +627,7 @@ impl World {
         a.beats = 0;
         a.looked_at = None;
         a.commit_at = None;
+        a.beat_started_at = None;
         line
     }
 
@@ -920,6 +927,7 @@ pub(crate) fn world(c: &Config) -> World {
                 crashes_left: *crashes,
                 looked_at: None,
                 commit_at: None,
+                beat_started_at: None,
             })
             .collect(),
         now: 0,
@@ -936,8 +944,10 @@ pub(crate) fn world(c: &Config) -> World {
 
 /// OQ-5's invariant: a takeover that replaced generation `g` after its last look at `g`'s
 /// beat at `looked_at` (committing at `commit_at`) reports `preempted` whenever a heartbeat
-/// of `g` succeeded after that look (a later world time): that owner proved alive after the
-/// look and runs on until it fences itself.
+/// of `g` that *started* after that look (a later world time) succeeded: that owner proved
+/// alive after the look and runs on until it fences itself, `self_fence_after` after that
+/// start. (A beat that started before the look and finished after it, a paused heartbeat,
+/// gives its owner nothing past its start + `self_fence_after`, already before the look.)
 pub(crate) fn check_no_unseen_beat(
     beats_ok: &[(u64, u64)],
     g: u64,
@@ -950,7 +960,7 @@ pub(crate) fn check_no_unseen_beat(
     };
     match beats_ok.iter().find(|(bg, at)| *bg == g && *at > look) {
         Some((_, at)) if !reported => Err(format!(
-            "takeover replaced generation {g} (its commit requested at t={commit}) without reporting it preempted a live owner, although its heartbeat succeeded at t={at}, after the taker's last look at t={look} (OQ-5)"
+            "takeover replaced generation {g} (its commit requested at t={commit}) without reporting it preempted a live owner, although its heartbeat that started at t={at}, after the taker's last look at t={look}, succeeded (OQ-5)"
         )),
         _ => Ok(()),
     }

@@ -25,6 +25,9 @@ pub(crate) struct Finalize {
     /// Lazy only: epoch `g + 2` was seen to exist after the cutoff was read missing, so the
     /// cutoff is read once more before it is called removed (see `CheckBound`).
     bound: bool,
+    /// The cutoff another finalizer created (F3 `AlreadyExists`) was gone when read: a
+    /// concurrent prune may have folded it since; the checkpoints decide (see `Reading`).
+    vanished: bool,
     st: FinalizeState,
 }
 
@@ -72,6 +75,7 @@ impl Finalize {
             now,
             lazy: false,
             bound: false,
+            vanished: false,
             st: FinalizeState::Start,
         }
     }
@@ -99,6 +103,17 @@ impl Finalize {
                 Step::Io(Request::SyncDir(dir))
             }
             Err(e) => Step::Done(Err(e)),
+        }
+    }
+
+    /// The cutoff existed (another finalizer's create won) and is gone, with no checkpoint
+    /// above it: removed by hand.
+    fn vanished(&self) -> LeaseError {
+        LeaseError::RecordInvalid {
+            run: self.run.to_string(),
+            kind: crate::error::RecordKind::Retirement,
+            file: Some(FileRef::Cutoff(self.generation).path()),
+            detail: "it existed a moment ago and is gone, and no checkpoint folds it: cutoffs are never removed above a checkpoint floor".into(),
         }
     }
 
@@ -185,6 +200,7 @@ impl Operation for Finalize {
                                 self.st = FinalizeState::ReadCheckpoint(floor);
                                 return Step::Io(Request::Read(FileRef::Checkpoint(floor)));
                             }
+                            _ if self.vanished => return Step::Done(Err(self.vanished())),
                             _ if self.bound => return Step::Done(Err(self.removed())),
                             _ => match self
                                 .generation
@@ -285,15 +301,17 @@ impl Operation for Finalize {
                 }
                 FinalizeState::Reading => {
                     return match input {
-                        Some(Response::Content(Some(b))) => {
-                            self.sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record))
+                        Some(Response::Content(Some(b))) => self
+                            .sync(decode_cutoff(&self.run, self.generation, &b).map(Cut::Record)),
+                        // Gone since `AlreadyExists`: a prune that moved the floor past it
+                        // removes it after its checkpoint is durable, so look for that
+                        // checkpoint before calling the run damaged (found by the model
+                        // checker: a release or reader racing a prune).
+                        Some(Response::Content(None)) => {
+                            self.vanished = true;
+                            self.st = FinalizeState::ListCheckpoints;
+                            Step::Io(Request::List(Dir::Checkpoints))
                         }
-                        Some(Response::Content(None)) => Step::Done(Err(LeaseError::RecordInvalid {
-                            run: self.run.to_string(),
-                            kind: crate::error::RecordKind::Retirement,
-                            file: Some(FileRef::Cutoff(self.generation).path()),
-                            detail: "it existed a moment ago and is gone: cutoffs are never removed above a checkpoint floor".into(),
-                        })),
                         other => Step::Done(Err(violation("Content", &other))),
                     };
                 }
