@@ -540,12 +540,8 @@ fn a_torn_local_heartbeat_is_recovered_by_the_named_takeover() {
     for (i, (torn, sig, step)) in cases.into_iter().enumerate() {
         let dir = root.join(format!("torn-{i}"));
         let d = dir.to_str().unwrap();
-        let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
-        let active = wait_for_state(&dir, "active", std::time::Duration::from_secs(10));
-        let g = active["generation"].as_u64().unwrap();
-        // Wait for a beat file, then silence the owner and tear its beat.
-        let beat = dir.join(format!("lease/beats/{g:020}.json"));
-        wait_for_file(&beat, std::time::Duration::from_secs(10), "a heartbeat");
+        // Silence the owner once it beat, then tear its beat.
+        let (mut owner, beat) = owner_that_beat(&dir);
         signal(owner.id(), sig);
         if sig == rustix::process::Signal::KILL {
             let _ = owner.wait();
@@ -606,16 +602,23 @@ fn a_torn_local_heartbeat_is_recovered_by_the_named_takeover() {
     }
     // A complete record that does not decode: invalid, and no takeover is offered.
     let dir = root.join("edited");
-    let d = dir.to_str().unwrap();
-    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
-    let active = wait_for_state(&dir, "active", std::time::Duration::from_secs(10));
-    let g = active["generation"].as_u64().unwrap();
-    let beat = dir.join(format!("lease/beats/{g:020}.json"));
-    wait_for_file(&beat, std::time::Duration::from_secs(10), "a heartbeat");
+    let (mut owner, beat) = owner_that_beat(&dir);
     signal(owner.id(), rustix::process::Signal::KILL);
     let _ = owner.wait();
     std::fs::write(&beat, b"{\"garbage\":1}\n").unwrap();
     let s = status_json(&dir);
     assert_eq!(s["state"], "invalid", "{s}");
     assert_ne!(s["next_step_argv"][1], "takeover", "{s}");
+}
+
+/// A `runlease run` owner (fast timing, `sleep 30`) of `dir` that has written its first
+/// heartbeat file: the child and that file's path.
+fn owner_that_beat(dir: &Path) -> (std::process::Child, PathBuf) {
+    let d = dir.to_str().unwrap();
+    let owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    let active = wait_for_state(dir, "active", std::time::Duration::from_secs(10));
+    let g = active["generation"].as_u64().unwrap();
+    let beat = dir.join(format!("lease/beats/{g:020}.json"));
+    wait_for_file(&beat, std::time::Duration::from_secs(10), "a heartbeat");
+    (owner, beat)
 }

@@ -420,6 +420,33 @@ fn model_schedule_fenced_append_judged_by_an_unsynced_cutoff_then_power_loss() {
     }
 }
 
+/// The configuration named by `part` (CI bounds).
+fn config_named(part: &str) -> Config {
+    configs("ci")
+        .into_iter()
+        .find(|c| c.name.contains(part))
+        .unwrap_or_else(|| panic!("no configuration named like {part:?}"))
+}
+
+/// Follow, in the OQ-5 configuration, a takeover of a stale owner up to the taker's last
+/// look at its beat (its first clock reading taken), then `rest`; it must pass every check.
+/// Returns the trace.
+fn follow_stalled_taker(rest: &[&str]) -> String {
+    let mut schedule = vec![
+        "a0 starts Claim",
+        "*a0",
+        "clock jumps",
+        "b0 starts Takeover",
+        "b0~Monotonic",
+        "b0~Read(Beat(",
+    ];
+    schedule.extend_from_slice(rest);
+    match follow(&config_named("OQ-5"), &schedule) {
+        Ok(t) => t.join("\n"),
+        Err(trace) => panic!("schedule failed:\n{}", trace.join("\n")),
+    }
+}
+
 /// OQ-5 (issue #17), the residual a clock check cannot close: the taker reads its clock
 /// right after its last look at the owner's beat (nothing elapsed), stalls before its
 /// create, the owner resumes and heartbeats successfully, and the takeover commits. Its
@@ -427,76 +454,31 @@ fn model_schedule_fenced_append_judged_by_an_unsynced_cutoff_then_power_loss() {
 /// OQ-5 invariant fails here. PROTOCOL §7.4 steps 5–11.
 #[test]
 fn model_schedule_taker_stalls_after_its_clock_check_and_the_owner_beats() {
-    let c = configs("ci")
-        .into_iter()
-        .find(|c| c.name.contains("OQ-5"))
-        .unwrap();
-    let r = follow(
-        &c,
-        &[
-            "a0 starts Claim",
-            "*a0",
-            "clock jumps",
-            "b0 starts Takeover",
-            "b0~Monotonic",
-            "b0~Read(Beat(",
-            "b0~Monotonic",
-            "clock jumps",
-            "a0 starts Heartbeat",
-            "*a0",
-            "*b0",
-        ],
-    );
-    let trace = r.unwrap_or_else(|trace| panic!("schedule failed:\n{}", trace.join("\n")));
+    let trace = follow_stalled_taker(&[
+        "b0~Monotonic",
+        "clock jumps",
+        "a0 starts Heartbeat",
+        "*a0",
+        "*b0",
+    ]);
     assert!(
-        trace.iter().any(|l| l.contains("Heartbeat -> ok")),
-        "the owner's beat succeeded:\n{}",
-        trace.join("\n")
+        trace.contains("Heartbeat -> ok"),
+        "the owner's beat succeeded:\n{trace}"
     );
-    assert!(
-        trace.iter().any(|l| l.contains("Takeover -> ok")),
-        "{}",
-        trace.join("\n")
-    );
+    assert!(trace.contains("Takeover -> ok"), "{trace}");
 }
 
 /// OQ-5, the bound: a taker stalled between its last look at the beat and its clock check
 /// (more than half the owner's heartbeat interval) races instead of committing.
 #[test]
 fn model_schedule_taker_stalled_between_look_and_clock_check_races() {
-    let c = configs("ci")
-        .into_iter()
-        .find(|c| c.name.contains("OQ-5"))
-        .unwrap();
-    let r = follow(
-        &c,
-        &[
-            "a0 starts Claim",
-            "*a0",
-            "clock jumps",
-            "b0 starts Takeover",
-            "b0~Monotonic",
-            "b0~Read(Beat(",
-            "clock jumps",
-            "*b0",
-        ],
-    );
-    let trace = r.unwrap_or_else(|trace| panic!("schedule failed:\n{}", trace.join("\n")));
-    assert!(
-        trace
-            .iter()
-            .any(|l| l.contains("Takeover -> TAKEOVER_RACE")),
-        "{}",
-        trace.join("\n")
-    );
+    let trace = follow_stalled_taker(&["clock jumps", "*b0"]);
+    assert!(trace.contains("Takeover -> TAKEOVER_RACE"), "{trace}");
 }
 
 /// The configuration of OQ-15: a finalizing reader racing a prune.
 fn reader_config() -> Config {
-    configs("ci")
-        .into_iter()
-        .find(|c| c.name.contains("concurrent reader"))
-        .expect("the OQ-15 configuration")
+    config_named("concurrent reader")
 }
 
 /// Follow `schedule` in the OQ-15 configuration; it must pass every check, and the reader
