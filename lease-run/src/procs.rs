@@ -5,12 +5,10 @@ use rustix::process::{Pid, Signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-/// `CLOCK_BOOTTIME` in nanoseconds: monotonic and counting time spent suspended.
+/// `CLOCK_BOOTTIME` in nanoseconds: monotonic and counting time spent suspended (the same
+/// reading lease-fs answers the core's `Request::Monotonic` with).
 pub fn boottime_ns() -> u64 {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    lease_fs::run_dir::boottime_ns()
 }
 
 /// One line of `/proc/<pid>/stat`, the fields we use.
