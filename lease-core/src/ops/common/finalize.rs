@@ -119,16 +119,23 @@ impl Finalize {
 
     /// The cutoff is missing although epoch `g + 2`, whose creator had it, exists.
     fn removed(&self) -> LeaseError {
-        let binder = self.generation.get().saturating_add(2);
-        LeaseError::ChainBroken {
-            run: self.run.to_string(),
-            chain: "epoch",
-            at: binder,
-            detail: format!(
-                "{} is missing, but epoch {binder} exists, whose creator finalized it first: it was removed (restore it from a backup; re-creating it could count events that were refused)",
-                FileRef::Cutoff(self.generation).path()
-            ),
-        }
+        removed_cutoff(&self.run, self.generation)
+    }
+}
+
+/// `cutoff g` is missing although epoch `g + 2` exists: that epoch's creator finalized it
+/// first (GATE), so it was removed (issue #17). One error for the finalizer, every reader
+/// and `verify`.
+pub(crate) fn removed_cutoff(run: &RunId, g: Generation) -> LeaseError {
+    LeaseError::ChainBroken {
+        run: run.to_string(),
+        chain: "cutoff",
+        at: g.get(),
+        detail: format!(
+            "{} is missing, but epoch {} exists, whose creator finalized it first: it was removed (restore it from a backup; re-creating it could count events that were refused)",
+            FileRef::Cutoff(g).path(),
+            g.get().saturating_add(2)
+        ),
     }
 }
 

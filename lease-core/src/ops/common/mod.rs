@@ -16,7 +16,7 @@ mod tail;
 pub(crate) use decode::{
     decode_beat, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
 };
-pub(crate) use finalize::{Cut, Finalize};
+pub(crate) use finalize::{Cut, Finalize, removed_cutoff};
 pub use observe::Head;
 pub(crate) use observe::{Observe, Observed, read_beat};
 pub(crate) use recheck::Recheck;

@@ -8,6 +8,7 @@ use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
 use crate::ops::common::{
     Cut, Finalize, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+    removed_cutoff,
 };
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::records::Event;
@@ -481,16 +482,7 @@ impl Operation for ReadEvents {
                             .and_then(Generation::new)
                             .is_some_and(|b| self.chain.epochs.contains_key(&b))
                     }) {
-                        return Step::Done(Err(LeaseError::ChainBroken {
-                            run: run.to_string(),
-                            chain: "cutoff",
-                            at: g.get(),
-                            detail: format!(
-                                "{} is missing, but epoch {} exists, whose creator finalized it first: it was removed (restore it from a backup)",
-                                FileRef::Cutoff(*g).path(),
-                                g.get().saturating_add(2)
-                            ),
-                        }));
+                        return Step::Done(Err(removed_cutoff(&run, *g)));
                     }
                     // SYNC (PROTOCOL §7.0, §7.9): a finalizing reader's judgement is the
                     // one the run stands by (I12), so what it read must be durable first:

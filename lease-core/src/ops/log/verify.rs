@@ -6,7 +6,7 @@ use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
-use crate::ops::common::epochs_of;
+use crate::ops::common::{epochs_of, removed_cutoff};
 use crate::ops::{Operation, Request, Response, Step, violation};
 use crate::records::{EpochRecord, EpochState};
 
@@ -322,13 +322,8 @@ impl Verify {
                 r.generation.get(),
                 format!("{cutoff} was changed: its hash is not the one epoch {g} recorded"),
             )),
-            (_, None) => Err(self.broken(
-                "cutoff",
-                r.generation.get(),
-                format!(
-                    "{cutoff} is missing, but epoch {g} exists, whose creator finalized it first: it was removed (restore it from a backup)"
-                ),
-            )),
+            // (The read of the log reports this first, for every reader.)
+            (_, None) => Err(removed_cutoff(&self.read.run, r.generation)),
             (None, Some(_)) => match binding_since {
                 Some(since) => Err(self.broken(
                     "epoch",
