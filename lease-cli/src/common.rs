@@ -571,7 +571,8 @@ pub fn status_json(
         "pid": head.map(|h| h.epoch.holder.pid),
         "since": head.map(|h| h.epoch.claimed_at.to_string()),
         "heartbeat_at": head.filter(|_| active).map(|h| h.heartbeat_at().to_string()),
-        "heartbeat_age_ms": view.age_ms,
+        "heartbeat_age_ms": view.judged_age_ms(),
+        "heartbeat_age_clock": age_clock(view),
         "heartbeat_count": head.filter(|_| active).map(Head::heartbeat_count),
         "heartbeat_torn": head.filter(|_| active).map(|h| h.torn_beat.is_some()),
         "policy": head.map(|h| policy_json(&h.epoch.policy)),
@@ -643,7 +644,7 @@ pub fn status_human(
                     format!(
                         "{} (age {}, #{})",
                         h.heartbeat_at(),
-                        view.age_ms.map_or("?".into(), human_ms),
+                        age_human(view),
                         h.heartbeat_count()
                     ),
                 );
@@ -672,6 +673,27 @@ pub fn status_human(
     l
 }
 
+/// Which clock measured [`StatusView::judged_age_ms`]: `monotonic` when the beat was
+/// stamped on this host's own clock (same boot and time namespace, PROTOCOL §10), `wall`
+/// otherwise; `null` without an active head.
+pub fn age_clock(view: &StatusView) -> Value {
+    match (view.mono_age_ms, view.age_ms) {
+        (Some(_), _) => json!("monotonic"),
+        (None, Some(_)) => json!("wall"),
+        (None, None) => Value::Null,
+    }
+}
+
+/// The judged heartbeat age for people: `1.2s`, `1.2s on this host's clock` when it was
+/// measured on the monotonic clock the beat was stamped on, `?` when unknown.
+pub fn age_human(view: &StatusView) -> String {
+    match (view.mono_age_ms, view.judged_age_ms()) {
+        (Some(_), Some(a)) => format!("{} on this host's clock", human_ms(a)),
+        (_, Some(a)) => human_ms(a),
+        (_, None) => "?".into(),
+    }
+}
+
 /// Who holds a run, for a refusal: human text and JSON fields.
 pub fn held_description(view: &StatusView) -> (String, Value) {
     let Some(h) = view.head.as_ref().filter(|h| h.is_active()) else {
@@ -681,7 +703,7 @@ pub fn held_description(view: &StatusView) -> (String, Value) {
         );
     };
     let e = &h.epoch;
-    let age = view.age_ms.map_or("?".into(), human_ms);
+    let age = age_human(view);
     (
         format!(
             "held by owner {} (host {}, pid {}, since {}, generation {}), last heartbeat {} (age {}, #{}), state {}",
@@ -704,7 +726,8 @@ pub fn held_description(view: &StatusView) -> (String, Value) {
                 "since": e.claimed_at.to_string(),
                 "generation": h.generation().get(),
                 "heartbeat_at": h.heartbeat_at().to_string(),
-                "heartbeat_age_ms": view.age_ms,
+                "heartbeat_age_ms": view.judged_age_ms(),
+                "heartbeat_age_clock": age_clock(view),
                 "heartbeat_count": h.heartbeat_count(),
             }
         }),

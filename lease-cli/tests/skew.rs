@@ -3,6 +3,14 @@
 //! installs it, and `RUNLEASE_REQUIRE_FAKETIME=1` there makes its absence a failure). The
 //! owner's monotonic clocks are left alone (`FAKETIME_DONT_FAKE_MONOTONIC`): only its wall
 //! clock is wrong, as on a host whose time synchronization failed.
+//!
+//! Each case runs twice: with the owner on the observers' own `CLOCK_BOOTTIME` (same boot,
+//! same time namespace: its beats are aged on that clock, the same-clock rule) and with the
+//! owner on another clock, as on another host: started by `unshare --time --boottime`, a
+//! time namespace of its own whose `CLOCK_BOOTTIME` runs 100,000 s ahead (then the wall
+//! clock advises and the takeover watches). The second needs the right to create a time
+//! namespace (root, Linux ≥ 5.6); `RUNLEASE_REQUIRE_TIMENS=1` (set by `.ci/run`) makes its
+//! absence a failure, otherwise those cases are skipped with a line on stderr.
 
 mod common;
 
@@ -30,13 +38,64 @@ fn libfaketime() -> Option<std::path::PathBuf> {
     found
 }
 
+/// Whether this process may start a program in a time namespace of its own
+/// (`unshare --time`); panics where `RUNLEASE_REQUIRE_TIMENS` says it must.
+fn time_namespaces() -> bool {
+    let ok = std::process::Command::new("unshare")
+        .args(["--time", "--boottime", "100000", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("RUNLEASE_REQUIRE_TIMENS").is_none(),
+            "unshare --time is required here (RUNLEASE_REQUIRE_TIMENS) but failed"
+        );
+        eprintln!("skew: skipped the other-clock case (unshare --time is not permitted here)");
+    }
+    ok
+}
+
+/// Which clock the owner's `CLOCK_BOOTTIME` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerClock {
+    /// The observers' own: same boot, same time namespace.
+    Same,
+    /// Another: a time namespace of its own, 100,000 s ahead (like another host's).
+    Other,
+}
+
 /// `runlease run DIR FAST -- sleep 60` with the owner's wall clock shifted by `offset`
-/// (libfaketime syntax, e.g. `-60s`); its monotonic clocks are left alone.
-fn skewed_owner(lib: &std::path::Path, dir: &std::path::Path, offset: &str) -> Child {
+/// (libfaketime syntax, e.g. `-60s`); its monotonic clocks are left alone, and with
+/// [`OwnerClock::Other`] its `CLOCK_BOOTTIME` is another clock (`unshare` execs, so the
+/// child's pid is `runlease`'s).
+fn skewed_owner(
+    lib: &std::path::Path,
+    dir: &std::path::Path,
+    offset: &str,
+    clock: OwnerClock,
+) -> Child {
     let d = dir.to_str().unwrap();
     let args: Vec<&str> = [&["run", d][..], &FAST, &["--", "sleep", "60"]].concat();
-    cmd(&args)
-        .env("LD_PRELOAD", lib)
+    let mut c = cmd(&args);
+    if clock == OwnerClock::Other {
+        let unshare: Vec<&str> = [&["--time", "--boottime", "100000", BIN][..], &args].concat();
+        let path = c
+            .get_envs()
+            .find(|(k, _)| *k == "PATH")
+            .and_then(|(_, v)| v.map(ToOwned::to_owned));
+        c = std::process::Command::new("unshare");
+        c.args(unshare)
+            .env_remove("RUNLEASE_RUN")
+            .env_remove("RUNLEASE_GENERATION")
+            .env_remove("RUNLEASE_OWNER")
+            .env_remove("RUNLEASE_AUTHORITY")
+            .stdin(Stdio::null());
+        if let Some(p) = path {
+            c.env("PATH", p);
+        }
+    }
+    c.env("LD_PRELOAD", lib)
         .env("FAKETIME", offset)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .stdout(Stdio::piped())
@@ -64,18 +123,65 @@ fn lease_files(dir: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn an_owner_whose_clock_runs_slow_is_not_taken_over_while_it_beats() {
+/// An owner whose wall clock runs 60 s slow, beating every 100 ms, is never taken over.
+/// On another clock `status` (wall clock, advice only) calls it stale and the advised
+/// takeover watches, sees the record change and refuses; on the observers' own clock its
+/// beats are aged on that clock, so `status` calls it active and advises waiting.
+fn slow_owner(clock: OwnerClock) {
     let Some(lib) = libfaketime() else { return };
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
-    let mut owner = skewed_owner(&lib, &dir, "-60s");
-    // Its beats are dated a minute ago: `status` (wall clock, advice only) calls it stale.
-    let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
+    let mut owner = skewed_owner(&lib, &dir, "-60s", clock);
+    if clock == OwnerClock::Same {
+        let s = wait_for_state(&dir, "active", Duration::from_secs(10));
+        // Its first beat lands 100 ms after the claim; until then the age is the claim's
+        // wall age (a minute), judged "stale" by the wall clock. Wait for a stamped beat.
+        let t = Instant::now();
+        let mut s = s;
+        while s["heartbeat_age_clock"] != "monotonic" {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "never aged on this clock: {s}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            s = status_json(&dir);
+        }
+        assert_eq!(s["state"], "active", "{s}");
+        assert!(s["heartbeat_age_ms"].as_i64().unwrap() < 1000, "{s}");
+        assert!(
+            s["next_step_argv"].is_null(),
+            "waiting needs no command: {s}"
+        );
+        // Its beats stay fresh on this clock: 2 s of reads, never stale.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(2) {
+            let s = status_json(&dir);
+            assert_eq!(s["state"], "active", "{s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let s = if clock == OwnerClock::Other {
+        // Its beats are dated a minute ago: `status` calls it stale.
+        let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
+        assert_eq!(s["heartbeat_age_clock"], "wall", "{s}");
+        s
+    } else {
+        status_json(&dir)
+    };
     let before = lease_files(&dir);
-    // The advised exact takeover watches the record on this host's clock, sees it change
-    // (the owner beats every 100 ms), and refuses: 76, nothing written.
-    let argv = next_argv(&s);
+    // A takeover (the advised one on another clock; asked for with --yes on this one)
+    // watches the record on this host's clock, sees it change (the owner beats every
+    // 100 ms), and refuses: 76, nothing written.
+    let argv = if clock == OwnerClock::Other {
+        next_argv(&s)
+    } else {
+        vec![
+            "runlease".into(),
+            "takeover".into(),
+            "--yes".into(),
+            d.into(),
+        ]
+    };
     assert_eq!(argv[1], "takeover", "{s}");
     let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
     let t = Instant::now();
@@ -94,21 +200,50 @@ fn an_owner_whose_clock_runs_slow_is_not_taken_over_while_it_beats() {
 }
 
 #[test]
-fn an_owner_whose_clock_runs_fast_is_taken_over_stale_after_after_it_stopped() {
+fn an_owner_whose_clock_runs_slow_is_not_taken_over_while_it_beats() {
+    slow_owner(OwnerClock::Same);
+}
+
+#[test]
+fn an_owner_on_another_clock_whose_wall_clock_runs_slow_is_not_taken_over_while_it_beats() {
+    if time_namespaces() {
+        slow_owner(OwnerClock::Other);
+    }
+}
+
+/// An owner whose wall clock runs 60 s fast is stopped (SIGSTOP). On another clock its
+/// beats, dated in the future, say nothing to the wall clock: `status` says active, advises
+/// the exact takeover, and that takeover watches for the owner's `stale_after` (1 s) before
+/// it succeeds. On the observers' own clock the stopped owner's last beat ages on that
+/// clock: `status` calls it stale once it is older than 1 s, and the takeover succeeds at
+/// once, without watching.
+fn fast_owner(clock: OwnerClock) {
     let Some(lib) = libfaketime() else { return };
     let (_tmp, dir) = scratch();
-    let mut owner = skewed_owner(&lib, &dir, "+60s");
+    let mut owner = skewed_owner(&lib, &dir, "+60s", clock);
     // Its beats are dated a minute ahead: `status` says active.
     let s = wait_for_state(&dir, "active", Duration::from_secs(10));
     assert!(s["heartbeat_at"].is_string(), "{s}");
+    // Let it beat once at least (a stamped beat on the same clock).
+    std::thread::sleep(Duration::from_millis(300));
     signal(owner.id(), Signal::STOP);
     // (A beat already under way when it stopped lands first; then the record is frozen.)
     std::thread::sleep(Duration::from_millis(300));
-    // `status` cannot judge a beat dated in the future by the wall clock: its next step is
-    // the exact takeover, which watches for the owner's stale_after (1 s here) on this
-    // host's clock, whatever the heartbeat's date says.
-    let s = status_json(&dir);
-    assert_eq!(s["state"], "active", "{s}");
+    let s = if clock == OwnerClock::Other {
+        // `status` cannot judge a beat dated in the future by the wall clock: its next step
+        // is the exact takeover, which watches for the owner's stale_after (1 s here) on
+        // this host's clock, whatever the heartbeat's date says.
+        let s = status_json(&dir);
+        assert_eq!(s["state"], "active", "{s}");
+        assert_eq!(s["heartbeat_age_clock"], "wall", "{s}");
+        s
+    } else {
+        // Aged on this host's clock, whatever its date: stale once older than 1 s.
+        let s = wait_for_state(&dir, "stale", Duration::from_secs(5));
+        assert_eq!(s["heartbeat_age_clock"], "monotonic", "{s}");
+        assert!(s["heartbeat_age_ms"].as_i64().unwrap() > 1000, "{s}");
+        s
+    };
     let argv = next_argv(&s);
     assert_eq!(argv[1], "takeover", "{s}");
     let args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
@@ -116,19 +251,41 @@ fn an_owner_whose_clock_runs_fast_is_taken_over_stale_after_after_it_stopped() {
     let o = runlease(&args);
     let took = t.elapsed();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("watching generation 1"),
-        "{}",
-        text(&o.stderr)
-    );
-    assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(6),
-        "{took:?}"
-    );
+    if clock == OwnerClock::Other {
+        assert!(
+            text(&o.stderr).contains("watching generation 1"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+    } else {
+        // No watch: the beat was already older than stale_after on this clock.
+        assert!(
+            text(&o.stderr).contains("on this host's clock (same boot)"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(took < Duration::from_millis(900), "{took:?}");
+    }
     assert_eq!(status_json(&dir)["state"], "free");
     signal(owner.id(), Signal::CONT);
     assert_eq!(
         wait_exit(&mut owner, Duration::from_secs(10)).code(),
         Some(75)
     );
+}
+
+#[test]
+fn an_owner_whose_clock_runs_fast_is_taken_over_at_once_once_stale_on_this_clock() {
+    fast_owner(OwnerClock::Same);
+}
+
+#[test]
+fn an_owner_on_another_clock_whose_clock_runs_fast_is_taken_over_stale_after_after_it_stopped() {
+    if time_namespaces() {
+        fast_owner(OwnerClock::Other);
+    }
 }

@@ -15,6 +15,7 @@
 //!     status: Status::Free,
 //!     head: None,
 //!     age_ms: None,
+//!     mono_age_ms: None,
 //!     liveness: None,
 //!     authority_lease: None,
 //! };
@@ -471,7 +472,9 @@ fn named_store_missing(facts: &Facts) -> bool {
 
 /// The next step by the view's state alone.
 pub fn next_for_view(view: &StatusView) -> Next {
-    let future = view.age_ms.is_some_and(|a| a < -FUTURE_MS);
+    // A beat in the future says nothing of liveness only when its age is a wall-clock age;
+    // one stamped on this host's own clock was aged on it (PROTOCOL §10).
+    let future = view.mono_age_ms.is_none() && view.age_ms.is_some_and(|a| a < -FUTURE_MS);
     match (&view.status, &view.head) {
         (Status::Free, _) => Next::Claim,
         // The authority holds the owner's lease alive: no wall clock decides, and a

@@ -76,7 +76,7 @@ pub use ids::{Digest, Generation, Identity, RunId, Sequence};
 pub use layout::{Dir, FileRef};
 pub use policy::{HeartbeatDurability, TimingPolicy, must_self_fence};
 pub use records::{
-    Checkpoint, CommandRecord, EpochRecord, EpochState, Event, HeartbeatRecord, Holder,
+    Checkpoint, CommandRecord, EpochRecord, EpochState, Event, HeartbeatRecord, Holder, MonoStamp,
     RetireReason, RetiredOwner, RetirementRecord, RunState, RunStatus, Seal, TakeoverIntent,
     TakeoverMode,
 };

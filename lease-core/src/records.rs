@@ -211,6 +211,41 @@ pub struct HeartbeatRecord {
     /// still decode, byte for byte (PROTOCOL.md §4). `"store_head":null` is not canonical.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_head: Option<u64>,
+    /// The owner's monotonic clock when this heartbeat started, and which clock that is
+    /// (PROTOCOL.md §10, the same-clock rule). An observer on the same clock (same boot and
+    /// time namespace: [`MonoStamp::clock`] equal to its own) measures the beat's age on
+    /// that clock instead of watching the record, so no wall clock is compared. **Absent
+    /// when `None`**, like `store_head`: beats written before it existed, and beats of an
+    /// owner that cannot name its clock, decode byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mono: Option<MonoStamp>,
+}
+
+/// A reading of a named monotonic clock: `CLOCK_BOOTTIME` of one boot in one time namespace.
+/// Two readings compare only when their `clock` is the same string: the boot id alone is
+/// not enough, since Linux time namespaces give processes of one boot different
+/// `CLOCK_BOOTTIME` offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonoStamp {
+    /// Which clock: the boot id and the time namespace (lease-fs:
+    /// `<boot id>/<time namespace>`, e.g. `0f3c…/time:[4026531834]`).
+    pub clock: Identity,
+    /// The clock's reading in nanoseconds.
+    pub ns: u64,
+}
+
+impl MonoStamp {
+    /// How long ago, in ms, `self` was read, for an observer on clock `clock` reading
+    /// `now_ns` now. `None` when the clocks differ (or the observer names none), or when the
+    /// stamp is ahead of the observer's reading: a stamp from the future is no evidence of
+    /// age (it cannot be genuine on one clock) and is ignored, never waited for.
+    pub fn age_ms_on(&self, clock: Option<&Identity>, now_ns: u64) -> Option<u64> {
+        if clock != Some(&self.clock) {
+            return None;
+        }
+        now_ns.checked_sub(self.ns).map(|d| d / 1_000_000)
+    }
 }
 
 impl Record for HeartbeatRecord {

@@ -99,6 +99,15 @@ pub trait Transport {
     /// Where this handle keeps its append tail hint.
     fn tail_hint(&self) -> &TailHint;
 
+    /// The name of the monotonic clock [`Request::Monotonic`] reads (lease-fs: the boot id
+    /// and the time namespace of its `CLOCK_BOOTTIME`), or `None` if it cannot be named.
+    /// Heartbeats are stamped with it and a status read ages a beat stamped on the same
+    /// clock on that clock (PROTOCOL.md §10, the same-clock rule). Default: `None`, so
+    /// beats carry no stamp and every age is a wall-clock age.
+    fn clock_domain(&self) -> Option<Identity> {
+        None
+    }
+
     /// Called once before each operation's first request (the run folder re-checks that
     /// its root is still the folder it opened).
     fn begin(&self) -> Result<(), Self::Error> {
@@ -217,7 +226,9 @@ pub trait LeaseOps: Transport {
         store_head: Option<u64>,
         bound: Self::Bound,
     ) -> Result<(), Self::Error> {
-        let mut op = Heartbeat::new(lease, now, count)?.with_store_head(store_head)?;
+        let mut op = Heartbeat::new(lease, now, count)?
+            .with_store_head(store_head)?
+            .on_clock(self.clock_domain());
         self.before_heartbeat(lease, bound)?;
         self.drive_within(&mut op, bound)
     }
@@ -239,7 +250,9 @@ pub trait LeaseOps: Transport {
     /// The run's status (§7.8); with `probe`, an active owner's liveness decides `dead` (and an
     /// authority's live lease `active`, whatever the wall clock says).
     fn status(&self, now: Timestamp, probe: bool) -> Result<StatusView, Self::Error> {
-        self.drive(&mut StatusView::read(self.run_id().clone(), now, probe))
+        self.drive(
+            &mut StatusView::read(self.run_id().clone(), now, probe).on_clock(self.clock_domain()),
+        )
     }
 
     /// Read and decode epoch `g` (`None` if absent: never created, or pruned).

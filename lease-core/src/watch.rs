@@ -69,6 +69,7 @@ pub enum Verdict {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StaleWatch {
     since: Option<(WatchKey, u64)>,
+    clock: Option<crate::Identity>,
 }
 
 impl StaleWatch {
@@ -77,13 +78,31 @@ impl StaleWatch {
         StaleWatch::default()
     }
 
-    /// Observe `head` at monotonic reading `now_mono_ns`.
+    /// A watch that applies the same-clock rule (PROTOCOL.md §10) for a watcher whose
+    /// monotonic readings come from the clock named `clock` (lease-fs:
+    /// `lease_fs::probe::clock_domain`; `None`: never).
+    pub fn on_clock(clock: Option<crate::Identity>) -> StaleWatch {
+        StaleWatch { since: None, clock }
+    }
+
+    /// Observe `head` at monotonic reading `now_mono_ns`. When the watch knows its clock
+    /// ([`StaleWatch::on_clock`]) and the head's beat was stamped on that same clock, the
+    /// record has existed unchanged since its stamp, so a new observation starts there
+    /// instead of now: a same-boot owner that stopped long ago is judged at once, with no
+    /// watch and no wall clock. A stamp on another clock, a stamp ahead of `now_mono_ns`
+    /// (not genuine), or no stamp: the watch starts now.
     pub fn observe(&mut self, head: &Head, now_mono_ns: u64) -> Verdict {
-        self.observe_key(
-            watch_key(head),
-            head.epoch.policy.stale_after(),
-            now_mono_ns,
-        )
+        let key = watch_key(head);
+        if !matches!(&self.since, Some((k, _)) if *k == key) {
+            let start = head
+                .beat
+                .as_ref()
+                .and_then(|b| b.mono.as_ref())
+                .filter(|m| m.age_ms_on(self.clock.as_ref(), now_mono_ns).is_some())
+                .map_or(now_mono_ns, |m| m.ns);
+            self.since = Some((key.clone(), start));
+        }
+        self.observe_key(key, head.epoch.policy.stale_after(), now_mono_ns)
     }
 
     /// Observe a record identified by `key` whose owner's `stale_after` is `stale_after`,

@@ -1409,3 +1409,101 @@ fn a_takeover_paused_between_its_last_look_and_its_commit_races() {
         }
     }
 }
+
+// PROTOCOL §10, the same-clock rule (issue #17): a beat stamped on the observer's own
+// monotonic clock is aged on that clock, whatever its wall time says; a stamp on another
+// clock, or none, leaves the wall clock (status) and a watch from now (takeover).
+#[test]
+fn a_beat_stamped_on_the_observers_clock_is_aged_on_it_and_starts_the_watch_there() {
+    let clock = id("boot-1/time:[1]");
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 100_000).unwrap();
+    d.mono_ns = 7_000_000_000;
+    // The owner's wall clock runs 60 s slow: its beat is dated a minute before the claim.
+    let mut beat = Heartbeat::new(&l, t(40_000), 1)
+        .unwrap()
+        .on_clock(Some(clock.clone()));
+    d.run(&mut beat, &all_alive).unwrap();
+    let read = |d: &mut MemDisk, clock: Option<Identity>| {
+        d.run(
+            &mut StatusView::read(run_id(), t(101_000), false).on_clock(clock),
+            &all_alive,
+        )
+        .unwrap()
+    };
+    // 1 s later on the owner's clock: fresh, though its wall time is 61 s old.
+    d.mono_ns = 8_000_000_000;
+    let same = read(&mut d, Some(clock.clone()));
+    assert_eq!(same.status, Status::Active);
+    assert_eq!(same.mono_age_ms, Some(1_000));
+    assert_eq!(same.age_ms, Some(61_000));
+    assert!(!same.is_stale());
+    // On another clock (or none) the wall clock advises: stale.
+    let other = read(&mut d, Some(id("boot-2/time:[1]")));
+    assert_eq!(
+        (other.status.clone(), other.mono_age_ms),
+        (Status::Stale, None)
+    );
+    assert_eq!(read(&mut d, None).status, Status::Stale);
+    // The watch: on the owner's clock it starts at the stamp, elsewhere now.
+    let head = same.head.unwrap();
+    let stale_after = head.epoch.policy.stale_after();
+    let mut w = lease_core::watch::StaleWatch::on_clock(Some(clock.clone()));
+    let v = w.observe(&head, 8_000_000_000);
+    assert_eq!(
+        v,
+        lease_core::watch::Verdict::Watching {
+            watched: std::time::Duration::from_millis(1_000),
+            needed: stale_after
+        }
+    );
+    let past = 7_000_000_000 + (stale_after.as_millis() as u64 + 1) * 1_000_000;
+    let mut w = lease_core::watch::StaleWatch::on_clock(Some(clock.clone()));
+    assert!(matches!(
+        w.observe(&head, past),
+        lease_core::watch::Verdict::TakeOver { .. }
+    ));
+    // The same instant seen from another clock: the watch only begins.
+    let mut w = lease_core::watch::StaleWatch::on_clock(Some(id("boot-2/time:[1]")));
+    assert_eq!(
+        w.observe(&head, past),
+        lease_core::watch::Verdict::Watching {
+            watched: std::time::Duration::ZERO,
+            needed: stale_after
+        }
+    );
+    // A watch that knows no clock never uses a stamp.
+    let mut w = lease_core::watch::StaleWatch::new();
+    assert!(matches!(
+        w.observe(&head, past),
+        lease_core::watch::Verdict::Watching { watched, .. } if watched.is_zero()
+    ));
+    // A stamp ahead of the reading (not genuine on one clock) is ignored, never waited for.
+    let mut w = lease_core::watch::StaleWatch::on_clock(Some(clock.clone()));
+    assert_eq!(
+        w.observe(&head, 6_000_000_000),
+        lease_core::watch::Verdict::Watching {
+            watched: std::time::Duration::ZERO,
+            needed: stale_after
+        }
+    );
+    // Once the owner beats again the key changes and the watch restarts at the new stamp.
+    d.mono_ns = past;
+    d.run(
+        &mut Heartbeat::new(&l, t(40_000), 2)
+            .unwrap()
+            .on_clock(Some(clock.clone())),
+        &all_alive,
+    )
+    .unwrap();
+    let head2 = read(&mut d, Some(clock.clone())).head.unwrap();
+    let mut w = lease_core::watch::StaleWatch::on_clock(Some(clock.clone()));
+    w.observe(&head, past);
+    assert_eq!(
+        w.observe(&head2, past + 5_000_000),
+        lease_core::watch::Verdict::Watching {
+            watched: std::time::Duration::from_millis(5),
+            needed: stale_after
+        }
+    );
+}

@@ -22,6 +22,27 @@ pub fn boot_id() -> io::Result<String> {
     Ok(id.to_string())
 }
 
+/// Where this process's time namespace is named (Linux ≥ 5.6).
+const TIME_NS: &str = "/proc/self/ns/time";
+
+/// The name of this process's `CLOCK_BOOTTIME`: `<boot id>/<time namespace>` (e.g.
+/// `0f3c…/time:[4026531834]`), read once per process. Two processes read comparable
+/// `CLOCK_BOOTTIME` values exactly when they are on the same boot and in the same time
+/// namespace (a time namespace offsets the clock). `None` when either cannot be read (no
+/// `/proc`, or a kernel without time namespaces, which cannot tell us whether it offsets):
+/// heartbeats then carry no monotonic stamp, and observers watch instead
+/// (PROTOCOL.md §10, the same-clock rule).
+pub fn clock_domain() -> Option<lease_core::Identity> {
+    static DOMAIN: std::sync::OnceLock<Option<lease_core::Identity>> = std::sync::OnceLock::new();
+    DOMAIN
+        .get_or_init(|| {
+            let boot = boot_id().ok()?;
+            let ns = std::fs::read_link(TIME_NS).ok()?;
+            lease_core::Identity::new(format!("{boot}/{}", ns.to_str()?)).ok()
+        })
+        .clone()
+}
+
 /// The fields of one `/proc/<pid>/stat` line that runlease uses. The one parser of that
 /// file in the workspace: lease-run, lease-cli and the tests read through it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,12 @@ pub trait Liveness: Send + Sync {
     fn monotonic_ns(&self) -> u64 {
         boottime_ns()
     }
+
+    /// The name of the clock [`Liveness::monotonic_ns`] reads (see
+    /// [`crate::probe::clock_domain`]); a simulation names its own.
+    fn clock_domain(&self) -> Option<Identity> {
+        crate::probe::clock_domain()
+    }
 }
 
 /// `CLOCK_BOOTTIME` in nanoseconds (0 if the clock cannot be read: a window then reads as
@@ -542,6 +548,9 @@ impl Transport for RunDir {
     }
     fn begin(&self) -> Result<(), FsError> {
         self.check_root_unchanged()
+    }
+    fn clock_domain(&self) -> Option<Identity> {
+        self.liveness.clock_domain()
     }
 }
 

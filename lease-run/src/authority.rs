@@ -133,6 +133,9 @@ impl Transport for FolderAuthority {
     fn begin(&self) -> Result<(), RunError> {
         Ok(Transport::begin(&*self.0)?)
     }
+    fn clock_domain(&self) -> Option<lease_core::Identity> {
+        Transport::clock_domain(&*self.0)
+    }
 }
 
 impl LeaseAuthority for FolderAuthority {

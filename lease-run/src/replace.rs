@@ -290,7 +290,10 @@ impl Replacer {
         mut progress: impl FnMut(Duration, Duration),
     ) -> Result<(Expectation, Duration), RunError> {
         let run = self.auth.run_id().to_string();
-        let mut watch = StaleWatch::new();
+        // A beat stamped on this host's clock starts the watch at its stamp (PROTOCOL
+        // §10, the same-clock rule): a same-boot owner that stopped long ago is taken over
+        // at once, and the time left is measured on one clock.
+        let mut watch = StaleWatch::on_clock(self.auth.clock_domain());
         let began = boottime_ns();
         loop {
             let view = self.auth.status(crate::run::wall_now()?, false)?;

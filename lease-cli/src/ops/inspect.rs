@@ -217,7 +217,7 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                         .map_or("-".into(), |h| h.epoch.holder.host.to_string()),
                     h.filter(|_| active)
                         .map_or("-".into(), |h| h.epoch.holder.pid.to_string()),
-                    view.age_ms.map_or("-".into(), human_ms),
+                    view.judged_age_ms().map_or("-".into(), human_ms),
                 ));
             }
             Err(e) => {

@@ -91,7 +91,7 @@ pub fn takeover(
                     "runlease: take over owner {} (heartbeat {}, age {})? [y/N] ",
                     head.epoch.owner_id,
                     head.heartbeat_at(),
-                    view.age_ms.map_or("?".into(), human_ms)
+                    view.judged_age_ms().map_or("?".into(), human_ms)
                 );
                 let _ = std::io::stderr().flush();
                 let mut answer = String::new();
@@ -127,13 +127,31 @@ pub fn takeover(
     }
     // The owner is stale only once its record stayed unchanged for its stale_after on this
     // host's own clock (PROTOCOL §10): no other host's wall clock decides, so this watches.
+    // A beat stamped on this host's own clock (same boot and time namespace) has been
+    // unchanged since its stamp, so the watch starts there (PROTOCOL §10, the same-clock rule).
     let needed = head.epoch.policy.stale_after();
     if !out.json {
-        out.info(&format!(
-            "watching generation {}'s record for {} on this host's clock: a takeover needs it unchanged that long",
-            head.generation(),
-            human_duration(needed)
-        ));
+        match view.mono_age_ms {
+            Some(age) => {
+                let age = std::time::Duration::from_millis(age);
+                out.info(&format!(
+                    "generation {}'s beat was written {} ago on this host's clock (same boot); a takeover needs it unchanged for more than {}{}",
+                    head.generation(),
+                    human_duration(age),
+                    human_duration(needed),
+                    if age > needed {
+                        String::new()
+                    } else {
+                        format!(": watching for {} more", human_duration(needed - age))
+                    }
+                ));
+            }
+            None => out.info(&format!(
+                "watching generation {}'s record for {} on this host's clock: a takeover needs it unchanged that long",
+                head.generation(),
+                human_duration(needed)
+            )),
+        }
     }
     let mut line = Progress::new(out);
     let watched = r.watch(&expect, |watched, needed| {

@@ -27,7 +27,11 @@ pub enum Freshness {
 /// Judge the freshness of `head` at the observer's wall time `now`, using the
 /// `stale_after` of the policy the owner recorded in its epoch.
 pub fn freshness(head: &Head, now: Timestamp) -> Freshness {
-    let age_ms = now.millis_since(head.heartbeat_at());
+    judge_age(head, now.millis_since(head.heartbeat_at()))
+}
+
+/// Judge an age in ms (on whichever clock measured it) against the head's `stale_after`.
+fn judge_age(head: &Head, age_ms: i64) -> Freshness {
     let stale_after = head.epoch.policy.stale_after_ms();
     if age_ms > 0 && age_ms as u64 > stale_after {
         Freshness::Stale { age_ms }
@@ -171,6 +175,10 @@ pub struct StatusView {
     pub head: Option<Head>,
     /// Heartbeat age on the observer's wall clock, for an active head.
     pub age_ms: Option<i64>,
+    /// Heartbeat age on the observer's own monotonic clock, for an active head whose beat
+    /// was stamped on that same clock (same boot and time namespace, PROTOCOL.md §10): it
+    /// then judges freshness instead of [`StatusView::age_ms`], so no wall clock decides.
+    pub mono_age_ms: Option<u64>,
     /// Why the owner is not proven dead (or why it is), when liveness was probed.
     pub liveness: Option<Result<(), String>>,
     /// What the authority said of the owner's lease, when liveness was probed.
@@ -178,13 +186,23 @@ pub struct StatusView {
 }
 
 impl StatusView {
-    /// Whether the head is stale on the observer's wall clock: its heartbeat is older than
-    /// its own `stale_after`. A `dead` status may be fresh or stale; only a stale head may
-    /// be taken over.
+    /// Whether the head is stale: its heartbeat is older than its own `stale_after`, on the
+    /// observer's monotonic clock when the beat was stamped on it, else on the observer's
+    /// wall clock (advice only: a takeover watches first). A `dead` status may be fresh or
+    /// stale; only a stale head may be taken over.
     pub fn is_stale(&self) -> bool {
-        match (&self.head, self.age_ms) {
+        match (&self.head, self.judged_age_ms()) {
             (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
             _ => false,
+        }
+    }
+
+    /// The heartbeat age freshness is judged on: [`StatusView::mono_age_ms`] when the
+    /// beat was stamped on the observer's clock, else [`StatusView::age_ms`].
+    pub fn judged_age_ms(&self) -> Option<i64> {
+        match self.mono_age_ms {
+            Some(m) => Some(i64::try_from(m).unwrap_or(i64::MAX)),
+            None => self.age_ms,
         }
     }
 
@@ -202,6 +220,7 @@ impl StatusView {
             obs: Observe::new(run),
             now,
             probe: probe_liveness,
+            clock: None,
             pending: None,
         }
     }
@@ -213,21 +232,82 @@ pub struct ReadStatus {
     obs: Observe,
     now: Timestamp,
     probe: bool,
-    pending: Option<Box<(Head, Freshness)>>,
+    clock: Option<Identity>,
+    pending: Option<Box<Pending>>,
+}
+
+/// What a status read waits on after OBSERVE found an active head.
+#[derive(Debug, Clone)]
+enum Pending {
+    /// The driver's monotonic reading, to age a beat stamped on the observer's clock.
+    Clock(Head),
+    /// The liveness probe: the head, its wall age and its monotonic age.
+    Probe(Head, i64, Option<u64>),
+}
+
+impl ReadStatus {
+    /// Judge freshness on the observer's monotonic clock, named `clock`, when the head's
+    /// beat was stamped on that same clock ([`crate::records::MonoStamp`]): the read then
+    /// asks the driver for a [`Request::Monotonic`] reading. `None`: the wall clock only.
+    pub fn on_clock(mut self, clock: Option<Identity>) -> ReadStatus {
+        self.clock = clock;
+        self
+    }
+
+    /// An active head's status once its ages are known: probe liveness, or judge.
+    fn judge(&mut self, head: Head, wall: i64, mono: Option<u64>) -> Step<StatusView> {
+        if self.probe {
+            let holder = head.epoch.holder.clone();
+            self.pending = Some(Box::new(Pending::Probe(head, wall, mono)));
+            return Step::Io(Request::ProbeLiveness(holder));
+        }
+        let status = match freshness_of(&head, wall, mono) {
+            Freshness::Fresh { .. } => Status::Active,
+            Freshness::Stale { .. } => Status::Stale,
+        };
+        Step::Done(Ok(StatusView {
+            status,
+            head: Some(head),
+            age_ms: Some(wall),
+            mono_age_ms: mono,
+            liveness: None,
+            authority_lease: None,
+        }))
+    }
+}
+
+/// Freshness on the monotonic age when there is one, else on the wall age.
+fn freshness_of(head: &Head, wall: i64, mono: Option<u64>) -> Freshness {
+    match mono {
+        Some(m) => judge_age(head, i64::try_from(m).unwrap_or(i64::MAX)),
+        None => judge_age(head, wall),
+    }
 }
 
 impl Operation for ReadStatus {
     type Output = StatusView;
     fn next(&mut self, input: Option<Response>) -> Step<StatusView> {
         if let Some(p) = self.pending.take() {
-            let (head, fr) = *p;
+            let (head, wall, mono) = match *p {
+                Pending::Clock(head) => {
+                    let Some(Response::Monotonic(now_ns)) = input else {
+                        return Step::Done(Err(violation("Monotonic", &input)));
+                    };
+                    let wall = self.now.millis_since(head.heartbeat_at());
+                    let mono = head
+                        .beat
+                        .as_ref()
+                        .and_then(|b| b.mono.as_ref())
+                        .and_then(|m| m.age_ms_on(self.clock.as_ref(), now_ns));
+                    return self.judge(head, wall, mono);
+                }
+                Pending::Probe(head, wall, mono) => (head, wall, mono),
+            };
             let Some(Response::Liveness(ev)) = input else {
                 return Step::Done(Err(violation("Liveness", &input)));
             };
             let verdict = definitely_dead(&head.epoch.holder, &ev);
-            let age = match fr {
-                Freshness::Fresh { age_ms } | Freshness::Stale { age_ms } => age_ms,
-            };
+            let fr = freshness_of(&head, wall, mono);
             // The wall clock judges freshness only where no authority vouches for the
             // owner: an authority's live lease is the owner's liveness (PROTOCOL §7.8).
             let status = match (&verdict, ev.lease, fr) {
@@ -239,7 +319,8 @@ impl Operation for ReadStatus {
             return Step::Done(Ok(StatusView {
                 status,
                 head: Some(head),
-                age_ms: Some(age),
+                age_ms: Some(wall),
+                mono_age_ms: mono,
                 liveness: Some(verdict),
                 authority_lease: Some(ev.lease),
             }));
@@ -253,6 +334,7 @@ impl Operation for ReadStatus {
                             status: Status::Invalid(e),
                             head: None,
                             age_ms: None,
+                            mono_age_ms: None,
                             liveness: None,
                             authority_lease: None,
                         }))
@@ -267,6 +349,7 @@ impl Operation for ReadStatus {
                 status: Status::Free,
                 head: None,
                 age_ms: None,
+                mono_age_ms: None,
                 liveness: None,
                 authority_lease: None,
             }));
@@ -276,26 +359,23 @@ impl Operation for ReadStatus {
                 status: Status::Free,
                 head: Some(head),
                 age_ms: None,
+                mono_age_ms: None,
                 liveness: None,
                 authority_lease: None,
             }));
         }
-        let fr = freshness(&head, self.now);
-        if self.probe {
-            let holder = head.epoch.holder.clone();
-            self.pending = Some(Box::new((head, fr)));
-            return Step::Io(Request::ProbeLiveness(holder));
+        // A beat stamped on the observer's own clock is aged on that clock (one more
+        // request, no I/O); otherwise the wall clock gives the advice.
+        let same_clock = head
+            .beat
+            .as_ref()
+            .and_then(|b| b.mono.as_ref())
+            .is_some_and(|m| self.clock.as_ref() == Some(&m.clock));
+        if same_clock {
+            self.pending = Some(Box::new(Pending::Clock(head)));
+            return Step::Io(Request::Monotonic);
         }
-        let (status, age) = match fr {
-            Freshness::Fresh { age_ms } => (Status::Active, age_ms),
-            Freshness::Stale { age_ms } => (Status::Stale, age_ms),
-        };
-        Step::Done(Ok(StatusView {
-            status,
-            head: Some(head),
-            age_ms: Some(age),
-            liveness: None,
-            authority_lease: None,
-        }))
+        let wall = self.now.millis_since(head.heartbeat_at());
+        self.judge(head, wall, None)
     }
 }

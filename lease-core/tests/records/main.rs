@@ -138,6 +138,8 @@ proptest! {
         let fields: Vec<Vec<String>> = schema_fields(&s.value)
             .into_iter()
             .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["store_head"]))
+            // And (issue #17) the heartbeat's `mono` stamp (its own fields are required).
+            .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["mono"]))
             // Also optional, omitted when absent (records from before issue #15).
             .filter(|p| !(s.version == CommandRecord::VERSION && p == &["incarnation"]))
             // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
@@ -539,6 +541,60 @@ fn heartbeat_store_head_is_absent_when_empty_and_never_null() {
     assert!(null.contains("\"store_head\":null"), "{null}");
     let e = decode::<HeartbeatRecord>(null.as_bytes()).unwrap_err();
     assert_eq!(e.code().as_str(), "RECORD_INVALID");
+}
+
+/// The heartbeat's `mono` stamp (issue #17, the same-clock rule) is absent when empty, like
+/// `store_head`: beats written before it existed keep their bytes, `null` is not canonical,
+/// and a stamp is an object with exactly a clock name and a reading.
+#[test]
+fn heartbeat_mono_is_absent_when_empty_and_never_null() {
+    let old_beat = b"{\"count\":3,\"generation\":2,\"heartbeat_at\":\"2026-12-02T00:00:00.000Z\",\"owner_id\":\"o\",\"run_id\":\"r\",\"version\":\"runlease/heartbeat/1\"}\n";
+    let rec: HeartbeatRecord = decode(old_beat).unwrap();
+    assert_eq!(rec.mono, None);
+    assert_eq!(encode(&rec).unwrap(), old_beat.to_vec());
+    let with = HeartbeatRecord {
+        mono: Some(MonoStamp {
+            clock: Identity::new("b/time:[1]").unwrap(),
+            ns: 5_000_000_123,
+        }),
+        ..rec.clone()
+    };
+    let bytes = encode(&with).unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(
+        text.contains("\"mono\":{\"clock\":\"b/time:[1]\",\"ns\":5000000123},"),
+        "{text}"
+    );
+    assert_eq!(decode::<HeartbeatRecord>(&bytes).unwrap(), with);
+    for bad in [
+        "\"mono\":null,",
+        "\"mono\":{\"clock\":\"b\"},",
+        "\"mono\":{\"clock\":\"b\",\"ns\":1,\"x\":2},",
+        "\"mono\":{\"clock\":\"\",\"ns\":1},",
+    ] {
+        let forged = String::from_utf8(old_beat.to_vec())
+            .unwrap()
+            .replace("\"owner_id\"", &format!("{bad}\"owner_id\""));
+        let e = decode::<HeartbeatRecord>(forged.as_bytes()).unwrap_err();
+        assert_eq!(e.code().as_str(), "RECORD_INVALID", "{forged}");
+    }
+}
+
+/// A stamp ages only on the clock it names, and never from the future.
+#[test]
+fn a_mono_stamp_ages_only_on_its_own_clock() {
+    let clock = Identity::new("boot-a/time:[1]").unwrap();
+    let other = Identity::new("boot-a/time:[2]").unwrap();
+    let m = MonoStamp {
+        clock: clock.clone(),
+        ns: 10_000_000_000,
+    };
+    assert_eq!(m.age_ms_on(Some(&clock), 12_500_999_999), Some(2_500));
+    assert_eq!(m.age_ms_on(Some(&clock), 10_000_000_000), Some(0));
+    // Another time namespace of the same boot, no clock, a reading before the stamp.
+    assert_eq!(m.age_ms_on(Some(&other), 12_500_000_000), None);
+    assert_eq!(m.age_ms_on(None, 12_500_000_000), None);
+    assert_eq!(m.age_ms_on(Some(&clock), 9_999_999_999), None);
 }
 
 /// The epoch's `cutoff_hash` and the checkpoint's `through_hash` (issue #17) are absent

@@ -146,15 +146,17 @@ pub(crate) fn heartbeat_record() -> impl Strategy<Value = HeartbeatRecord> {
         timestamp(),
         positive_u64(),
         proptest::option::of(any::<u64>()),
+        proptest::option::of((identity(), any::<u64>())),
     )
         .prop_map(
-            |(run_id, g, owner_id, heartbeat_at, count, store_head)| HeartbeatRecord {
+            |(run_id, g, owner_id, heartbeat_at, count, store_head, mono)| HeartbeatRecord {
                 run_id,
                 generation: generation(g),
                 owner_id,
                 heartbeat_at,
                 count,
                 store_head,
+                mono: mono.map(|(clock, ns)| MonoStamp { clock, ns }),
             },
         )
 }

@@ -70,10 +70,10 @@ impl Subject for HeartbeatRecord {
         heartbeat_record().boxed()
     }
     const POSITIVE: Paths = &[&["generation"]];
-    const U64: Paths = &[&["count"], &["store_head"]];
+    const U64: Paths = &[&["count"], &["store_head"], &["mono", "ns"]];
     const U32: Paths = &[];
     const TIMESTAMPS: Paths = &[&["heartbeat_at"]];
-    const IDENTITIES: Paths = &[&["owner_id"]];
+    const IDENTITIES: Paths = &[&["owner_id"], &["mono", "clock"]];
 }
 
 impl Subject for RetirementRecord {

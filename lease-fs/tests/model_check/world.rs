@@ -139,11 +139,41 @@ impl Liveness for WorldLiveness {
     fn monotonic_ns(&self) -> u64 {
         self.now_ms.saturating_mul(1_000_000)
     }
+
+    /// The world's clock is one clock per boot: beats are stamped with it, and a taker on
+    /// the same boot ages a stamped beat on it (PROTOCOL §10, the same-clock rule).
+    fn clock_domain(&self) -> Option<lease_core::Identity> {
+        Some(id(&format!("boot-{}", self.boot)))
+    }
 }
 
 pub(crate) const POLICY_STALE_MS: u64 = 20_000;
 
 impl World {
+    /// How long a taker of this world has watched `h` unchanged: a beat stamped on this
+    /// boot's clock is aged by lease-core's own watch from its stamp (the same-clock rule,
+    /// so the model runs the stamps the heartbeats wrote); any other head as if the taker
+    /// began watching when its beat was written (`simulated_watch`).
+    pub(crate) fn watched(&self, h: &lease_core::ops::Head) -> u64 {
+        let live = self.liveness();
+        let clock = live.clock_domain();
+        let stamped = h
+            .beat
+            .as_ref()
+            .and_then(|b| b.mono.as_ref())
+            .is_some_and(|m| Some(&m.clock) == clock.as_ref());
+        if !stamped {
+            return lease_core::ghost::simulated_watch(&Expectation::of(h), t(self.now));
+        }
+        let mut watch = lease_core::watch::StaleWatch::on_clock(clock);
+        match watch.observe(h, live.monotonic_ns()) {
+            lease_core::watch::Verdict::TakeOver { watched }
+            | lease_core::watch::Verdict::Watching { watched, .. } => {
+                u64::try_from(watched.as_millis()).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
     pub(crate) fn liveness(&self) -> WorldLiveness {
         WorldLiveness {
             boot: self.boot,
@@ -284,9 +314,11 @@ impl World {
                 now,
                 store_floor: None,
             })),
-            (Kind::Heartbeat, Some(l)) => {
-                AnyOp::Heartbeat(Heartbeat::new(&l, now, a.beats + 1).unwrap())
-            }
+            (Kind::Heartbeat, Some(l)) => AnyOp::Heartbeat(
+                Heartbeat::new(&l, now, a.beats + 1)
+                    .unwrap()
+                    .on_clock(self.liveness().clock_domain()),
+            ),
             (Kind::Append, Some(l)) => AnyOp::Append(Append::new(
                 &l,
                 AppendParams {
@@ -320,10 +352,7 @@ impl World {
                     now,
                     expect: exp,
                     trigger: TakeoverTrigger::Operator {
-                        watched_unchanged_ms: lease_core::ghost::simulated_watch(
-                            &Expectation::of(&h),
-                            now,
-                        ),
+                        watched_unchanged_ms: self.watched(&h),
                     },
                     nonce: u64::from(a.pid()),
                 }))

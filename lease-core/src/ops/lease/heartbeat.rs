@@ -3,27 +3,38 @@
 use super::{OwnedLease, fenced};
 use crate::canonical::encode;
 use crate::error::LeaseError;
+use crate::ids::Identity;
 use crate::layout::FileRef;
 use crate::ops::common::Recheck;
 use crate::ops::{Durability, Operation, Request, Response, Step, step_sub, violation};
 use crate::policy::HeartbeatDurability;
-use crate::records::HeartbeatRecord;
+use crate::records::{HeartbeatRecord, MonoStamp};
 use crate::time::Timestamp;
 
 /// One heartbeat of an owner: replace its heartbeat record, then check from a listing that
 /// no higher generation exists (`FENCED` if one does).
 ///
 /// The caller reads its monotonic clock *before* starting, and on success records that
-/// reading as the start of the last successful heartbeat (the self-fence reference).
+/// reading as the start of the last successful heartbeat (the self-fence reference). With
+/// [`Heartbeat::on_clock`], the operation first asks the driver for its monotonic reading
+/// ([`Request::Monotonic`]) and stamps the record with it: a reading taken after the
+/// caller's, so an observer on the same clock never over-states how long ago the beat the
+/// owner fences from started (PROTOCOL.md §10, the same-clock rule).
 #[derive(Debug, Clone)]
 pub struct Heartbeat {
     lease: OwnedLease,
-    heartbeat_at: Timestamp,
-    count: u64,
-    bytes: Option<Vec<u8>>,
+    rec: HeartbeatRecord,
+    clock: Option<Identity>,
+    step: BeatStep,
     recheck: Recheck,
-    wrote: bool,
-    rechecking: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BeatStep {
+    Start,
+    Clock,
+    Write,
+    Recheck,
 }
 
 impl Heartbeat {
@@ -36,58 +47,78 @@ impl Heartbeat {
             heartbeat_at: now,
             count: count.max(1),
             store_head: None,
+            mono: None,
         };
+        // Fail early, before any I/O, on a record that cannot be encoded.
+        encode(&rec)?;
         Ok(Heartbeat {
             lease: lease.clone(),
-            heartbeat_at: now,
-            count: rec.count,
-            bytes: Some(encode(&rec)?),
+            rec,
+            clock: None,
+            step: BeatStep::Start,
             recheck: Recheck::new(lease.generation),
-            wrote: false,
-            rechecking: false,
         })
     }
-}
 
-impl Heartbeat {
     /// Report the owner's store head (its last acknowledged commit, read when the heartbeat
     /// started) in the heartbeat record: whoever replaces this owner by takeover or
     /// retirement records it as the new epoch's `store_floor` (PROTOCOL.md §7.2).
     pub fn with_store_head(mut self, store_head: Option<u64>) -> Result<Heartbeat, LeaseError> {
-        let rec = HeartbeatRecord {
-            run_id: self.lease.run_id.clone(),
-            generation: self.lease.generation,
-            owner_id: self.lease.owner_id.clone(),
-            heartbeat_at: self.heartbeat_at,
-            count: self.count,
-            store_head,
-        };
-        self.bytes = Some(encode(&rec)?);
+        self.rec.store_head = store_head;
+        encode(&self.rec)?;
         Ok(self)
+    }
+
+    /// Stamp the record with the driver's monotonic reading on the clock named `clock`
+    /// (the boot and time namespace the driver's `CLOCK_BOOTTIME` belongs to), or with
+    /// nothing when `None` (the driver cannot name its clock).
+    pub fn on_clock(mut self, clock: Option<Identity>) -> Heartbeat {
+        self.clock = clock;
+        self
+    }
+
+    fn write(&mut self) -> Step<()> {
+        self.step = BeatStep::Write;
+        let bytes = match encode(&self.rec) {
+            Ok(b) => b,
+            Err(e) => return Step::Done(Err(e)),
+        };
+        let durability = match self.lease.policy.heartbeat_durability() {
+            HeartbeatDurability::Local => Durability::NoFsync,
+            HeartbeatDurability::Durable => Durability::Fsync,
+        };
+        Step::Io(Request::Replace(
+            FileRef::Beat(self.lease.generation),
+            bytes,
+            durability,
+        ))
     }
 }
 
 impl Operation for Heartbeat {
     type Output = ();
     fn next(&mut self, input: Option<Response>) -> Step<()> {
-        if !self.wrote {
-            self.wrote = true;
-            let durability = match self.lease.policy.heartbeat_durability() {
-                HeartbeatDurability::Local => Durability::NoFsync,
-                HeartbeatDurability::Durable => Durability::Fsync,
-            };
-            return Step::Io(Request::Replace(
-                FileRef::Beat(self.lease.generation),
-                self.bytes.take().unwrap_or_default(),
-                durability,
-            ));
+        match self.step {
+            BeatStep::Start if self.clock.is_some() => {
+                self.step = BeatStep::Clock;
+                return Step::Io(Request::Monotonic);
+            }
+            BeatStep::Start => return self.write(),
+            BeatStep::Clock => {
+                let Some(Response::Monotonic(ns)) = input else {
+                    return Step::Done(Err(violation("Monotonic", &input)));
+                };
+                self.rec.mono = self.clock.take().map(|clock| MonoStamp { clock, ns });
+                return self.write();
+            }
+            BeatStep::Write | BeatStep::Recheck => {}
         }
-        let input = if self.rechecking {
+        let input = if self.step == BeatStep::Recheck {
             input
         } else {
             match input {
                 Some(Response::Done) => {
-                    self.rechecking = true;
+                    self.step = BeatStep::Recheck;
                     None
                 }
                 other => return Step::Done(Err(violation("Done", &other))),
