@@ -17,8 +17,10 @@
 //!    or [`MAX_FINDINGS`] are found;
 //! 4. prints `fuzz-long <target>: <runs> runs in <s> s, <findings> findings (...)`;
 //! 5. minimizes: the hand-written seeds (files whose name is not a 40-hex SHA-1) are kept
-//!    as they are, and libFuzzer's `-merge=1` (what `cargo fuzz cmin` runs) adds, from the
-//!    old committed corpus and the scratch corpus, only inputs that bring new coverage; the
+//!    as they are, and libFuzzer's `-set_cover_merge=1` adds, from the old committed corpus
+//!    and the scratch corpus, a small set of inputs (greedy set cover, smaller ones first)
+//!    that brings all their new coverage (about a quarter fewer bytes than the `-merge=1` of
+//!    `cargo fuzz cmin` on `read_folder`'s corpus, the one near the 2 MiB cap); the
 //!    result replaces the SHA-1-named files of `fuzz/corpus/<target>/` (its size is
 //!    printed; keep it under 2 MB).
 //!
@@ -229,7 +231,7 @@ fn minimize(dir: &Path, bin: &Path, target: &str, scratch: &Path) -> Result<(usi
     let out =
         std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let status = Command::new(bin)
-        .arg("-merge=1")
+        .arg("-set_cover_merge=1")
         .arg("-rss_limit_mb=2048")
         .arg(&min)
         .arg(&corpus)
