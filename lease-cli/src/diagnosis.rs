@@ -136,6 +136,12 @@ pub fn render_detail(f: &Finding, view: &StatusView) -> String {
             head.heartbeat_at(),
             human_ms(*ahead_ms)
         ),
+        Subject::StampAhead { head, ahead_ms } => format!(
+            "the last heartbeat (generation {}, #{}) carries a monotonic stamp {} ahead of this host's own clock, which it names: no process on this clock wrote it, so the beat file was edited; it is ignored (the wall clock advises and a takeover watches the record first)",
+            head.generation(),
+            head.heartbeat_count(),
+            human_ms(i64::try_from(*ahead_ms).unwrap_or(i64::MAX))
+        ),
         Subject::TornHeartbeat { head } => torn_beat_text(head),
         Subject::ShortTail(t) => short_tail_text(t),
         Subject::StrayEpochs(g) => format!(

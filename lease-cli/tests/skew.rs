@@ -289,3 +289,60 @@ fn an_owner_on_another_clock_whose_clock_runs_fast_is_taken_over_stale_after_aft
         fast_owner(OwnerClock::Other);
     }
 }
+
+/// A beat whose monotonic stamp names this host's clock but is ahead of it cannot have been
+/// written by any process on that clock (it was edited): it is ignored, never waited for
+/// (the wall clock advises, the takeover watches the owner's stale_after from now), and
+/// `doctor` reports it (`HEARTBEAT_STAMP_AHEAD`, a warning: exit 0).
+#[test]
+fn a_stamp_ahead_of_this_clock_is_reported_and_ignored() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "60"]].concat());
+    let mut s = wait_for_state(&dir, "active", Duration::from_secs(10));
+    let t = Instant::now();
+    while s["heartbeat_age_clock"] != "monotonic" {
+        assert!(t.elapsed() < Duration::from_secs(10), "never stamped: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+        s = status_json(&dir);
+    }
+    signal(owner.id(), Signal::STOP);
+    std::thread::sleep(Duration::from_millis(300));
+    let g = s["generation"].as_u64().unwrap();
+    let beat = dir.join(format!("lease/beats/{g:020}.json"));
+    let mut rec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&beat).unwrap()).unwrap();
+    let ns = rec["mono"]["ns"].as_u64().unwrap();
+    // An hour ahead of this clock.
+    rec["mono"]["ns"] = serde_json::json!(ns + 3_600_000_000_000);
+    let mut bytes = serde_json::to_vec(&rec).unwrap();
+    bytes.push(b'\n');
+    std::fs::write(&beat, bytes).unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["heartbeat_age_clock"], "wall", "{s}");
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let found = json_lines(&o)
+        .into_iter()
+        .find(|f| f["code"] == "HEARTBEAT_STAMP_AHEAD")
+        .unwrap_or_else(|| panic!("{}", text(&o.stdout)));
+    assert_eq!(found["severity"], "warning", "{found}");
+    assert!(
+        found["detail"].as_str().unwrap().contains("was edited"),
+        "{found}"
+    );
+    // Never waited for: the takeover watches the owner's stale_after (1 s) from now.
+    let t = Instant::now();
+    let o = runlease(&["takeover", "--yes", d]);
+    let took = t.elapsed();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    signal(owner.id(), Signal::CONT);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(10)).code(),
+        Some(75)
+    );
+}

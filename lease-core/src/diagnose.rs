@@ -16,6 +16,7 @@
 //!     head: None,
 //!     age_ms: None,
 //!     mono_age_ms: None,
+//!     mono_ahead_ms: None,
 //!     liveness: None,
 //!     authority_lease: None,
 //! };
@@ -151,6 +152,10 @@ pub enum FindingCode {
     FutureHeartbeat,
     /// The head's `local` heartbeat file is torn (OQ-6): judged as no heartbeat.
     TornHeartbeat,
+    /// The head's heartbeat carries a monotonic stamp on this host's own clock that is
+    /// ahead of that clock: no process wrote it, the file was edited (ignored: judged on
+    /// the wall clock, and a takeover watches).
+    StampAhead,
     /// A cutoff or the checkpoint names events past the log's tail.
     EventLogShort,
     /// Epoch files below the checkpoint floor remain.
@@ -178,6 +183,7 @@ impl FindingCode {
             FindingCode::BrokenChain => "BROKEN_CHAIN",
             FindingCode::FutureHeartbeat => "FUTURE_HEARTBEAT",
             FindingCode::TornHeartbeat => "TORN_HEARTBEAT",
+            FindingCode::StampAhead => "HEARTBEAT_STAMP_AHEAD",
             FindingCode::EventLogShort => "EVENT_LOG_SHORT",
             FindingCode::StrayEpochs => "STRAY_EPOCHS",
             FindingCode::CommandUnproven => "COMMAND_UNPROVEN",
@@ -233,6 +239,13 @@ pub enum Subject {
         head: Box<Head>,
         /// How far ahead, ms.
         ahead_ms: i64,
+    },
+    /// The head's heartbeat stamp is `ahead_ms` ahead of this host's clock it names.
+    StampAhead {
+        /// The head.
+        head: Box<Head>,
+        /// How far ahead, ms.
+        ahead_ms: u64,
     },
     /// The head's heartbeat file is torn (PROTOCOL §4, OQ-6).
     TornHeartbeat {
@@ -566,6 +579,17 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
             Severity::Warning,
             Subject::TornHeartbeat {
                 head: Box::new(h.clone()),
+            },
+            Next::Nothing,
+        );
+    }
+    if let (Some(h), Some(ahead_ms)) = (&view.head, view.mono_ahead_ms) {
+        push(
+            FindingCode::StampAhead,
+            Severity::Warning,
+            Subject::StampAhead {
+                head: Box::new(h.clone()),
+                ahead_ms,
             },
             Next::Nothing,
         );

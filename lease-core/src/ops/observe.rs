@@ -179,6 +179,11 @@ pub struct StatusView {
     /// was stamped on that same clock (same boot and time namespace, PROTOCOL.md §10): it
     /// then judges freshness instead of [`StatusView::age_ms`], so no wall clock decides.
     pub mono_age_ms: Option<u64>,
+    /// How far, in ms, a beat stamped on the observer's own clock is *ahead* of the
+    /// observer's reading of that clock. No process on that clock can have written such a
+    /// stamp (the file was edited), so it is ignored for freshness (the wall clock advises,
+    /// a takeover watches) and `doctor` reports it (`HEARTBEAT_STAMP_AHEAD`).
+    pub mono_ahead_ms: Option<u64>,
     /// Why the owner is not proven dead (or why it is), when liveness was probed.
     pub liveness: Option<Result<(), String>>,
     /// What the authority said of the owner's lease, when liveness was probed.
@@ -221,6 +226,7 @@ impl StatusView {
             now,
             probe: probe_liveness,
             clock: None,
+            mono_ahead: None,
             pending: None,
         }
     }
@@ -233,6 +239,7 @@ pub struct ReadStatus {
     now: Timestamp,
     probe: bool,
     clock: Option<Identity>,
+    mono_ahead: Option<u64>,
     pending: Option<Box<Pending>>,
 }
 
@@ -270,6 +277,7 @@ impl ReadStatus {
             head: Some(head),
             age_ms: Some(wall),
             mono_age_ms: mono,
+            mono_ahead_ms: self.mono_ahead,
             liveness: None,
             authority_lease: None,
         }))
@@ -294,11 +302,12 @@ impl Operation for ReadStatus {
                         return Step::Done(Err(violation("Monotonic", &input)));
                     };
                     let wall = self.now.millis_since(head.heartbeat_at());
-                    let mono = head
-                        .beat
-                        .as_ref()
-                        .and_then(|b| b.mono.as_ref())
-                        .and_then(|m| m.age_ms_on(self.clock.as_ref(), now_ns));
+                    let stamp = head.beat.as_ref().and_then(|b| b.mono.as_ref());
+                    let mono = stamp.and_then(|m| m.age_ms_on(self.clock.as_ref(), now_ns));
+                    // Same clock (checked before asking) and no age: the stamp is ahead.
+                    self.mono_ahead = stamp
+                        .filter(|_| mono.is_none())
+                        .map(|m| m.ns.saturating_sub(now_ns) / 1_000_000);
                     return self.judge(head, wall, mono);
                 }
                 Pending::Probe(head, wall, mono) => (head, wall, mono),
@@ -321,6 +330,7 @@ impl Operation for ReadStatus {
                 head: Some(head),
                 age_ms: Some(wall),
                 mono_age_ms: mono,
+                mono_ahead_ms: self.mono_ahead,
                 liveness: Some(verdict),
                 authority_lease: Some(ev.lease),
             }));
@@ -335,6 +345,7 @@ impl Operation for ReadStatus {
                             head: None,
                             age_ms: None,
                             mono_age_ms: None,
+                            mono_ahead_ms: None,
                             liveness: None,
                             authority_lease: None,
                         }))
@@ -350,6 +361,7 @@ impl Operation for ReadStatus {
                 head: None,
                 age_ms: None,
                 mono_age_ms: None,
+                mono_ahead_ms: None,
                 liveness: None,
                 authority_lease: None,
             }));
@@ -360,6 +372,7 @@ impl Operation for ReadStatus {
                 head: Some(head),
                 age_ms: None,
                 mono_age_ms: None,
+                mono_ahead_ms: None,
                 liveness: None,
                 authority_lease: None,
             }));
