@@ -77,24 +77,11 @@ fn skewed_owner(
 ) -> Child {
     let d = dir.to_str().unwrap();
     let args: Vec<&str> = [&["run", d][..], &FAST, &["--", "sleep", "60"]].concat();
-    let mut c = cmd(&args);
-    if clock == OwnerClock::Other {
-        let unshare: Vec<&str> = [&["--time", "--boottime", "100000", BIN][..], &args].concat();
-        let path = c
-            .get_envs()
-            .find(|(k, _)| *k == "PATH")
-            .and_then(|(_, v)| v.map(ToOwned::to_owned));
-        c = std::process::Command::new("unshare");
-        c.args(unshare)
-            .env_remove("RUNLEASE_RUN")
-            .env_remove("RUNLEASE_GENERATION")
-            .env_remove("RUNLEASE_OWNER")
-            .env_remove("RUNLEASE_AUTHORITY")
-            .stdin(Stdio::null());
-        if let Some(p) = path {
-            c.env("PATH", p);
-        }
-    }
+    let wrapper: &[&str] = match clock {
+        OwnerClock::Same => &[],
+        OwnerClock::Other => &["unshare", "--time", "--boottime", "100000"],
+    };
+    let mut c = cmd_under(wrapper, &args);
     c.env("LD_PRELOAD", lib)
         .env("FAKETIME", offset)
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
@@ -102,6 +89,22 @@ fn skewed_owner(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn runlease under libfaketime")
+}
+
+/// Wait until the run's owner is active with a beat aged on this host's own clock
+/// (stamped on it); returns that `status --json`.
+fn wait_for_stamped_beat(dir: &std::path::Path) -> serde_json::Value {
+    let mut s = wait_for_state(dir, "active", Duration::from_secs(10));
+    let t = Instant::now();
+    while s["heartbeat_age_clock"] != "monotonic" {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "never aged on this clock: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        s = status_json(dir);
+    }
+    s
 }
 
 /// `status --json`'s `next_step_argv`, which must be there.
@@ -133,19 +136,9 @@ fn slow_owner(clock: OwnerClock) {
     let d = dir.to_str().unwrap();
     let mut owner = skewed_owner(&lib, &dir, "-60s", clock);
     if clock == OwnerClock::Same {
-        let s = wait_for_state(&dir, "active", Duration::from_secs(10));
         // Its first beat lands 100 ms after the claim; until then the age is the claim's
         // wall age (a minute), judged "stale" by the wall clock. Wait for a stamped beat.
-        let t = Instant::now();
-        let mut s = s;
-        while s["heartbeat_age_clock"] != "monotonic" {
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "never aged on this clock: {s}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-            s = status_json(&dir);
-        }
+        let s = wait_for_stamped_beat(&dir);
         assert_eq!(s["state"], "active", "{s}");
         assert!(s["heartbeat_age_ms"].as_i64().unwrap() < 1000, "{s}");
         assert!(
@@ -299,13 +292,7 @@ fn a_stamp_ahead_of_this_clock_is_reported_and_ignored() {
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
     let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "60"]].concat());
-    let mut s = wait_for_state(&dir, "active", Duration::from_secs(10));
-    let t = Instant::now();
-    while s["heartbeat_age_clock"] != "monotonic" {
-        assert!(t.elapsed() < Duration::from_secs(10), "never stamped: {s}");
-        std::thread::sleep(Duration::from_millis(50));
-        s = status_json(&dir);
-    }
+    let s = wait_for_stamped_beat(&dir);
     signal(owner.id(), Signal::STOP);
     std::thread::sleep(Duration::from_millis(300));
     let g = s["generation"].as_u64().unwrap();

@@ -24,7 +24,20 @@ pub const FAST: [&str; 6] = [
 
 /// A `runlease` command with no owner token or authority inherited and no terminal stdin.
 pub fn cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
+    cmd_under(&[], args)
+}
+
+/// [`cmd`] started through `wrapper` (a program and its arguments that exec what follows,
+/// e.g. `unshare --time`), or directly when `wrapper` is empty.
+pub fn cmd_under(wrapper: &[&str], args: &[&str]) -> Command {
+    let mut c = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
     c.args(args)
         .env_remove("RUNLEASE_RUN")
         .env_remove("RUNLEASE_GENERATION")
