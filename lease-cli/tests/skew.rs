@@ -136,7 +136,7 @@ fn slow_owner(clock: OwnerClock) {
     let d = dir.to_str().unwrap();
     let mut owner = skewed_owner(&lib, &dir, "-60s", clock);
     if clock == OwnerClock::Same {
-        // Its first beat lands 100 ms after the claim; until then the age is the claim's
+        // Its first beat follows the claim at once; until it lands the age is the claim's
         // wall age (a minute), judged "stale" by the wall clock. Wait for a stamped beat.
         let s = wait_for_stamped_beat(&dir);
         assert_eq!(s["state"], "active", "{s}");

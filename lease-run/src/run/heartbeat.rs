@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// The heartbeat task: every `heartbeat`, one lease heartbeat off the runtime; a success
+/// The heartbeat task: at once, then every `heartbeat`, one lease heartbeat off the runtime; a success
 /// moves the beat (its CLOCK_BOOTTIME start) forward; `FENCED` fences.
 pub(super) async fn heartbeat_loop(
     dir: Arc<dyn LeaseAuthority>,
@@ -20,7 +20,10 @@ pub(super) async fn heartbeat_loop(
 ) {
     let mut tick = tokio::time::interval(shared.policy.heartbeat());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
+    // The first tick is immediate: the first beat follows the claim at once, so the record
+    // carries this owner's monotonic stamp from the start and an observer on this clock
+    // ages it there (PROTOCOL §10, the same-clock rule) instead of advising on the claim's
+    // wall time for a whole interval. Cost: one beat (no fsync under `local`) per open.
     let mut count: u64 = 1;
     loop {
         tick.tick().await;
