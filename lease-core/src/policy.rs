@@ -4,12 +4,14 @@ use crate::error::LeaseError;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Whether heartbeats are fsynced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Whether heartbeats are fsynced. The default is [`HeartbeatDurability::Local`], the
+/// durability of [`TimingPolicy::DEFAULT`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeartbeatDurability {
     /// Liveness only: the heartbeat file is replaced without fsync. Right for a local disk,
     /// where a crash of the machine also changes the boot id and so proves the owner dead.
+    #[default]
     Local,
     /// The heartbeat file and its directory are fsynced: for shared disks, where another
     /// machine judges staleness from what reached the server.
@@ -201,6 +203,7 @@ mod tests {
             TimingPolicy::from_millis(5_000, 15_000, 20_000, HeartbeatDurability::Local).unwrap(),
             d
         );
+        assert_eq!(d.heartbeat_durability(), HeartbeatDurability::default());
     }
 
     #[test]

@@ -145,6 +145,21 @@ impl RunError {
         }
     }
 
+    /// Whether this error says the run is fenced (`FENCED`): it lost its lease and nothing
+    /// it writes counts any more. One test for every shape a fence arrives in: the run's own
+    /// [`RunError::Fenced`], the lease's `Fenced` (directly, or through the run folder or the
+    /// store), and the store's refusal of a superseded fencing token.
+    ///
+    /// ```
+    /// use lease_run::RunError;
+    /// let e = RunError::Fenced { run: "r".into(), reason: "superseded by generation 3".into() };
+    /// assert!(e.is_fenced());
+    /// assert!(!RunError::Io("clock".into()).is_fenced());
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.code() == Code::Fenced
+    }
+
     /// The lease-core error inside, if any.
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
@@ -175,6 +190,44 @@ pub const RUN_ERROR_CODES: &[Code] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shape_of_a_fence_is_fenced_and_nothing_else_is() {
+        let lease = || LeaseError::Fenced {
+            run: "r".into(),
+            generation: lease_core::Generation::FIRST,
+            detail: "superseded by generation 2".into(),
+        };
+        let fenced = [
+            RunError::Fenced {
+                run: "r".into(),
+                reason: "x".into(),
+            },
+            RunError::Lease(lease()),
+            RunError::Fs(lease_fs::FsError::Lease(lease())),
+            RunError::Store(lease_sqlite::StoreError::Fenced {
+                run: "r".into(),
+                file: "store/run.sqlite".into(),
+                token: 1,
+                max_token: 2,
+            }),
+            RunError::Store(lease_sqlite::StoreError::from(lease())),
+        ];
+        for e in &fenced {
+            assert!(e.is_fenced(), "{e:?}");
+        }
+        let not = [
+            RunError::Io("x".into()),
+            RunError::Released { run: "r".into() },
+            RunError::Lease(LeaseError::TakeoverRace {
+                run: "r".into(),
+                detail: "d".into(),
+            }),
+        ];
+        for e in &not {
+            assert!(!e.is_fenced(), "{e:?}");
+        }
+    }
 
     #[test]
     fn codes_table_matches_the_variants() {
