@@ -86,6 +86,10 @@ fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     let mut err = String::new();
     std::io::Read::read_to_string(owner.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(err.contains("FENCED"), "{err}");
+    // One prefix per message, and no pseudo-code outside the code list (issue #18).
+    let fenced_line = err.lines().find(|l| l.contains("FENCED")).unwrap();
+    assert_eq!(fenced_line.matches("FENCED").count(), 1, "{fenced_line}");
+    assert!(!err.contains("LEASE_LAPSED"), "{err}");
     assert!(err.contains("no successful heartbeat for"), "{err}");
     assert!(err.contains("taken over by generation 2"), "{err}");
     assert!(err.contains("runlease killed the command"), "{err}");

@@ -87,7 +87,7 @@ pub enum RunError {
     },
     /// The run is fenced: it lost its lease (or could no longer prove it) and its commands
     /// were killed. Nothing more is written.
-    #[error("run {run}: {reason}")]
+    #[error("run {run}: this owner is fenced: {reason}")]
     Fenced {
         /// The run.
         run: String,

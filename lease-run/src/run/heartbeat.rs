@@ -60,7 +60,13 @@ pub(super) async fn heartbeat_loop(
                 count += 1;
             }
             Ok(Ok(Err(e))) if e.code() == Code::Fenced => {
-                shared.fence(e.code().prefixed(&e));
+                // The reason is the cause alone ("superseded by generation 3"): the run and
+                // the code are said once, by whoever reports the fence.
+                let reason = match e.lease() {
+                    Some(lease_core::LeaseError::Fenced { detail, .. }) => detail.clone(),
+                    _ => e.to_string(),
+                };
+                shared.fence(reason);
                 return;
             }
             Ok(Ok(Err(e))) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),

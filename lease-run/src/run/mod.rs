@@ -141,7 +141,7 @@ impl Shared {
     fn lapse_reason(&self) -> String {
         let age_ms = boottime_ns().saturating_sub(self.core.beat_ns()) / 1_000_000;
         format!(
-            "LEASE_LAPSED: no successful heartbeat for {age_ms} ms (this owner fences itself after {} ms without one)",
+            "the lease lapsed: no successful heartbeat for {age_ms} ms (this owner fences itself after {} ms without one)",
             self.policy.self_fence_after_ms()
         )
     }

@@ -816,9 +816,14 @@ async fn seal(
             let mut store = opened.check_seal(seal.as_ref(), floor)?;
             let head = store.head()?;
             store.set_commit_gate(Box::new(move || match weak.upgrade() {
-                Some(sh) => sh
-                    .check_live()
-                    .map_err(|e| StoreError::from(sh.fenced_lease_error(e.code().prefixed(&e)))),
+                Some(sh) => sh.check_live().map_err(|e| {
+                    // The fence's own reason, not its message: one prefix per message.
+                    let reason = match e {
+                        RunError::Fenced { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    StoreError::from(sh.fenced_lease_error(reason))
+                }),
                 None => Err(StoreError::from(LeaseError::Fenced {
                     run: run_s.clone(),
                     generation: g,

@@ -44,7 +44,8 @@ impl RunStore {
                 self.shared.check_live()?;
                 Err(RunError::Fenced {
                     run: self.shared.run.clone(),
-                    reason: "fenced".into(),
+                    // Unreachable in practice (check_live above reports the first reason).
+                    reason: "its store was dropped".into(),
                 })
             }
             Err(Access::Closed) => {

@@ -164,3 +164,32 @@ fn a_takeover_fences_the_first_owner_whose_commands_die_in_time_and_it_exits_75(
         taken.generation.get() - 1
     );
 }
+
+/// A fence's error names the run once and carries its cause alone: no second code prefix,
+/// no pseudo-code (issue #18).
+#[test]
+fn a_lapse_fence_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-once");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.suspend_heartbeats();
+        let e = tokio::time::timeout(Duration::from_secs(3), run.fenced())
+            .await
+            .expect("fenced in time");
+        assert!(e.is_fenced());
+        let text = e.to_string();
+        let run = format!("run {}", path.display());
+        assert!(
+            text.starts_with(&format!(
+                "{run}: this owner is fenced: the lease lapsed: no successful heartbeat for"
+            )),
+            "{text}"
+        );
+        assert_eq!(text.matches(&run).count(), 1, "{text}");
+        assert!(
+            !text.contains("FENCED") && !text.contains("LEASE_LAPSED"),
+            "{text}"
+        );
+    });
+}
