@@ -270,8 +270,6 @@ impl Run {
         })
         .await
         .map_err(|e| RunError::Io(format!("the observer's open panicked: {e}")))??;
-        // The clock a beat must be stamped on for the watch to start at its stamp (the
-        // same-clock rule, PROTOCOL §10): this host's, for a folder; none for etcd.
         let status = |probe: bool| {
             let v = view_of.clone();
             async move {
@@ -289,6 +287,8 @@ impl Run {
         };
         let poll = opts.policy.heartbeat().min(MAX_WAIT_POLL);
         let mut lock_timeout = FIRST_LOCK_TIMEOUT;
+        // The clock a beat must be stamped on for the watch to start at its stamp (the
+        // same-clock rule, PROTOCOL §10): this host's, for a folder; none for etcd.
         let mut watch = StaleWatch::on_clock(view_of.clock_domain());
         loop {
             if !observer.proceed() {
