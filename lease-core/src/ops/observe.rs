@@ -197,7 +197,7 @@ impl StatusView {
     /// stale; only a stale head may be taken over.
     pub fn is_stale(&self) -> bool {
         match (&self.head, self.judged_age_ms()) {
-            (Some(h), Some(age)) => age > 0 && age.unsigned_abs() > h.epoch.policy.stale_after_ms(),
+            (Some(h), Some(age)) => matches!(judge_age(h, age), Freshness::Stale { .. }),
             _ => false,
         }
     }
@@ -205,10 +205,7 @@ impl StatusView {
     /// The heartbeat age freshness is judged on: [`StatusView::mono_age_ms`] when the
     /// beat was stamped on the observer's clock, else [`StatusView::age_ms`].
     pub fn judged_age_ms(&self) -> Option<i64> {
-        match self.mono_age_ms {
-            Some(m) => Some(i64::try_from(m).unwrap_or(i64::MAX)),
-            None => self.age_ms,
-        }
+        self.age_ms.map(|wall| judged_age(wall, self.mono_age_ms))
     }
 
     /// Whether the authority holds the owner's lease alive ([`AuthorityLease::Alive`]): the
@@ -246,8 +243,9 @@ pub struct ReadStatus {
 /// What a status read waits on after OBSERVE found an active head.
 #[derive(Debug, Clone)]
 enum Pending {
-    /// The driver's monotonic reading, to age a beat stamped on the observer's clock.
-    Clock(Head),
+    /// The driver's monotonic reading, to age a beat stamped on the observer's clock (the
+    /// head and its wall age).
+    Clock(Head, i64),
     /// The liveness probe: the head, its wall age and its monotonic age.
     Probe(Head, i64, Option<u64>),
 }
@@ -284,12 +282,14 @@ impl ReadStatus {
     }
 }
 
-/// Freshness on the monotonic age when there is one, else on the wall age.
+/// The age freshness is judged on: the monotonic age when there is one, else the wall age.
+fn judged_age(wall: i64, mono: Option<u64>) -> i64 {
+    mono.map_or(wall, |m| i64::try_from(m).unwrap_or(i64::MAX))
+}
+
+/// Freshness on [`judged_age`].
 fn freshness_of(head: &Head, wall: i64, mono: Option<u64>) -> Freshness {
-    match mono {
-        Some(m) => judge_age(head, i64::try_from(m).unwrap_or(i64::MAX)),
-        None => judge_age(head, wall),
-    }
+    judge_age(head, judged_age(wall, mono))
 }
 
 impl Operation for ReadStatus {
@@ -297,11 +297,10 @@ impl Operation for ReadStatus {
     fn next(&mut self, input: Option<Response>) -> Step<StatusView> {
         if let Some(p) = self.pending.take() {
             let (head, wall, mono) = match *p {
-                Pending::Clock(head) => {
+                Pending::Clock(head, wall) => {
                     let Some(Response::Monotonic(now_ns)) = input else {
                         return Step::Done(Err(violation("Monotonic", &input)));
                     };
-                    let wall = self.now.millis_since(head.heartbeat_at());
                     let stamp = head.beat.as_ref().and_then(|b| b.mono.as_ref());
                     let mono = stamp.and_then(|m| m.age_ms_on(self.clock.as_ref(), now_ns));
                     // Same clock (checked before asking) and no age: the stamp is ahead.
@@ -384,11 +383,11 @@ impl Operation for ReadStatus {
             .as_ref()
             .and_then(|b| b.mono.as_ref())
             .is_some_and(|m| self.clock.as_ref() == Some(&m.clock));
+        let wall = self.now.millis_since(head.heartbeat_at());
         if same_clock {
-            self.pending = Some(Box::new(Pending::Clock(head)));
+            self.pending = Some(Box::new(Pending::Clock(head, wall)));
             return Step::Io(Request::Monotonic);
         }
-        let wall = self.now.millis_since(head.heartbeat_at());
         self.judge(head, wall, None)
     }
 }
