@@ -63,9 +63,10 @@ impl Heartbeat {
     /// Report the owner's store head (its last acknowledged commit, read when the heartbeat
     /// started) in the heartbeat record: whoever replaces this owner by takeover or
     /// retirement records it as the new epoch's `store_floor` (PROTOCOL.md §7.2).
+    /// (Any `store_head` encodes: [`Heartbeat::new`] already checked the rest of the
+    /// record, so this never fails; the `Result` is kept for callers.)
     pub fn with_store_head(mut self, store_head: Option<u64>) -> Result<Heartbeat, LeaseError> {
         self.rec.store_head = store_head;
-        encode(&self.rec)?;
         Ok(self)
     }
 
