@@ -61,6 +61,46 @@ impl<'de> Deserialize<'de> for RunId {
     }
 }
 
+/// A value refused by a constructor or parser ([`Identity::new`], [`Digest::parse`],
+/// [`crate::Timestamp::parse`]): what it was meant to be and why it is not. A real error type, so
+/// `?` works into `Box<dyn Error>` and `anyhow`; protocol operations report the same
+/// refusal as [`LeaseError::ArgumentInvalid`] (see [`Identity::arg`]).
+///
+/// ```
+/// use lease_core::{Identity, InvalidValue};
+/// let e: InvalidValue = Identity::new(" padded").unwrap_err();
+/// assert_eq!(e.what(), "identity");
+/// assert_eq!(e.to_string(), "invalid identity: \" padded\" has leading or trailing whitespace");
+/// let boxed: Box<dyn std::error::Error> = e.into();
+/// # drop(boxed);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what}: {reason}")]
+pub struct InvalidValue {
+    what: &'static str,
+    reason: String,
+}
+
+impl InvalidValue {
+    /// A refusal of a `what` (`"identity"`, `"timestamp"`, ...) because of `reason`.
+    pub fn new(what: &'static str, reason: impl Into<String>) -> InvalidValue {
+        InvalidValue {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// What the value was meant to be.
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+
+    /// Why it is not.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
 /// Maximum length in bytes of an [`Identity`].
 pub const IDENTITY_MAX_BYTES: usize = 256;
 
@@ -71,26 +111,30 @@ pub struct Identity(String);
 
 impl Identity {
     /// Validate and wrap an identity.
-    pub fn new(value: impl Into<String>) -> Result<Identity, String> {
+    pub fn new(value: impl Into<String>) -> Result<Identity, InvalidValue> {
         let value = value.into();
+        let bad = |reason: String| Err(InvalidValue::new("identity", reason));
         if value.is_empty() {
-            return Err("it is empty".into());
+            return bad("it is empty".into());
         }
         if value.trim() != value {
-            return Err(format!("{value:?} has leading or trailing whitespace"));
+            return bad(format!("{value:?} has leading or trailing whitespace"));
         }
         if value.len() > IDENTITY_MAX_BYTES {
-            return Err(format!("it is longer than {IDENTITY_MAX_BYTES} bytes"));
+            return bad(format!("it is longer than {IDENTITY_MAX_BYTES} bytes"));
         }
         if value.chars().any(char::is_control) {
-            return Err(format!("{value:?} contains a control character"));
+            return bad(format!("{value:?} contains a control character"));
         }
         Ok(Identity(value))
     }
 
     /// Validate, reporting a typed argument error naming `what`.
     pub fn arg(what: &'static str, value: impl Into<String>) -> Result<Identity, LeaseError> {
-        Identity::new(value).map_err(|reason| LeaseError::ArgumentInvalid { what, reason })
+        Identity::new(value).map_err(|e| LeaseError::ArgumentInvalid {
+            what,
+            reason: e.reason,
+        })
     }
 
     /// The identity as text.
@@ -203,11 +247,14 @@ impl Digest {
     }
 
     /// Parse 64 lowercase hex characters.
-    pub fn parse(s: &str) -> Result<Digest, String> {
+    pub fn parse(s: &str) -> Result<Digest, InvalidValue> {
         if s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
             Ok(Digest(s.to_owned()))
         } else {
-            Err(format!("{s:?} is not 64 lowercase hex characters"))
+            Err(InvalidValue::new(
+                "digest",
+                format!("{s:?} is not 64 lowercase hex characters"),
+            ))
         }
     }
 

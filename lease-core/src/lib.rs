@@ -50,6 +50,11 @@
 //! assert!(disk.contains_key(&lease_core::FileRef::Epoch(lease.generation)));
 //! # Ok::<(), lease_core::LeaseError>(())
 //! ```
+//!
+//! The same through [`LeaseOps`] on the in-memory transport ([`mem::MemTransport`]), with
+//! a dead owner retired and its late append fenced: `examples/in_memory.rs`
+//! (`cargo run -p lease-core --example in_memory`). Errors are typed ([`LeaseError`], with
+//! a stable [`Code`]); constructors refuse bad values with [`InvalidValue`].
 #![deny(missing_docs)]
 
 pub mod canonical;
@@ -72,7 +77,7 @@ pub mod watch;
 pub use canonical::{Record, decode, decode_for, encode};
 pub use code::Code;
 pub use error::{ERROR_CODES, HeldBy, LeaseError, RecordKind};
-pub use ids::{Digest, Generation, Identity, RunId, Sequence};
+pub use ids::{Digest, Generation, Identity, InvalidValue, RunId, Sequence};
 pub use layout::{Dir, FileRef};
 pub use policy::{HeartbeatDurability, TimingPolicy, must_self_fence};
 pub use records::{

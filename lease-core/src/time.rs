@@ -3,6 +3,7 @@
 //! The core never reads a clock: callers pass [`Timestamp`]s (wall time) and
 //! [`std::time::Duration`] readings of their own monotonic clock.
 
+use crate::ids::InvalidValue;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -42,12 +43,11 @@ impl Timestamp {
     }
 
     /// Parse the canonical form `YYYY-MM-DDTHH:MM:SS.mmmZ`; anything else is an error.
-    pub fn parse(s: &str) -> Result<Timestamp, String> {
+    pub fn parse(s: &str) -> Result<Timestamp, InvalidValue> {
+        let bad = |why: &str| InvalidValue::new("timestamp", format!("{s:?} {why}"));
         let b = s.as_bytes();
         if b.len() != 24 {
-            return Err(format!(
-                "timestamp {s:?} is not of the form YYYY-MM-DDTHH:MM:SS.mmmZ"
-            ));
+            return Err(bad("is not of the form YYYY-MM-DDTHH:MM:SS.mmmZ"));
         }
         let shape_ok = b[4] == b'-'
             && b[7] == b'-'
@@ -62,9 +62,7 @@ impl Timestamp {
                 .iter()
                 .all(|r| b[r.clone()].iter().all(u8::is_ascii_digit))
         {
-            return Err(format!(
-                "timestamp {s:?} is not of the form YYYY-MM-DDTHH:MM:SS.mmmZ"
-            ));
+            return Err(bad("is not of the form YYYY-MM-DDTHH:MM:SS.mmmZ"));
         }
         let num = |r: std::ops::Range<usize>| {
             b[r].iter()
@@ -73,13 +71,13 @@ impl Timestamp {
         let (year, month, day) = (num(0..4), num(5..7), num(8..10));
         let (hour, minute, second, milli) = (num(11..13), num(14..16), num(17..19), num(20..23));
         if year < 1970 {
-            return Err(format!("timestamp {s:?} is before 1970"));
+            return Err(bad("is before 1970"));
         }
         if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-            return Err(format!("timestamp {s:?} is not a calendar date"));
+            return Err(bad("is not a calendar date"));
         }
         if hour > 23 || minute > 59 || second > 59 {
-            return Err(format!("timestamp {s:?} has an invalid time of day"));
+            return Err(bad("has an invalid time of day"));
         }
         let days = days_from_civil(year, month, day);
         let ms = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli;

@@ -168,10 +168,30 @@ pub trait LeaseOps: Transport {
     }
 
     /// Claim a free run (PROTOCOL.md §7.1).
+    ///
+    /// Refused over a holder (`RUN_ALREADY_ACTIVE`, `RUN_STALE_REQUIRES_TAKEOVER`), the
+    /// refusal is made precise by a liveness probe ([`LeaseOps::status`] with `probe`,
+    /// read-only, after the claim wrote nothing): a holder proved dead is
+    /// `RUN_DEAD_REQUIRES_RETIREMENT` (retire it, then claim). A probe that fails leaves
+    /// the claim's own refusal.
     fn claim(&self, p: ClaimParams) -> Result<OwnedLease, Self::Error> {
         same_run(self.run_id(), &p.run_id)?;
         let bound = self.default_bound();
-        let lease = self.drive_within(&mut Claim::new(p), bound)?;
+        let now = p.now;
+        self.begin()?;
+        let lease = match crate::ops::drive(&mut Claim::new(p), |req| self.execute(req, bound))? {
+            Ok(lease) => lease,
+            Err(
+                LeaseError::RunAlreadyActive { run, held }
+                | LeaseError::RunStaleRequiresTakeover { run, held, .. },
+            ) if self
+                .status(now, true)
+                .is_ok_and(|v| v.status == crate::ops::Status::Dead) =>
+            {
+                return Err(LeaseError::RunDeadRequiresRetirement { run, held }.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.acquired(&lease, bound)?;
         Ok(lease)
     }

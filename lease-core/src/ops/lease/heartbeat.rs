@@ -38,14 +38,22 @@ enum BeatStep {
 }
 
 impl Heartbeat {
-    /// Heartbeat number `count` (1, 2, ...) at wall time `now`.
+    /// Heartbeat number `count` (1, 2, ...: the caller numbers its beats, the claim being
+    /// 0) at wall time `now`. A `count` of 0 is `ARGUMENT_INVALID` (it was silently taken
+    /// as 1 before).
     pub fn new(lease: &OwnedLease, now: Timestamp, count: u64) -> Result<Heartbeat, LeaseError> {
+        if count == 0 {
+            return Err(LeaseError::ArgumentInvalid {
+                what: "heartbeat count",
+                reason: "heartbeats are numbered from 1 (the claim is 0)".into(),
+            });
+        }
         let rec = HeartbeatRecord {
             run_id: lease.run_id.clone(),
             generation: lease.generation,
             owner_id: lease.owner_id.clone(),
             heartbeat_at: now,
-            count: count.max(1),
+            count,
             store_head: None,
             mono: None,
         };
