@@ -67,6 +67,13 @@ pub enum FsError {
         /// Why it is refused and what to do.
         detail: String,
     },
+    /// Another process on this host holds the run's kernel owner lock (`owner.lock`):
+    /// [`crate::OwnedRun::claim`] wrote nothing (exit 76 in the CLI).
+    #[error("run {run}: another process on this host holds its owner lock")]
+    OwnerLockHeld {
+        /// The run folder.
+        run: String,
+    },
     /// A system call failed.
     #[error("run {run}: {op} {path}: {source}")]
     Io {
@@ -87,6 +94,7 @@ impl FsError {
         match self {
             FsError::Lease(e) => e.code(),
             FsError::RunNotFound { .. } => Code::RunNotFound,
+            FsError::OwnerLockHeld { .. } => Code::OwnerLockHeld,
             FsError::RootChanged { .. } => Code::RunRootChanged,
             FsError::LayoutInvalid { .. } => Code::RunLayoutInvalid,
             FsError::NotOwned { .. } => Code::RunNotOwned,
@@ -172,4 +180,5 @@ pub const FS_ERROR_CODES: &[Code] = &[
     Code::IoError,
     Code::RunNotOwned,
     Code::RunFolderForeign,
+    Code::OwnerLockHeld,
 ];

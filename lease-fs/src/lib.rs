@@ -43,11 +43,19 @@
 //! run.release(ReleaseParams { lease, now, seal: None })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! To hold a run as one process, prefer [`OwnedRun`]: the claim and the kernel owner lock
+//! in one guard, heartbeats numbered for you under the self-fence rule;
+//! `Timestamp::now()` comes from [`WallClock`]. A claim, a crash and a retirement, end to
+//! end: `examples/claim_crash_retire.rs` (`cargo run -p lease-fs --example
+//! claim_crash_retire`).
 #![deny(missing_docs)]
 
+pub mod clock;
 pub mod error;
 pub mod fs;
 pub mod lock;
+pub mod owned;
 pub mod primitives;
 pub mod probe;
 pub mod real;
@@ -55,7 +63,9 @@ pub mod run_dir;
 pub mod sim;
 mod trust;
 
+pub use clock::{ClockError, WallClock};
 pub use error::{FS_ERROR_CODES, FsError};
+pub use owned::OwnedRun;
 pub use real::{RealFs, is_run_folder};
 pub use run_dir::{
     Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_of, this_holder,

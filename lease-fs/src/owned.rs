@@ -1,0 +1,218 @@
+//! [`OwnedRun`]: a claimed run folder held together with its kernel owner lock, with a
+//! heartbeat that applies the self-fence rule and numbers its own beats.
+
+use crate::error::FsError;
+use crate::lock::OwnerLock;
+use crate::real::RealFs;
+use crate::run_dir::{ProcLiveness, RunDir, boottime_ns, run_id_of, this_holder};
+use lease_core::ops::{ClaimParams, OwnedLease, ReleaseParams};
+use lease_core::{
+    Generation, Identity, LeaseError, LeaseOps, Seal, Timestamp, TimingPolicy, must_self_fence,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease of a run folder held by this process **with** the run's kernel owner lock:
+/// what [`RunDir::claim`] and [`OwnerLock`] give separately, in one guard.
+///
+/// - [`OwnedRun::claim`] takes the owner lock first (held by another process of this host:
+///   `OWNER_LOCK_HELD`, nothing written), then claims; its [`RunDir`] knows this process
+///   holds the lock, so `status` through [`OwnedRun::dir`] never reports our own lock as
+///   another owner's.
+/// - [`OwnedRun::heartbeat`] numbers the beats itself (1, 2, ...) and applies the self-fence
+///   rule ([`must_self_fence`], on `CLOCK_BOOTTIME`): past `self_fence_after` since the start
+///   of the last successful heartbeat-class write (the claim, then each beat) it writes
+///   nothing and answers `FENCED`, as does a heartbeat that finds a higher generation. A
+///   fence is sticky: every later call answers `FENCED`.
+/// - [`OwnedRun::release`] releases (refused once fenced: nothing is written) and lets the
+///   lock go. **Dropping** an `OwnedRun` writes nothing: the lock is let go and the run is
+///   left as after a crash of its owner (`status` says dead: retire it, or claim with
+///   lease-run's `retire_dead`).
+///
+/// ```
+/// use lease_core::{Identity, Timestamp, TimingPolicy};
+/// use lease_fs::{OwnedRun, RunDir, WallClock};
+///
+/// let tmp = tempfile::tempdir()?;
+/// let path = tmp.path().join("job");
+/// RunDir::create(&path)?;
+/// let mut run = OwnedRun::claim(&path, Identity::new("worker-1")?, TimingPolicy::default(), Timestamp::now()?)?;
+/// run.heartbeat(Timestamp::now()?)?; // beat 1, within self_fence_after of the claim
+/// assert!(run.time_to_self_fence() > std::time::Duration::ZERO);
+/// // A second owner on this host is refused by the lock before anything is written.
+/// let e = OwnedRun::claim(&path, Identity::new("worker-2")?, TimingPolicy::default(), Timestamp::now()?).unwrap_err();
+/// assert_eq!(e.code().as_str(), "OWNER_LOCK_HELD");
+/// run.release(Timestamp::now()?, None)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct OwnedRun {
+    dir: RunDir,
+    lease: OwnedLease,
+    _lock: OwnerLock,
+    /// `CLOCK_BOOTTIME` ns at the start of the last successful heartbeat-class write.
+    beat_ns: u64,
+    /// The number of the last successful beat (0: the claim).
+    count: u64,
+    /// The store head each beat reports (see [`OwnedRun::report_store_head`]).
+    store_head: Option<u64>,
+    /// The first fence's cause (sticky).
+    fenced: Option<String>,
+}
+
+impl std::fmt::Debug for OwnedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRun")
+            .field("root", &self.dir.root())
+            .field("generation", &self.lease.generation)
+            .field("count", &self.count)
+            .field("fenced", &self.fenced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnedRun {
+    /// Take the owner lock of the existing run folder at `path`, then claim its lease as
+    /// `owner_id` (this process as the holder) at wall time `now`. The lock is taken on
+    /// the held root descriptor (a renamed root is followed). Refusals leave the folder as
+    /// it was: the lock held elsewhere (`OWNER_LOCK_HELD`), the run held or stale
+    /// (`RUN_ALREADY_ACTIVE`, `RUN_STALE_REQUIRES_TAKEOVER`, …: lease-core's codes).
+    pub fn claim(
+        path: &Path,
+        owner_id: Identity,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedRun, FsError> {
+        let run_id = run_id_of(path)?;
+        let name = path.display().to_string();
+        let fs = RealFs::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                FsError::RunNotFound { path: name.clone() }
+            } else {
+                FsError::io(run_id.as_str(), "open run folder", &name, e)
+            }
+        })?;
+        let lock = OwnerLock::try_acquire_in(&fs)
+            .map_err(|e| FsError::io(run_id.as_str(), "lock", "owner.lock", e))?
+            .ok_or_else(|| FsError::OwnerLockHeld { run: name.clone() })?;
+        let dir = RunDir::with_fs(
+            Arc::new(fs),
+            run_id.clone(),
+            path,
+            Arc::new(ProcLiveness::new(path).holding_lock()),
+        );
+        // The claim counts as the first heartbeat-class write: its start is the
+        // self-fence reference until the first beat succeeds.
+        let started = boottime_ns();
+        let lease = dir.claim(ClaimParams {
+            run_id,
+            owner_id,
+            holder: this_holder()?,
+            policy,
+            now,
+            store_floor: None,
+        })?;
+        Ok(OwnedRun {
+            dir,
+            lease,
+            _lock: lock,
+            beat_ns: started,
+            count: 0,
+            store_head: None,
+            fenced: None,
+        })
+    }
+
+    /// The lease (generation = the fencing token).
+    pub fn lease(&self) -> &OwnedLease {
+        &self.lease
+    }
+
+    /// The run folder (status, events, append as this owner), knowing this process holds
+    /// its owner lock.
+    pub fn dir(&self) -> &RunDir {
+        &self.dir
+    }
+
+    /// The number of the last successful heartbeat (0 before the first).
+    pub fn heartbeats(&self) -> u64 {
+        self.count
+    }
+
+    /// Report `head` (the store's last acknowledged commit) in every heartbeat from now
+    /// on: whoever replaces this owner records it as its `store_floor` (PROTOCOL §7.2).
+    pub fn report_store_head(&mut self, head: u64) {
+        self.store_head = Some(head);
+    }
+
+    /// How long until the self-fence deadline (zero once past it).
+    pub fn time_to_self_fence(&self) -> Duration {
+        let age = Duration::from_nanos(boottime_ns().saturating_sub(self.beat_ns));
+        self.lease.policy.self_fence_after().saturating_sub(age)
+    }
+
+    /// `FENCED` once fenced or past the self-fence deadline (which fences). Call it right
+    /// before anything that must count only while this owner holds the run.
+    pub fn check_live(&mut self) -> Result<(), FsError> {
+        if self.fenced.is_none() {
+            let now = boottime_ns();
+            if must_self_fence(
+                &self.lease.policy,
+                Duration::from_nanos(self.beat_ns),
+                Duration::from_nanos(now),
+            ) {
+                self.fenced = Some(format!(
+                    "the lease lapsed: no successful heartbeat for {} ms (this owner fences itself after {} ms without one)",
+                    now.saturating_sub(self.beat_ns) / 1_000_000,
+                    self.lease.policy.self_fence_after_ms()
+                ));
+            }
+        }
+        match &self.fenced {
+            None => Ok(()),
+            Some(reason) => Err(FsError::Lease(LeaseError::Fenced {
+                run: self.lease.run_id.to_string(),
+                generation: self.lease.generation,
+                detail: reason.clone(),
+            })),
+        }
+    }
+
+    /// The next heartbeat at wall time `now` (number [`OwnedRun::heartbeats`] + 1). Past the
+    /// self-fence deadline nothing is written (`FENCED`); a heartbeat answered `FENCED`
+    /// (a higher generation exists) fences for good. On success the beat's start becomes
+    /// the self-fence reference. Another failure (I/O) changes nothing: retry before the
+    /// deadline ([`OwnedRun::time_to_self_fence`]).
+    pub fn heartbeat(&mut self, now: Timestamp) -> Result<(), FsError> {
+        self.check_live()?;
+        let started = boottime_ns();
+        match self
+            .dir
+            .heartbeat(&self.lease, now, self.count + 1, self.store_head)
+        {
+            Ok(()) => {
+                self.beat_ns = self.beat_ns.max(started);
+                self.count += 1;
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(LeaseError::Fenced { detail, .. }) = e.lease() {
+                    self.fenced = Some(detail.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Release the lease at wall time `now` (with `seal`, the store's seal, if the run has
+    /// one), then let the owner lock go. Refused with `FENCED` once fenced (nothing is
+    /// written). Returns the release epoch's generation.
+    pub fn release(mut self, now: Timestamp, seal: Option<Seal>) -> Result<Generation, FsError> {
+        self.check_live()?;
+        self.dir.release(ReleaseParams {
+            lease: self.lease.clone(),
+            now,
+            seal,
+        })
+    }
+}

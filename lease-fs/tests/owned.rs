@@ -1,0 +1,174 @@
+//! `OwnedRun` (issue #18): one guard for the lease and the owner lock; its heartbeat
+//! numbers its beats and applies the self-fence rule.
+
+use lease_core::ops::Status;
+use lease_core::{
+    HeartbeatDurability, HeartbeatRecord, Identity, LeaseOps, Timestamp, TimingPolicy,
+};
+use lease_fs::{OwnedRun, RunDir, WallClock};
+use std::time::Duration;
+
+fn fast() -> TimingPolicy {
+    TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap()
+}
+
+fn beat(path: &std::path::Path, g: u64) -> HeartbeatRecord {
+    let b = std::fs::read(path.join(format!("lease/beats/{g:020}.json"))).unwrap();
+    lease_core::decode(&b).unwrap()
+}
+
+#[test]
+fn the_guard_holds_the_lock_numbers_its_beats_and_fences_itself_when_late() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("owned");
+    RunDir::create(&path).unwrap();
+    let mut run = OwnedRun::claim(
+        &path,
+        Identity::new("w1").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    let g = run.lease().generation.get();
+    // Our own lock is not another owner's: the run is active, not dead or stale.
+    let view = run.dir().status(Timestamp::now().unwrap(), true).unwrap();
+    assert_eq!(view.status, Status::Active, "{view:?}");
+    // The lock refuses a second owner on this host before anything is written.
+    let before = std::fs::read_dir(path.join("lease/epochs"))
+        .unwrap()
+        .count();
+    let e = OwnedRun::claim(
+        &path,
+        Identity::new("w2").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code().as_str(), "OWNER_LOCK_HELD", "{e}");
+    assert_eq!(
+        std::fs::read_dir(path.join("lease/epochs"))
+            .unwrap()
+            .count(),
+        before
+    );
+
+    // Beats are numbered by the guard.
+    run.report_store_head(7);
+    run.heartbeat(Timestamp::now().unwrap()).unwrap();
+    run.heartbeat(Timestamp::now().unwrap()).unwrap();
+    assert_eq!(run.heartbeats(), 2);
+    let b = beat(&path, g);
+    assert_eq!((b.count, b.store_head), (2, Some(7)));
+
+    // Late past self_fence_after: nothing is written, FENCED, for good.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(run.time_to_self_fence(), Duration::ZERO);
+    let e = run.heartbeat(Timestamp::now().unwrap()).unwrap_err();
+    assert_eq!(e.code().as_str(), "FENCED", "{e}");
+    assert!(e.to_string().contains("the lease lapsed"), "{e}");
+    assert_eq!(beat(&path, g).count, 2, "a late beat wrote nothing");
+    assert_eq!(run.check_live().unwrap_err().code().as_str(), "FENCED");
+    let e = run.release(Timestamp::now().unwrap(), None).unwrap_err();
+    assert_eq!(e.code().as_str(), "FENCED");
+    // The release wrote nothing: the head is still our (now stale-to-be) epoch.
+    let view = RunDir::open(&path)
+        .unwrap()
+        .status(Timestamp::now().unwrap(), false)
+        .unwrap();
+    assert_eq!(view.head.unwrap().generation().get(), g);
+}
+
+#[test]
+fn a_released_guard_frees_the_run_and_its_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("released");
+    RunDir::create(&path).unwrap();
+    let run = OwnedRun::claim(
+        &path,
+        Identity::new("w1").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    run.release(Timestamp::now().unwrap(), None).unwrap();
+    let again = OwnedRun::claim(
+        &path,
+        Identity::new("w2").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        again.lease().generation.get(),
+        3,
+        "claim 1, release 2, claim 3"
+    );
+    again.release(Timestamp::now().unwrap(), None).unwrap();
+}
+
+#[test]
+fn heartbeat_number_zero_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = RunDir::create(&tmp.path().join("zero")).unwrap();
+    let lease = dir
+        .claim(lease_core::ops::ClaimParams {
+            run_id: dir.run_id().clone(),
+            owner_id: Identity::new("w").unwrap(),
+            holder: lease_fs::this_holder().unwrap(),
+            policy: fast(),
+            now: Timestamp::now().unwrap(),
+            store_floor: None,
+        })
+        .unwrap();
+    let e = dir
+        .heartbeat(&lease, Timestamp::now().unwrap(), 0, None)
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "ARGUMENT_INVALID", "{e}");
+}
+
+/// A claim refused over a holder proved dead says so: retire it (not "already active").
+#[test]
+fn a_claim_over_a_dead_holder_says_it_requires_retirement() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = RunDir::create(&tmp.path().join("dead")).unwrap();
+    let claim = |owner: &str, holder: lease_core::Holder| lease_core::ops::ClaimParams {
+        run_id: dir.run_id().clone(),
+        owner_id: Identity::new(owner).unwrap(),
+        holder,
+        policy: fast(),
+        now: Timestamp::now().unwrap(),
+        store_floor: None,
+    };
+    // A holder on this boot whose process is gone (no such pid), nobody holding the lock.
+    let mut gone = lease_fs::this_holder().unwrap();
+    gone.pid = (3_000_000..4_000_000)
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    dir.claim(claim("ghost", gone)).unwrap();
+    let e = dir
+        .claim(claim("next", lease_fs::this_holder().unwrap()))
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "RUN_DEAD_REQUIRES_RETIREMENT", "{e}");
+    // A live holder is still "already active".
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = RunDir::create(&tmp2.path().join("live")).unwrap();
+    let held = OwnedRun::claim(
+        dir2.root(),
+        Identity::new("a").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    let e = dir2
+        .claim(lease_core::ops::ClaimParams {
+            run_id: dir2.run_id().clone(),
+            owner_id: Identity::new("b").unwrap(),
+            holder: lease_fs::this_holder().unwrap(),
+            policy: fast(),
+            now: Timestamp::now().unwrap(),
+            store_floor: None,
+        })
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "RUN_ALREADY_ACTIVE", "{e}");
+    drop(held);
+}
