@@ -48,6 +48,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! With a restored (rewound) copy refused: `examples/two_generations.rs`
+//! (`cargo run -p lease-sqlite --example two_generations`).
+//!
 //! ## Durability settings, and why
 //!
 //! Set at every open, each read back; a value that does not take refuses the open with
