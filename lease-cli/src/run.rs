@@ -379,15 +379,9 @@ async fn run_async(
             let _ = rustix::stdio::dup2_stdin(&null);
         }
     }
-    let env = vec![
-        ("RUNLEASE_RUN".to_string(), abs.display().to_string()),
-        (
-            "RUNLEASE_GENERATION".to_string(),
-            lease.generation.get().to_string(),
-        ),
-        ("RUNLEASE_OWNER".to_string(), lease.owner_id.to_string()),
-    ];
-    let mut cmd = match run.spawn(argv, &env).await {
+    // RUNLEASE_RUN (the absolute folder), RUNLEASE_GENERATION and RUNLEASE_OWNER are set
+    // by lease-run's spawn itself, for library owners and this CLI alike.
+    let mut cmd = match run.spawn(argv, &[]).await {
         Ok(c) => c,
         Err(e) => {
             let e = CliError::from(e);
@@ -678,7 +672,8 @@ fn wait_exited(pid: Pid) -> Result<(), CliError> {
 async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliError> {
     let status = {
         fwd.set(ChildState::Reaped);
-        cmd.wait()
+        // The raw status: a fence's kill is reported by the caller, with the exit code.
+        cmd.wait_raw()
             .await
             .map_err(|e| CliError::of(Code::IoError, format!("reaping the command failed: {e}")))?
     };

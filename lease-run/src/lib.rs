@@ -7,6 +7,85 @@
 //! opens the run's store and checks it against the seal and floor of the lease chain, and
 //! [`Run::release`]s (sealing the store).
 //!
+//! ## The shortest correct use
+//!
+//! ```
+//! use lease_run::{Batch, FinalStatus, OpenOptions, Run};
+//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! # rt.block_on(async {
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("demo-run");
+//! let run = Run::open(&path, OpenOptions::default()).await?;
+//! let mut cmd = run.spawn(&["true".to_string()], &[]).await?;
+//! assert!(cmd.wait().await?.success());
+//!
+//! // Commit to the run's store as this generation (blocking: `Run::commit` runs it off
+//! // the runtime; `run.store()` gives the blocking handle).
+//! let seq = run.commit(Batch::new().put("step/1", "done").log("step 1")).await?;
+//! assert_eq!(seq, 1);
+//! assert_eq!(run.store().get("step/1")?.unwrap().value, b"done");
+//! run.release(FinalStatus::Done).await?;
+//!
+//! // The release sealed the store at its head; the next owner checks that seal.
+//! let status: lease_core::RunStatus =
+//!     lease_core::decode(&std::fs::read(path.join("run.json"))?)?;
+//! assert_eq!(status.sealed_sequence, Some(1));
+//! let run = Run::open(&path, OpenOptions::default()).await?;
+//! assert!(run.generation().get() > 1);
+//! assert_eq!(run.store().head()?, 1);
+//! run.release(FinalStatus::Paused { wake_at: None }).await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The same with a stalled owner whose fence is observed (the command's wait, a refused
+//! commit): `examples/open_commit_spawn_release.rs` (`cargo run -p lease-run --example
+//! open_commit_spawn_release`).
+//!
+//! ## Guarantees
+//!
+//! - **One owner at a time.** Another process replaces this owner only once its heartbeat
+//!   is stale or it is proved dead; before that, this owner has fenced itself: once it can
+//!   no longer prove its lease (its last successful heartbeat started more than
+//!   `self_fence_after` ago on `CLOCK_BOOTTIME`, or a heartbeat was answered `FENCED`) it
+//!   is fenced: [`Run::check_live`] and every store commit fail with `FENCED`
+//!   ([`RunError::is_fenced`]) and the watchdog thread kills its commands.
+//! - **Nothing counts after a fence.** Commits carry the generation as a fencing token
+//!   checked inside the store's transaction; a replaced owner's writes are refused.
+//! - **Cancellation-safe** (below): dropping a future of this crate, or a [`Run`], never
+//!   leaves a heartbeat running or a run its own process cannot open again.
+//!
+//! ## Cancellation
+//!
+//! Every future of lease-run either completes or, dropped, leaves the run in a state its
+//! own process recovers without an operator:
+//!
+//! - [`Run::open`] runs its steps in a task of its own. Dropped (a `timeout`, a losing
+//!   `select!` branch), the task sees it between two steps and undoes the open as a failed
+//!   open is undone (tasks stopped, `run.json` `failed` with a detail saying so, the lease
+//!   released with the seal, the owner lock dropped); dropped after its last step, the run
+//!   it opened is released as `failed`.
+//! - [`Run::release`] (and [`Run::release_detached`]) run in a task of their own and
+//!   finish even when their caller stops waiting.
+//! - Dropping a [`Run`] that was not released (an early `?`, a panic) stops its heartbeat
+//!   at once and releases it as `failed` on a background thread (commands stopped first,
+//!   store sealed), so the run is free moments later instead of going stale.
+//! - [`Run::spawn`] dropped before its command started kills the stopped gate (the
+//!   program never runs); [`Run::commit`] and [`Run::set_status`] dropped finish their
+//!   blocking write in the background (an unacknowledged commit may or may not be in the
+//!   store, as with any lost acknowledgement).
+//! - Until such a hand-back is done the path is busy for this process: the next
+//!   [`Run::open`] of it waits for it first, and [`Run::settle`] waits for it explicitly.
+//!
+//! **Limits.** The background work lives in this process: if the process exits (or the
+//! tokio runtime running a cancelled open is shut down) before it is done, the run is left
+//! as after a crash: its owner is gone, `status` says dead (or stale), and `retire` (or an
+//! open with [`OpenOptions::retire_dead`]) frees it. A fenced run is never released by a
+//! drop (the lease is someone else's); the watchdog finishes the kill. The suite in
+//! `tests/cancellation.rs` drops the open and the release at each of their steps and
+//! await points and prints `cancellation: points=N leaked_heartbeats=0 unrecoverable=0`.
+//!
 //! ## Where the lease lives ([`OpenOptions::authority`], [`authority`])
 //!
 //! By default the lease is in the run folder (lease-fs's `RunDir`). With the cargo feature
@@ -112,10 +191,19 @@
 //! ([`Run::fenced`] resolves; with [`OpenOptions::exit_on_fence`] the thread exits the
 //! process with 75).
 //!
-//! ## The spawn gate ([`Run::spawn`])
+//! ## Commands and the spawn gate ([`Run::command`], [`Run::spawn`])
+//!
+//! [`Run::command`] gives a [`Command`] builder modelled on `tokio::process::Command`
+//! (`OsStr` arguments, environment, working directory, stdio, `spawn`, `output`); the
+//! [`RunCommand`] it starts has its pipes, `wait`, `try_wait`, `kill` (its whole group) and
+//! `wait_with_output`, and its `wait` answers [`RunError::Fenced`] when the fence's kill
+//! ended it. Every command gets `RUNLEASE_RUN` (the absolute run folder),
+//! `RUNLEASE_GENERATION`, `RUNLEASE_OWNER` and the incarnation secret, as under
+//! `runlease run`. [`Run::release_on_signals`] turns SIGTERM/SIGINT (or any set) into a
+//! release, sending the signal on to the commands first.
 //!
 //! The child is `/bin/sh -c 'kill -STOP $$ && exec "$@"' lease-run-gate ARGV...` in its own
-//! process group (`process_group(0)`), stdio inherited. Its group is tracked by the watchdog
+//! process group (`process_group(0)`), stdio as configured (inherited by default). Its group is tracked by the watchdog
 //! from the moment it is spawned (before the gate can be continued). The parent waits (≤ 5 s) until `/proc/<pid>/stat`
 //! shows it stopped, writes its `CommandRecord` (pid, pgid, start time, boot id, argv) with a
 //! link-exclusive durable create of `commands/<generation>-<pid>.json`, checks the run is still
@@ -208,7 +296,10 @@
 //!   tracked descendants of a command; other orphan zombies stay until the owner exits.
 //! - Release after surviving commands: returns `RUN_COMMANDS_SURVIVE` without releasing the
 //!   lease; the watchdog SIGKILLs them once the lease lapses.
-//! - Terminal handling (foreground process group), signal forwarding: not done.
+//! - Terminal handling (foreground process group): not done. Signal forwarding: by
+//!   [`Run::release_on_signals`] (opt-in); `runlease run` keeps its own signal thread (it
+//!   also forwards SIGHUP, takes SIGUSR1 as a hand-over request and handles signals that
+//!   arrive before the command starts).
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
 //! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
 //!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
@@ -219,37 +310,6 @@
 //!   `retire_dead` with `takeover`; the timing policy's own rules are enforced by
 //!   [`lease_core::TimingPolicy`]'s constructor.
 //!
-//! # Example
-//!
-//! ```
-//! use lease_run::{Batch, FinalStatus, OpenOptions, Run};
-//! # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-//! # rt.block_on(async {
-//! let dir = tempfile::tempdir()?;
-//! let path = dir.path().join("demo-run");
-//! let run = Run::open(&path, OpenOptions::default()).await?;
-//! let mut cmd = run.spawn(&["true".to_string()], &[]).await?;
-//! assert!(cmd.wait().await?.success());
-//!
-//! // Commit to the run's store as this generation (blocking: `Run::commit` runs it off
-//! // the runtime; `run.store()` gives the blocking handle).
-//! let seq = run.commit(Batch::new().put("step/1", "done").log("step 1")).await?;
-//! assert_eq!(seq, 1);
-//! assert_eq!(run.store().get("step/1")?.unwrap().value, b"done");
-//! run.release(FinalStatus::Done).await?;
-//!
-//! // The release sealed the store at its head; the next owner checks that seal.
-//! let status: lease_core::RunStatus =
-//!     lease_core::decode(&std::fs::read(path.join("run.json"))?)?;
-//! assert_eq!(status.sealed_sequence, Some(1));
-//! let run = Run::open(&path, OpenOptions::default()).await?;
-//! assert!(run.generation().get() > 1);
-//! assert_eq!(run.store().head()?, 1);
-//! run.release(FinalStatus::Paused { wake_at: None }).await?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! # })?;
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 #![deny(missing_docs)]
 
 #[cfg(not(loom))]
@@ -288,7 +348,7 @@ pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{
-    CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run,
-    RunCommand, RunStore, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches,
-    preflight, wall_now,
+    Command, CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN,
+    OpenOptions, Run, RunCommand, RunStore, Served, StepCallback, StepName, WATCHDOG_TICK,
+    audit_commands, chain_reaches, preflight, wall_now,
 };

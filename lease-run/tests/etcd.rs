@@ -202,10 +202,13 @@ fn a_stopped_cluster_fences_the_owner_and_kills_its_command() {
             .expect("fenced within 5 s of stopping the cluster");
         let fenced = stopped.elapsed();
         assert_eq!(e.code().as_str(), "FENCED");
-        let status = tokio::time::timeout(Duration::from_secs(2), cmd.wait())
+        // The wait reports the fence; the raw status is the kill's.
+        let e = tokio::time::timeout(Duration::from_secs(2), cmd.wait())
             .await
             .expect("the command was killed")
-            .unwrap();
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        let status = cmd.wait_raw().await.unwrap();
         (fenced, status)
     });
     eprintln!(
@@ -284,11 +287,12 @@ fn a_takeover_succeeds_only_after_the_owner_etcd_lease_expired() {
             "taken over while the etcd lease may have lived: {after:?}"
         );
         // The old owner fenced itself and its command was killed before that.
-        let status = tokio::time::timeout(Duration::from_secs(1), cmd.wait())
+        let e = tokio::time::timeout(Duration::from_secs(1), cmd.wait())
             .await
             .expect("the old owner's command was killed")
-            .unwrap();
-        assert_eq!(status.signal(), Some(9));
+            .unwrap_err();
+        assert!(e.is_fenced(), "{e}");
+        assert_eq!(cmd.wait_raw().await.unwrap().signal(), Some(9));
         assert!(run.check_live().is_err());
         assert_eq!(taken.generation().get(), 2);
         taken.release(FinalStatus::Done).await.unwrap();

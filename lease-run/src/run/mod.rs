@@ -7,12 +7,14 @@
 //! spawn gate (`spawn`); reaping an older incarnation's commands (`reap`); release
 //! (`release`).
 
+mod background;
 mod heartbeat;
 mod open;
 mod options;
 mod preflight;
 mod reap;
 mod release;
+mod signals;
 mod spawn;
 mod status;
 mod step;
@@ -26,7 +28,8 @@ pub use preflight::{chain_reaches, preflight};
 pub(crate) use preflight::{list_layout, listed, strays_above_in};
 pub use reap::{CommandAudit, CommandState, audit_commands};
 pub use release::FinalStatus;
-pub use spawn::RunCommand;
+pub use signals::Served;
+pub use spawn::{Command, RunCommand};
 pub use status::wall_now;
 pub use step::{StepCallback, StepName};
 pub use store::RunStore;
@@ -180,6 +183,9 @@ pub struct Run {
     /// OQ-5: the takeover that opened this run may have replaced a live owner; commands
     /// start once `CLOCK_BOOTTIME` reaches this (ns), after that owner's self-fence.
     commands_after: Option<u64>,
+    /// Dropping this handle releases the run in the background (cleared once a release
+    /// took it over, or for the copy the background release itself works on).
+    armed: bool,
 }
 
 impl std::fmt::Debug for Run {
@@ -278,11 +284,67 @@ impl Run {
 }
 
 impl Drop for Run {
-    /// Dropping an unreleased run stops its heartbeat; the watchdog thread stays, so the
-    /// run self-fences after `self_fence_after` and its commands are killed.
+    /// Dropping a run that was not released (an early `?`, a panic, a cancelled task)
+    /// stops its heartbeat at once and releases it as `failed` in the background: a thread
+    /// of its own (with a runtime of its own, so it works whatever state the caller's
+    /// runtime is in) runs [`Run::release`]'s steps, commands stopped first. A later
+    /// [`Run::open`] of the same path in this process waits for it ([`Run::settle`]). A
+    /// fenced run is not released (the lease is someone else's); the watchdog finishes the
+    /// kill. If the process exits before the background release is done, the run is left
+    /// as after a crash: its owner is dead, and `retire` (or `open` with `retire_dead`)
+    /// frees it.
     fn drop(&mut self) {
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        if !std::mem::take(&mut self.armed) || self.shared.is_fenced() {
+            return;
+        }
+        let run = Run {
+            dir: self.dir.clone(),
+            auth: self.auth.clone(),
+            lease: self.lease.clone(),
+            lock: self.lock.take(),
+            shared: self.shared.clone(),
+            tasks: Vec::new(),
+            current: Mutex::new(lock_std(&self.current).clone()),
+            opts: self.opts.clone(),
+            path: self.path.clone(),
+            commands_after: self.commands_after,
+            armed: false,
+        };
+        let pending = background::Pending::start(&self.path);
+        let name = self.shared.run.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lease-run-drop-release".into())
+            .spawn(move || {
+                let _pending = pending;
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::warn!(run = %name, error = %e, "a dropped run cannot be released: no runtime; it self-fences");
+                        return;
+                    }
+                };
+                let r = rt.block_on(run.release_with(
+                    FinalStatus::Failed {
+                        detail: DROPPED_DETAIL.into(),
+                    },
+                    false,
+                ));
+                match r {
+                    Ok(()) => tracing::info!(run = %name, "a dropped run was released as failed"),
+                    Err(e) => tracing::warn!(run = %name, error = %e, "the release of a dropped run failed"),
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(run = %self.shared.run, error = %e, "a dropped run cannot be released: no thread; it self-fences");
+        }
     }
 }
+
+/// The `failed` detail of a run released because its handle was dropped unreleased.
+const DROPPED_DETAIL: &str = "the run's handle was dropped without a release (an early return, a panic or a cancelled task); it was released in the background";

@@ -6,7 +6,9 @@ use super::reap::{reap_cgroups, reap_or_refuse};
 use super::status::{failure_detail, record_fallback, wall_now, write_status_blocking};
 use super::step::{blocking, timed};
 use super::watchdog::watchdog;
-use super::{FenceState, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK};
+use super::{
+    FenceState, FinalStatus, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK, background,
+};
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
 use crate::fence::FenceCore;
@@ -43,6 +45,24 @@ fn new_owner_id() -> Result<Identity, RunError> {
     Identity::new(format!("run-{a:016x}{b:016x}"))
         .map_err(|e| RunError::Io(format!("owner id: {e}")))
 }
+
+/// Why the steps of an open stopped early.
+enum Halt {
+    /// A step failed.
+    Failed(RunError),
+    /// The caller stopped waiting; seen after this step.
+    Cancelled(StepName),
+}
+
+impl From<RunError> for Halt {
+    fn from(e: RunError) -> Halt {
+        Halt::Failed(e)
+    }
+}
+
+/// The `failed` detail of a run whose open finished after its caller stopped waiting.
+const CANCELLED_AFTER_OPEN: &str =
+    "the open was cancelled (its caller stopped waiting) after it finished; the run was released";
 
 /// What open has done so far, for the undo.
 struct Opening {
@@ -88,8 +108,70 @@ impl Run {
     /// Open (claim) the run at the absolute `path`, in this order, each step timed:
     /// owner-lock → read-status → claim → run.json → heartbeat → layout → commands →
     /// store → seal → live. A failure undoes what was done (see the crate docs).
+    ///
+    /// **Cancellation-safe.** The steps run in a task of their own, so dropping this future
+    /// (a `timeout`, a `select!`) never stops one half-way: the task notices between steps
+    /// and undoes the open (tasks stopped, `run.json` `failed`, the lease released, the
+    /// owner lock dropped), or, if the open had already finished, releases the run it
+    /// opened as `failed`. Until then the path counts as busy: a later `Run::open` of it in
+    /// this process (and [`Run::settle`]) waits for that hand-back first. Needs a tokio
+    /// runtime that keeps running: a runtime shut down meanwhile ends the task like a
+    /// crash ends a process (see the crate docs, "Cancellation").
     pub async fn open(path: &Path, opts: OpenOptions) -> Result<Run, RunError> {
         opts.validate(path)?;
+        // Our own hand-back of this run (a cancelled open, a dropped or cancelled release)
+        // finishes first: the same process never races itself for the owner lock.
+        background::settle(path).await;
+        let pending = background::Pending::start(path);
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<Run, RunError>>();
+        let owned = path.to_path_buf();
+        let task = tokio::spawn(async move {
+            let _pending = pending;
+            let r = Run::open_steps(&owned, opts, &|| tx.is_closed()).await;
+            if let Err(Ok(run)) = tx.send(r) {
+                // Opened, but nobody is waiting for it any more: hand it back released.
+                let path = run.path.clone();
+                let released = run
+                    .release_with(
+                        FinalStatus::Failed {
+                            detail: CANCELLED_AFTER_OPEN.into(),
+                        },
+                        false,
+                    )
+                    .await;
+                if let Err(e) = released {
+                    tracing::warn!(run = %path.display(), error = %e, "the release of a run whose open was cancelled failed");
+                }
+            }
+        });
+        match rx.await {
+            Ok(r) => r,
+            // The task ended without an answer: it panicked, or the runtime is shutting down.
+            Err(_) => Err(RunError::Io(match task.await {
+                Err(e) if e.is_panic() => format!("run {}: the open panicked", path.display()),
+                _ => format!(
+                    "run {}: the open was stopped by the runtime shutting down",
+                    path.display()
+                ),
+            })),
+        }
+    }
+
+    /// Wait until no background step of this process is working on the run at `path`: the
+    /// hand-back of a cancelled [`Run::open`], a cancelled [`Run::release`] finishing, the
+    /// release of a dropped [`Run`]. [`Run::open`] does this itself; call it to observe the
+    /// run (`status`, another process) only once the hand-back is done.
+    pub async fn settle(path: &Path) {
+        background::settle(path).await;
+    }
+
+    /// The steps of [`Run::open`]; `cancelled` is asked between steps (the caller stopped
+    /// waiting): then the open is undone as a failure would be.
+    async fn open_steps(
+        path: &Path,
+        opts: OpenOptions,
+        cancelled: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<Run, RunError> {
         let run_id = run_id_of(path)?;
         let cx = Ctx {
             path,
@@ -98,24 +180,53 @@ impl Run {
         };
 
         let mut st = owner_lock(&cx, run_id).await?;
-        // Steps 2 to 10; a failure is undone.
+        // Steps 2 to 10; a failure (or a cancellation, seen between steps) is undone.
+        let go = |step: StepName| {
+            if cancelled() {
+                Err(Halt::Cancelled(step))
+            } else {
+                Ok(())
+            }
+        };
         let steps = async {
+            go(StepName::OwnerLock)?;
             let previous = read_status(&mut st, &cx).await?;
+            go(StepName::ReadStatus)?;
             let (lease, claim_started) = claim(&mut st, &cx).await?;
             let shared = share(&mut st, &cx, &lease, claim_started)?;
+            go(StepName::Claim)?;
             run_json(&mut st, &cx, &lease, &shared, previous.as_ref()).await?;
+            go(StepName::RunJson)?;
             heartbeat(&mut st, &cx, &lease, &shared).await?;
+            go(StepName::Heartbeat)?;
             layout(&st, &cx).await?;
+            go(StepName::Layout)?;
             commands(&st, &cx, &lease, &shared).await?;
+            go(StepName::Commands)?;
             let opened = store(&st, &cx, &lease).await?;
+            go(StepName::Store)?;
             seal(&cx, &lease, &shared, opened).await?;
-            live(&mut st, &cx, &lease, &shared).await
+            go(StepName::Seal)?;
+            live(&mut st, &cx, &lease, &shared).await?;
+            Ok::<(), Halt>(())
         };
         match steps.await {
             Ok(()) => {}
-            Err(e) => {
-                Run::undo(st, &opts, &e).await;
+            Err(Halt::Failed(e)) => {
+                Run::undo(st, &opts, failure_detail(&e)).await;
                 return Err(e);
+            }
+            Err(Halt::Cancelled(after)) => {
+                let detail = format!(
+                    "the open was cancelled (its caller stopped waiting) after its {} step; it was undone",
+                    after.as_str()
+                );
+                tracing::info!(run = %cx.name, step = after.as_str(), "open cancelled: undoing it");
+                Run::undo(st, &opts, detail).await;
+                return Err(RunError::Io(format!(
+                    "run {}: the open was cancelled",
+                    cx.name
+                )));
             }
         }
         let (Some(lease), Some(shared), Some(current)) = (st.lease, st.shared, st.current) else {
@@ -141,6 +252,7 @@ impl Run {
             current: Mutex::new(current),
             opts,
             path: path.to_path_buf(),
+            armed: true,
         })
     }
 
@@ -163,7 +275,7 @@ impl Run {
     /// is gone: `status` says dead (or stale), and `retire` or `run --retire-dead` frees it.
     /// Then the cgroup (empty: no command ran) is removed and the owner lock dropped. Best
     /// effort, under one step deadline.
-    async fn undo(mut st: Opening, opts: &OpenOptions, err: &RunError) {
+    async fn undo(mut st: Opening, opts: &OpenOptions, detail: String) {
         for t in st.tasks.drain(..) {
             t.abort();
         }
@@ -177,7 +289,7 @@ impl Run {
                     generation: lease.generation,
                     ..s
                 });
-                let (current, detail) = (st.current.clone(), failure_detail(err));
+                let current = st.current.clone();
                 let (dir, auth, sh, l, n) = (
                     st.dir.clone(),
                     st.auth.clone(),

@@ -42,8 +42,12 @@ impl Run {
     /// stop-heartbeat → release-lease (the release epoch carries the seal) → unlock →
     /// compact ([`crate::compact::after_release`]: best-effort, its failure is logged and
     /// never returned). A fenced run reports the fence and writes nothing.
+    ///
+    /// **Cancellation-safe:** the steps run in a task of their own; dropping this future
+    /// does not stop them (the release finishes in the background, and [`Run::settle`] or
+    /// the next [`Run::open`] of the path in this process waits for it).
     pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
-        self.release_with(final_status, false).await
+        self.release_in_task(final_status, false).await
     }
 
     /// Release the run like [`Run::release`], except that its commands are **detached**
@@ -63,14 +67,40 @@ impl Run {
     /// once the lease is released its generation is fenced everywhere (lease-fs appends
     /// answer `FENCED`).
     pub async fn release_detached(self, final_status: FinalStatus) -> Result<(), RunError> {
-        self.release_with(final_status, true).await
+        self.release_in_task(final_status, true).await
     }
 
-    async fn release_with(
+    /// Run the release in a task of its own (so dropping the caller's future does not stop
+    /// it half-way), marked pending for [`Run::settle`] until it ends.
+    async fn release_in_task(
         mut self,
         final_status: FinalStatus,
         detach: bool,
     ) -> Result<(), RunError> {
+        self.armed = false;
+        let name = self.shared.run.clone();
+        let pending = super::background::Pending::start(&self.path);
+        let task = tokio::spawn(async move {
+            let _pending = pending;
+            self.release_with(final_status, detach).await
+        });
+        match task.await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => {
+                Err(RunError::Io(format!("run {name}: the release panicked")))
+            }
+            Err(_) => Err(RunError::Io(format!(
+                "run {name}: the release was stopped by the runtime shutting down"
+            ))),
+        }
+    }
+
+    pub(super) async fn release_with(
+        mut self,
+        final_status: FinalStatus,
+        detach: bool,
+    ) -> Result<(), RunError> {
+        self.armed = false;
         let name = self.shared.run.clone();
         let cb = self.opts.on_step.clone();
         let deadline = self.opts.step_deadline;

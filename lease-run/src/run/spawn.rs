@@ -2,20 +2,47 @@
 
 use super::status::wall_now;
 use super::step::blocking;
-use super::{Run, StepName};
+use super::{Run, Shared, StepName};
 use crate::error::RunError;
 use crate::fence::{gate, start_tracked};
 use crate::procs::{self, INCARNATION_VAR};
 use lease_core::{CommandRecord, Dir, FileRef, Identity, encode};
 use lease_fs::{FsError, primitives, probe};
 use rustix::process::Signal;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
 
-/// A command started by [`Run::spawn`].
-#[derive(Debug)]
+/// A command started by [`Command::spawn`] (or [`Run::spawn`]), like
+/// `tokio::process::Child`: its pipes, `wait`, `try_wait`, `kill`, `wait_with_output`.
+///
+/// Its process group stays tracked by the run: whatever it leaves behind is killed at
+/// release or on a fence. **Fences are reported:** once the run is fenced its watchdog
+/// kills the command, and [`RunCommand::wait`] then answers [`RunError::Fenced`] (with the
+/// fence's reason) instead of "killed by signal 9".
 pub struct RunCommand {
     pid: u32,
     child: tokio::process::Child,
+    shared: Arc<Shared>,
+    /// The command's stdin, if it was [`Command::stdin`]`(Stdio::piped())`.
+    pub stdin: Option<tokio::process::ChildStdin>,
+    /// The command's stdout, if piped.
+    pub stdout: Option<tokio::process::ChildStdout>,
+    /// The command's stderr, if piped.
+    pub stderr: Option<tokio::process::ChildStderr>,
+}
+
+impl std::fmt::Debug for RunCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunCommand")
+            .field("pid", &self.pid)
+            .field("run", &self.shared.run)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunCommand {
@@ -24,27 +51,296 @@ impl RunCommand {
         self.pid
     }
 
-    /// Wait for it to exit. Its process group stays tracked: whatever it left behind is
-    /// killed at release or fence.
-    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait().await
+    /// An exit by a signal while the run is fenced is the fence's kill: report the fence.
+    fn judge(&self, status: ExitStatus) -> Result<ExitStatus, RunError> {
+        if status.signal().is_some() {
+            if let Some(reason) = self.shared.fence_reason() {
+                return Err(RunError::Fenced {
+                    run: self.shared.run.clone(),
+                    reason,
+                });
+            }
+        }
+        Ok(status)
+    }
+
+    /// Wait for it to exit. `Err(`[`RunError::Fenced`]`)` when it was killed by a signal
+    /// while the run is fenced (the fence killed it); an I/O failure of the wait is
+    /// [`RunError::Io`].
+    pub async fn wait(&mut self) -> Result<ExitStatus, RunError> {
+        drop(self.stdin.take());
+        let status = self.child.wait().await.map_err(|e| self.io("wait", e))?;
+        self.judge(status)
+    }
+
+    /// Wait for it to exit and return its status as the OS reports it, fence or not: for a
+    /// caller that reports the fence itself (it can ask [`Run::check_live`]), as
+    /// `runlease run` does with the command's exit code.
+    pub async fn wait_raw(&mut self) -> Result<ExitStatus, RunError> {
+        drop(self.stdin.take());
+        self.child.wait().await.map_err(|e| self.io("wait", e))
+    }
+
+    /// Its exit status if it has exited, without waiting (fences reported as by
+    /// [`RunCommand::wait`]).
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, RunError> {
+        match self.child.try_wait().map_err(|e| self.io("try_wait", e))? {
+            Some(st) => self.judge(st).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Send SIGKILL to its whole process group (it is the leader) without waiting; a
+    /// command that already exited is left alone (its group id may be reused once reaped).
+    pub fn start_kill(&mut self) -> Result<(), RunError> {
+        if self
+            .child
+            .try_wait()
+            .map_err(|e| self.io("try_wait", e))?
+            .is_none()
+        {
+            procs::kill_group(self.pid, Signal::KILL);
+        }
+        Ok(())
+    }
+
+    /// SIGKILL its process group and wait for it to exit.
+    pub async fn kill(&mut self) -> Result<(), RunError> {
+        self.start_kill()?;
+        self.child.wait().await.map_err(|e| self.io("wait", e))?;
+        Ok(())
+    }
+
+    /// Wait for it to exit, collecting its piped stdout and stderr (see
+    /// `tokio::process::Child::wait_with_output`); fences reported as by
+    /// [`RunCommand::wait`].
+    pub async fn wait_with_output(mut self) -> Result<Output, RunError> {
+        drop(self.stdin.take());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (so, se) = (self.stdout.take(), self.stderr.take());
+        let read_out = async {
+            if let Some(mut so) = so {
+                so.read_to_end(&mut out).await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let read_err = async {
+            if let Some(mut se) = se {
+                se.read_to_end(&mut err).await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let (a, b, st) = tokio::join!(read_out, read_err, self.child.wait());
+        a.and(b).map_err(|e| self.io("read output", e))?;
+        let status = st.map_err(|e| self.io("wait", e))?;
+        let status = self.judge(status)?;
+        Ok(Output {
+            status,
+            stdout: out,
+            stderr: err,
+        })
+    }
+
+    fn io(&self, what: &str, e: std::io::Error) -> RunError {
+        RunError::Io(format!(
+            "run {}: command {}: {what}: {e}",
+            self.shared.run, self.pid
+        ))
+    }
+}
+
+/// A command to start under the run, like `tokio::process::Command`: built with
+/// [`Run::command`], started with [`Command::spawn`] (or [`Command::output`]).
+///
+/// It starts through the spawn gate (its record is durable before its program runs), in
+/// a process group of its own tracked by the run, with these variables set after the
+/// caller's (so they cannot be overridden), the same as `runlease run` gives its command:
+/// `RUNLEASE_RUN` (the absolute run folder), `RUNLEASE_GENERATION`, `RUNLEASE_OWNER` (the
+/// owner id), `RUNLEASE_AUTHORITY` (only for an etcd authority) and the incarnation secret
+/// ([`INCARNATION_VAR`]). Standard streams are inherited unless set.
+///
+/// ```no_run
+/// # async fn demo(run: &lease_run::Run) -> Result<(), lease_run::RunError> {
+/// use std::process::Stdio;
+/// let out = run
+///     .command("sh")
+///     .args(["-c", "echo $RUNLEASE_GENERATION"])
+///     .current_dir("/tmp")
+///     .env("GREETING", "hi")
+///     .stdin(Stdio::null())
+///     .output()
+///     .await?;
+/// assert!(out.status.success());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Command<'r> {
+    run: &'r Run,
+    program: OsString,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, Option<OsString>)>,
+    env_clear: bool,
+    cwd: Option<PathBuf>,
+    stdin: Option<Stdio>,
+    stdout: Option<Stdio>,
+    stderr: Option<Stdio>,
+}
+
+impl<'r> Command<'r> {
+    /// One argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
+        self.args.push(arg.as_ref().to_os_string());
+        self
+    }
+
+    /// Several arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+
+    /// Set a variable.
+    pub fn env(&mut self, key: impl AsRef<OsStr>, val: impl AsRef<OsStr>) -> &mut Self {
+        self.envs.push((
+            key.as_ref().to_os_string(),
+            Some(val.as_ref().to_os_string()),
+        ));
+        self
+    }
+
+    /// Set several variables.
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        for (k, v) in vars {
+            self.env(k, v);
+        }
+        self
+    }
+
+    /// Remove a variable (inherited or set earlier).
+    pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Self {
+        self.envs.push((key.as_ref().to_os_string(), None));
+        self
+    }
+
+    /// Start from an empty environment (the run's own variables are still set).
+    pub fn env_clear(&mut self) -> &mut Self {
+        self.env_clear = true;
+        self.envs.clear();
+        self
+    }
+
+    /// The working directory of the program.
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.cwd = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// Its stdin (default: inherited).
+    pub fn stdin(&mut self, cfg: impl Into<Stdio>) -> &mut Self {
+        self.stdin = Some(cfg.into());
+        self
+    }
+
+    /// Its stdout (default: inherited).
+    pub fn stdout(&mut self, cfg: impl Into<Stdio>) -> &mut Self {
+        self.stdout = Some(cfg.into());
+        self
+    }
+
+    /// Its stderr (default: inherited).
+    pub fn stderr(&mut self, cfg: impl Into<Stdio>) -> &mut Self {
+        self.stderr = Some(cfg.into());
+        self
+    }
+
+    /// Start it (see [`Run::spawn`] for the gate and what can fail). The standard stream
+    /// settings are used up: a second `spawn` of the same builder inherits them.
+    pub async fn spawn(&mut self) -> Result<RunCommand, RunError> {
+        let run = self.run;
+        run.spawn_command(self).await
+    }
+
+    /// Start it with stdout and stderr piped (unless set) and stdin null (unless set), and
+    /// collect its output.
+    pub async fn output(&mut self) -> Result<Output, RunError> {
+        self.stdin.get_or_insert_with(Stdio::null);
+        self.stdout.get_or_insert_with(Stdio::piped);
+        self.stderr.get_or_insert_with(Stdio::piped);
+        self.spawn().await?.wait_with_output().await
+    }
+}
+
+/// Kills a spawn gate's group when dropped armed (the spawn was cancelled before the
+/// gate was continued). Its pid cannot be reused meanwhile: the gate is our unreaped child.
+struct KillGateOnDrop(Option<u32>);
+
+impl Drop for KillGateOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            procs::kill_group(pid, Signal::KILL);
+        }
     }
 }
 
 impl Run {
-    /// Start `argv` with `env` added, in its own process group, stdio inherited. Its
-    /// [`CommandRecord`] is durable in `commands/` before the program starts: see the
+    /// A command to start under this run, configured like `tokio::process::Command`
+    /// ([`Command`]).
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command<'_> {
+        Command {
+            run: self,
+            program: program.as_ref().to_os_string(),
+            args: Vec::new(),
+            envs: Vec::new(),
+            env_clear: false,
+            cwd: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+        }
+    }
+
+    /// Start `argv` with `env` added, in its own process group, stdio inherited: the short
+    /// form of `run.command(&argv[0]).args(&argv[1..]).envs(env).spawn()` ([`Command`]).
+    /// Its [`CommandRecord`] is durable in `commands/` before the program starts: see the
     /// crate docs ("The spawn gate") for exactly what runs before.
     pub async fn spawn(
         &self,
         argv: &[String],
         env: &[(String, String)],
     ) -> Result<RunCommand, RunError> {
-        if argv.is_empty() || argv[0].is_empty() {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(RunError::InvalidArgument(
+                "argv must be non-empty with a non-empty program".into(),
+            ));
+        };
+        self.command(program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .spawn()
+            .await
+    }
+
+    async fn spawn_command(&self, spec: &mut Command<'_>) -> Result<RunCommand, RunError> {
+        if spec.program.is_empty() {
             return Err(RunError::InvalidArgument(
                 "argv must be non-empty with a non-empty program".into(),
             ));
         }
+        // The record's argv (for audits and `doctor`): lossy where not UTF-8.
+        let argv: Vec<String> = std::iter::once(&spec.program)
+            .chain(&spec.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         self.check_live()?;
         // OQ-5: never overlap with a replaced owner that may still be running.
         let wait = self.commands_wait();
@@ -61,20 +357,44 @@ impl Run {
         cmd.arg(procs::GATE[1])
             .arg(procs::GATE[2])
             .arg(procs::GATE[3])
-            .args(argv)
-            .process_group(0)
-            .env("RUNLEASE_RUN", self.lease.run_id.as_str())
+            .arg(&spec.program)
+            .args(&spec.args)
+            .process_group(0);
+        if spec.env_clear {
+            cmd.env_clear();
+        }
+        for (k, v) in &spec.envs {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        if let Some(d) = &spec.cwd {
+            cmd.current_dir(d);
+        }
+        if let Some(s) = spec.stdin.take() {
+            cmd.stdin(s);
+        }
+        if let Some(s) = spec.stdout.take() {
+            cmd.stdout(s);
+        }
+        if let Some(s) = spec.stderr.take() {
+            cmd.stderr(s);
+        }
+        // The run's own variables, after the caller's so they cannot be overridden: the
+        // same as `runlease run` gives its command.
+        cmd.env("RUNLEASE_RUN", &self.path)
             .env(
                 "RUNLEASE_GENERATION",
                 self.lease.generation.get().to_string(),
-            );
+            )
+            .env("RUNLEASE_OWNER", self.lease.owner_id.as_str());
         // The authority, so `runlease append`/`release` in the command find the lease
         // where it lives; an inherited one must not point the command elsewhere.
         match self.opts.authority.url() {
             Some(url) => cmd.env("RUNLEASE_AUTHORITY", url),
             None => cmd.env_remove("RUNLEASE_AUTHORITY"),
         };
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         // The proof a later owner asks for before it signals a process this one started
         // (PROTOCOL §11.1); set after `env`, so a caller cannot override it.
         cmd.env(INCARNATION_VAR, &self.shared.incarnation);
@@ -95,8 +415,11 @@ impl Run {
             }
             Ok::<_, RunError>((child, pid))
         })?;
+        // Dropped (cancelled) from here until the gate is continued or killed, the gate is
+        // killed: its program never runs, and no stopped gate is left behind.
+        let mut unstarted = KillGateOnDrop(Some(pid));
         // Wait until the gate has stopped itself, then record, then continue it.
-        let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv.to_vec());
+        let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv);
         let incarnation = CommandRecord::incarnation_digest(
             &lease.run_id,
             lease.generation,
@@ -179,6 +502,7 @@ impl Run {
             || procs::kill_group(pid, Signal::CONT),
             || procs::kill_group(pid, Signal::KILL),
         );
+        unstarted.0 = None;
         if let Err(e) = gated {
             let _ = child.wait().await;
             return Err(match e {
@@ -201,6 +525,13 @@ impl Run {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        Ok(RunCommand { pid, child })
+        Ok(RunCommand {
+            pid,
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            child,
+            shared: self.shared.clone(),
+        })
     }
 }

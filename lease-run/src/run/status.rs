@@ -9,18 +9,11 @@ use lease_core::LeaseOps;
 use lease_core::ops::{OwnedLease, Status};
 use lease_core::{FileRef, RunState, RunStatus, Timestamp, encode};
 use lease_fs::{FsError, RunDir, primitives};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Wall-clock now as a protocol timestamp.
+/// (`lease_fs::WallClock`'s `Timestamp::now()` with the run layer's error.)
 pub fn wall_now() -> Result<Timestamp, RunError> {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| RunError::Io("the wall clock is before 1970".into()))?
-        .as_millis();
-    u64::try_from(ms)
-        .ok()
-        .and_then(Timestamp::from_unix_millis)
-        .ok_or_else(|| RunError::Io("the wall clock is out of range".into()))
+    <Timestamp as lease_fs::WallClock>::now().map_err(|e| RunError::Io(e.to_string()))
 }
 
 /// Write `run.json` as generation `lease.generation` only: the head must still be our

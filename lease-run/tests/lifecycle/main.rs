@@ -6,6 +6,7 @@
 //! `--exact helper_process`) keep finding it under that name.
 
 mod cgroups;
+mod command;
 mod fence;
 mod helpers;
 mod open;

@@ -1,0 +1,130 @@
+//! Signals: turn SIGTERM/SIGINT (or any set) into a release, as `runlease run` does.
+
+use super::{FinalStatus, Run};
+use crate::error::RunError;
+use crate::procs;
+use rustix::process::Signal;
+use std::future::poll_fn;
+use std::task::Poll;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// How [`Run::release_on_signals`] ended (the run is released either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// The work finished; the run was released with the status it returned.
+    Finished,
+    /// This signal (its number) arrived first: it was sent on to the run's commands, and
+    /// the run released with the status the work returned within `term_grace`, else (the
+    /// work dropped) as `failed` ("interrupted by signal N"). A process that wants the
+    /// shell's convention exits with 128 + N.
+    Signalled(i32),
+}
+
+impl Run {
+    /// Run `work` under this run until it finishes or one of `signals` arrives, then
+    /// release the run: the one-line way for a library owner to behave as `runlease run`
+    /// does on SIGTERM or SIGINT.
+    ///
+    /// - `work` finishes first: the run is released with the [`FinalStatus`] it returned
+    ///   ([`Served::Finished`]).
+    /// - A signal first: it is sent on to every command process this run tracks (so a
+    ///   command can shut down cleanly, as under `runlease run`), and `work` (typically
+    ///   waiting for them) gets [`OpenOptions::term_grace`](super::OpenOptions::term_grace)
+    ///   to finish: the run is released with its status; past the grace `work` is dropped
+    ///   (its futures cancelled; lease-run's own are cancellation-safe) and the run
+    ///   released as `failed` with "interrupted by signal N", the release stopping what is
+    ///   left (TERM, grace, KILL). Either way [`Served::Signalled`].
+    /// - The run is fenced meanwhile: the release reports it (`Err`, [`RunError::is_fenced`]).
+    ///
+    /// The handlers are installed when this is called (tokio's: from then on, for the rest
+    /// of the process's life, these signals no longer terminate it by default) and are
+    /// listened to only while this runs.
+    ///
+    /// ```no_run
+    /// use lease_run::{FinalStatus, OpenOptions, Run, Served};
+    /// use tokio::signal::unix::SignalKind;
+    /// # async fn demo() -> Result<(), lease_run::RunError> {
+    /// let run = Run::open(std::path::Path::new("/srv/runs/job"), OpenOptions::default()).await?;
+    /// let served = run
+    ///     .release_on_signals(&[SignalKind::terminate(), SignalKind::interrupt()], async |run| {
+    ///         match run.command("./job.sh").spawn().await {
+    ///             Ok(mut cmd) => match cmd.wait().await {
+    ///                 Ok(st) if st.success() => FinalStatus::Done,
+    ///                 Ok(st) => FinalStatus::Failed { detail: format!("job.sh: {st}") },
+    ///                 Err(e) => FinalStatus::Failed { detail: e.to_string() },
+    ///             },
+    ///             Err(e) => FinalStatus::Failed { detail: e.to_string() },
+    ///         }
+    ///     })
+    ///     .await?;
+    /// if let Served::Signalled(n) = served {
+    ///     std::process::exit(128 + n);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_on_signals(
+        self,
+        signals: &[SignalKind],
+        work: impl AsyncFnOnce(&Run) -> FinalStatus,
+    ) -> Result<Served, RunError> {
+        let mut streams = Vec::with_capacity(signals.len());
+        for kind in signals {
+            let stream = signal(*kind).map_err(|e| {
+                RunError::Io(format!(
+                    "run {}: cannot listen for signal {}: {e}",
+                    self.shared.run,
+                    kind.as_raw_value()
+                ))
+            })?;
+            streams.push((kind.as_raw_value(), stream));
+        }
+        let first_signal = poll_fn(|cx| {
+            for (n, s) in &mut streams {
+                if let Poll::Ready(Some(())) = s.poll_recv(cx) {
+                    return Poll::Ready(*n);
+                }
+            }
+            Poll::Pending
+        });
+        let (status, signalled) = {
+            let work = work(&self);
+            tokio::pin!(work);
+            tokio::select! {
+                status = &mut work => (status, None),
+                n = first_signal => {
+                    // As `runlease run` does: the signal goes on to the commands, and the
+                    // work (typically waiting for them) gets `term_grace` to finish.
+                    self.signal_commands(n).await;
+                    match tokio::time::timeout(self.opts.term_grace, &mut work).await {
+                        Ok(status) => (status, Some(n)),
+                        Err(_) => (
+                            FinalStatus::Failed {
+                                detail: format!("interrupted by signal {n}"),
+                            },
+                            Some(n),
+                        ),
+                    }
+                }
+            }
+        };
+        self.release(status).await?;
+        Ok(signalled.map_or(Served::Finished, Served::Signalled))
+    }
+
+    /// Send signal `n` to every process this run tracks (its commands' groups and their
+    /// known descendants), through the same proved-ours checks as the release's TERM
+    /// (`procs::Tracked::signal_all`: pidfds, leaders confirmed alive).
+    async fn signal_commands(&self, n: i32) {
+        let Some(sig) = Signal::from_named_raw(n) else {
+            return;
+        };
+        let sh = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let procs = procs::scan();
+            let mut t = sh.tracked();
+            t.refresh(&procs);
+            t.signal_all(sig, &procs);
+        })
+        .await;
+    }
+}
