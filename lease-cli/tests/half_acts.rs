@@ -301,7 +301,18 @@ fn a_crash_before_run_json_was_rewritten_is_explained_and_the_next_run_proceeds(
     );
     let doctor = runlease(&["doctor", "--json", d]);
     assert_eq!(doctor.status.code(), Some(0));
-    assert_eq!(json_lines(&doctor)[0]["code"], "OK");
+    // Nothing to repair. (A SIGKILL that lands inside a heartbeat's replace leaves its temp
+    // file: an orphan-temp warning, collected by the next release, is all doctor may add.)
+    let findings: Vec<String> = json_lines(&doctor)
+        .iter()
+        .map(|l| l["code"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        findings
+            .iter()
+            .all(|c| c == "OK" || c == "ORPHAN_TEMP_FILES"),
+        "{findings:?}"
+    );
     let o = runlease(&["run", "--json", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let st = status_json(&dir);
