@@ -244,18 +244,19 @@ pub fn digest<R: Record>(record: &R) -> Result<Digest, LeaseError> {
 /// ```
 /// use lease_core::canonical::parse_json_strict;
 /// assert!(parse_json_strict(r#"{"n":1,"big":18446744073709551615}"#).is_ok());
-/// assert!(parse_json_strict(r#"{"n":1,"n":2}"#).unwrap_err().contains("twice"));
+/// assert!(parse_json_strict(r#"{"n":1,"n":2}"#).unwrap_err().reason().contains("twice"));
 /// assert!(parse_json_strict("18446744073709551616").is_err());
 /// ```
-pub fn parse_json_strict(text: &str) -> Result<Value, String> {
+pub fn parse_json_strict(text: &str) -> Result<Value, crate::InvalidValue> {
     use serde::de::Deserializer as _;
+    let bad = |reason: String| crate::InvalidValue::new("JSON", reason);
     let mut de = serde_json::Deserializer::from_str(text);
     let v = de
         .deserialize_any(StrictVisitor)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
+        .map_err(|e| bad(e.to_string()))?;
+    de.end().map_err(|e| bad(e.to_string()))?;
     if depth(&v) > MAX_DEPTH {
-        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+        return Err(bad(format!("nested deeper than {MAX_DEPTH} levels")));
     }
     Ok(v)
 }

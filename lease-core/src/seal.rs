@@ -94,6 +94,69 @@ pub fn requirements<'a>(
     (seal, floor)
 }
 
+/// What the lease chain requires of the store an owner opens: the seal and the floor
+/// ([`requirements`]), as one value. Obtained from the chain ([`Requirements::from_chain`])
+/// or, explicitly, for a store used without any lease chain ([`Requirements::no_chain`]):
+/// so "no seal, no floor" is never an accident of passing `None, None`.
+///
+/// ```
+/// use lease_core::seal::Requirements;
+/// let r = Requirements::no_chain();
+/// assert!(r.seal().is_none() && r.floor().is_none() && r.names_no_store());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requirements {
+    seal: Option<Seal>,
+    floor: Option<(u64, Generation)>,
+}
+
+impl Requirements {
+    /// What the owner of `own` must check: from its own epoch and the one its claim or
+    /// takeover replaced ([`requirements`]).
+    pub fn from_chain(own: &EpochRecord, replaced: Option<&EpochRecord>) -> Requirements {
+        let (seal, floor) = requirements(own, replaced);
+        Requirements {
+            seal: seal.cloned(),
+            floor,
+        }
+    }
+
+    /// The seal and floor as found elsewhere (an authority that read them itself).
+    pub fn new(seal: Option<Seal>, floor: Option<(u64, Generation)>) -> Requirements {
+        Requirements { seal, floor }
+    }
+
+    /// No lease chain at all: the store is used on its own (lease-sqlite without a run,
+    /// tests). Nothing is required of it. A run layer never uses this: its chain decides.
+    pub fn no_chain() -> Requirements {
+        Requirements {
+            seal: None,
+            floor: None,
+        }
+    }
+
+    /// The seal the store must match, if any.
+    pub fn seal(&self) -> Option<&Seal> {
+        self.seal.as_ref()
+    }
+
+    /// The floor the store's head must reach (with the generation that recorded it).
+    pub fn floor(&self) -> Option<(u64, Generation)> {
+        self.floor
+    }
+
+    /// Whether the chain names no store yet (no seal, no floor above 0): the only case in
+    /// which a run layer may create a new store.
+    pub fn names_no_store(&self) -> bool {
+        self.seal.is_none() && self.floor.is_none_or(|(f, _)| f == 0)
+    }
+
+    /// [`check_seal`] against these requirements.
+    pub fn check(&self, run: &RunId, store: &StoreState) -> Result<(), LeaseError> {
+        check_seal(run, self.seal.as_ref(), self.floor, store)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,22 +66,33 @@ fn parse_name(name: &str) -> Option<(&str, u64)> {
     Some((key, g.parse().ok()?))
 }
 
+/// Why no cgroup v2 directory could be made for a run's commands (they are then tracked
+/// by group, session and `/proc` scans; see the crate docs, "Escapes").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CgroupUnavailable(pub String);
+
 impl Cgroup {
     /// Create `runlease-<key>-<generation>` below this process's own cgroup. An existing
     /// directory of that name (a crashed attempt of this very generation) is reused.
-    pub fn create(key: &str, generation: u64) -> Result<Cgroup, String> {
-        let mount = mount_point().ok_or("no cgroup2 file system is mounted")?;
-        let own = cgroup_of("self").ok_or("this process has no cgroup v2 path")?;
+    pub fn create(key: &str, generation: u64) -> Result<Cgroup, CgroupUnavailable> {
+        let no = |why: String| CgroupUnavailable(why);
+        let mount = mount_point().ok_or_else(|| no("no cgroup2 file system is mounted".into()))?;
+        let own =
+            cgroup_of("self").ok_or_else(|| no("this process has no cgroup v2 path".into()))?;
         let parent = mount.join(own.trim_start_matches('/'));
         let path = parent.join(format!("{PREFIX}{key}-{generation}"));
         match std::fs::create_dir(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+            Err(e) => return Err(no(format!("cannot create {}: {e}", path.display()))),
         }
         if !path.join("cgroup.procs").exists() {
             let _ = std::fs::remove_dir(&path);
-            return Err(format!("{} is not a cgroup v2 directory", path.display()));
+            return Err(no(format!(
+                "{} is not a cgroup v2 directory",
+                path.display()
+            )));
         }
         Ok(Cgroup { path })
     }

@@ -4,6 +4,7 @@
 //!
 //! - no heartbeat goes on (the beat files do not change over three heartbeat intervals
 //!   once [`Run::settle`] returned): `leaked_heartbeats`;
+//! - no thread of the run (watchdog, background release) is left;
 //! - the lease is free, `run.json` is not `running`, and a plain `Run::open` of the same
 //!   path in the same process succeeds (and releases): else `unrecoverable`.
 //!
@@ -88,6 +89,18 @@ fn beats(path: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// This process's threads named by lease-run (the watchdog, a background release); the
+/// kernel keeps 15 bytes of a thread's name.
+fn run_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .filter(|c| c.starts_with("lease-run-"))
+        .collect()
+}
+
 /// This process's children that are stopped (state `T`): a spawn gate left waiting.
 fn stopped_children() -> Vec<u32> {
     let me = std::process::id();
@@ -129,6 +142,14 @@ async fn check(path: &Path, point: &str, tally: &mut Tally) {
     if beats(path) != before {
         tally.leaked_heartbeats += 1;
         eprintln!("{point}: a heartbeat goes on after the cancellation");
+    }
+    // No thread of the run outlives it either: its watchdog ends within a tick of the
+    // release (or of the confirmed kill), a background release's thread when it is done.
+    let threads = run_threads();
+    if !threads.is_empty() {
+        tally
+            .unrecoverable
+            .push(format!("{point}: threads of the run live on: {threads:?}"));
     }
     if path.join("lease").exists() {
         let view = RunDir::open(path).unwrap().status(now_ts(), false).unwrap();
@@ -359,4 +380,35 @@ fn cancelled_opens_and_releases_and_dropped_runs_leave_a_recoverable_run() {
     assert_eq!(t.leaked_heartbeats, 0);
     assert!(t.unrecoverable.is_empty(), "{:#?}", t.unrecoverable);
     assert!(t.points >= OPEN_STEPS.len() + RELEASE_STEPS.len() + 3);
+}
+
+/// A `Run` that outlives the runtime it was opened on (the runtime shut down first, then the
+/// handle dropped) is still released: the background release brings its own runtime.
+#[test]
+fn a_run_dropped_after_its_runtime_shut_down_is_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("orphaned");
+    let first = rt();
+    let run = first.block_on(Run::open(&path, fast())).unwrap();
+    drop(first);
+    drop(run);
+    let second = rt();
+    second.block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), Run::settle(&path))
+            .await
+            .expect("the background release ended");
+        let rs = run_json(&path).unwrap();
+        assert_eq!(rs.status, RunState::Failed, "{rs:?}");
+        let view = RunDir::open(&path)
+            .unwrap()
+            .status(now_ts(), false)
+            .unwrap();
+        assert_eq!(view.status, Status::Free);
+        Run::open(&path, fast())
+            .await
+            .unwrap()
+            .release(FinalStatus::Done)
+            .await
+            .unwrap();
+    });
 }

@@ -5,6 +5,7 @@
 //!
 //! Run: `cargo run -p lease-sqlite --example two_generations`
 
+use lease_core::seal::Requirements;
 use lease_core::{Generation, RunId};
 use lease_sqlite::{Batch, Expected, OpenOptions, Store};
 
@@ -32,7 +33,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.close()?;
     let backup = dir.path().join("backup.sqlite");
     std::fs::copy(&path, &backup)?;
-    let mut store = Store::open(&run, &path, OpenOptions::default())?.check_seal(None, None)?;
+    let mut store =
+        Store::open(&run, &path, OpenOptions::default())?.check(&Requirements::no_chain())?;
     store.commit(g1, &Batch::new().put("step", "2").log("step 2"))?;
     let seal = store.seal(g1)?;
     println!(

@@ -62,6 +62,21 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// The store was created for another run: its SQLite `application_id` (set at creation
+    /// from the run id, see the crate docs) is not this run's. It was not changed.
+    #[error(
+        "run {run}: store {file} belongs to another run (its application id is {found:08x}, this run's is {expected:08x}); the file was left as it is"
+    )]
+    OtherRun {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// The application id found.
+        found: u32,
+        /// This run's.
+        expected: u32,
+    },
     /// The store file does not exist and may not be created here (`create` was false, or a
     /// particular store was expected).
     #[error("run {run}: store {file} does not exist: {detail}")]
@@ -156,6 +171,7 @@ impl StoreError {
             StoreError::Busy { .. } => Code::StoreBusy,
             StoreError::Corrupt { .. } => Code::StoreCorrupt,
             StoreError::Missing { .. } => Code::StoreMissing,
+            StoreError::OtherRun { .. } => Code::StoreIdentityMismatch,
             StoreError::SchemaUnsupported { .. } => Code::SchemaUnsupported,
             StoreError::Pragma { .. } => Code::StorePragma,
             StoreError::Io { .. } => Code::StoreIo,
@@ -187,6 +203,7 @@ impl StoreError {
 /// and `STORE_IDENTITY_MISMATCH`, 65, are in [`lease_core::ERROR_CODES`]).
 pub const STORE_ERROR_CODES: &[Code] = &[
     Code::ArgumentInvalid,
+    Code::StoreIdentityMismatch,
     Code::StoreCorrupt,
     Code::StoreMissing,
     Code::SchemaUnsupported,

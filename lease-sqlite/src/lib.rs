@@ -25,9 +25,9 @@
 //! let path = dir.path().join("store/run.sqlite");
 //! let run = RunId::new("demo")?;
 //!
-//! // Open (creating it), check the seal (none yet), commit as generation 1.
+//! // Open (creating it); no lease chain here, said explicitly; commit as generation 1.
 //! let opened = Store::open(&run, &path, OpenOptions { create: true, expect: None })?;
-//! let mut store = opened.check_seal(None, None)?;
+//! let mut store = opened.check(&lease_core::seal::Requirements::no_chain())?;
 //! let g1 = Generation::new(1).unwrap();
 //! let seq = store.commit(g1, &Batch::new().put("doc/a", "hello").log("step 1 done"))?;
 //! assert_eq!((seq, store.head()?), (1, 1));
@@ -77,6 +77,13 @@
 //! an empty file in the store's place is never a store.
 //!
 //! ## Schema
+//!
+//! **Bound to its run:** a new store's SQLite `application_id` (a header field, no schema
+//! change) is the first 32 bits of SHA-256 over `runlease-store/<run id>`;
+//! [`Store::open`] refuses a store whose id is another run's (`STORE_IDENTITY_MISMATCH`, 65,
+//! the file untouched). A store created before this binding (id 0) is accepted and bound at
+//! its first accepted [`OpenedStore::check_seal`]. Two runs with the same id (the folder's
+//! name) in different parents are not told apart by it; the seal's store id still is.
 //!
 //! Version [`SCHEMA_VERSION`] (1), recorded as `PRAGMA user_version` and in `store_meta`
 //! (with the store id and creation time). Tables: `store_meta`, `fence` (one row:

@@ -560,3 +560,49 @@ fn open_in_refuses_a_name_with_a_slash() {
     let err = Store::open_in(&run(), fd, root.path(), "../run.sqlite", create()).unwrap_err();
     assert_eq!(err.code().as_str(), "ARGUMENT_INVALID", "{err}");
 }
+
+/// A store is bound to its run (issue #18): opened for another run id it is refused with
+/// `STORE_IDENTITY_MISMATCH` and left as it was, whatever the seal says; a store created
+/// before the binding (application id 0) is accepted and bound at its seal check.
+#[test]
+fn a_store_of_another_run_is_refused_and_an_unbound_one_is_bound() {
+    let (dir, path) = scratch();
+    store_with(&path, 2);
+    let other = lease_core::RunId::new("another-run").unwrap();
+    let before = snapshot(dir.path());
+    let err = Store::open(&other, &path, create()).unwrap_err();
+    assert_eq!(err.code().as_str(), "STORE_IDENTITY_MISMATCH", "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("run another-run")
+            && msg.contains(&path.display().to_string())
+            && msg.contains("belongs to another run"),
+        "{msg}"
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "the refusal changed the folder"
+    );
+
+    // Unbind it as a store of the previous version would be, then open it as its run.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA application_id = 0").unwrap();
+    }
+    let app_id = |p: &Path| -> i32 {
+        let c = rusqlite::Connection::open(p).unwrap();
+        c.query_row("PRAGMA application_id", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(app_id(&path), 0);
+    // Unbound: another run's open is not refused by the binding (nothing to compare).
+    Store::open(&other, &path, OpenOptions::default())
+        .unwrap()
+        .close();
+    let s = open_store(&path);
+    s.close().unwrap();
+    assert_ne!(app_id(&path), 0, "bound at the accepted seal check");
+    let err = Store::open(&other, &path, OpenOptions::default()).unwrap_err();
+    assert_eq!(err.code().as_str(), "STORE_IDENTITY_MISMATCH");
+}

@@ -130,7 +130,7 @@ pub fn append(
         // Strict: a repeated key or a number that cannot be kept exactly is refused, never
         // merged or rounded into the durable event.
         Some(text) => lease_core::canonical::parse_json_strict(text)
-            .map_err(|e| CliError::usage(format!("--payload is not valid JSON: {e}")))?,
+            .map_err(|e| CliError::usage(format!("--payload: {e}")))?,
     };
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;

@@ -98,11 +98,11 @@ struct Ctx<'a> {
 
 /// The seal and store floor the chain requires of an owner
 /// ([`lease_core::seal::requirements`]).
-type Requirements = (Option<Seal>, Option<(u64, Generation)>);
+use lease_core::seal::Requirements;
 
 /// The store as the `store` step opened it, with the seal and floor the `seal` step
 /// checks it against.
-type Unchecked = (OpenedStore, Option<Seal>, Option<(u64, Generation)>);
+type Unchecked = (OpenedStore, Requirements);
 
 impl Run {
     /// Open (claim) the run at the absolute `path`, in this order, each step timed:
@@ -530,8 +530,8 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
                     None => return Err(e),
                 },
             };
-            if let Ok((seal, _)) = requirements(&*dir, lease.generation) {
-                *lock_std(&carry) = seal;
+            if let Ok(req) = requirements(&*dir, lease.generation) {
+                *lock_std(&carry) = req.seal().cloned();
             }
             Ok((lease, failed))
         }),
@@ -689,8 +689,7 @@ fn requirements(dir: &dyn LeaseAuthority, g: Generation) -> Result<Requirements,
         Some(prev) => dir.read_epoch(prev)?,
         None => None,
     };
-    let (seal, floor) = lease_core::seal::requirements(&own, replaced.as_ref());
-    Ok((seal.cloned(), floor))
+    Ok(Requirements::from_chain(&own, replaced.as_ref()))
 }
 
 /// The state the run's tasks share (its first beat: the start of the claim).
@@ -880,14 +879,14 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
     );
     let root = st.root.clone();
     let store_dir = path.join(lease_core::layout::STORE_DIR);
-    let (opened, seal, floor) = timed(
+    let (opened, req) = timed(
         cb,
         StepName::Store,
         blocking(name, StepName::Store, deadline, move || {
-            let (seal, floor) = requirements(&*dir, g)?;
-            *lock_std(&carry) = seal.clone();
-            let create = seal.is_none() && floor.is_none_or(|(f, _)| f == 0);
-            let expect = seal.as_ref().map(|s| Expected {
+            let req = requirements(&*dir, g)?;
+            *lock_std(&carry) = req.seal().cloned();
+            let create = req.names_no_store();
+            let expect = req.seal().map(|s| Expected {
                 store_id: s.store_id.clone(),
             });
             // The store folder is opened beneath the held root (no symlink followed,
@@ -902,11 +901,11 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
                 lease_core::layout::STORE_FILE_NAME,
                 lease_sqlite::OpenOptions { create, expect },
             )?;
-            Ok((opened, seal, floor))
+            Ok((opened, req))
         }),
     )
     .await?;
-    Ok((opened, seal, floor))
+    Ok((opened, req))
 }
 
 /// (9) seal: the store must be the sealed one, at or past the seal and the floor.
@@ -916,7 +915,7 @@ async fn seal(
     cx: &Ctx<'_>,
     lease: &OwnedLease,
     shared: &Arc<Shared>,
-    (opened, seal, floor): Unchecked,
+    (opened, req): Unchecked,
 ) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let (sh, weak) = (shared.clone(), Arc::downgrade(shared));
@@ -925,7 +924,7 @@ async fn seal(
         cb,
         StepName::Seal,
         blocking(name, StepName::Seal, deadline, move || {
-            let mut store = opened.check_seal(seal.as_ref(), floor)?;
+            let mut store = opened.check(&req)?;
             let head = store.head()?;
             store.set_commit_gate(Box::new(move || match weak.upgrade() {
                 Some(sh) => sh.check_live().map_err(|e| {

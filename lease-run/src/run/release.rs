@@ -73,11 +73,12 @@ impl Run {
     /// Run the release in a task of its own (so dropping the caller's future does not stop
     /// it half-way), marked pending for [`Run::settle`] until it ends.
     async fn release_in_task(
-        mut self,
+        self,
         final_status: FinalStatus,
         detach: bool,
     ) -> Result<(), RunError> {
-        self.armed = false;
+        // Still armed until the task starts its steps: a task that never runs (its runtime
+        // shutting down) drops the handle armed, and the drop releases it in the background.
         let name = self.shared.run.clone();
         let pending = super::background::Pending::start(&self.path);
         let task = tokio::spawn(async move {

@@ -40,6 +40,9 @@ struct Inner {
     path: PathBuf,
     store_id: String,
     created_at: String,
+    /// The store carries this run's `application_id` (false only for a store created
+    /// before stores were bound to their run: bound by the first accepted seal check).
+    bound: bool,
     /// Set when a commit failed in a way that leaves this handle untrustworthy (I/O error,
     /// corruption, an unexpected SQLite error): every later call is refused.
     broken: Option<String>,

@@ -262,6 +262,7 @@ impl Store {
                 path: display_path,
                 store_id: m.store_id,
                 created_at: m.created_at,
+                bound: m.app_id != 0,
                 broken: None,
                 gate: None,
             },

@@ -35,13 +35,29 @@ impl OpenedStore {
         self.inner.head()
     }
 
+    /// Check the store against what the lease chain requires of it
+    /// ([`lease_core::seal::Requirements`]: from the chain, or explicitly
+    /// `Requirements::no_chain()` for a store used without one) and return the [`Store`]
+    /// that can commit: [`OpenedStore::check_seal`] with the requirements as one value.
+    ///
+    /// # Errors
+    /// As [`OpenedStore::check_seal`].
+    pub fn check(self, req: &lease_core::seal::Requirements) -> Result<Store, StoreError> {
+        self.check_seal(req.seal(), req.floor())
+    }
+
     /// Check the store against the run's newest seal and store floor (from the epoch the
     /// claim replaced, `lease_core::seal::seal_of`) with [`lease_core::seal::check_seal`],
-    /// and return the [`Store`] that can commit.
+    /// and return the [`Store`] that can commit. The low-level form of
+    /// [`OpenedStore::check`]: `(None, None)` here means "the chain names no seal and no
+    /// floor", which only the chain can say; prefer `check` with
+    /// [`lease_core::seal::Requirements`].
     ///
     /// # Errors
     /// `STORE_IDENTITY_MISMATCH` (65): the seal names another store (a restored or
-    /// foreign copy never passes, whatever its head). `STORE_BEHIND_SEAL` (65): the head is
+    /// foreign copy never passes, whatever its head). (A store of another run is refused
+    /// earlier, by [`Store::open`], with the same code.) Accepted, a store created before
+    /// stores were bound to their run is bound to this one (its `application_id`). `STORE_BEHIND_SEAL` (65): the head is
     /// below the seal's sequence or below the floor. The store is closed untouched.
     pub fn check_seal(
         self,
@@ -56,7 +72,27 @@ impl OpenedStore {
                 source,
             }
         })?;
-        Ok(Store { inner: self.inner })
+        let mut inner = self.inner;
+        if !inner.bound {
+            // A store created before stores were bound to their run: bind it now that the
+            // chain has accepted it (one header write, in its own transaction, WAL-synced).
+            let app_id = i32::from_ne_bytes(super::validate::run_app_id(&inner.run).to_ne_bytes());
+            inner
+                .conn()
+                .execute_batch(&format!("PRAGMA application_id = {app_id}"))
+                .map_err(|e| {
+                    super::sqlite::sqlite_err(
+                        &crate::header::Ctx {
+                            run: &inner.run,
+                            file: &inner.file,
+                        },
+                        "bind to the run (application_id)",
+                        e,
+                    )
+                })?;
+            inner.bound = true;
+        }
+        Ok(Store { inner })
     }
 
     /// Close without using the store (nothing is written, no checkpoint).

@@ -11,6 +11,18 @@ use rusqlite::{Connection, OptionalExtension};
 pub(super) struct Meta {
     pub(super) store_id: String,
     pub(super) created_at: String,
+    /// The store's `application_id`: this run's, or 0 for a store created before stores
+    /// were bound to their run (bound at its first accepted seal check).
+    pub(super) app_id: u32,
+}
+
+/// The SQLite `application_id` binding a store to run `run`: the first 32 bits of
+/// SHA-256 over `runlease-store/<run id>`, never 0 (0 means "not bound").
+pub(crate) fn run_app_id(run: &str) -> u32 {
+    let d = lease_core::Digest::of(format!("runlease-store/{run}").as_bytes());
+    u32::from_str_radix(&d.as_str()[..8], 16)
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Checks made with SQLite, in an order that writes nothing before the file is known to be
@@ -78,6 +90,20 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     if Identity::new(store_id.clone()).is_err() {
         return Err(ctx.corrupt(format!("its store id {store_id:?} is not valid")));
     }
+    // Bound to this run? (0: created before the binding; accepted, bound later.)
+    let app_id: i32 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
+        .map_err(|e| sq("read application id", e))?;
+    let app_id = u32::from_ne_bytes(app_id.to_ne_bytes());
+    let expected = run_app_id(ctx.run);
+    if app_id != 0 && app_id != expected {
+        return Err(StoreError::OtherRun {
+            run: ctx.run.to_string(),
+            file: ctx.file.to_string(),
+            found: app_id,
+            expected,
+        });
+    }
     let fence: Option<i64> = conn
         .query_row("SELECT max_token FROM fence WHERE singleton = 1", [], |r| {
             r.get(0)
@@ -105,5 +131,6 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     Ok(Meta {
         store_id,
         created_at,
+        app_id,
     })
 }
