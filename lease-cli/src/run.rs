@@ -25,7 +25,9 @@
 //!    stdin is replaced by `/dev/null` in runlease itself before the spawn (the command
 //!    is not in the terminal's foreground group: reading the terminal would stop it). A
 //!    command stopped by SIGTTIN/SIGTTOU anyway is terminated with a message.
-//! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command's group (before it started
+//! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command (through lease-run's
+//!    `Run::command_signaller`: every process the run tracks, proved ours; its group once
+//!    the run was handed over) (before it started
 //!    they abort the open: 128+N, and an open run is released `failed`). SIGUSR1 is a
 //!    *release request* (from `runlease release` run by the command):
 //!    [`Run::release_detached`] hands the run over (`run.json` `paused`, store sealed, lease
@@ -99,11 +101,15 @@ pub struct RunOpts {
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// What happened to the command's process group.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum ChildState {
     NotStarted,
-    /// Running (or exited but not yet reaped, so its pid is still its group id).
-    Running(Pid),
+    /// Running (or exited but not yet reaped, so its pid is still its group id). Signals
+    /// go to the run's commands through lease-run's `CommandSignaller` (every tracked,
+    /// proved-ours process: the library's own forwarding, as `Run::release_on_signals`
+    /// does); once the run was handed over (`release_detached`: nothing is tracked any
+    /// more), to the group itself.
+    Running(Pid, Option<lease_run::CommandSignaller>),
     /// Reaped: the group id may be reused, never signal it again.
     Reaped,
 }
@@ -243,16 +249,21 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         let fwd = Arc::clone(&fwd);
         std::thread::spawn(move || {
             for sig in signals.forever() {
-                let c = *fwd.child.lock().unwrap_or_else(|p| p.into_inner());
+                let c = fwd.child.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 match (sig, c) {
                     // A release request; only meaningful while the command runs.
-                    (signal_hook::consts::SIGUSR1, ChildState::Running(_)) => {
+                    (signal_hook::consts::SIGUSR1, ChildState::Running(..)) => {
                         fwd.release.notify_one();
                     }
                     (signal_hook::consts::SIGUSR1, _) => {}
-                    (_, ChildState::Running(pgid)) => {
+                    (_, ChildState::Running(pgid, to)) => {
                         if let Some(s) = Signal::from_named_raw(sig) {
-                            let _ = rustix::process::kill_process_group(pgid, s);
+                            match to {
+                                Some(to) => to.signal(s),
+                                None => {
+                                    let _ = rustix::process::kill_process_group(pgid, s);
+                                }
+                            }
                         }
                     }
                     (_, ChildState::NotStarted) => {
@@ -407,11 +418,12 @@ async fn run_async(
         .ok_or_else(|| CliError::of(Code::Internal, "the command has no valid pid"))?;
     {
         // The signal thread forwards from now on; a signal that arrived before is sent now.
+        let to = run.command_signaller();
         let mut c = fwd.child.lock().unwrap_or_else(|p| p.into_inner());
-        *c = ChildState::Running(pgid);
+        *c = ChildState::Running(pgid, Some(to.clone()));
         let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
         if let Some(s) = Signal::from_named_raw(pending).filter(|_| pending != 0) {
-            let _ = rustix::process::kill_process_group(pgid, s);
+            to.signal(s);
         }
     }
 
@@ -453,7 +465,9 @@ async fn run_async(
             return Err(fenced_error(rundir, &lease, e, code));
         }
         Ended::ReleaseRequested => {
-            // From here on the command runs without the lease.
+            // From here on the command runs without the lease, untracked by the run (the
+            // detached release clears the tracking first): signals go to its group itself.
+            fwd.set(ChildState::Running(pgid, None));
             match run
                 .release_detached(FinalStatus::Paused { wake_at: None })
                 .await

@@ -484,6 +484,46 @@ fn run_forwards_sigint_and_sigterm_to_the_command() {
     }
 }
 
+/// Forwarding goes through lease-run's command signaller: it reaches every process the
+/// run tracks, including a descendant that left the command's process group (`setsid`),
+/// which a signal to the group alone would miss.
+#[test]
+fn run_forwards_a_signal_to_a_descendant_outside_the_commands_group() {
+    let (tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let (ready, inner_ready, got) = (
+        tmp.path().join("ready"),
+        tmp.path().join("inner-ready"),
+        tmp.path().join("inner-got-hup"),
+    );
+    // SIGHUP: an asynchronous list of a non-interactive shell ignores SIGINT (POSIX), and
+    // the release itself sends SIGTERM, so neither would tell forwarding apart.
+    let inner = format!(
+        "trap 'touch {}; exit 0' HUP; touch {}; while :; do sleep 0.05; done",
+        got.display(),
+        inner_ready.display()
+    );
+    let script = format!(
+        "setsid sh -c \"{inner}\" & trap 'exit 9' HUP; touch '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
+    wait_for_file(&ready, Duration::from_secs(10), "command never started");
+    wait_for_file(&inner_ready, Duration::from_secs(10), "inner never started");
+    // Let the watchdog's /proc scan (every 100 ms) learn the descendant.
+    std::thread::sleep(Duration::from_millis(400));
+    signal(owner.id(), Signal::HUP);
+    assert_eq!(
+        wait_exit(&mut owner, Duration::from_secs(10)).code(),
+        Some(9)
+    );
+    assert!(
+        got.exists(),
+        "the descendant outside the group did not get SIGHUP"
+    );
+    assert_eq!(status_json(&dir)["state"], "free");
+}
+
 #[test]
 fn usage_errors_exit_64_and_help_lists_exit_codes() {
     assert_eq!(runlease(&["frobnicate"]).status.code(), Some(64));

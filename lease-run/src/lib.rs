@@ -297,9 +297,12 @@
 //! - Release after surviving commands: returns `RUN_COMMANDS_SURVIVE` without releasing the
 //!   lease; the watchdog SIGKILLs them once the lease lapses.
 //! - Terminal handling (foreground process group): not done. Signal forwarding: by
-//!   [`Run::release_on_signals`] (opt-in); `runlease run` keeps its own signal thread (it
-//!   also forwards SIGHUP, takes SIGUSR1 as a hand-over request and handles signals that
-//!   arrive before the command starts).
+//!   [`Run::release_on_signals`] (opt-in) and [`Run::command_signaller`]; `runlease run`
+//!   forwards SIGINT, SIGTERM and SIGHUP through the same `CommandSignaller`, from its own
+//!   signal thread (which also takes SIGUSR1 as a hand-over request and keeps a signal
+//!   that arrives before the command starts); it does not call `release_on_signals`
+//!   itself, because it waits for the command to decide (no grace, then a kill) and hands
+//!   the run over on request.
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
 //! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
 //!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
@@ -348,7 +351,7 @@ pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document};
 #[cfg(not(loom))]
 pub use run::{
-    Command, CommandAudit, CommandState, FinalStatus, INCARNATION_VAR, MIN_FENCE_MARGIN,
-    OpenOptions, Run, RunCommand, RunStore, Served, StepCallback, StepName, WATCHDOG_TICK,
-    audit_commands, chain_reaches, preflight, wall_now,
+    Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, INCARNATION_VAR,
+    MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore, Served, StepCallback, StepName,
+    WATCHDOG_TICK, audit_commands, chain_reaches, preflight, wall_now,
 };

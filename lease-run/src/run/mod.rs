@@ -28,7 +28,7 @@ pub use preflight::{chain_reaches, preflight};
 pub(crate) use preflight::{list_layout, listed, strays_above_in};
 pub use reap::{CommandAudit, CommandState, audit_commands};
 pub use release::FinalStatus;
-pub use signals::Served;
+pub use signals::{CommandSignaller, Served};
 pub use spawn::{Command, RunCommand};
 pub use status::wall_now;
 pub use step::{StepCallback, StepName};

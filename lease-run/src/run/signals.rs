@@ -111,20 +111,49 @@ impl Run {
         Ok(signalled.map_or(Served::Finished, Served::Signalled))
     }
 
-    /// Send signal `n` to every process this run tracks (its commands' groups and their
-    /// known descendants), through the same proved-ours checks as the release's TERM
-    /// (`procs::Tracked::signal_all`: pidfds, leaders confirmed alive).
+    /// Send signal `n` to every process this run tracks ([`CommandSignaller::signal`]).
     async fn signal_commands(&self, n: i32) {
         let Some(sig) = Signal::from_named_raw(n) else {
             return;
         };
-        let sh = self.shared.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            let procs = procs::scan();
-            let mut t = sh.tracked();
-            t.refresh(&procs);
-            t.signal_all(sig, &procs);
-        })
-        .await;
+        let to = self.command_signaller();
+        let _ = tokio::task::spawn_blocking(move || to.signal(sig)).await;
+    }
+
+    /// A handle that signals this run's commands from any thread (a signal-handling thread
+    /// included), through the same proved-ours checks as the release's TERM: every tracked
+    /// process group and known descendant, each through a pidfd re-checked first, leaders
+    /// confirmed alive. `runlease run` forwards SIGINT, SIGTERM and SIGHUP with it, and
+    /// [`Run::release_on_signals`] does too.
+    pub fn command_signaller(&self) -> CommandSignaller {
+        CommandSignaller {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Signals a run's commands from any thread ([`Run::command_signaller`]). Holding it keeps
+/// nothing of the run alive but its tracking state; after a release (or a detached
+/// release) nothing is tracked and [`CommandSignaller::signal`] reaches nothing.
+#[derive(Clone)]
+pub struct CommandSignaller {
+    shared: std::sync::Arc<super::Shared>,
+}
+
+impl std::fmt::Debug for CommandSignaller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandSignaller")
+            .field("run", &self.shared.run)
+            .finish()
+    }
+}
+
+impl CommandSignaller {
+    /// Send `sig` to every process the run tracks (blocking: one `/proc` scan).
+    pub fn signal(&self, sig: Signal) {
+        let procs = procs::scan();
+        let mut t = self.shared.tracked();
+        t.refresh(&procs);
+        t.signal_all(sig, &procs);
     }
 }
