@@ -61,6 +61,9 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
         Next::RestoreStore => format!(
             "restore {store} from the copy the lease chain names (keep what is there now); `runlease run` refuses the run until then"
         ),
+        Next::MoveStoreAside => format!(
+            "move {d}/{store} out of the run (keep it if it matters: it was created for another run, and this run's lease chain names no store); the next `runlease run` creates a new one"
+        ),
         Next::CleanTemp => format!("runlease doctor {d} --clean-temp"),
         Next::Prune => format!("runlease prune {d}"),
         Next::CheckClocks => "check time synchronization on both hosts (PROTOCOL.md §10)".into(),

@@ -464,3 +464,47 @@ fn a_reused_pid_in_a_private_pid_namespace_is_never_signalled() {
         );
     }
 }
+
+/// Another run's store copied into a new run (issue #18: a store is bound to its run):
+/// `run` refuses it (65, the file untouched), `doctor` says to move it aside (the chain
+/// names no store, so there is nothing to restore), and doing so lets the next `run` go.
+#[test]
+fn another_runs_store_is_refused_and_the_advice_to_move_it_aside_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, c) = (tmp.path().join("run-a"), tmp.path().join("run-c"));
+    used_run(&a);
+    assert_eq!(
+        runlease(&["init", c.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let store = c.join("store/run.sqlite");
+    std::fs::copy(a.join("store/run.sqlite"), &store).unwrap();
+    let before = std::fs::read(&store).unwrap();
+    let o = runlease(&["run", c.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("STORE_IDENTITY_MISMATCH") && err.contains("belongs to another run"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&store).unwrap(),
+        before,
+        "the refused store was changed"
+    );
+    let d = runlease(&["doctor", "--json", c.to_str().unwrap()]);
+    let lines = json_lines(&d);
+    let finding = lines
+        .iter()
+        .find(|l| l["code"] == "STORE_IDENTITY_MISMATCH")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    let next = finding["next_step"].as_str().unwrap();
+    assert!(
+        next.starts_with("move ") && next.contains("store/run.sqlite"),
+        "{next}"
+    );
+    // Follow it.
+    std::fs::rename(&store, tmp.path().join("kept.sqlite")).unwrap();
+    let o = runlease(&["run", c.to_str().unwrap(), "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

@@ -335,6 +335,9 @@ pub enum Next {
     VerifyAndRestore,
     /// Restore the store file the lease chain names.
     RestoreStore,
+    /// Move the store file out of the run: it is not this run's (created for another run)
+    /// and the chain names no store, so the next open creates a new one.
+    MoveStoreAside,
     /// Remove old temp files.
     CleanTemp,
     /// Prune the run.
@@ -699,7 +702,18 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                     generation: *generation,
                     detail: detail.clone().unwrap_or_default(),
                 },
-                next: Next::RestoreStore,
+                // A store of another run where the chain names none: nothing to restore;
+                // moving it aside lets the next open create this run's own.
+                next: if code == Code::StoreIdentityMismatch
+                    && view
+                        .head
+                        .as_ref()
+                        .is_none_or(|h| named_store(&h.epoch).is_none())
+                {
+                    Next::MoveStoreAside
+                } else {
+                    Next::RestoreStore
+                },
             });
         }
     }
