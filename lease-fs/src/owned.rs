@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The lease of a run folder held by this process **with** the run's kernel owner lock:
-/// what [`RunDir::claim`] and [`OwnerLock`] give separately, in one guard.
+/// what a claim on a [`RunDir`] ([`LeaseOps::claim`]) and
+/// [`OwnerLock`] give separately, in one guard.
 ///
 /// - [`OwnedRun::claim`] takes the owner lock first (held by another process of this host:
 ///   `OWNER_LOCK_HELD`, nothing written), then claims; its [`RunDir`] knows this process
