@@ -151,7 +151,9 @@ fn decode_records_seeds(root: &Path) {
         floor_generation: g2,
         floor_epoch_hash: Digest::of(&pick(FileRef::Epoch(g2))),
         through_sequence: 2,
-        through_hash: Some(Digest::of(&pick(FileRef::Event(lease_core::Sequence::new(2).expect("2"))))),
+        through_hash: Some(Digest::of(&pick(FileRef::Event(
+            lease_core::Sequence::new(2).expect("2"),
+        )))),
         not_authoritative: vec![2],
         created_at: t(40_000),
         created_by: id("pruner"),

@@ -602,6 +602,17 @@ fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
         &mut Claim::new(params_claim(&c, now)),
         live,
     );
+    // As `LeaseOps::claim` does (the adapters' path, which the SimFs side takes): a claim
+    // refused over a holder the probing status proves dead says to retire it.
+    let claim = match claim {
+        Err(
+            LeaseError::RunAlreadyActive { run, held }
+            | LeaseError::RunStaleRequiresTakeover { run, held, .. },
+        ) if view.is_some_and(|v| v.status == lease_core::ops::Status::Dead) => {
+            Err(LeaseError::RunDeadRequiresRetirement { run, held })
+        }
+        other => other,
+    };
     let takeover = run_mem(
         "takeover",
         &mut base.clone(),
