@@ -604,15 +604,11 @@ fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
     );
     // As `LeaseOps::claim` does (the adapters' path, which the SimFs side takes): a claim
     // refused over a holder the probing status proves dead says to retire it.
-    let claim = match claim {
-        Err(
-            LeaseError::RunAlreadyActive { run, held }
-            | LeaseError::RunStaleRequiresTakeover { run, held, .. },
-        ) if view.is_some_and(|v| v.status == lease_core::ops::Status::Dead) => {
-            Err(LeaseError::RunDeadRequiresRetirement { run, held })
-        }
-        other => other,
-    };
+    let claim = claim.map_err(|e| {
+        lease_core::ops::refine_claim_refusal(e, || {
+            view.is_some_and(|v| v.status == lease_core::ops::Status::Dead)
+        })
+    });
     let takeover = run_mem(
         "takeover",
         &mut base.clone(),

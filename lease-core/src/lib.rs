@@ -79,7 +79,7 @@ pub use code::Code;
 pub use error::{ERROR_CODES, HeldBy, LeaseError, RecordKind};
 pub use ids::{Digest, Generation, Identity, InvalidValue, RunId, Sequence};
 pub use layout::{Dir, FileRef};
-pub use policy::{HeartbeatDurability, TimingPolicy, must_self_fence};
+pub use policy::{HeartbeatDurability, TimingPolicy, lapse_reason, must_self_fence};
 pub use records::{
     Checkpoint, CommandRecord, EpochRecord, EpochState, Event, HeartbeatRecord, Holder, MonoStamp,
     RetireReason, RetiredOwner, RetirementRecord, RunState, RunStatus, Seal, TakeoverIntent,

@@ -192,6 +192,16 @@ pub fn must_self_fence(policy: &TimingPolicy, last_ok_started: Duration, now: Du
     now.saturating_sub(last_ok_started) > policy.self_fence_after()
 }
 
+/// Why an owner fenced itself by the self-fence rule, `age` after the start of its last
+/// successful heartbeat-class write: the one wording every layer uses.
+pub fn lapse_reason(policy: &TimingPolicy, age: Duration) -> String {
+    format!(
+        "the lease lapsed: no successful heartbeat for {} ms (this owner fences itself after {} ms without one)",
+        age.as_millis(),
+        policy.self_fence_after_ms()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

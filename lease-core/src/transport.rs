@@ -179,19 +179,13 @@ pub trait LeaseOps: Transport {
         let bound = self.default_bound();
         let now = p.now;
         self.begin()?;
-        let lease = match crate::ops::drive(&mut Claim::new(p), |req| self.execute(req, bound))? {
-            Ok(lease) => lease,
-            Err(
-                LeaseError::RunAlreadyActive { run, held }
-                | LeaseError::RunStaleRequiresTakeover { run, held, .. },
-            ) if self
-                .status(now, true)
-                .is_ok_and(|v| v.status == crate::ops::Status::Dead) =>
-            {
-                return Err(LeaseError::RunDeadRequiresRetirement { run, held }.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let lease = crate::ops::drive(&mut Claim::new(p), |req| self.execute(req, bound))?
+            .map_err(|e| {
+                crate::ops::refine_claim_refusal(e, || {
+                    self.status(now, true)
+                        .is_ok_and(|v| v.status == crate::ops::Status::Dead)
+                })
+            })?;
         self.acquired(&lease, bound)?;
         Ok(lease)
     }

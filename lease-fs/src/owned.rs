@@ -4,7 +4,7 @@
 use crate::error::FsError;
 use crate::lock::OwnerLock;
 use crate::real::RealFs;
-use crate::run_dir::{ProcLiveness, RunDir, boottime_ns, run_id_of, this_holder};
+use crate::run_dir::{ProcLiveness, RunDir, boottime_ns, open_error, run_id_of, this_holder};
 use lease_core::ops::{ClaimParams, OwnedLease, ReleaseParams};
 use lease_core::{
     Generation, Identity, LeaseError, LeaseOps, Seal, Timestamp, TimingPolicy, must_self_fence,
@@ -86,13 +86,7 @@ impl OwnedRun {
     ) -> Result<OwnedRun, FsError> {
         let run_id = run_id_of(path)?;
         let name = path.display().to_string();
-        let fs = RealFs::open(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                FsError::RunNotFound { path: name.clone() }
-            } else {
-                FsError::io(run_id.as_str(), "open run folder", &name, e)
-            }
-        })?;
+        let fs = RealFs::open(path).map_err(|e| open_error(&run_id, path, e))?;
         let lock = OwnerLock::try_acquire_in(&fs)
             .map_err(|e| FsError::io(run_id.as_str(), "lock", "owner.lock", e))?
             .ok_or_else(|| FsError::OwnerLockHeld { run: name.clone() })?;
@@ -162,10 +156,9 @@ impl OwnedRun {
                 Duration::from_nanos(self.beat_ns),
                 Duration::from_nanos(now),
             ) {
-                self.fenced = Some(format!(
-                    "the lease lapsed: no successful heartbeat for {} ms (this owner fences itself after {} ms without one)",
-                    now.saturating_sub(self.beat_ns) / 1_000_000,
-                    self.lease.policy.self_fence_after_ms()
+                self.fenced = Some(lease_core::lapse_reason(
+                    &self.lease.policy,
+                    Duration::from_nanos(now.saturating_sub(self.beat_ns)),
                 ));
             }
         }

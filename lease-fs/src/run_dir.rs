@@ -656,7 +656,7 @@ pub fn prim_response(kind: primitives::PrimKind, outcome: bool) -> Response {
     }
 }
 
-fn open_error(run: &RunId, path: &Path, e: io::Error) -> FsError {
+pub(crate) fn open_error(run: &RunId, path: &Path, e: io::Error) -> FsError {
     if e.kind() == io::ErrorKind::NotFound {
         FsError::RunNotFound {
             path: path.display().to_string(),

@@ -22,7 +22,7 @@ mod prune;
 pub use common::Head;
 pub use lease::{
     Claim, ClaimParams, Expectation, Heartbeat, OwnedLease, Preempted, Release, ReleaseParams,
-    Retire, RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger,
+    Retire, RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger, refine_claim_refusal,
 };
 pub use log::{
     Append, AppendParams, Appended, ChainView, EventLogView, JudgeLog, JudgedEvent,

@@ -142,11 +142,8 @@ impl Shared {
     /// Why a lapse fences, measured now: how long since the last successful heartbeat
     /// started (on `CLOCK_BOOTTIME`, so a suspended or stopped owner counts the pause).
     fn lapse_reason(&self) -> String {
-        let age_ms = boottime_ns().saturating_sub(self.core.beat_ns()) / 1_000_000;
-        format!(
-            "the lease lapsed: no successful heartbeat for {age_ms} ms (this owner fences itself after {} ms without one)",
-            self.policy.self_fence_after_ms()
-        )
+        let age = boottime_ns().saturating_sub(self.core.beat_ns());
+        lease_core::lapse_reason(&self.policy, Duration::from_nanos(age))
     }
 
     fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {

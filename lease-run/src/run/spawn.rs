@@ -68,8 +68,7 @@ impl RunCommand {
     /// while the run is fenced (the fence killed it); an I/O failure of the wait is
     /// [`RunError::Io`].
     pub async fn wait(&mut self) -> Result<ExitStatus, RunError> {
-        drop(self.stdin.take());
-        let status = self.child.wait().await.map_err(|e| self.io("wait", e))?;
+        let status = self.wait_raw().await?;
         self.judge(status)
     }
 

@@ -65,10 +65,9 @@ fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreEr
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| sq("begin (create)", e))?;
     // `application_id` binds the store to its run (checked at every open).
-    let app_id = i32::from_ne_bytes(super::validate::run_app_id(ctx.run).to_ne_bytes());
     tx.execute_batch(CREATE_V1)
         .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")))
-        .and_then(|()| tx.execute_batch(&format!("PRAGMA application_id = {app_id}")))
+        .and_then(|()| tx.execute_batch(&super::validate::bind_to_run_sql(ctx.run)))
         .and_then(|()| {
             tx.execute(
                 "INSERT INTO store_meta (singleton, store_id, created_at, schema_version) VALUES (1, ?1, ?2, ?3)",

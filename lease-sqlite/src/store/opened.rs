@@ -76,10 +76,9 @@ impl OpenedStore {
         if !inner.bound {
             // A store created before stores were bound to their run: bind it now that the
             // chain has accepted it (one header write, in its own transaction, WAL-synced).
-            let app_id = i32::from_ne_bytes(super::validate::run_app_id(&inner.run).to_ne_bytes());
             inner
                 .conn()
-                .execute_batch(&format!("PRAGMA application_id = {app_id}"))
+                .execute_batch(&super::validate::bind_to_run_sql(&inner.run))
                 .map_err(|e| {
                     super::sqlite::sqlite_err(
                         &crate::header::Ctx {

@@ -25,6 +25,13 @@ pub(crate) fn run_app_id(run: &str) -> u32 {
         .max(1)
 }
 
+/// The statement that binds a store to run `run` (SQLite keeps `application_id` as a
+/// signed 32-bit integer: the same bits).
+pub(crate) fn bind_to_run_sql(run: &str) -> String {
+    let id = i32::from_ne_bytes(run_app_id(run).to_ne_bytes());
+    format!("PRAGMA application_id = {id}")
+}
+
 /// Checks made with SQLite, in an order that writes nothing before the file is known to be
 /// a store of our schema.
 pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreError> {

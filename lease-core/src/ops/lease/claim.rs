@@ -201,3 +201,25 @@ fn race_claim(run: &RunId, g: Generation) -> LeaseError {
         ),
     }
 }
+
+/// A claim's refusal made precise: `RUN_ALREADY_ACTIVE` or `RUN_STALE_REQUIRES_TAKEOVER`
+/// over a holder `holder_dead` proves dead (asked only for those two refusals) becomes
+/// `RUN_DEAD_REQUIRES_RETIREMENT`, naming the same holder; any other error is returned as
+/// it is. The claim's step machine never returns the dead code itself (it does not probe);
+/// [`crate::LeaseOps::claim`] applies this after a read-only probing status.
+pub fn refine_claim_refusal(e: LeaseError, holder_dead: impl FnOnce() -> bool) -> LeaseError {
+    let held_refusal = matches!(
+        e,
+        LeaseError::RunAlreadyActive { .. } | LeaseError::RunStaleRequiresTakeover { .. }
+    );
+    if !held_refusal || !holder_dead() {
+        return e;
+    }
+    match e {
+        LeaseError::RunAlreadyActive { run, held }
+        | LeaseError::RunStaleRequiresTakeover { run, held, .. } => {
+            LeaseError::RunDeadRequiresRetirement { run, held }
+        }
+        other => other,
+    }
+}

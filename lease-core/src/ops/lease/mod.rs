@@ -15,7 +15,7 @@ mod release;
 mod retire;
 mod takeover;
 
-pub use claim::{Claim, ClaimParams};
+pub use claim::{Claim, ClaimParams, refine_claim_refusal};
 pub use heartbeat::Heartbeat;
 pub use release::{Release, ReleaseParams};
 pub use retire::{Retire, RetireParams, Retired};
