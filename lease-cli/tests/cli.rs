@@ -503,9 +503,13 @@ fn run_forwards_a_signal_to_a_descendant_outside_the_commands_group() {
         got.display(),
         inner_ready.display()
     );
+    // The outer command exits 9 only once the descendant has recorded the signal (8 if it
+    // has not within 5 s): exiting at once would let the release's SIGTERM reach the
+    // descendant before its own trap ran (the shell runs traps between commands).
     let script = format!(
-        "setsid sh -c \"{inner}\" & trap 'exit 9' HUP; touch '{}'; while :; do sleep 0.05; done",
-        ready.display()
+        "setsid sh -c \"{inner}\" & trap 'i=0; while [ ! -e {got} ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; [ -e {got} ] && exit 9; exit 8' HUP; touch '{ready}'; while :; do sleep 0.05; done",
+        got = got.display(),
+        ready = ready.display()
     );
     let mut owner = spawn(&["run", d, "--", "sh", "-c", &script]);
     wait_for_file(&ready, Duration::from_secs(10), "command never started");
