@@ -196,7 +196,7 @@ pub fn short_tail_text(t: &lease_core::ops::ShortTail) -> String {
 /// A torn heartbeat file (PROTOCOL §4, OQ-6), for doctor's finding and status's line.
 pub fn torn_beat_text(head: &lease_core::ops::Head) -> String {
     format!(
-        "{} is torn (no complete record: a power loss during a `local` heartbeat, which is never fsynced, leaves it empty or cut short); liveness is judged as if owner {} had not beaten since its claim at {}, until its next heartbeat replaces the file",
+        "{} is torn (no valid heartbeat slot: a power loss while a `local` owner wrote its first beat, which is never fsynced, leaves the file empty or cut short); liveness is judged as if owner {} had not beaten since its claim at {}, until its next heartbeat writes a whole slot",
         lease_core::FileRef::Beat(head.generation()).path(),
         head.epoch.owner_id,
         head.epoch.claimed_at

@@ -297,14 +297,15 @@ fn a_stamp_ahead_of_this_clock_is_reported_and_ignored() {
     std::thread::sleep(Duration::from_millis(300));
     let g = s["generation"].as_u64().unwrap();
     let beat = dir.join(format!("lease/beats/{g:020}.json"));
+    let file = std::fs::read(&beat).unwrap();
     let mut rec: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&beat).unwrap()).unwrap();
+        serde_json::from_slice(lease_core::beat::newest_record(&file).unwrap()).unwrap();
     let ns = rec["mono"]["ns"].as_u64().unwrap();
     // An hour ahead of this clock.
     rec["mono"]["ns"] = serde_json::json!(ns + 3_600_000_000_000);
     let mut bytes = serde_json::to_vec(&rec).unwrap();
     bytes.push(b'\n');
-    std::fs::write(&beat, bytes).unwrap();
+    std::fs::write(&beat, lease_core::beat::fresh_file(1, &bytes).unwrap()).unwrap();
     let s = status_json(&dir);
     assert_eq!(s["heartbeat_age_clock"], "wall", "{s}");
     let o = runlease(&["doctor", "--json", d]);

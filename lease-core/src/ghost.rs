@@ -185,10 +185,13 @@ impl Ghost {
             // read again.
             self.corrupted.retain(|f| !matches!(f, FileRef::Beat(_)));
         }
-        if let Request::Replace(f, ..) = req {
-            // The live owner's next heartbeat replaces its own (hand-corrupted) heartbeat
-            // record: from then on the run is valid again.
-            self.corrupted.remove(f);
+        if let Request::WriteBeat { file, seq: 1, .. } = req {
+            // The live owner's first heartbeat replaces its own (hand-corrupted) heartbeat
+            // file whole: from then on the run is valid again. (A later beat writes one
+            // slot: a corrupted file whose other slot is not valid stays corrupted until
+            // that slot is written too, which the ghost does not track: it keeps it
+            // corrupted, the stricter expectation.)
+            self.corrupted.remove(file);
         }
     }
 

@@ -57,6 +57,7 @@
 //! a stable [`Code`]); constructors refuse bad values with [`InvalidValue`].
 #![deny(missing_docs)]
 
+pub mod beat;
 pub mod canonical;
 pub mod code;
 pub mod diagnose;

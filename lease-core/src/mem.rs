@@ -44,7 +44,7 @@ impl MemDisk {
             Request::Read(_) => "read",
             Request::Exists(_) => "exists",
             Request::CreateExclusive(..) => "create",
-            Request::Replace(..) => "replace",
+            Request::WriteBeat { .. } => "beat",
             Request::Remove(..) => "remove",
             Request::ProbeLiveness(_) => "probe",
             Request::SyncDir(_) => "sync",
@@ -79,8 +79,27 @@ impl MemDisk {
                     Response::Created
                 }
             },
-            Request::Replace(f, bytes, _) => {
-                self.files.insert(f, bytes);
+            Request::WriteBeat {
+                file, seq, record, ..
+            } => {
+                // The same bytes the disk adapters write (lease_core::beat): a fresh file
+                // for beat 1 or a missing file, else the one slot in place.
+                match self.files.get_mut(&file) {
+                    Some(bytes) if seq > 1 => {
+                        if let Ok(slot) = crate::beat::slot_bytes(seq, &record) {
+                            let at = crate::beat::slot_offset(seq) as usize;
+                            if bytes.len() < at + slot.len() {
+                                bytes.resize(at + slot.len(), 0);
+                            }
+                            bytes[at..at + slot.len()].copy_from_slice(&slot);
+                        }
+                    }
+                    _ => {
+                        if let Ok(whole) = crate::beat::fresh_file(seq, &record) {
+                            self.files.insert(file, whole);
+                        }
+                    }
+                }
                 Response::Done
             }
             Request::Remove(f, _) => {

@@ -27,7 +27,8 @@ use crate::ops::Head;
 use std::time::Duration;
 
 /// What identifies one observation of an owner: generation, owner id, heartbeat time
-/// (as recorded, never compared with a clock) and heartbeat count. Any change means the
+/// (as recorded, never compared with a clock) with the heartbeat file's hash, and
+/// heartbeat count. Any change means the
 /// owner (or a successor) wrote again, and the watch starts over.
 pub type WatchKey = (u64, String, String, u64);
 
@@ -36,11 +37,13 @@ pub fn watch_key(h: &Head) -> WatchKey {
     (
         h.generation().get(),
         h.epoch.owner_id.to_string(),
-        match &h.torn_beat {
-            // A torn beat (OQ-6) is judged as no beat, but its bytes are what was seen:
-            // any rewrite of the file restarts the watch.
-            Some(torn) => format!("{} torn {torn}", h.heartbeat_at()),
-            None => h.heartbeat_at().to_string(),
+        // The whole file's hash as well as the record: any write to the heartbeat file
+        // restarts the watch, even one whose newest valid slot reads the same (a torn
+        // beat, OQ-6, judged as no beat; a slot in flight; a record written twice).
+        match (&h.torn_beat, &h.beat_file) {
+            (Some(torn), _) => format!("{} torn {torn}", h.heartbeat_at()),
+            (None, Some(file)) => format!("{} file {file}", h.heartbeat_at()),
+            (None, None) => h.heartbeat_at().to_string(),
         },
         h.heartbeat_count(),
     )

@@ -16,7 +16,7 @@
 //! | `List(dir)` | range, keys only |
 //! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
 //! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
-//! | `Replace(f)` / `Remove(f)` | put / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
+//! | `WriteBeat{file, record}` / `Remove(f)` | put of the record itself (an etcd put is atomic, so no slots are needed; readers accept the one-record form) / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
 //! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there (`AuthorityLease::Alive`, else `Expired`) |
 //!
 //! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
@@ -462,7 +462,13 @@ impl EtcdRun {
                 self.get_one(self.key(f), true, deadline).await?.is_some(),
             )),
             Request::CreateExclusive(f, bytes) => self.create(f, bytes, deadline).await,
-            Request::Replace(f, bytes, _durability) => {
+            // A put is atomic and never torn: the record itself is the value, the older
+            // one-record form every reader still accepts (lease_core::beat::SlotRead::Legacy).
+            Request::WriteBeat {
+                file: f,
+                record: bytes,
+                ..
+            } => {
                 let key = self.key(f);
                 let k = key.clone();
                 self.call("put", &key, deadline, true, move |mut c| {

@@ -1,7 +1,9 @@
 //! Benchmarks of the lease and the event log on the real disk, each beside a raw baseline
 //! measured in the same run (`cargo xtask bench` prints the ratios).
 //!
-//! Baselines: `raw/plain_write` (create + write, no fsync), `raw/atomic_replace_fsync`
+//! Baselines: `raw/plain_write` (create + write, no fsync), `raw/pwrite` and
+//! `raw/pwrite_fdatasync` (a heartbeat slot written in place into an open file),
+//! `raw/read_file` (read a small file whole), `raw/atomic_replace_fsync`
 //! (temp, write, fsync, rename, fsync dir), `raw/link_exclusive_create` (temp, write, fsync,
 //! link, fsync dir, unlink temp), and `raw/two_link_exclusive_creates`.
 
@@ -40,6 +42,29 @@ fn raw(c: &mut Criterion) {
             n += 1;
             fs.write_new(&format!("d/p{n}"), &bytes).unwrap();
         })
+    });
+    // The floors of an in-place heartbeat (issue #19): one positioned write of a slot's
+    // bytes into an open file, with and without `fdatasync`, and a plain whole-file read
+    // (the floor of a status read, which reads an epoch and a beat).
+    let slot = lease_core::beat::slot_bytes(1, &bytes).unwrap();
+    let floor = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.path().join("pwrite-floor"))
+        .unwrap();
+    g.bench_function("pwrite", |b| {
+        b.iter(|| std::os::unix::fs::FileExt::write_all_at(&floor, &slot, 2048).unwrap())
+    });
+    g.bench_function("pwrite_fdatasync", |b| {
+        b.iter(|| {
+            std::os::unix::fs::FileExt::write_all_at(&floor, &slot, 2048).unwrap();
+            floor.sync_data().unwrap();
+        })
+    });
+    std::fs::write(dir.path().join("read-floor"), &bytes).unwrap();
+    g.bench_function("read_file", |b| {
+        b.iter(|| std::fs::read(dir.path().join("read-floor")).unwrap())
     });
     g.bench_function("atomic_replace_fsync", |b| {
         b.iter(|| primitives::replace(&fs, "d/replaced", &bytes, true).unwrap())

@@ -73,6 +73,15 @@ pub trait Fs: Send + Sync {
     /// fsync the regular file `path` (its data and size).
     fn fsync(&self, path: &str) -> io::Result<()>;
 
+    /// Overwrite `bytes` at `offset` of the existing regular file `path` in place (one
+    /// `pwrite`; never creates, truncates or renames). `NotFound` if it does not exist.
+    /// The real adapter keeps the file open between calls for the same path (a heartbeat
+    /// file is written every interval), until this adapter renames over or unlinks it.
+    fn write_at(&self, path: &str, offset: u64, bytes: &[u8]) -> io::Result<()>;
+
+    /// `fdatasync` the regular file `path` (its data; its size only if it changed).
+    fn sync_data(&self, path: &str) -> io::Result<()>;
+
     /// fsync directory `dir` (its entries).
     fn fsync_dir(&self, dir: &str) -> io::Result<()>;
 

@@ -14,6 +14,11 @@
 //!   rename. After a crash the target is the old or the new content, or (not durable only)
 //!   possibly empty/torn, which readers report as invalid.
 //! - **remove** (1 fsync, or 0 for files that are never read again): unlink → fsync `dir`.
+//! - **write_beat** (heartbeats, the two-slot format of `lease_core::beat`): beat 1, or a
+//!   missing file, is a replace of the whole fresh file (as above, durable or not); every
+//!   later beat is one `pwrite` of its slot in place → (`durable`: `fdatasync` the file).
+//!   The write touches only the slot of beat `seq − 2`, so after a crash anywhere the other
+//!   slot still holds beat `seq − 1` whole, and a reader takes the newest valid slot.
 
 use crate::fs::{Fs, join, split};
 use std::io;
@@ -46,6 +51,8 @@ pub enum PrimKind {
     Replace,
     /// Remove.
     Remove,
+    /// Heartbeat write: in place, or a fresh file by replace.
+    WriteBeat,
 }
 
 /// One durable primitive as a machine that performs exactly one system call per
@@ -58,6 +65,8 @@ pub struct PrimOp {
     path: String,
     tmp: String,
     bytes: Vec<u8>,
+    /// A heartbeat's slot: its offset and bytes (written in place).
+    slot: Option<(u64, Vec<u8>)>,
     durable: bool,
     st: PrimState,
     /// The answer once finished: `true` = created/done, `false` = already existed.
@@ -76,6 +85,8 @@ enum PrimState {
     FsyncDir,
     UnlinkTemp,
     Unlink,
+    WriteInPlace,
+    SyncData,
     Finished,
 }
 
@@ -117,12 +128,33 @@ impl PrimOp {
         p
     }
 
+    /// Write heartbeat `seq` ([`lease_core::ops::Request::WriteBeat`]): `seq == 1` replaces
+    /// the file whole with `lease_core::beat::fresh_file`; a later beat writes its slot in
+    /// place → (durable: `fdatasync`), falling back to the fresh file when the file is missing.
+    pub fn write_beat(
+        path: &str,
+        seq: u64,
+        record: &[u8],
+        durable: bool,
+        tmp: String,
+    ) -> Result<PrimOp, lease_core::beat::SlotError> {
+        let fresh = lease_core::beat::fresh_file(seq, record)?;
+        let mut p = PrimOp::new(PrimKind::WriteBeat, path, fresh, durable, tmp);
+        if seq > 1 {
+            let slot = lease_core::beat::slot_bytes(seq, record)?;
+            p.slot = Some((lease_core::beat::slot_offset(seq), slot));
+            p.st = PrimState::WriteInPlace;
+        }
+        Ok(p)
+    }
+
     fn new(kind: PrimKind, path: &str, bytes: Vec<u8>, durable: bool, tmp: String) -> PrimOp {
         PrimOp {
             kind,
             path: path.to_string(),
             tmp,
             bytes,
+            slot: None,
             durable,
             st: PrimState::WriteTemp,
             outcome: true,
@@ -290,6 +322,35 @@ impl PrimOp {
                     }
                 }
             },
+            PrimState::WriteInPlace => {
+                let Some((at, slot)) = &self.slot else {
+                    self.st = PrimState::Finished;
+                    return Some(Err(io::Error::other("heartbeat write without a slot")));
+                };
+                match fs.write_at(&self.path, *at, slot) {
+                    // No file (removed, or never written by this owner): a fresh one.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        self.st = PrimState::WriteTemp;
+                        None
+                    }
+                    Err(e) => {
+                        self.st = PrimState::Finished;
+                        Some(Err(e))
+                    }
+                    Ok(()) if self.durable => {
+                        self.st = PrimState::SyncData;
+                        None
+                    }
+                    Ok(()) => {
+                        self.st = PrimState::Finished;
+                        Some(Ok(true))
+                    }
+                }
+            }
+            PrimState::SyncData => {
+                self.st = PrimState::Finished;
+                Some(fs.sync_data(&self.path).map(|()| true))
+            }
             PrimState::Finished => Some(Err(io::Error::other("primitive already finished"))),
         }
     }

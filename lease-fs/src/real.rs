@@ -169,6 +169,9 @@ pub struct RealFs {
     root_id: (u64, u64),
     dirs: Mutex<HashMap<String, CachedDir>>,
     use_openat2: bool,
+    /// The file [`Fs::write_at`] writes in place (the heartbeat file), kept open between
+    /// beats; dropped when this adapter renames over or unlinks that path.
+    in_place: Mutex<Option<(String, Arc<OwnedFd>)>>,
 }
 
 impl fmt::Debug for RealFs {
@@ -254,6 +257,7 @@ impl RealFs {
             root_id: id_of(&st),
             dirs: Mutex::new(HashMap::new()),
             use_openat2: true,
+            in_place: Mutex::new(None),
         })
     }
 
@@ -510,6 +514,53 @@ impl RealFs {
 
     /// Open existing file `path` (in an existing directory) to fsync it, without following
     /// a symlink and without blocking on a FIFO.
+    /// The cached in-place file of `path`, or `None`.
+    fn cached_in_place(&self, path: &str) -> Option<Arc<OwnedFd>> {
+        let slot = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|(p, _)| p == path)
+            .map(|(_, fd)| fd.clone())
+    }
+
+    /// Forget the in-place file if it is `path` (this adapter renamed over or removed it).
+    fn forget_in_place(&self, path: &str) {
+        let mut slot = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|(p, _)| p == path) {
+            *slot = None;
+        }
+    }
+
+    /// Open `path` for in-place writes (never creating it), judged and trusted like a
+    /// read (§5.1), and keep it for the next call.
+    fn in_place_fd(&self, path: &str) -> io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = self.cached_in_place(path) {
+            return Ok(fd);
+        }
+        let (dir, leaf) = self.file_parts(path)?;
+        let dfd = self.dir_fd(dir, path)?;
+        // `O_NONBLOCK|O_NOFOLLOW`: a FIFO never blocks (and is refused by the judgement
+        // below), a symlink fails with ELOOP and is classified by `lstat`, as in `read`.
+        let flags =
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match retry(|| rfs::openat(&*dfd, leaf, flags, Mode::empty())) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Err(Errno::NOENT.into()),
+            Err(e) => {
+                if let Ok(st) = rfs::statat(&*dfd, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    judge_stat(path, &st, lease_core::canonical::MAX_RECORD_BYTES)?;
+                }
+                return Err(self.path_err(e, path));
+            }
+        };
+        let st = rfs::fstat(&fd)?;
+        judge_stat(path, &st, lease_core::canonical::MAX_RECORD_BYTES)?;
+        check_trusted(&self.root_path, &st, path)?;
+        let fd = Arc::new(fd);
+        *self.in_place.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((path.to_string(), fd.clone()));
+        Ok(fd)
+    }
+
     fn open_existing(&self, path: &str) -> io::Result<OwnedFd> {
         let (dir, leaf) = self.file_parts(path)?;
         let dfd = self.dir_fd(dir, path)?;
@@ -777,6 +828,42 @@ impl Fs for RealFs {
         Ok(())
     }
 
+    fn write_at(&self, path: &str, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let fd = self.in_place_fd(path)?;
+        let (mut at, mut rest) = (offset, bytes);
+        while !rest.is_empty() {
+            match rustix::io::pwrite(&*fd, rest, at) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!(
+                            "run root {}: writing {path} in place wrote nothing",
+                            self.root_path.display()
+                        ),
+                    ));
+                }
+                Ok(n) => {
+                    rest = &rest[n..];
+                    at += n as u64;
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_data(&self, path: &str) -> io::Result<()> {
+        match self.cached_in_place(path) {
+            Some(fd) => retry(|| rfs::fdatasync(&*fd))?,
+            None => {
+                let fd = self.open_existing(path)?;
+                retry(|| rfs::fdatasync(&fd))?;
+            }
+        }
+        Ok(())
+    }
+
     fn fsync_dir(&self, dir: &str) -> io::Result<()> {
         let dfd = self.dir_fd(dir, dir)?;
         retry(|| rfs::fsync(&*dfd))?;
@@ -798,6 +885,7 @@ impl Fs for RealFs {
         let (tdir, tleaf) = self.file_parts(to)?;
         let ffd = self.dir_fd(fdir, from)?;
         let tfd = self.dir_fd(tdir, to)?;
+        self.forget_in_place(to);
         retry(|| rfs::renameat(&*ffd, fleaf, &*tfd, tleaf))?;
         Ok(())
     }
@@ -805,6 +893,7 @@ impl Fs for RealFs {
     fn unlink(&self, path: &str) -> io::Result<()> {
         let (dir, leaf) = self.file_parts(path)?;
         let dfd = self.dir_fd(dir, path)?;
+        self.forget_in_place(path);
         retry(|| rfs::unlinkat(&*dfd, leaf, AtFlags::empty()))?;
         Ok(())
     }

@@ -458,7 +458,7 @@ impl RunDir {
     /// directory of a created or replaced file is made on first use, reads make their one
     /// system call, writes step their primitive ([`start_request`]).
     fn execute_request(&self, req: Request) -> Result<Response, FsError> {
-        if let Request::CreateExclusive(f, _) | Request::Replace(f, _, _) = &req {
+        if let Request::CreateExclusive(f, _) | Request::WriteBeat { file: f, .. } = &req {
             self.ensure_dir_of(*f)?;
         }
         let exec = start_request(&*self.fs, &*self.liveness, req, primitives::temp_path)
@@ -471,6 +471,7 @@ impl RunDir {
                     let op = match kind {
                         primitives::PrimKind::CreateExclusive => "create",
                         primitives::PrimKind::Replace => "replace",
+                        primitives::PrimKind::WriteBeat => "write heartbeat",
                         primitives::PrimKind::Remove => "remove",
                     };
                     self.io(op, &path, e)
@@ -622,13 +623,29 @@ pub fn start_request(
             let t = tmp(crate::fs::split(&p).0);
             Exec::Prim(primitives::PrimOp::create_exclusive(&p, bytes, t), p)
         }
-        Request::Replace(f, bytes, d) => {
-            let p = f.path();
+        Request::WriteBeat {
+            file,
+            seq,
+            record,
+            durability,
+        } => {
+            let p = file.path();
             let t = tmp(crate::fs::split(&p).0);
-            Exec::Prim(
-                primitives::PrimOp::replace(&p, bytes, d == Durability::Fsync, t),
-                p,
+            let prim = primitives::PrimOp::write_beat(
+                &p,
+                seq,
+                &record,
+                durability == Durability::Fsync,
+                t,
             )
+            .map_err(|e| {
+                (
+                    "write heartbeat",
+                    p.clone(),
+                    io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+                )
+            })?;
+            Exec::Prim(prim, p)
         }
         Request::Remove(f, d) => {
             let p = f.path();

@@ -117,6 +117,20 @@ fn pre_owned(run: &RunDir) -> Pre {
     }
 }
 
+/// Owned, with heartbeats 1 and 2 written (the next one is written in place).
+fn pre_beaten(run: &RunDir) -> Pre {
+    let pre = pre_owned(run);
+    let l = pre.lease.as_ref().unwrap();
+    run.heartbeat(l, t(2_000), 1, None).unwrap();
+    run.heartbeat(l, t(3_000), 2, None).unwrap();
+    pre
+}
+
+fn op_heartbeat_in_place(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
+    run.heartbeat(pre.lease.as_ref().unwrap(), t(5_000), 3, None)
+        .map(|_| Outcome::Other)
+}
+
 fn pre_empty(_: &RunDir) -> Pre {
     Pre {
         lease: None,
@@ -241,10 +255,15 @@ fn op_prune(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
     .map(|_| Outcome::Other)
 }
 
-const SCENARIOS: [(&str, Prepare, Operate); 8] = [
+const SCENARIOS: [(&str, Prepare, Operate); 9] = [
     ("claim-empty", pre_empty, op_claim),
     ("claim-after-release", pre_churn, op_claim),
     ("heartbeat-durable", pre_owned, op_heartbeat),
+    (
+        "heartbeat-durable-in-place",
+        pre_beaten,
+        op_heartbeat_in_place,
+    ),
     ("release", pre_owned, op_release),
     ("takeover", pre_owned, op_takeover),
     ("retire", pre_owned, op_retire),
@@ -448,7 +467,8 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
         // GATE reads the released generation's cutoff and syncs its folder first
         // (PROTOCOL §7.0 SYNC), then the epoch create: 1 + 2.
         ("claim-after-release", 3),
-        ("heartbeat-durable", 2), // replace: temp + dir
+        ("heartbeat-durable", 2), // first beat, a fresh file: temp + dir
+        ("heartbeat-durable-in-place", 1), // later beats: fdatasync of the file
         ("release", 4),           // epoch create 2 + cutoff create 2 (beat removal unsynced)
         ("takeover", 6),          // intent 2 + epoch 2 + cutoff 2
         ("retire", 6),            // intent 2 + epoch 2 + cutoff 2
@@ -480,62 +500,128 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
             store_floor: None,
         })
         .unwrap();
-    run.heartbeat(&l, t(1), 1, None).unwrap();
     sim.reset_counters();
+    run.heartbeat(&l, t(1), 1, None).unwrap();
     run.heartbeat(&l, t(2), 2, None).unwrap();
     assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 0);
 }
 
-// PROTOCOL §5.3, I7
+/// The system calls of one heartbeat after the first: the root check, the one in-place
+/// write, (durable: its `fdatasync`), and the RECHECK listing. No file is created,
+/// renamed or removed.
 #[test]
-fn a_torn_local_heartbeat_is_invalid_and_never_enables_a_takeover() {
-    let sim = SimFs::new();
-    let run = run_on(&sim);
-    let l = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("a"),
-            holder: holder(1),
-            policy: TimingPolicy::default(),
-            now: t(0),
-            store_floor: None,
-        })
-        .unwrap();
-    run.heartbeat(&l, t(1), 1, None).unwrap();
-    // Heartbeat 2 is not fsynced (local policy); power is lost right after its rename.
-    sim.crash_after(3); // check_root, write_new temp, rename; power is lost at the listing
-    let _ = run.heartbeat(&l, t(2), 2, None);
-    sim.recover(true);
-    let run = run_on(&sim);
-    let s = run.status(t(100_000), false).unwrap();
-    if let Status::Invalid(e) = &s.status {
-        assert!(e.to_string().contains("lease/beats/"), "{e}");
-        let e = run
-            .takeover(lease_core::ops::TakeoverParams {
+fn a_heartbeat_after_the_first_is_one_write_in_place() {
+    for (policy, want) in [(TimingPolicy::default(), 3u64), (durable(), 4)] {
+        let sim = SimFs::new();
+        let run = run_on(&sim);
+        let l = run
+            .claim(lease_core::ops::ClaimParams {
                 run_id: run.run_id().clone(),
-                owner_id: id("b"),
-                holder: holder(2),
-                policy: durable(),
-                now: t(100_000),
-                expect: Expectation {
-                    generation: None,
-                    owner_id: id("a"),
-                    heartbeat_at: t(2),
-                    heartbeat_count: None,
-                },
-                trigger: TakeoverTrigger::Operator {
-                    watched_unchanged_ms: 100_000,
-                },
-                nonce: 1,
+                owner_id: id("a"),
+                holder: holder(1),
+                policy,
+                now: t(0),
+                store_floor: None,
             })
-            .unwrap_err();
-        assert_eq!(e.code().as_str(), "RECORD_INVALID");
-    } else {
-        // The rename's directory entry was not durable: the old beat (or none) came back,
-        // which is a valid state.
+            .unwrap();
+        run.heartbeat(&l, t(1), 1, None).unwrap();
+        let files = sim.snapshot_live().len();
+        let before = sim.calls();
+        run.heartbeat(&l, t(2), 2, None).unwrap();
+        assert_eq!(sim.calls() - before, want, "{policy:?}");
+        assert_eq!(sim.snapshot_live().len(), files, "no file created");
+    }
+}
+
+/// PROTOCOL §5.3 (OQ-6 closed): a power loss at any point of an in-place heartbeat, with
+/// the write torn at any fraction, leaves the previous beat or the new one, never an
+/// invalid run. Under `durable` the previous beat was fsynced, so it is at least that one.
+#[test]
+fn a_power_loss_during_an_in_place_heartbeat_leaves_a_whole_beat() {
+    let mut states = 0;
+    for policy in [TimingPolicy::default(), durable()] {
+        for k in 0..4u64 {
+            // Slot cuts at 0, 32 (inside the header), 128 (inside the record), 256, 1024
+            // and 2048 (whole) bytes.
+            for tear in [(0, 1), (1, 64), (1, 16), (1, 8), (1, 2), (1, 1)] {
+                let sim = SimFs::new();
+                sim.set_tear_fraction(tear.0, tear.1);
+                let run = run_on(&sim);
+                let l = run
+                    .claim(lease_core::ops::ClaimParams {
+                        run_id: run.run_id().clone(),
+                        owner_id: id("a"),
+                        holder: holder(1),
+                        policy,
+                        now: t(0),
+                        store_floor: None,
+                    })
+                    .unwrap();
+                for n in 1..=3 {
+                    run.heartbeat(&l, t(n * 1_000), n, None).unwrap();
+                }
+                sim.crash_after(k);
+                let done = run.heartbeat(&l, t(4_000), 4, None).is_ok();
+                sim.recover(true);
+                let run = run_on(&sim);
+                let s = run.status(t(4_500), false).unwrap();
+                let head = s.head.as_ref().expect("a head");
+                assert!(
+                    matches!(s.status, Status::Active | Status::Stale),
+                    "{policy:?} k={k} tear={tear:?}: {:?}",
+                    s.status
+                );
+                assert!(head.torn_beat.is_none() || policy == TimingPolicy::default());
+                let count = head.heartbeat_count();
+                if policy == durable() {
+                    // Beat 3 was fsynced: it, or beat 4, is what is there.
+                    assert!(count == 3 || count == 4, "k={k} tear={tear:?}: {count}");
+                    if done {
+                        assert_eq!(count, 4, "an acknowledged durable beat survives");
+                    }
+                } else {
+                    assert!(count <= 4, "{count}");
+                }
+                assert_eq!(
+                    head.heartbeat_at(),
+                    if count == 0 { t(0) } else { t(count * 1_000) }
+                );
+                states += 1;
+            }
+        }
+    }
+    assert_eq!(states, 48);
+}
+
+// PROTOCOL §5.3, I7: a power loss during a local heartbeat (the fresh file of beat 1, or
+// a later beat in place) never makes the run invalid; a torn fresh file is no evidence.
+#[test]
+fn a_torn_local_heartbeat_never_makes_the_run_invalid() {
+    for (beats_before, crash_after) in [(0u64, 3u64), (0, 2), (1, 2), (2, 2)] {
+        let sim = SimFs::new();
+        let run = run_on(&sim);
+        let l = run
+            .claim(lease_core::ops::ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: id("a"),
+                holder: holder(1),
+                policy: TimingPolicy::default(),
+                now: t(0),
+                store_floor: None,
+            })
+            .unwrap();
+        for n in 1..=beats_before {
+            run.heartbeat(&l, t(n), n, None).unwrap();
+        }
+        // Beat 1: check_root, write_new temp, rename; later beats: check_root, write_at.
+        sim.crash_after(crash_after);
+        let _ = run.heartbeat(&l, t(10), beats_before + 1, None);
+        sim.recover(true);
+        let run = run_on(&sim);
+        let s = run.status(t(100_000), false).unwrap();
         assert!(
             matches!(s.status, Status::Stale | Status::Active),
-            "{:?}",
+            "{beats_before}/{crash_after}: {:?}",
             s.status
         );
     }

@@ -38,12 +38,13 @@ use crate::error::LeaseError;
 use crate::layout::{Dir, FileRef};
 use crate::records::Holder;
 
-/// Whether a replace is fsynced.
+/// Whether a heartbeat write or a removal is made durable before its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// Write, fsync the file, rename, fsync the directory.
+    /// Heartbeat: `fdatasync` after the in-place write (a fresh file: fsync it, rename,
+    /// fsync the directory). Removal: fsync the directory.
     Fsync,
-    /// Write and rename only (heartbeats under the `local` policy).
+    /// No fsync (heartbeats under the `local` policy; removals nobody reads again).
     NoFsync,
 }
 
@@ -66,9 +67,30 @@ pub enum Request {
     /// directory, write, fsync, `link(2)`, fsync the directory, unlink the temp): answer
     /// [`Response::Created`] or [`Response::AlreadyExists`].
     CreateExclusive(FileRef, Vec<u8>),
-    /// Atomically replace the file (temp, write, (fsync), rename, (fsync dir)):
-    /// answer [`Response::Done`].
-    Replace(FileRef, Vec<u8>, Durability),
+    /// Write heartbeat `seq` of the heartbeat file `file` (PROTOCOL §5.2 WriteBeat), in
+    /// the two-slot format of [`crate::beat`]: answer [`Response::Done`].
+    ///
+    /// - `seq == 1`, or the file is missing: replace the file whole with
+    ///   [`crate::beat::fresh_file`]`(seq, record)` (temp, write, (fsync), rename, (fsync
+    ///   dir)).
+    /// - Otherwise: overwrite only the slot at [`crate::beat::slot_offset`]`(seq)` with
+    ///   [`crate::beat::slot_bytes`]`(seq, record)` in one positioned write, then (with
+    ///   [`Durability::Fsync`]) `fdatasync` the file. Nothing else is written, no file is
+    ///   created, nothing is renamed.
+    ///
+    /// The caller numbers its beats 1, 2, … within one file; the slot it overwrites holds
+    /// beat `seq − 2`, so the other slot keeps beat `seq − 1` whole whatever happens to
+    /// this write.
+    WriteBeat {
+        /// The heartbeat file ([`FileRef::Beat`]).
+        file: FileRef,
+        /// The beat's number in this file (≥ 1).
+        seq: u64,
+        /// The canonical heartbeat record (the slot's payload).
+        record: Vec<u8>,
+        /// Whether the write is made durable before the answer.
+        durability: Durability,
+    },
     /// Remove the file (missing is fine), fsyncing its directory with
     /// [`Durability::Fsync`]: answer [`Response::Done`].
     Remove(FileRef, Durability),

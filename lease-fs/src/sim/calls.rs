@@ -127,10 +127,45 @@ impl Fs for SimFs {
                     let f = st.file_mut(id);
                     f.durable = f.live.clone();
                     f.synced = true;
+                    f.in_place = None;
                     Ok(())
                 }
             }
         })
+    }
+
+    fn write_at(&self, path: &str, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        self.lock().call(Op::Other, |st| {
+            check_entry("write_at", path)?;
+            let tick = st.tick;
+            match st.lookup("write_at", path)? {
+                None => Err(err(io::ErrorKind::NotFound, "write_at", path, "not found")),
+                Some(id) if st.is_dir(id) => Err(err(
+                    io::ErrorKind::IsADirectory,
+                    "write_at",
+                    path,
+                    "is a directory",
+                )),
+                Some(id) => {
+                    let at = usize::try_from(offset).map_err(|_| {
+                        err(io::ErrorKind::InvalidInput, "write_at", path, "offset")
+                    })?;
+                    let f = st.file_mut(id);
+                    if f.live.len() < at + bytes.len() {
+                        f.live.resize(at + bytes.len(), 0);
+                    }
+                    f.live[at..at + bytes.len()].copy_from_slice(bytes);
+                    f.synced = false;
+                    f.written = tick;
+                    f.in_place = Some((at, bytes.len()));
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn sync_data(&self, path: &str) -> io::Result<()> {
+        self.fsync(path)
     }
 
     fn fsync_dir(&self, dir: &str) -> io::Result<()> {

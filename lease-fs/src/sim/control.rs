@@ -64,6 +64,10 @@ impl SimFs {
                                 },
                                 f.synced
                             ));
+                            if let Some((at, len)) = f.in_place {
+                                // What a torn crash would keep depends on the range.
+                                out.push_str(&format!("inplace{at}+{len};"));
+                            }
                             if !f.synced && !durable {
                                 unsynced.push((f.written, p));
                             }

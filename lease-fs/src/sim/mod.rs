@@ -33,13 +33,20 @@
 //!   A2 says). A file in the way is a `NotADirectory` error.
 //! - `read`, `exists`, `list`, `link_count`, `age_secs`, `entry_info`, `check_root` see the live state.
 //!
+//! - `write_at(path, offset, bytes)`: overwrites the live data of the existing file in
+//!   place (extending it with zeros if needed); `NotFound` if it does not exist. Not
+//!   durable until `sync_data`/`fsync`. It makes the file the most recently written one.
+//! - `sync_data(path)`: as `fsync`.
+//!
 //! **Crash** ([`SimFs::crash`], power loss): every directory's entries := its durable
 //! entries; only directories reachable from the root through durable entries survive, and
 //! inodes no longer named by any surviving entry disappear. Every surviving file's data :=
 //! its durable data, so a file whose entry was fsynced but whose data was not comes back
 //! **empty**. With `tear = true`, one file is **torn** instead (A3): among the surviving
 //! files whose data was never fsynced, the one created by the most recent `write_new` keeps
-//! the first `len * num / den` bytes of its live data (`1/2` by default, see
+//! the first `len * num / den` bytes of its live data; if its most recent write was an
+//! in-place `write_at` instead, it keeps its durable data with the first `len * num / den`
+//! bytes of that write's range applied over it (`1/2` by default, see
 //! [`SimFs::set_tear_fraction`]). After a crash the live and durable states are equal.
 //! A process crash (no power loss) is simply stopping: [`SimFs::resume`] without `crash`.
 //!
@@ -162,6 +169,10 @@ struct FileNode {
     written: u64,
     /// Fake age in seconds reported by `age_secs`.
     age: u64,
+    /// The byte range of the last in-place write (`write_at`) since the last sync: a torn
+    /// crash keeps a prefix of that range over the durable data, and the rest of the file
+    /// as it was durably (an in-place write never tears bytes it did not write).
+    in_place: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone)]

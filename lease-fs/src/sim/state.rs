@@ -170,6 +170,7 @@ impl State {
             synced: false,
             written: self.tick,
             age: 0,
+            in_place: None,
         }));
         self.dir_mut(d).live.insert(name.to_string(), id);
         Ok(())
@@ -276,13 +277,31 @@ impl State {
         for (&id, node) in &mut self.nodes {
             if let Node::File(f) = node {
                 if torn == Some(id) {
-                    let keep = u128::from(f.live.len() as u64) * u128::from(num) / u128::from(den);
-                    f.live.truncate(keep as usize);
+                    match f.in_place {
+                        None => {
+                            let keep =
+                                u128::from(f.live.len() as u64) * u128::from(num) / u128::from(den);
+                            f.live.truncate(keep as usize);
+                        }
+                        Some((at, len)) => {
+                            // An in-place write torn: its first part reached the disk
+                            // over the durable bytes, nothing else did.
+                            let keep = (u128::from(len as u64) * u128::from(num) / u128::from(den))
+                                as usize;
+                            let mut out = f.durable.clone();
+                            if out.len() < at + keep {
+                                out.resize(at + keep, 0);
+                            }
+                            out[at..at + keep].copy_from_slice(&f.live[at..at + keep]);
+                            f.live = out;
+                        }
+                    }
                 } else {
                     f.live = f.durable.clone();
                 }
                 f.durable = f.live.clone();
                 f.synced = true;
+                f.in_place = None;
             }
         }
     }
@@ -370,6 +389,7 @@ impl State {
                 synced: true,
                 written: 0,
                 age: 0,
+                in_place: None,
             })),
         };
         let parent = self.dir_mut(cur);

@@ -113,6 +113,24 @@ fn configs(mode: &str) -> Vec<Config> {
             max_states: cap(60_000.0),
         },
         Config {
+            // Issue #19: heartbeats after the first are written in place into one of two
+            // slots. A power loss (with the write torn) between or inside any of three
+            // beats, while a taker watches and commits, must never make the run invalid
+            // (I10) nor break another invariant. (That the previous beat survives a torn
+            // slot is checked under both policies by lease-fs/tests/crash.rs; under the
+            // model's `local` policy a lost beat is only no evidence.)
+            name: "2 actors, every interleaving: owner beating in place vs a taker, power loss with tear",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Heartbeat, 3)], 0),
+                ('b', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 1,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: None,
+            max_states: cap(60_000.0),
+        },
+        Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",
             actors: vec![
                 ('a', vec![(Claim, 2), (Append, 1), (Release, 2)], 0),

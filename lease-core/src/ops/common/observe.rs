@@ -19,29 +19,75 @@ pub struct Head {
     /// Its heartbeat record, if any was written (active epochs only).
     pub beat: Option<HeartbeatRecord>,
     /// The hash of a **torn** heartbeat file, if that is what is there (PROTOCOL §4, OQ-6):
-    /// under the `local` policy a beat is never fsynced, so a power loss can leave the file
-    /// empty, cut short or zero-filled. Such a beat is no evidence either way: the head is
-    /// judged as if no beat had been written (`heartbeat_at` = the claim time, count 0),
-    /// and a watcher keys its watch on this hash, so any rewrite restarts the watch.
+    /// a heartbeat file with no valid slot (under the `local` policy a fresh beat file is
+    /// never fsynced, so a power loss can leave it empty, cut short or zero-filled). Such a
+    /// beat is no evidence either way: the head is judged as if no beat had been written
+    /// (`heartbeat_at` = the claim time, count 0).
     pub torn_beat: Option<Digest>,
+    /// The hash of the whole heartbeat file as read (`None` when there is none). A
+    /// watcher keys its watch on it as well as on the record, so any write to the file
+    /// (a slot in flight, a beat whose record looks the same, a torn one) restarts the
+    /// watch: only a file nobody writes can be watched to staleness.
+    pub beat_file: Option<Digest>,
 }
 
-/// Read a head's heartbeat file: `(beat, torn)`. A file that does not end in a line feed
-/// (empty, cut short, zero-filled: every strict prefix of a canonical record) under the
-/// `local` policy is torn, not invalid (OQ-6): only a power loss during a heartbeat that
-/// was never fsynced leaves one, and it only ever mattered to liveness. Anything else that
-/// fails to decode, and any damage under `durable` (fsynced before the rename, so a power
-/// loss cannot tear it), stays `RECORD_INVALID`.
+/// What a head's heartbeat file holds.
+pub(crate) struct BeatRead {
+    /// The newest valid beat.
+    pub beat: Option<HeartbeatRecord>,
+    /// The file's hash when it holds no valid beat (torn, OQ-6).
+    pub torn: Option<Digest>,
+    /// The file's hash.
+    pub file: Digest,
+}
+
+/// Read a head's heartbeat file ([`crate::beat`]): the valid slot with the highest
+/// sequence is the beat; slots that are not valid (a write in flight, or one cut by a
+/// power loss) are ignored. A file with no valid slot (empty, zero-filled, cut short)
+/// under the `local` policy is torn, not invalid (OQ-6): only a power loss during a fresh
+/// beat file that was never fsynced leaves one, and it only ever mattered to liveness.
+/// Under `durable` a fresh file is fsynced before its rename and later writes touch one
+/// slot only, so a file with no valid slot is damage: `RECORD_INVALID`. A valid slot whose
+/// record does not decode, or belongs to another generation or owner, is
+/// `RECORD_INVALID` under either policy. Files in the older one-record format (a JSON
+/// record replaced by rename) are read as before.
 pub(crate) fn read_beat(
     run: &RunId,
     epoch: &EpochRecord,
     bytes: &[u8],
-) -> Result<(Option<HeartbeatRecord>, Option<Digest>), LeaseError> {
+) -> Result<BeatRead, LeaseError> {
     let local = epoch.policy.heartbeat_durability() == HeartbeatDurability::Local;
-    if local && bytes.last() != Some(&b'\n') {
-        return Ok((None, Some(Digest::of(bytes))));
-    }
-    decode_beat(run, epoch, bytes).map(|b| (Some(b), None))
+    let file = Digest::of(bytes);
+    let torn = |file: Digest| BeatRead {
+        beat: None,
+        torn: Some(file.clone()),
+        file,
+    };
+    let payload = match crate::beat::read_slots(bytes) {
+        crate::beat::SlotRead::Valid { payload, .. } => payload,
+        crate::beat::SlotRead::Legacy(b) if local && b.last() != Some(&b'\n') => {
+            return Ok(torn(file));
+        }
+        crate::beat::SlotRead::Legacy(b) => b,
+        crate::beat::SlotRead::Empty | crate::beat::SlotRead::Torn if local => {
+            return Ok(torn(file));
+        }
+        crate::beat::SlotRead::Empty | crate::beat::SlotRead::Torn => {
+            return Err(LeaseError::RecordInvalid {
+                run: run.to_string(),
+                kind: crate::error::RecordKind::Heartbeat,
+                file: Some(FileRef::Beat(epoch.generation).path()),
+                detail: "no valid heartbeat slot (empty, zero-filled or damaged) under the \
+                         durable policy, whose beats are fsynced"
+                    .into(),
+            });
+        }
+    };
+    decode_beat(run, epoch, payload).map(|beat| BeatRead {
+        beat: Some(beat),
+        torn: None,
+        file,
+    })
 }
 
 impl Head {
@@ -175,17 +221,18 @@ impl Operation for Observe {
                             hash,
                             beat: None,
                             torn_beat: None,
+                            beat_file: None,
                         }),
                     }))
                 }
             }
             ObserveState::ReadBeat(b) => {
                 let (epoch, hash) = *b;
-                let (beat, torn_beat) = match input {
-                    Some(Response::Content(None)) => (None, None),
+                let (beat, torn_beat, beat_file) = match input {
+                    Some(Response::Content(None)) => (None, None, None),
                     Some(Response::Content(Some(bytes))) => {
                         match read_beat(&self.run, &epoch, &bytes) {
-                            Ok(b) => b,
+                            Ok(b) => (b.beat, b.torn, Some(b.file)),
                             Err(e) => return Step::Done(Err(e)),
                         }
                     }
@@ -197,6 +244,7 @@ impl Operation for Observe {
                         hash,
                         beat,
                         torn_beat,
+                        beat_file,
                     }),
                 }))
             }

@@ -1,4 +1,4 @@
-//! heartbeat (PROTOCOL §7.2): replace the owner's heartbeat record, then RECHECK.
+//! heartbeat (PROTOCOL §7.2): write the owner's heartbeat into its slot, then RECHECK.
 
 use super::{OwnedLease, fenced};
 use crate::canonical::encode;
@@ -11,8 +11,9 @@ use crate::policy::HeartbeatDurability;
 use crate::records::{HeartbeatRecord, MonoStamp};
 use crate::time::Timestamp;
 
-/// One heartbeat of an owner: replace its heartbeat record, then check from a listing that
-/// no higher generation exists (`FENCED` if one does).
+/// One heartbeat of an owner: write its heartbeat record in place into the slot of beat
+/// `count` ([`Request::WriteBeat`], [`crate::beat`]), then check from a listing that no
+/// higher generation exists (`FENCED` if one does).
 ///
 /// The caller reads its monotonic clock *before* starting, and on success records that
 /// reading as the start of the last successful heartbeat (the self-fence reference). With
@@ -41,6 +42,13 @@ impl Heartbeat {
     /// Heartbeat number `count` (1, 2, ...: the caller numbers its beats, the claim being
     /// 0) at wall time `now`. A `count` of 0 is `ARGUMENT_INVALID` (it was silently taken
     /// as 1 before).
+    ///
+    /// `count` is also the beat's slot sequence: beat 1 writes a fresh heartbeat file,
+    /// every later one overwrites the slot of beat `count − 2` in place. So a caller's
+    /// counts must increase within one lease (a retry after a failed beat may repeat its
+    /// count); a caller that starts over (a new process adopting its epoch) starts at 1.
+    /// A count lower than one already in the file would leave the higher, older beat the
+    /// one readers see (the owner would look staler than it is, never fresher).
     pub fn new(lease: &OwnedLease, now: Timestamp, count: u64) -> Result<Heartbeat, LeaseError> {
         if count == 0 {
             return Err(LeaseError::ArgumentInvalid {
@@ -57,8 +65,13 @@ impl Heartbeat {
             store_head: None,
             mono: None,
         };
-        // Fail early, before any I/O, on a record that cannot be encoded.
-        encode(&rec)?;
+        // Fail early, before any I/O, on a record that cannot be encoded or does not fit
+        // a heartbeat slot.
+        let bytes = encode(&rec)?;
+        crate::beat::slot_bytes(count, &bytes).map_err(|e| LeaseError::ArgumentInvalid {
+            what: "heartbeat record",
+            reason: e.to_string(),
+        })?;
         Ok(Heartbeat {
             lease: lease.clone(),
             rec,
@@ -96,11 +109,12 @@ impl Heartbeat {
             HeartbeatDurability::Local => Durability::NoFsync,
             HeartbeatDurability::Durable => Durability::Fsync,
         };
-        Step::Io(Request::Replace(
-            FileRef::Beat(self.lease.generation),
-            bytes,
+        Step::Io(Request::WriteBeat {
+            file: FileRef::Beat(self.lease.generation),
+            seq: self.rec.count,
+            record: bytes,
             durability,
-        ))
+        })
     }
 }
 

@@ -365,11 +365,11 @@ impl Operation for Takeover {
                 },
                 TakeoverState::Reread(head, cutoff, t0) => {
                     let mut head = *head;
-                    (head.beat, head.torn_beat) = match input.take() {
-                        Some(Response::Content(None)) => (None, None),
+                    (head.beat, head.torn_beat, head.beat_file) = match input.take() {
+                        Some(Response::Content(None)) => (None, None, None),
                         Some(Response::Content(Some(b))) => {
                             match read_beat(&run, &head.epoch, &b) {
-                                Ok(b) => b,
+                                Ok(b) => (b.beat, b.torn, Some(b.file)),
                                 Err(e) => return Step::Done(Err(e)),
                             }
                         }
@@ -500,8 +500,9 @@ impl Operation for Takeover {
                         Some(Response::Content(None)) => judged.beat.is_some(),
                         Some(Response::Content(Some(bytes))) => {
                             match read_beat(&run, &judged.epoch, &bytes) {
-                                Ok((beat, torn)) => {
-                                    (now.beat, now.torn_beat) = (beat, torn);
+                                Ok(b) => {
+                                    (now.beat, now.torn_beat, now.beat_file) =
+                                        (b.beat, b.torn, Some(b.file));
                                     crate::watch::watch_key(&now)
                                         != crate::watch::watch_key(&judged)
                                 }
