@@ -353,7 +353,7 @@ async fn run_async(
             "generation": lease.generation.get(),
             "owner_id": lease.owner_id.to_string(),
             "how": how,
-            "policy": policy_json(&policy),
+            "policy": policy_json(&lease.policy),
             "owner_lock": true,
         }));
     } else {
@@ -362,6 +362,14 @@ async fn run_async(
             opts.dir.display(),
             lease.generation,
             lease.owner_id,
+        ));
+    }
+    // PROTOCOL §5.3: on a network or user-space file system lease-run records durable
+    // heartbeats whatever was asked; say so once.
+    if lease.policy.heartbeat_durability() != policy.heartbeat_durability() && !out.json {
+        out.info(&format!(
+            "note: {} is on a network or user-space file system (NFS, SMB, FUSE, …), which can lose unsynced writes: heartbeats are durable (fsynced) there",
+            opts.dir.display()
         ));
     }
 

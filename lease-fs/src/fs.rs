@@ -82,6 +82,13 @@ pub trait Fs: Send + Sync {
     /// `fdatasync` the regular file `path` (its data; its size only if it changed).
     fn sync_data(&self, path: &str) -> io::Result<()>;
 
+    /// Whether this file system may lose writes that were never synced while the writer
+    /// lives (network and user-space file systems, [`crate::fstype`]): heartbeats are then
+    /// always written durably. The simulation and unknown file systems: `false`.
+    fn loses_unsynced_writes(&self) -> bool {
+        false
+    }
+
     /// fsync directory `dir` (its entries).
     fn fsync_dir(&self, dir: &str) -> io::Result<()>;
 

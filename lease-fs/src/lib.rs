@@ -54,6 +54,7 @@
 pub mod clock;
 pub mod error;
 pub mod fs;
+pub mod fstype;
 pub mod lock;
 pub mod owned;
 pub mod primitives;

@@ -172,6 +172,8 @@ pub struct RealFs {
     /// The file [`Fs::write_at`] writes in place (the heartbeat file), kept open between
     /// beats; dropped when this adapter renames over or unlinks that path.
     in_place: Mutex<Option<(String, Arc<OwnedFd>)>>,
+    /// The file system of the root, from `fstatfs` at open.
+    file_system: crate::fstype::FileSystem,
 }
 
 impl fmt::Debug for RealFs {
@@ -251,6 +253,7 @@ impl RealFs {
         // Trust only a root we own that nobody else can write (checked on the descriptor
         // just opened, so it is the directory every later call is relative to).
         check_trusted(&path, &st, "")?;
+        let file_system = crate::fstype::FileSystem::of(&fd)?;
         Ok(RealFs {
             root: Arc::new(fd),
             root_path: path,
@@ -258,6 +261,7 @@ impl RealFs {
             dirs: Mutex::new(HashMap::new()),
             use_openat2: true,
             in_place: Mutex::new(None),
+            file_system,
         })
     }
 
@@ -520,6 +524,11 @@ impl RealFs {
         slot.as_ref()
             .filter(|(p, _)| p == path)
             .map(|(_, fd)| fd.clone())
+    }
+
+    /// The file system the run root is on (`fstatfs` of the held root at open).
+    pub fn file_system(&self) -> crate::fstype::FileSystem {
+        self.file_system
     }
 
     /// Forget the in-place file if it is `path` (this adapter renamed over or removed it).
@@ -826,6 +835,10 @@ impl Fs for RealFs {
         let fd = self.open_existing(path)?;
         retry(|| rfs::fsync(&fd))?;
         Ok(())
+    }
+
+    fn loses_unsynced_writes(&self) -> bool {
+        self.file_system.loses_unsynced_writes
     }
 
     fn write_at(&self, path: &str, offset: u64, bytes: &[u8]) -> io::Result<()> {

@@ -631,20 +631,18 @@ pub fn start_request(
         } => {
             let p = file.path();
             let t = tmp(crate::fs::split(&p).0);
-            let prim = primitives::PrimOp::write_beat(
-                &p,
-                seq,
-                &record,
-                durability == Durability::Fsync,
-                t,
-            )
-            .map_err(|e| {
-                (
-                    "write heartbeat",
-                    p.clone(),
-                    io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
-                )
-            })?;
+            // On a file system that can lose unsynced writes while the owner lives (NFS,
+            // SMB, FUSE, …: `fstype`), every beat is made durable whatever the policy says
+            // (PROTOCOL §5.3): a `local` beat lost there would make a live owner look stale.
+            let durable = durability == Durability::Fsync || fs.loses_unsynced_writes();
+            let prim =
+                primitives::PrimOp::write_beat(&p, seq, &record, durable, t).map_err(|e| {
+                    (
+                        "write heartbeat",
+                        p.clone(),
+                        io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+                    )
+                })?;
             Exec::Prim(prim, p)
         }
         Request::Remove(f, d) => {

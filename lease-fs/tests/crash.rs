@@ -504,6 +504,26 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
     run.heartbeat(&l, t(1), 1, None).unwrap();
     run.heartbeat(&l, t(2), 2, None).unwrap();
     assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 0);
+    // On a file system that may lose unsynced writes while the owner lives (NFS, FUSE, …),
+    // the same `local` beats are durable: 2 for the fresh file, then 1 per beat.
+    sim.set_loses_unsynced_writes(true);
+    sim.reset_counters();
+    run.heartbeat(&l, t(3), 3, None).unwrap();
+    assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 1);
+    let l2 = run
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("a"),
+            holder: holder(1),
+            policy: TimingPolicy::default(),
+            now: t(0),
+            store_floor: None,
+        })
+        .unwrap();
+    assert_eq!(l2.generation, l.generation, "adopted");
+    sim.reset_counters();
+    run.heartbeat(&l2, t(4), 1, None).unwrap();
+    assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 2);
 }
 
 /// The system calls of one heartbeat after the first: the root check, the one in-place

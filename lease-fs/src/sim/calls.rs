@@ -168,6 +168,10 @@ impl Fs for SimFs {
         self.fsync(path)
     }
 
+    fn loses_unsynced_writes(&self) -> bool {
+        self.lock().loses_unsynced_writes
+    }
+
     fn fsync_dir(&self, dir: &str) -> io::Result<()> {
         self.lock().call(Op::FsyncDir, |st| {
             check_rel(dir)?;

@@ -175,6 +175,12 @@ impl SimFs {
         self.lock().renames_outrun_data = on;
     }
 
+    /// Make this file system report that it may lose unsynced writes while the writer
+    /// lives, as a network or user-space one does ([`crate::fstype`]).
+    pub fn set_loses_unsynced_writes(&self, on: bool) {
+        self.lock().loses_unsynced_writes = on;
+    }
+
     /// The torn file of a `crash(true)` keeps `len * num / den` bytes. Default `1/2`.
     ///
     /// # Panics

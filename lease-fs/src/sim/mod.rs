@@ -217,6 +217,8 @@ struct State {
     root_replaced: bool,
     /// Collect garbage once the inode table grows past this size (amortized GC).
     gc_at: usize,
+    /// What `Fs::loses_unsynced_writes` answers.
+    loses_unsynced_writes: bool,
 }
 
 fn err(kind: io::ErrorKind, op: &str, path: &str, what: &str) -> io::Error {

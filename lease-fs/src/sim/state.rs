@@ -26,6 +26,7 @@ impl State {
             tear: (1, 2),
             root_replaced: false,
             gc_at: GC_MIN,
+            loses_unsynced_writes: false,
         }
     }
 

@@ -487,7 +487,8 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
     let (name, opts) = (&cx.name, cx.opts);
     let (cb, deadline) = (&opts.on_step, opts.step_deadline);
     let dir = st.auth.clone();
-    let (policy, retire_dead, verified) = (opts.policy, opts.retire_dead, st.verified);
+    let (retire_dead, verified) = (opts.retire_dead, st.verified);
+    let policy = durable_where_needed(dir.as_ref(), opts.policy);
     let takeover = opts.takeover.clone();
     // No watch, no takeover: without one the core refuses (watched 0 ms), writing nothing.
     let trigger = match opts.takeover_watched {
@@ -592,6 +593,27 @@ fn claim_blocking(
         });
     }
     claim_or_retire(dir, a).map(|l| (l, None))
+}
+
+/// The policy the claim records: `policy`, but with durable heartbeats when the run folder
+/// is on a file system that may lose unsynced writes while the owner lives (NFS, SMB,
+/// FUSE, …; PROTOCOL §5.3). lease-fs makes every beat there durable anyway; recording it
+/// in the epoch makes `status` and every reader say so. One warning (the CLI shows it).
+fn durable_where_needed(
+    dir: &dyn LeaseAuthority,
+    policy: lease_core::TimingPolicy,
+) -> lease_core::TimingPolicy {
+    use lease_core::HeartbeatDurability::{Durable, Local};
+    match dir.folder() {
+        Some(f) if policy.heartbeat_durability() == Local && f.fs().loses_unsynced_writes() => {
+            tracing::warn!(
+                run = %f.root().display(),
+                "the run folder is on a network or user-space file system, which can lose unsynced writes: heartbeats are durable (fsynced) there"
+            );
+            policy.with_durability(Durable)
+        }
+        _ => policy,
+    }
 }
 
 /// The claim step without a takeover: claim, or retire a dead holder (`retire_dead`).

@@ -26,21 +26,36 @@ const TEMP_PREFIX: &str = ".tmp-";
 /// A crash before 4 leaves only a temp name (reserved namespace, removed by orphan
 /// cleanup); between 4 and 5 a second name of the whole store, which the next open removes
 /// ([`check_single_name`]); between 5 and 6 a power loss may drop the name, and the store
-/// was not yet reported as created. Returns `Ok(())` also when another creator won.
-pub(super) fn create_store(ctx: &Ctx<'_>, dir: &Folder, name: &str) -> Result<(), StoreError> {
+/// was not yet reported as created. Returns `Ok(Some(key))` with the new file's (dev, ino)
+/// when ours was linked into place and its temp name removed (so the only name it has is
+/// `name`, whatever a file system's cached link count says), `Ok(None)` when another creator
+/// won or the temp name could not be removed.
+pub(super) fn create_store(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    name: &str,
+) -> Result<Option<(u64, u64)>, StoreError> {
     // A temp name in the reserved `.tmp-` namespace of docs/PROTOCOL.md §2: it never parses
     // as anything, and lease-fs's orphan cleanup may remove it after a crash.
     let suffix = random_hex(8).map_err(|e| ctx.io("getrandom", e))?;
     let tmp = format!("{TEMP_PREFIX}{}-store-{suffix}", std::process::id());
-    let result = build_new_store(ctx, dir, &tmp).and_then(|()| match dir.link(&tmp, name) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(ctx.io("link (store into place)", e)),
+    let result = build_new_store(ctx, dir, &tmp).and_then(|()| {
+        let built = dir
+            .lstat(&tmp)
+            .ok()
+            .flatten()
+            .map(|m| crate::folder::key(&m));
+        match dir.link(&tmp, name) {
+            Ok(()) => Ok(built),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(ctx.io("link (store into place)", e)),
+        }
     });
-    let _ = dir.unlink(&tmp);
+    let unlinked = dir.unlink(&tmp).is_ok();
     let _ = dir.unlink(&wal_name(&tmp));
-    result?;
-    dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))
+    let ours = result?.filter(|_| unlinked);
+    dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
+    Ok(ours)
 }
 
 fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreError> {
@@ -114,10 +129,22 @@ pub(super) fn check_single_name(
     if removed {
         dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
     }
-    let now = dir
-        .lstat(name)
-        .map_err(|e| ctx.io("stat", e))?
-        .ok_or_else(|| ctx.io("stat", "the file vanished while it was being opened"))?;
+    let stat_now = || {
+        dir.lstat(name)
+            .map_err(|e| ctx.io("stat", e))?
+            .ok_or_else(|| ctx.io("stat", "the file vanished while it was being opened"))
+    };
+    let mut now = stat_now()?;
+    // A FUSE file system (and some network ones) caches attributes for about a second: a
+    // link count read right after another process removed a name can be the old one.
+    // Before refusing, look again for up to 1.5 s; a real second name stays.
+    for wait_ms in [20u64, 80, 200, 400, 800] {
+        if now.st_nlink <= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        now = stat_now()?;
+    }
     if now.st_nlink > 1 {
         return Err(ctx.corrupt(format!(
             "the file has {} hard links; a store file must have exactly one name (SQLite finds its WAL by name, so another name would miss acknowledged commits)",

@@ -139,6 +139,8 @@ impl Store {
     ) -> Result<OpenedStore, StoreError> {
         let (run_s, file) = (ctx.run.to_string(), ctx.file.to_string());
         let lstat = |n: &str| dir.lstat(n).map_err(|e| ctx.io("stat", e));
+        // The (dev, ino) of a store this open created, whose only name is `name`.
+        let mut created = None;
         let meta = match lstat(name)? {
             Some(m) => m,
             None => {
@@ -160,7 +162,7 @@ impl Store {
                         detail: "it was opened without create".into(),
                     });
                 }
-                create_store(ctx, &dir, name)?;
+                created = create_store(ctx, &dir, name)?;
                 lstat(name)?.ok_or_else(|| {
                     ctx.io("open", "the new store vanished right after it was created")
                 })?
@@ -173,7 +175,9 @@ impl Store {
             file: file.clone(),
             detail: "this process already has it open; only one connection per store file per process is allowed (closing a second descriptor would drop SQLite's POSIX locks)".into(),
         })?;
-        if meta.st_nlink > 1 {
+        // A store this open just created has one name whatever the link count says (a
+        // FUSE file system can report the count from before the temp name was removed).
+        if meta.st_nlink > 1 && created != Some(key) {
             check_single_name(ctx, &dir, name, &meta)?;
         }
         let wal_len = lstat(&wal_name(name))?.map(|m| m.st_size);
