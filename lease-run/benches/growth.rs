@@ -235,7 +235,7 @@ fn growth(c: &mut Criterion) {
         // Interleaved, as lease-sqlite's bench: every iteration of either side does one
         // cycle on each run (in alternating order) and times only its own, so both see the
         // machine at the same moments and the ratio compares the work.
-        for (n, measure_large) in [(SMALL, false), (LARGE, true)] {
+        for (n, measure_large) in [(SMALL, false), (large_n, true)] {
             g.bench_function(BenchmarkId::new(name, n), |b| {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;

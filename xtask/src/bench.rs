@@ -1,18 +1,173 @@
-//! `cargo xtask bench`: run the criterion benchmarks of lease-fs, lease-sqlite and
-//! lease-run's bounded growth, then print each figure beside the raw baselines measured in
-//! the same run, with the ratios the issues target.
+//! `cargo xtask bench [--quick]`: run the criterion benchmarks of lease-fs, lease-sqlite
+//! and lease-run's bounded growth, time whole `runlease` processes, then print each figure
+//! beside the raw baselines measured in the same run, with the ratios the issues target,
+//! and write them to `target/bench/summary.json` (issue #19): one object per operation,
+//! keyed by name, with `median_us`, `baseline` (the baseline's name) and
+//! `baseline_median_us`.
 
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-/// Mean of one criterion benchmark in nanoseconds, from `target/criterion/.../new/estimates.json`.
-fn mean_ns(root: &Path, id: &str) -> Option<f64> {
+/// Run everything and report. `quick`: short criterion measurements and a 10,000-cycle
+/// history (the full run keeps criterion's defaults and 100,000 cycles).
+pub fn run(root: &Path, quick: bool) -> Result<(), String> {
+    let history = if quick { "10000" } else { "100000" };
+    let crit: &[&str] = if quick {
+        &[
+            "--",
+            "--warm-up-time",
+            "0.5",
+            "--measurement-time",
+            "2",
+            "--sample-size",
+            "10",
+        ]
+    } else {
+        &[]
+    };
+    for (pkg, bench) in [
+        ("lease-fs", "lease"),
+        ("lease-sqlite", "store"),
+        ("lease-run", "growth"),
+    ] {
+        let mut args = vec!["bench", "-p", pkg, "--bench", bench];
+        args.extend_from_slice(crit);
+        let mut cmd = crate::cargo(&args);
+        cmd.env("RUNLEASE_BENCH_HISTORY", history);
+        crate::run_status(cmd)?;
+    }
+    crate::run_status(crate::cargo(&["build", "--release", "-p", "lease-cli"]))?;
+    let processes = processes(root, if quick { 15 } else { 40 })?;
+    report(root, &processes)
+}
+
+/// Medians (µs) of whole-process timings, measured here (not by criterion).
+struct Processes {
+    run_true: f64,
+    append: f64,
+}
+
+fn median_us(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e6
+}
+
+/// `runlease run R -- true` on one run, `n` times (after one unmeasured first run that
+/// creates it), and `runlease append R` `n` times inside a run held by `runlease run R --
+/// sleep`: each a fresh process of the release build.
+fn processes(root: &Path, n: usize) -> Result<Processes, String> {
+    let bin = root.join("target/release/runlease");
+    let tmp = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let run = tmp.path().join("bench-run");
+    let runlease = |args: &[&str]| {
+        let mut c = Command::new(&bin);
+        c.args(args)
+            .arg(&run)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    let ok = |mut c: Command| -> Result<Duration, String> {
+        let t = Instant::now();
+        let st = c.status().map_err(|e| format!("{c:?}: {e}"))?;
+        let took = t.elapsed();
+        if st.success() {
+            Ok(took)
+        } else {
+            Err(format!("{c:?} exited with {st}"))
+        }
+    };
+    let run_true = |()| {
+        let mut c = Command::new(&bin);
+        c.args(["run", "-q"])
+            .arg(&run)
+            .args(["--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    };
+    ok(run_true(()))?;
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        times.push(ok(run_true(()))?);
+    }
+    let run_true = median_us(times);
+
+    // An owner that sleeps; its generation and owner id come from `status --json`.
+    let mut owner = Command::new(&bin)
+        .args(["run", "-q"])
+        .arg(&run)
+        .args(["--", "sleep", "600"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start the owner: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (generation, owner_id) = loop {
+        let out = runlease(&["status", "--json"])
+            .stdout(Stdio::piped())
+            .output()
+            .map_err(|e| format!("status: {e}"))?;
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["state"] == "active" && v["pid"].as_u64() == Some(u64::from(owner.id())) {
+            break (
+                v["generation"].as_u64().unwrap_or(0).to_string(),
+                v["owner_id"].as_str().unwrap_or("").to_string(),
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = owner.kill();
+            return Err(format!("the owner never became active: {v}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut times = Vec::with_capacity(n);
+    let mut result = Ok(());
+    for i in 0..n {
+        let payload = format!("{{\"n\":{i}}}");
+        let c = runlease(&[
+            "append",
+            "-q",
+            "--type",
+            "bench",
+            "--payload",
+            &payload,
+            "--generation",
+            &generation,
+            "--owner",
+            &owner_id,
+        ]);
+        match ok(c) {
+            Ok(t) => times.push(t),
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    // SIGTERM goes on to `sleep`, which exits; the owner releases the run.
+    let _ = Command::new("kill")
+        .args(["-TERM", &owner.id().to_string()])
+        .status();
+    let _ = owner.wait();
+    result?;
+    Ok(Processes {
+        run_true,
+        append: median_us(times),
+    })
+}
+
+/// Median of one criterion benchmark in nanoseconds, from
+/// `target/criterion/.../new/estimates.json`.
+fn median_ns(root: &Path, id: &str) -> Option<f64> {
     let path = root
         .join("target/criterion")
         .join(id)
         .join("new/estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["mean"]["point_estimate"].as_f64()
+    v["median"]["point_estimate"].as_f64()
 }
 
 fn fmt_ns(ns: f64) -> String {
@@ -23,89 +178,183 @@ fn fmt_ns(ns: f64) -> String {
     }
 }
 
-/// Print the report; `Err` if a figure is missing.
-pub fn report(root: &Path) -> Result<(), String> {
-    let get = |id: &str| mean_ns(root, id).ok_or_else(|| format!("no criterion result for {id}"));
-    let plain = get("raw/plain_write")?;
-    let replace = get("raw/atomic_replace_fsync")?;
-    let create = get("raw/link_exclusive_create")?;
-    let two_creates = get("raw/two_link_exclusive_creates")?;
-    println!("baselines (same run):");
-    println!("  plain write (no fsync)           {}", fmt_ns(plain));
-    println!("  atomic replace with fsyncs       {}", fmt_ns(replace));
-    println!("  link-exclusive create            {}", fmt_ns(create));
-    println!("  two link-exclusive creates       {}", fmt_ns(two_creates));
-    println!("operations:");
-    let claim = get("lease/claim_release_fresh_run")?;
-    println!(
-        "  claim+release fresh run          {}  = {:.2}x two link-exclusive creates (target <= 1.5x)",
-        fmt_ns(claim),
-        claim / two_creates
-    );
-    let hb_local = get("lease/heartbeat_local")?;
-    println!(
-        "  heartbeat (local)                {}  = {:.2}x plain write (target < 50 µs)",
-        fmt_ns(hb_local),
-        hb_local / plain
-    );
-    let hb_durable = get("lease/heartbeat_durable")?;
-    println!(
-        "  heartbeat (durable)              {}  = {:.2}x atomic replace with fsyncs",
-        fmt_ns(hb_durable),
-        hb_durable / replace
-    );
-    let status = get("lease/status_read")?;
-    println!(
-        "  status read                      {}  = {:.2}x plain write (target < 30 µs)",
-        fmt_ns(status),
-        status / plain
-    );
-    let takeover = get("lease/takeover")?;
-    println!(
-        "  takeover                         {}  = {:.2}x link-exclusive create (target < 2 ms)",
-        fmt_ns(takeover),
-        takeover / create
-    );
-    let a10 = get("append/events/10")?;
-    let a1k = get("append/events/1000")?;
-    let a10k = get("append/events/10000")?;
-    println!(
-        "  append at 10 / 1,000 / 10,000    {} / {} / {}  = {:.2}x at 10,000 vs 10 (target <= 1.2x); {:.2}x link-exclusive create",
-        fmt_ns(a10),
-        fmt_ns(a1k),
-        fmt_ns(a10k),
-        a10k / a10,
-        a10 / create
-    );
-    if let (Some(raw), Some(one), Some(batch)) = (
-        mean_ns(root, "store/raw_insert_one_row"),
-        mean_ns(root, "store/commit_one_doc"),
-        mean_ns(root, "store/commit_batch_100"),
-    ) {
-        println!("lease-sqlite (same run):");
-        println!("  raw rusqlite one-row insert      {}", fmt_ns(raw));
-        println!(
-            "  one-document commit              {}  = {:.2}x raw insert (target <= 1.15x)",
-            fmt_ns(one),
-            one / raw
-        );
-        println!(
-            "  100-document batch commit        {}  = {:.0} commits/s, {:.0} documents/s",
-            fmt_ns(batch),
-            1e9 / batch,
-            1e11 / batch
-        );
-    }
-    growth(root)
+/// One line of the summary: an operation, its baseline and the issue's target ratio.
+struct Line {
+    key: &'static str,
+    median_us: f64,
+    baseline: &'static str,
+    baseline_median_us: f64,
+    target: Option<f64>,
 }
 
-/// Issue #17: claim and whole-cycle cost at 100,000 cycles of history vs 10, same run.
-fn growth(root: &Path) -> Result<(), String> {
-    let get = |id: &str| mean_ns(root, id).ok_or_else(|| format!("no criterion result for {id}"));
+/// Print the report and write `target/bench/summary.json`; `Err` if a figure is missing.
+fn report(root: &Path, p: &Processes) -> Result<(), String> {
+    let get = |id: &str| {
+        median_ns(root, id)
+            .map(|ns| ns / 1e3)
+            .ok_or_else(|| format!("no criterion result for {id}"))
+    };
+    let history: u64 = std::fs::read_to_string(root.join("target/criterion/growth/history.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["history"].as_u64())
+        .ok_or("no growth/history.json")?;
+    let pwrite = get("raw/pwrite")?;
+    let pwrite_sync = get("raw/pwrite_fdatasync")?;
+    let create = get("raw/link_exclusive_create")?;
+    let read = get("raw/read_file")?;
+    let raw_insert = get("store/raw_insert_one_row")?;
+    let reclaim_10 = get("growth/claim/10")?;
+    let line = |key, median_us, baseline, baseline_median_us, target| Line {
+        key,
+        median_us,
+        baseline,
+        baseline_median_us,
+        target,
+    };
+    let reclaim_key: &'static str = match history {
+        10_000 => "reclaim_10000",
+        100_000 => "reclaim_100000",
+        _ => "reclaim_history",
+    };
+    let lines = vec![
+        line(
+            "heartbeat_local",
+            get("lease/heartbeat_local")?,
+            "pwrite",
+            pwrite,
+            Some(4.0),
+        ),
+        line(
+            "heartbeat_durable",
+            get("lease/heartbeat_durable")?,
+            "pwrite_fdatasync",
+            pwrite_sync,
+            Some(1.3),
+        ),
+        line(
+            "claim_release",
+            get("lease/claim_release_fresh_run")?,
+            "link_exclusive_create",
+            create,
+            Some(2.5),
+        ),
+        line(
+            "takeover",
+            get("lease/takeover")?,
+            "link_exclusive_create",
+            create,
+            Some(2.5),
+        ),
+        line(
+            "append_10",
+            get("append/events/10")?,
+            "link_exclusive_create",
+            create,
+            None,
+        ),
+        line(
+            "append_10000",
+            get("append/events/10000")?,
+            "append_10",
+            get("append/events/10")?,
+            Some(1.2),
+        ),
+        line(
+            "reclaim_10",
+            reclaim_10,
+            "link_exclusive_create",
+            create,
+            None,
+        ),
+        line(
+            reclaim_key,
+            get(&format!("growth/claim/{history}"))?,
+            "reclaim_10",
+            reclaim_10,
+            Some(1.1),
+        ),
+        line("status", get("lease/status_read")?, "read_file", read, None),
+        line(
+            "store_commit",
+            get("store/commit_one_doc")?,
+            "raw_insert_one_row",
+            raw_insert,
+            Some(1.15),
+        ),
+        line(
+            "run_true_process",
+            p.run_true,
+            "link_exclusive_create",
+            create,
+            Some(15.0),
+        ),
+        line(
+            "append_process",
+            p.append,
+            "link_exclusive_create",
+            create,
+            Some(4.0),
+        ),
+    ];
+    println!("summary (medians of this run; ratio = median / baseline median):");
+    let mut json = serde_json::Map::new();
+    for l in &lines {
+        let ratio = l.median_us / l.baseline_median_us;
+        let verdict = match l.target {
+            Some(t) if ratio <= t => format!("target <= {t}x: met"),
+            Some(t) => format!("target <= {t}x: MISSED"),
+            None => String::new(),
+        };
+        println!(
+            "  {:<18} {:>11}  baseline {:<22} {:>11}  {:>7.2}x  {verdict}",
+            l.key,
+            fmt_us(l.median_us),
+            l.baseline,
+            fmt_us(l.baseline_median_us),
+            ratio
+        );
+        json.insert(
+            l.key.to_string(),
+            serde_json::json!({
+                "median_us": round2(l.median_us),
+                "baseline": l.baseline,
+                "baseline_median_us": round2(l.baseline_median_us),
+                "ratio": round2(ratio),
+                "target_ratio": l.target,
+            }),
+        );
+    }
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let out = dir.join("summary.json");
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(json))
+        .map_err(|e| e.to_string())?;
+    std::fs::write(&out, text + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("wrote {}", out.display());
+    growth(root, history)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn fmt_us(us: f64) -> String {
+    if us >= 1e3 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.1} µs")
+    }
+}
+
+/// Issue #17: claim and whole-cycle cost at `history` cycles (100,000; 10,000 with
+/// `--quick`) vs 10, same run.
+fn growth(root: &Path, history: u64) -> Result<(), String> {
+    let get = |id: &str| median_ns(root, id).ok_or_else(|| format!("no criterion result for {id}"));
     let claim10 = get("growth/claim/10")?;
-    let claim100k = get("growth/claim/100000")?;
+    let claim100k = get(&format!("growth/claim/{history}"))?;
     let cycle10 = get("growth/cycle/10")?;
-    let cycle100k = get("growth/cycle/100000")?;
+    let cycle100k = get(&format!("growth/cycle/{history}"))?;
     println!("bounded growth (lease-run, same run):");
     if let Some(h) = std::fs::read_to_string(root.join("target/criterion/growth/history.json"))
         .ok()
@@ -122,13 +371,13 @@ fn growth(root: &Path) -> Result<(), String> {
     }
     let verdict = |r: f64| if r <= 1.10 { "met" } else { "MISSED" };
     println!(
-        "  claim at 10 / 100,000 cycles     {} / {}  = {:.3}x (target <= 1.10x: {})",
+        "  claim at 10 / {history} cycles     {} / {}  = {:.3}x (target <= 1.10x: {})",
         fmt_ns(claim10),
         fmt_ns(claim100k),
         claim100k / claim10,
         verdict(claim100k / claim10)
     );
-    if let Some(raw) = mean_ns(root, "growth/claim_uncompacted/10000") {
+    if let Some(raw) = median_ns(root, "growth/claim_uncompacted/10000") {
         println!(
             "  claim, 10,000 uncompacted cycles {}  = {:.1}x the claim at 10 (baseline: no compaction)",
             fmt_ns(raw),

@@ -26,8 +26,11 @@ Commands:
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench         criterion benchmarks of lease-fs, lease-sqlite and lease-run's bounded growth, then
-                figures and ratios vs raw baselines (and 100,000 vs 10 cycles of history)
+  bench [--quick] criterion benchmarks of lease-fs, lease-sqlite and lease-run's bounded growth,
+                whole-process timings of `runlease run R -- true` and `runlease append`, then
+                figures and ratios vs raw baselines of the same run, written to
+                target/bench/summary.json (--quick: short measurements, 10,000 cycles of
+                history instead of 100,000; at most about 5 minutes)
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
@@ -67,10 +70,11 @@ fn main() -> ExitCode {
         Some(name @ ("ci" | "purity" | "dist")) => {
             return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
         }
-        Some("bench") => run_status(cargo(&["bench", "-p", "lease-fs", "--bench", "lease"]))
-            .and_then(|()| run_status(cargo(&["bench", "-p", "lease-sqlite", "--bench", "store"])))
-            .and_then(|()| run_status(cargo(&["bench", "-p", "lease-run", "--bench", "growth"])))
-            .and_then(|()| bench::report(&workspace_root())),
+        Some("bench") => match rest {
+            [] => bench::run(&workspace_root(), false),
+            [flag] if flag == "--quick" => bench::run(&workspace_root(), true),
+            _ => return usage(&format!("unexpected arguments to `bench`: {rest:?}")),
+        },
         Some("fuzz-smoke") => match fuzz::parse_args(rest) {
             Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),
             Err(reason) => return usage(&reason),
