@@ -138,13 +138,16 @@ impl PrimOp {
         durable: bool,
         tmp: String,
     ) -> Result<PrimOp, lease_core::beat::SlotError> {
-        let fresh = lease_core::beat::fresh_file(seq, record)?;
-        let mut p = PrimOp::new(PrimKind::WriteBeat, path, fresh, durable, tmp);
-        if seq > 1 {
-            let slot = lease_core::beat::slot_bytes(seq, record)?;
-            p.slot = Some((lease_core::beat::slot_offset(seq), slot));
-            p.st = PrimState::WriteInPlace;
+        if seq == 1 {
+            let fresh = lease_core::beat::fresh_file(seq, record)?;
+            return Ok(PrimOp::new(PrimKind::WriteBeat, path, fresh, durable, tmp));
         }
+        // Beats after the first: the slot alone. The fresh file (for a missing file) is
+        // made from the slot only if that happens (`fresh_from_slot`).
+        let slot = lease_core::beat::slot_bytes(seq, record)?;
+        let mut p = PrimOp::new(PrimKind::WriteBeat, path, Vec::new(), durable, tmp);
+        p.slot = Some((lease_core::beat::slot_offset(seq), slot));
+        p.st = PrimState::WriteInPlace;
         Ok(p)
     }
 
@@ -328,8 +331,13 @@ impl PrimOp {
                     return Some(Err(io::Error::other("heartbeat write without a slot")));
                 };
                 match fs.write_at(&self.path, *at, slot) {
-                    // No file (removed, or never written by this owner): a fresh one.
+                    // No file (removed, or never written by this owner): a fresh one, the
+                    // slot at its place and the other slot zero (`beat::fresh_file`).
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        let at = usize::try_from(*at).unwrap_or(0);
+                        let mut fresh = vec![0u8; lease_core::beat::FILE_BYTES];
+                        fresh[at..at + slot.len()].copy_from_slice(slot);
+                        self.bytes = fresh;
                         self.st = PrimState::WriteTemp;
                         None
                     }

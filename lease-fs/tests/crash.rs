@@ -553,6 +553,32 @@ fn a_heartbeat_after_the_first_is_one_write_in_place() {
     }
 }
 
+/// A beat after the first whose file is gone (removed by hand, or lost with an unsynced
+/// directory entry) writes a fresh file holding that beat's slot.
+#[test]
+fn a_missing_heartbeat_file_is_written_afresh() {
+    let sim = SimFs::new();
+    let run = run_on(&sim);
+    let l = run
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run.run_id().clone(),
+            owner_id: id("a"),
+            holder: holder(1),
+            policy: TimingPolicy::default(),
+            now: t(0),
+            store_floor: None,
+        })
+        .unwrap();
+    run.heartbeat(&l, t(1), 1, None).unwrap();
+    let beat = lease_core::FileRef::Beat(l.generation).path();
+    lease_fs::fs::Fs::unlink(&sim, &beat).unwrap();
+    run.heartbeat(&l, t(2), 2, None).unwrap();
+    let bytes = sim.snapshot_live()[&beat].clone();
+    assert_eq!(bytes.len(), lease_core::beat::FILE_BYTES);
+    let s = run.status(t(3), false).unwrap();
+    assert_eq!(s.head.unwrap().heartbeat_count(), 2);
+}
+
 /// PROTOCOL §5.3 (OQ-6 closed): a power loss at any point of an in-place heartbeat, with
 /// the write torn at any fraction, leaves the previous beat or the new one, never an
 /// invalid run. Under `durable` the previous beat was fsynced, so it is at least that one.

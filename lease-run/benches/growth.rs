@@ -259,19 +259,22 @@ fn growth(c: &mut Criterion) {
         );
     }
     // Baseline, the "before": the same claim on a run whose 10,000 cycles were never
-    // compacted (claim lists every epoch).
-    let mut raw = Cycler::create(&scratch.path().join("uncompacted"));
-    raw.compacting = false;
-    for _ in 0..UNCOMPACTED {
-        raw.cycle();
+    // compacted (claim lists every epoch). Building it is quadratic (minutes), so
+    // `cargo xtask bench --quick` (RUNLEASE_BENCH_QUICK) leaves it out.
+    if std::env::var_os("RUNLEASE_BENCH_QUICK").is_none() {
+        let mut raw = Cycler::create(&scratch.path().join("uncompacted"));
+        raw.compacting = false;
+        for _ in 0..UNCOMPACTED {
+            raw.cycle();
+        }
+        g.bench_function(BenchmarkId::new("claim_uncompacted", UNCOMPACTED), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| raw.timed(false)).sum())
+        });
+        println!(
+            "growth/claim_uncompacted: that run went from {UNCOMPACTED} to {} cycles while measured",
+            raw.n
+        );
     }
-    g.bench_function(BenchmarkId::new("claim_uncompacted", UNCOMPACTED), |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| raw.timed(false)).sum())
-    });
-    println!(
-        "growth/claim_uncompacted: that run went from {UNCOMPACTED} to {} cycles while measured",
-        raw.n
-    );
     g.finish();
     let files = files_below(&large_root.join("lease"));
     println!("growth: lease/ of the large run holds {files} files at the end");

@@ -35,6 +35,9 @@ pub fn run(root: &Path, quick: bool) -> Result<(), String> {
         args.extend_from_slice(crit);
         let mut cmd = crate::cargo(&args);
         cmd.env("RUNLEASE_BENCH_HISTORY", history);
+        if quick {
+            cmd.env("RUNLEASE_BENCH_QUICK", "1");
+        }
         crate::run_status(cmd)?;
     }
     crate::run_status(crate::cargo(&["build", "--release", "-p", "lease-cli"]))?;

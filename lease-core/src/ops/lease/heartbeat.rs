@@ -68,10 +68,13 @@ impl Heartbeat {
         // Fail early, before any I/O, on a record that cannot be encoded or does not fit
         // a heartbeat slot.
         let bytes = encode(&rec)?;
-        crate::beat::slot_bytes(count, &bytes).map_err(|e| LeaseError::ArgumentInvalid {
-            what: "heartbeat record",
-            reason: e.to_string(),
-        })?;
+        // The stamp added later (`on_clock`) is at most one identity and a number longer.
+        if bytes.len() + crate::ids::IDENTITY_MAX_BYTES + 64 > crate::beat::MAX_PAYLOAD {
+            return Err(LeaseError::ArgumentInvalid {
+                what: "heartbeat record",
+                reason: crate::beat::SlotError::TooLong { len: bytes.len() }.to_string(),
+            });
+        }
         Ok(Heartbeat {
             lease: lease.clone(),
             rec,
