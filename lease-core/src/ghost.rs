@@ -185,12 +185,12 @@ impl Ghost {
             // read again.
             self.corrupted.retain(|f| !matches!(f, FileRef::Beat(_)));
         }
-        if let Request::WriteBeat { file, seq: 1, .. } = req {
-            // The live owner's first heartbeat replaces its own (hand-corrupted) heartbeat
-            // file whole: from then on the run is valid again. (A later beat writes one
-            // slot: a corrupted file whose other slot is not valid stays corrupted until
-            // that slot is written too, which the ghost does not track: it keeps it
-            // corrupted, the stricter expectation.)
+        if let Request::WriteBeat { file, .. } = req {
+            // The live owner's next heartbeat makes its own (hand-corrupted) heartbeat file
+            // valid again: beat 1 replaces it whole, a later beat writes a valid slot, and
+            // the hand corruption (bytes that are not a valid slot, or a short record in
+            // the older form, which a slot written past it turns into a torn first slot)
+            // is ignored by readers from then on (`beat::read_slots`).
             self.corrupted.remove(file);
         }
     }

@@ -564,6 +564,15 @@ impl RealFs {
         let st = rfs::fstat(&fd)?;
         judge_stat(path, &st, lease_core::canonical::MAX_RECORD_BYTES)?;
         check_trusted(&self.root_path, &st, path)?;
+        // A second name would make the write land in whatever file that is (a hard link
+        // planted at the beat's name to, say, `run.json`): refuse, write nothing.
+        if nlink_of(&st) != 1 {
+            return Err(io::Error::other(format!(
+                "run root {}: refusing to write {path} in place: the file has {} names (a heartbeat file has exactly one); move the extra name away by hand",
+                self.root_path.display(),
+                nlink_of(&st)
+            )));
+        }
         let fd = Arc::new(fd);
         *self.in_place.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((path.to_string(), fd.clone()));

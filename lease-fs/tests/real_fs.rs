@@ -569,3 +569,51 @@ fn malformed_paths_are_refused() {
     }
     assert!(ls(dir.path()).is_empty());
 }
+
+/// Issue #19: a heartbeat after the first writes in place into the file it opens, so a name
+/// planted at the beat's path is never written through: a symlink is refused (never
+/// followed), a hard link to another file of the run is refused (the write would land in
+/// that file), and the other file is left byte for byte. The run is not taken over for it.
+#[test]
+fn an_in_place_heartbeat_never_writes_through_a_planted_name() {
+    use lease_core::ops::ClaimParams;
+    use lease_core::{Identity, LeaseOps, Timestamp, TimingPolicy};
+    for planted in ["symlink", "hard link"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("r");
+        let run = lease_fs::RunDir::create(&root).unwrap();
+        let l = run
+            .claim(ClaimParams {
+                run_id: run.run_id().clone(),
+                owner_id: Identity::new("a").unwrap(),
+                holder: lease_fs::this_holder().unwrap(),
+                policy: TimingPolicy::default(),
+                now: Timestamp::from_unix_millis(1_000).unwrap(),
+                store_floor: None,
+            })
+            .unwrap();
+        let t = |ms| Timestamp::from_unix_millis(ms).unwrap();
+        run.heartbeat(&l, t(2_000), 1, None).unwrap();
+        // Another process (a fresh RunDir: no descriptor kept) writes the next beat.
+        let run = lease_fs::RunDir::open(&root).unwrap();
+        let beat = root.join(lease_core::FileRef::Beat(l.generation).path());
+        let victim = root.join("victim.json");
+        std::fs::write(&victim, b"{\"keep\":true}\n").unwrap();
+        std::fs::remove_file(&beat).unwrap();
+        match planted {
+            "symlink" => std::os::unix::fs::symlink(&victim, &beat).unwrap(),
+            _ => std::fs::hard_link(&victim, &beat).unwrap(),
+        }
+        let e = run.heartbeat(&l, t(3_000), 2, None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&lease_core::FileRef::Beat(l.generation).path()),
+            "{planted}: {e}"
+        );
+        assert_eq!(
+            std::fs::read(&victim).unwrap(),
+            b"{\"keep\":true}\n",
+            "{planted}"
+        );
+    }
+}
