@@ -199,9 +199,16 @@ impl Lease {
             }
             _ => None,
         };
+        // A folder `runlease run` would refuse as not a run (RUN_FOLDER_FOREIGN): its next
+        // step is `runlease init`, not a claim that would be refused.
+        let adoption_refusal = match view.status {
+            Status::Free => lease_run::diagnosis::adoption_refusal(f),
+            _ => None,
+        };
         FolderFacts {
             store_present,
             claim_refusal,
+            adoption_refusal,
         }
     }
 
@@ -220,6 +227,8 @@ pub struct FolderFacts {
     pub store_present: Option<bool>,
     /// What the next claim would refuse before writing (`lease_run::diagnosis::claim_refusal`).
     pub claim_refusal: Option<(lease_core::Code, String)>,
+    /// What `runlease run` would refuse of the folder itself (`RUN_FOLDER_FOREIGN`).
+    pub adoption_refusal: Option<String>,
 }
 
 /// Deadlines of the CLI's etcd calls (`lease_run::authority::EtcdLease::options` of this
@@ -487,6 +496,7 @@ fn status_next(
     facts.run_json = crate::diagnosis::run_json_facts(run_status);
     facts.store_present = folder.store_present;
     facts.claim_refusal = folder.claim_refusal.clone();
+    facts.adoption_refusal = folder.adoption_refusal.clone();
     lease_core::diagnose::next_step(&facts)
 }
 

@@ -35,6 +35,9 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
     let store = lease_core::layout::STORE_FILE;
     match next {
         Next::Claim => format!("claim it (runlease run {d} -- COMMAND)"),
+        Next::Init => format!(
+            "it is not a run and `runlease run` refuses it (RUN_FOLDER_FOREIGN): runlease init {d} lays a run out beside what is there (changing nothing that exists), or use a new folder"
+        ),
         Next::Wait => "wait, or ask the owner to release".into(),
         Next::WaitForLease => "wait: its etcd lease is alive (the cluster still hears the owner), whatever this host's wall clock says of its heartbeat; a takeover would be refused (76, TAKEOVER_ACTIVE_REFUSED) until that lease expires, stale_after after the owner's last keep-alive (then `runlease status` names the next step); or ask the owner to release".into(),
         Next::Takeover {
@@ -113,6 +116,8 @@ pub fn next_argv(next: &Next, dir: &Path, authority: Option<&str>) -> Option<Vec
             ]);
         }
         Next::Prune => return Some(vec!["runlease".into(), "prune".into(), d]),
+        // A folder step: no authority.
+        Next::Init => return Some(vec!["runlease".into(), "init".into(), d]),
         Next::VerifyAndRestore => vec!["verify".into(), d],
         _ => return None,
     };

@@ -154,3 +154,49 @@ fn retire_or_takeover_of_a_free_run_says_so_without_asking_for_a_retry() {
     }
     assert_eq!(tree(&dir), before, "a refusal wrote something");
 }
+
+/// A folder that is not a run and not empty: `run` refuses it (RUN_FOLDER_FOREIGN), so the
+/// next step `status` and `doctor` name is `runlease init`, which works, and after it
+/// `run` does; nothing of what was there is touched, and `status` itself writes nothing.
+#[test]
+fn the_next_step_of_a_folder_that_is_not_a_run_is_init_and_it_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("notes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"mine\n").unwrap();
+    let d = dir.to_str().unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "free", "{s}");
+    assert_eq!(
+        s["next_step_argv"],
+        serde_json::json!(["runlease", "init", d]),
+        "{s}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("notes.txt")],
+        "status wrote nothing"
+    );
+    let o = runlease(&["doctor", "--json", d]);
+    let found = json_lines(&o)
+        .into_iter()
+        .find(|f| f["code"] == "RUN_FOLDER_FOREIGN")
+        .unwrap_or_else(|| panic!("{}", text(&o.stdout)));
+    assert_eq!(found["next_step_argv"], s["next_step_argv"], "{found}");
+    // The claim the old advice named is refused, as the new advice says.
+    assert_eq!(runlease(&["run", d, "--", "true"]).status.code(), Some(64));
+    let o = run_argv(&s["next_step_argv"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"mine\n");
+    let s = status_json(&dir);
+    assert!(
+        s["next_step"].as_str().unwrap().contains("runlease run"),
+        "{s}"
+    );
+}

@@ -114,6 +114,11 @@ pub struct Facts {
     /// both chains as `verify` checks them, records named above the head): its code and
     /// `CODE: message` naming the file. `None`: nothing, or not looked at.
     pub claim_refusal: Option<(Code, String)>,
+    /// What `runlease run` would refuse of the folder itself, read without writing: it
+    /// exists, is not a run and is not empty (or is the current folder or holds it), so
+    /// `run` refuses `RUN_FOLDER_FOREIGN` and only an explicit `runlease init` adopts it.
+    /// The refusal's message. `None`: `run` would use it, or not looked at.
+    pub adoption_refusal: Option<String>,
 }
 
 impl Facts {
@@ -128,6 +133,7 @@ impl Facts {
             temp_files: (0, 0),
             stray_names: Vec::new(),
             claim_refusal: None,
+            adoption_refusal: None,
         }
     }
 }
@@ -169,6 +175,9 @@ pub enum FindingCode {
     StoreRefused(Code),
     /// Names in the run folder that no reader uses.
     StrayNames,
+    /// The folder is not a run and `runlease run` would not adopt it
+    /// (`RUN_FOLDER_FOREIGN`).
+    FolderForeign,
 }
 
 impl FindingCode {
@@ -190,6 +199,7 @@ impl FindingCode {
             FindingCode::StoreMissing => "STORE_MISSING",
             FindingCode::StoreRefused(c) => c.as_str(),
             FindingCode::StrayNames => "STRAY_NAMES",
+            FindingCode::FolderForeign => "RUN_FOLDER_FOREIGN",
         }
     }
 }
@@ -301,6 +311,9 @@ pub enum NamedStore {
 pub enum Next {
     /// Claim the run.
     Claim,
+    /// The folder is not a run and `runlease run` refuses it (`RUN_FOLDER_FOREIGN`): lay
+    /// the run out beside what is there explicitly (`runlease init`), or use a new folder.
+    Init,
     /// Wait, or ask the owner to release.
     Wait,
     /// Wait: the owner's heartbeat is older than its `stale_after` by this host's wall
@@ -442,6 +455,9 @@ const FUTURE_MS: i64 = 1000;
 /// store refusal, a store the head names that the folder lacks, `run.json` ahead of the
 /// chain) needs doctor first.
 pub fn next_step(facts: &Facts) -> Next {
+    if matches!(facts.view.status, Status::Free) && facts.adoption_refusal.is_some() {
+        return Next::Init;
+    }
     let blocked = matches!(facts.run_json, RunJsonFacts::Invalid { .. })
         || store_refusal(&facts.run_json).is_some()
         || named_store_missing(facts)
@@ -749,6 +765,14 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
         {
             f.next = Next::RepairFirst(Box::new(f.next.clone()));
         }
+    }
+    if let Some(message) = &facts.adoption_refusal {
+        out.push(Finding {
+            code: FindingCode::FolderForeign,
+            severity: Severity::Warning,
+            subject: Subject::Message(message.clone()),
+            next: Next::Init,
+        });
     }
     if out.is_empty() {
         out.push(Finding {

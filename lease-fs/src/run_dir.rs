@@ -156,6 +156,70 @@ pub const LAYOUT_DIRS: [&str; 11] = [
     "tmp",
 ];
 
+/// `.`, `..`, `/`: the folder we stand in or one holding it, judged on the resolved path (a
+/// missing folder cannot be one of them).
+fn is_special_folder(path: &Path) -> bool {
+    std::fs::canonicalize(path).ok().is_some_and(|resolved| {
+        std::env::current_dir()
+            .and_then(std::fs::canonicalize)
+            .is_ok_and(|cwd| cwd.starts_with(&resolved))
+    }) || path.parent().is_none()
+}
+
+fn special_refusal(path: &Path) -> FsError {
+    FsError::FolderForeign {
+        path: path.display().to_string(),
+        detail: format!(
+            "it is the current folder, one of its parents or / (after resolving the path) and not a run yet; such a folder becomes a run only explicitly, and nothing was written: `runlease init {}` (or `runlease run --init`), or name a new folder",
+            path.display()
+        ),
+    }
+}
+
+/// What an existing folder is, for [`RunDir::init`] and [`RunDir::adoption_refusal`].
+enum Judged {
+    Run,
+    Empty,
+    /// Not empty and not a run: the refusal `init` makes without `explicit`.
+    Foreign(FsError),
+}
+
+fn judge_existing(
+    path: &Path,
+    fs: &crate::real::RealFs,
+    run_id: &RunId,
+) -> Result<Judged, FsError> {
+    let io = |op: &'static str, p: &str, e: io::Error| FsError::io(run_id.as_str(), op, p, e);
+    if fs
+        .has_run_marker()
+        .map_err(|e| io("stat", "lease/epochs", e))?
+        || names_this_run(fs, run_id)
+    {
+        return Ok(Judged::Run);
+    }
+    let mut names = fs.list("").map_err(|e| io("list", "", e))?;
+    if names.is_empty() || only_empty_layout(fs, "", &names) {
+        // Empty, or an `init` that has not finished: interrupted by a crash, or another
+        // `runlease run` of the same new folder creating it right now (its `lease/` exists
+        // before its `lease/epochs/`). Nothing of anyone else's is in it, so laying it out
+        // goes on.
+        return Ok(Judged::Empty);
+    }
+    names.sort();
+    let shown: Vec<_> = names.iter().take(5).map(String::as_str).collect();
+    let more = if names.len() > 5 { ", ..." } else { "" };
+    Ok(Judged::Foreign(FsError::FolderForeign {
+        path: path.display().to_string(),
+        detail: format!(
+            "the folder exists, is not empty ({} {}: {}{more}) and is not a run (it has no lease/epochs/ folder); runlease never adopts a folder it did not create, and nothing was written. If it really should become a run, `runlease init {}` (or `runlease run --init`) lays the run out beside what is there, changing no existing mode; otherwise use a new or empty folder",
+            names.len(),
+            if names.len() == 1 { "entry" } else { "entries" },
+            shown.join(", "),
+            path.display()
+        ),
+    }))
+}
+
 /// Whether every name in folder `dir` (listed: `names`) is a layout folder of
 /// [`LAYOUT_DIRS`] holding nothing but, recursively, other empty layout folders: what an
 /// unfinished [`RunDir::init`] leaves. Anything else (a file, a non-layout name, content,
@@ -278,6 +342,26 @@ impl RunDir {
         ))
     }
 
+    /// What `runlease run` ([`RunDir::init`] without `explicit`) would refuse of the folder
+    /// `path`, read only (nothing is created or written): `Some(RUN_FOLDER_FOREIGN)` for an
+    /// existing folder that is not empty and not a run, or that is the current folder, one
+    /// of its parents or `/` and not a run; `None` when `run` would use it (a run, an
+    /// empty folder, a missing one). `status` uses it so its next step works when run.
+    pub fn adoption_refusal(path: &Path) -> Result<Option<FsError>, FsError> {
+        let run_id = run_id_of(path)?;
+        let fs = match crate::real::RealFs::open(path) {
+            Ok(fs) => fs,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(open_error(&run_id, path, e)),
+        };
+        let judged = judge_existing(path, &fs, &run_id)?;
+        Ok(match judged {
+            Judged::Foreign(refusal) => Some(refusal),
+            Judged::Empty if is_special_folder(path) => Some(special_refusal(path)),
+            Judged::Run | Judged::Empty => None,
+        })
+    }
+
     /// Make `path` a run, or open it if it is one, for `runlease run` and `runlease init`:
     /// the one place a run folder is adopted.
     ///
@@ -298,60 +382,23 @@ impl RunDir {
     /// unless `explicit`). No existing folder's mode is ever changed.
     pub fn init(path: &Path, explicit: bool) -> Result<Initialized, FsError> {
         let run_id = run_id_of(path)?;
-        // `.`, `..`, `/`: the folder we stand in or one holding it. Judged on the resolved
-        // path (a missing folder cannot be one of them).
-        let special = std::fs::canonicalize(path).ok().is_some_and(|resolved| {
-            std::env::current_dir()
-                .and_then(std::fs::canonicalize)
-                .is_ok_and(|cwd| cwd.starts_with(&resolved))
-        }) || path.parent().is_none();
+        let special = is_special_folder(path);
         let (fs, created_root) = crate::real::RealFs::create_reporting(path)
             .map_err(|e| open_error(&run_id, path, e))?;
         let rid = run_id.as_str();
         let io = |op: &'static str, p: &str, e: io::Error| FsError::io(rid, op, p, e);
         let found = if created_root {
             Found::Missing
-        } else if fs
-            .has_run_marker()
-            .map_err(|e| io("stat", "lease/epochs", e))?
-            || names_this_run(&fs, &run_id)
-        {
-            Found::Run
         } else {
-            let mut names = fs.list("").map_err(|e| io("list", "", e))?;
-            if names.is_empty() || only_empty_layout(&fs, "", &names) {
-                // Empty, or an `init` that has not finished: interrupted by a crash, or
-                // another `runlease run` of the same new folder creating it right now
-                // (its `lease/` exists before its `lease/epochs/`). Nothing of anyone
-                // else's is in it, so laying it out goes on.
-                Found::Empty
-            } else {
-                names.sort();
-                if !explicit {
-                    let shown: Vec<_> = names.iter().take(5).map(String::as_str).collect();
-                    let more = if names.len() > 5 { ", ..." } else { "" };
-                    return Err(FsError::FolderForeign {
-                        path: path.display().to_string(),
-                        detail: format!(
-                            "the folder exists, is not empty ({} {}: {}{more}) and is not a run (it has no lease/epochs/ folder); runlease never adopts a folder it did not create, and nothing was written. If it really should become a run, `runlease init {}` (or `runlease run --init`) lays the run out beside what is there, changing no existing mode; otherwise use a new or empty folder",
-                            names.len(),
-                            if names.len() == 1 { "entry" } else { "entries" },
-                            shown.join(", "),
-                            path.display()
-                        ),
-                    });
-                }
-                Found::Foreign
+            match judge_existing(path, &fs, &run_id)? {
+                Judged::Run => Found::Run,
+                Judged::Empty => Found::Empty,
+                Judged::Foreign(_) if explicit => Found::Foreign,
+                Judged::Foreign(refusal) => return Err(refusal),
             }
         };
         if special && !explicit && found != Found::Run {
-            return Err(FsError::FolderForeign {
-                path: path.display().to_string(),
-                detail: format!(
-                    "it is the current folder, one of its parents or / (after resolving the path) and not a run yet; such a folder becomes a run only explicitly, and nothing was written: `runlease init {}` (or `runlease run --init`), or name a new folder",
-                    path.display()
-                ),
-            });
+            return Err(special_refusal(path));
         }
         // Judge everything that exists before the first write.
         for d in LAYOUT_DIRS {

@@ -72,6 +72,7 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     // held root, without following a symlink.
     facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
     facts.stray_names = dir.stray_names()?;
+    facts.adoption_refusal = adoption_refusal(dir);
     // What the next claim refuses, in the order its preflight checks ([`claim_refusal`]),
     // from the facts above where they hold it: the verify walk and the command audit are
     // not repeated, only the layout listing and the names above the head are added.
@@ -88,6 +89,16 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
         },
     };
     Ok(facts)
+}
+
+/// What `runlease run` would refuse of the folder `dir` itself (not a run, not empty:
+/// `RUN_FOLDER_FOREIGN`), as its message; read only. `None` for a run, an empty folder, or
+/// when it cannot be told (the claim then reports it).
+pub fn adoption_refusal(dir: &RunDir) -> Option<String> {
+    match RunDir::adoption_refusal(dir.root()) {
+        Ok(Some(e)) => Some(e.code().prefixed(&e)),
+        _ => None,
+    }
 }
 
 /// What the next claim of the run folder `dir` would refuse before writing anything,
