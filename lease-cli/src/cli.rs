@@ -328,7 +328,8 @@ pub struct RunArgs {
     /// 15s).
     #[arg(long, value_name = "DURATION", default_value = "15000", value_parser = parse_millis)]
     pub self_fence_after: u64,
-    /// fsync every heartbeat (for shared disks; costs two fsyncs per beat).
+    /// fsync every heartbeat (for shared disks; one fdatasync per beat after the first; on
+    /// NFS, SMB, FUSE and the like this is chosen for you)
     #[arg(long)]
     pub durable_heartbeats: bool,
     /// Wait while the run is held: forever, or at most DURATION (500ms, 30s, 5m, 1h).
