@@ -122,6 +122,49 @@ fn lease(c: &mut Criterion) {
             total
         })
     });
+    // The same cycle on one warm run (issue #19): no fresh folder per iteration, whose
+    // untimed creation the timed fsyncs would also commit to the journal. A prune every 8
+    // cycles (untimed) keeps `lease/` small, as lease-run's automatic compaction does.
+    {
+        let run = RunDir::create(&dir.path().join("warm")).unwrap();
+        let mut cycles = 0u64;
+        g.bench_function("claim_release_warm_run", |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    cycles += 1;
+                    let start = Instant::now();
+                    let l = run
+                        .claim(lease_core::ops::ClaimParams {
+                            run_id: run.run_id().clone(),
+                            owner_id: id("bench"),
+                            holder: holder.clone(),
+                            policy: TimingPolicy::default(),
+                            now: t(cycles),
+                            store_floor: None,
+                        })
+                        .unwrap();
+                    run.release(lease_core::ops::ReleaseParams {
+                        lease: l,
+                        now: t(cycles),
+                        seal: None,
+                    })
+                    .unwrap();
+                    total += start.elapsed();
+                    if cycles % 8 == 0 {
+                        run.prune(lease_core::ops::PruneParams {
+                            run_id: run.run_id().clone(),
+                            keep: 2,
+                            by: id("bench"),
+                            now: t(cycles),
+                        })
+                        .unwrap();
+                    }
+                }
+                total
+            })
+        });
+    }
     for (name, policy) in [
         ("heartbeat_local", TimingPolicy::default()),
         ("heartbeat_durable", durable()),

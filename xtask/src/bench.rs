@@ -243,6 +243,13 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
             Some(2.5),
         ),
         line(
+            "claim_release_warm",
+            get("lease/claim_release_warm_run")?,
+            "link_exclusive_create",
+            create,
+            Some(2.5),
+        ),
+        line(
             "takeover",
             get("lease/takeover")?,
             "link_exclusive_create",
