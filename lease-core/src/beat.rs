@@ -24,12 +24,10 @@
 //! | rest | zero |
 //!
 //! ```
-//! use lease_core::beat::{fresh_file, read_slots, slot_bytes, slot_offset, SlotRead};
+//! use lease_core::beat::{fresh_file, put_slot, read_slots, slot_bytes, slot_offset, SlotRead};
 //! let mut file = fresh_file(1, b"{\"a\":1}\n").unwrap();
 //! // Beat 2 goes into the other slot; a reader sees it.
-//! let slot = slot_bytes(2, b"{\"a\":2}\n").unwrap();
-//! let at = slot_offset(2) as usize;
-//! file[at..at + slot.len()].copy_from_slice(&slot);
+//! put_slot(&mut file, 2, &slot_bytes(2, b"{\"a\":2}\n").unwrap());
 //! assert_eq!(read_slots(&file), SlotRead::Valid { seq: 2, payload: b"{\"a\":2}\n", torn: false });
 //! // Beat 3 torn half-way: the reader falls back to beat 2.
 //! let slot = slot_bytes(3, b"{\"a\":3}\n").unwrap();
@@ -99,14 +97,28 @@ pub fn slot_bytes(seq: u64, payload: &[u8]) -> Result<Vec<u8>, SlotError> {
     Ok(out)
 }
 
+/// Put `slot` (the bytes of beat `seq`'s slot, [`slot_bytes`]) at its place in the file
+/// bytes `file`, growing them with zeros as far as needed: what one in-place write does.
+pub fn put_slot(file: &mut Vec<u8>, seq: u64, slot: &[u8]) {
+    let at = slot_offset(seq) as usize;
+    if file.len() < at + slot.len() {
+        file.resize(at + slot.len(), 0);
+    }
+    file[at..at + slot.len()].copy_from_slice(slot);
+}
+
+/// A whole heartbeat file ([`FILE_BYTES`]) whose only valid slot is the slot of beat `seq`
+/// (`slot`, from [`slot_bytes`]); the other slot is zero.
+pub fn fresh_file_of_slot(seq: u64, slot: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; FILE_BYTES];
+    put_slot(&mut out, seq, slot);
+    out
+}
+
 /// A whole heartbeat file ([`FILE_BYTES`]) whose only valid slot is `seq` with `payload`;
 /// the other slot is zero.
 pub fn fresh_file(seq: u64, payload: &[u8]) -> Result<Vec<u8>, SlotError> {
-    let slot = slot_bytes(seq, payload)?;
-    let mut out = vec![0u8; FILE_BYTES];
-    let at = slot_offset(seq) as usize;
-    out[at..at + SLOT_BYTES].copy_from_slice(&slot);
-    Ok(out)
+    Ok(fresh_file_of_slot(seq, &slot_bytes(seq, payload)?))
 }
 
 /// One slot decoded: `Some((seq, payload))` when its magic, length and checksum hold.
@@ -214,7 +226,7 @@ mod tests {
                     other => panic!("cut {cut}: {other:?}"),
                 }
             }
-            file[at..at + SLOT_BYTES].copy_from_slice(&slot);
+            put_slot(&mut file, seq, &slot);
         }
     }
 

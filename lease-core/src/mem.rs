@@ -87,11 +87,7 @@ impl MemDisk {
                 match self.files.get_mut(&file) {
                     Some(bytes) if seq > 1 => {
                         if let Ok(slot) = crate::beat::slot_bytes(seq, &record) {
-                            let at = crate::beat::slot_offset(seq) as usize;
-                            if bytes.len() < at + slot.len() {
-                                bytes.resize(at + slot.len(), 0);
-                            }
-                            bytes[at..at + slot.len()].copy_from_slice(&slot);
+                            crate::beat::put_slot(bytes, seq, &slot);
                         }
                     }
                     _ => {

@@ -30,6 +30,25 @@ fn durable() -> TimingPolicy {
     TimingPolicy::default().with_durability(lease_core::HeartbeatDurability::Durable)
 }
 
+/// Claim `run` as owner `owner` under `policy` at `now`.
+fn claim(
+    run: &RunDir,
+    owner: &str,
+    holder: &lease_core::Holder,
+    policy: TimingPolicy,
+    now: Timestamp,
+) -> lease_core::ops::OwnedLease {
+    run.claim(lease_core::ops::ClaimParams {
+        run_id: run.run_id().clone(),
+        owner_id: id(owner),
+        holder: holder.clone(),
+        policy,
+        now,
+        store_floor: None,
+    })
+    .unwrap()
+}
+
 fn raw(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let fs = RealFs::create(&dir.path().join("raw")).unwrap();
@@ -101,16 +120,7 @@ fn lease(c: &mut Criterion) {
                 run.fs().ensure_dir("lease/epochs").unwrap();
                 run.fs().ensure_dir("lease/cutoffs").unwrap();
                 let start = Instant::now();
-                let l = run
-                    .claim(lease_core::ops::ClaimParams {
-                        run_id: run.run_id().clone(),
-                        owner_id: id("bench"),
-                        holder: holder.clone(),
-                        policy: TimingPolicy::default(),
-                        now: t(0),
-                        store_floor: None,
-                    })
-                    .unwrap();
+                let l = claim(&run, "bench", &holder, TimingPolicy::default(), t(0));
                 run.release(lease_core::ops::ReleaseParams {
                     lease: l.clone(),
                     now: t(1),
@@ -134,16 +144,7 @@ fn lease(c: &mut Criterion) {
                 for _ in 0..iters {
                     cycles += 1;
                     let start = Instant::now();
-                    let l = run
-                        .claim(lease_core::ops::ClaimParams {
-                            run_id: run.run_id().clone(),
-                            owner_id: id("bench"),
-                            holder: holder.clone(),
-                            policy: TimingPolicy::default(),
-                            now: t(cycles),
-                            store_floor: None,
-                        })
-                        .unwrap();
+                    let l = claim(&run, "bench", &holder, TimingPolicy::default(), t(cycles));
                     run.release(lease_core::ops::ReleaseParams {
                         lease: l,
                         now: t(cycles),
@@ -170,16 +171,7 @@ fn lease(c: &mut Criterion) {
         ("heartbeat_durable", durable()),
     ] {
         let run = RunDir::create(&dir.path().join(name)).unwrap();
-        let l = run
-            .claim(lease_core::ops::ClaimParams {
-                run_id: run.run_id().clone(),
-                owner_id: id("bench"),
-                holder: holder.clone(),
-                policy,
-                now: t(0),
-                store_floor: None,
-            })
-            .unwrap();
+        let l = claim(&run, "bench", &holder, policy, t(0));
         let mut count = 0;
         g.bench_function(name, |b| {
             b.iter(|| {
@@ -190,16 +182,7 @@ fn lease(c: &mut Criterion) {
     }
     {
         let run = RunDir::create(&dir.path().join("status")).unwrap();
-        let l = run
-            .claim(lease_core::ops::ClaimParams {
-                run_id: run.run_id().clone(),
-                owner_id: id("bench"),
-                holder: holder.clone(),
-                policy: TimingPolicy::default(),
-                now: t(0),
-                store_floor: None,
-            })
-            .unwrap();
+        let l = claim(&run, "bench", &holder, TimingPolicy::default(), t(0));
         run.heartbeat(&l, t(1), 1, None).unwrap();
         g.bench_function("status_read", |b| {
             b.iter(|| run.status(t(2), false).unwrap())
@@ -211,16 +194,7 @@ fn lease(c: &mut Criterion) {
             for i in 0..iters {
                 runs += 1;
                 let run = RunDir::create(&dir.path().join(format!("tk{runs}"))).unwrap();
-                let old = run
-                    .claim(lease_core::ops::ClaimParams {
-                        run_id: run.run_id().clone(),
-                        owner_id: id("old"),
-                        holder: holder.clone(),
-                        policy: TimingPolicy::default(),
-                        now: t(0),
-                        store_floor: None,
-                    })
-                    .unwrap();
+                let old = claim(&run, "old", &holder, TimingPolicy::default(), t(0));
                 run.fs().ensure_dir("lease/intents").unwrap();
                 run.fs().ensure_dir("lease/cutoffs").unwrap();
                 let head = run.status(t(60_000), false).unwrap().head.unwrap();
@@ -280,16 +254,7 @@ fn append(c: &mut Criterion) {
     for n in [10u64, 1_000, 10_000] {
         let root = dir.path().join(format!("log{n}"));
         let run = RunDir::create(&root).unwrap();
-        let l = run
-            .claim(lease_core::ops::ClaimParams {
-                run_id: run.run_id().clone(),
-                owner_id: id("bench"),
-                holder: holder.clone(),
-                policy: TimingPolicy::default(),
-                now: t(0),
-                store_floor: None,
-            })
-            .unwrap();
+        let l = claim(&run, "bench", &holder, TimingPolicy::default(), t(0));
         prefill(&root, run.run_id(), l.generation, &l.owner_id, n);
         g.bench_with_input(BenchmarkId::new("events", n), &n, |b, &n| {
             b.iter_custom(|iters| {

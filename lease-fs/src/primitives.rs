@@ -65,7 +65,7 @@ pub struct PrimOp {
     path: String,
     tmp: String,
     bytes: Vec<u8>,
-    /// A heartbeat's slot: its offset and bytes (written in place).
+    /// A heartbeat's slot: its beat number and bytes (written in place).
     slot: Option<(u64, Vec<u8>)>,
     durable: bool,
     st: PrimState,
@@ -143,10 +143,10 @@ impl PrimOp {
             return Ok(PrimOp::new(PrimKind::WriteBeat, path, fresh, durable, tmp));
         }
         // Beats after the first: the slot alone. The fresh file (for a missing file) is
-        // made from the slot only if that happens (`fresh_from_slot`).
+        // made from the slot only if that happens (`beat::fresh_file_of_slot`).
         let slot = lease_core::beat::slot_bytes(seq, record)?;
         let mut p = PrimOp::new(PrimKind::WriteBeat, path, Vec::new(), durable, tmp);
-        p.slot = Some((lease_core::beat::slot_offset(seq), slot));
+        p.slot = Some((seq, slot));
         p.st = PrimState::WriteInPlace;
         Ok(p)
     }
@@ -326,18 +326,15 @@ impl PrimOp {
                 }
             },
             PrimState::WriteInPlace => {
-                let Some((at, slot)) = &self.slot else {
+                let Some((seq, slot)) = &self.slot else {
                     self.st = PrimState::Finished;
                     return Some(Err(io::Error::other("heartbeat write without a slot")));
                 };
-                match fs.write_at(&self.path, *at, slot) {
+                match fs.write_at(&self.path, lease_core::beat::slot_offset(*seq), slot) {
                     // No file (removed, or never written by this owner): a fresh one, the
-                    // slot at its place and the other slot zero (`beat::fresh_file`).
+                    // slot at its place and the other slot zero.
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                        let at = usize::try_from(*at).unwrap_or(0);
-                        let mut fresh = vec![0u8; lease_core::beat::FILE_BYTES];
-                        fresh[at..at + slot.len()].copy_from_slice(slot);
-                        self.bytes = fresh;
+                        self.bytes = lease_core::beat::fresh_file_of_slot(*seq, slot);
                         self.st = PrimState::WriteTemp;
                         None
                     }

@@ -516,8 +516,72 @@ impl RealFs {
         }
     }
 
-    /// Open existing file `path` (in an existing directory) to fsync it, without following
-    /// a symlink and without blocking on a FIFO.
+    /// Open the record `leaf` of the directory `dfd` with `flags` (which carry
+    /// `O_NOFOLLOW|O_NONBLOCK`: a FIFO opens at once, a symlink fails with ELOOP, a socket
+    /// with ENXIO), then judge it (§5.1 bad files, at most `limit` bytes) and trust it
+    /// (§2 Trust) before a byte is read or written. A failed open is classified by an
+    /// `lstat` of the name, so each kind of bad file gets the one error of `judge_record`,
+    /// as from `exists_record` and `list_records`. A missing file is `NotFound`.
+    fn open_judged(
+        &self,
+        dfd: &OwnedFd,
+        leaf: &str,
+        path: &str,
+        flags: OFlags,
+        limit: usize,
+    ) -> io::Result<(OwnedFd, Stat)> {
+        let fd = match retry(|| rfs::openat(dfd, leaf, flags, Mode::empty())) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Err(Errno::NOENT.into()),
+            Err(e) => {
+                if let Ok(st) = rfs::statat(dfd, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+                    judge_stat(path, &st, limit)?;
+                }
+                return Err(self.path_err(e, path));
+            }
+        };
+        let st = rfs::fstat(&fd)?;
+        judge_stat(path, &st, limit)?;
+        check_trusted(&self.root_path, &st, path)?;
+        Ok((fd, st))
+    }
+
+    /// Write all of `bytes` to `fd`: at its file offset (`at: None`), or from offset `at`
+    /// (`pwrite`). A write of nothing is `WriteZero`, naming `path`.
+    fn write_all(
+        &self,
+        fd: &OwnedFd,
+        mut at: Option<u64>,
+        bytes: &[u8],
+        path: &str,
+    ) -> io::Result<()> {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let written = match at {
+                Some(offset) => rustix::io::pwrite(fd, rest, offset),
+                None => rustix::io::write(fd, rest),
+            };
+            match written {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!(
+                            "run root {}: writing {path} wrote nothing",
+                            self.root_path.display()
+                        ),
+                    ));
+                }
+                Ok(n) => {
+                    rest = &rest[n..];
+                    at = at.map(|a| a + n as u64);
+                }
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     /// The cached in-place file of `path`, or `None`.
     fn cached_in_place(&self, path: &str) -> Option<Arc<OwnedFd>> {
         let slot = self.in_place.lock().unwrap_or_else(|e| e.into_inner());
@@ -547,23 +611,15 @@ impl RealFs {
         }
         let (dir, leaf) = self.file_parts(path)?;
         let dfd = self.dir_fd(dir, path)?;
-        // `O_NONBLOCK|O_NOFOLLOW`: a FIFO never blocks (and is refused by the judgement
-        // below), a symlink fails with ELOOP and is classified by `lstat`, as in `read`.
         let flags =
             OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let fd = match retry(|| rfs::openat(&*dfd, leaf, flags, Mode::empty())) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Err(Errno::NOENT.into()),
-            Err(e) => {
-                if let Ok(st) = rfs::statat(&*dfd, leaf, AtFlags::SYMLINK_NOFOLLOW) {
-                    judge_stat(path, &st, lease_core::canonical::MAX_RECORD_BYTES)?;
-                }
-                return Err(self.path_err(e, path));
-            }
-        };
-        let st = rfs::fstat(&fd)?;
-        judge_stat(path, &st, lease_core::canonical::MAX_RECORD_BYTES)?;
-        check_trusted(&self.root_path, &st, path)?;
+        let (fd, st) = self.open_judged(
+            &dfd,
+            leaf,
+            path,
+            flags,
+            lease_core::canonical::MAX_RECORD_BYTES,
+        )?;
         // A second name would make the write land in whatever file that is (a hard link
         // planted at the beat's name to, say, `run.json`): refuse, write nothing.
         if nlink_of(&st) != 1 {
@@ -579,6 +635,8 @@ impl RealFs {
         Ok(fd)
     }
 
+    /// Open existing file `path` (in an existing directory) to fsync it, without following
+    /// a symlink and without blocking on a FIFO.
     fn open_existing(&self, path: &str) -> io::Result<OwnedFd> {
         let (dir, leaf) = self.file_parts(path)?;
         let dfd = self.dir_fd(dir, path)?;
@@ -728,23 +786,11 @@ impl Fs for RealFs {
         let Some(dfd) = self.dir_fd_opt(dir, path)? else {
             return Ok(None);
         };
-        // `O_NONBLOCK|O_NOFOLLOW`: a FIFO opens at once (it is refused after `fstat`, before
-        // any read), a symlink fails with ELOOP, a socket with ENXIO. A failed open is
-        // classified by an `lstat` of the name, so each of them gets the one error of
-        // `judge_record`, as from `exists_record` and `list_records`.
-        let fd = match retry(|| rfs::openat(&*dfd, leaf, read_flags(), Mode::empty())) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => {
-                if let Ok(st) = rfs::statat(&*dfd, leaf, AtFlags::SYMLINK_NOFOLLOW) {
-                    judge_stat(path, &st, limit)?;
-                }
-                return Err(self.path_err(e, path));
-            }
+        let (fd, st) = match self.open_judged(&dfd, leaf, path, read_flags(), limit) {
+            Ok(opened) => opened,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
         };
-        let st = rfs::fstat(&fd)?;
-        judge_stat(path, &st, limit)?;
-        check_trusted(&self.root_path, &st, path)?;
         let size = size_of(&st);
         let limit64 = u64::try_from(limit).unwrap_or(u64::MAX);
         let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(limit).min(limit));
@@ -820,24 +866,7 @@ impl Fs for RealFs {
             .map_err(|e| self.path_err(e, path))?;
         // Ours (O_EXCL): exactly 0600 whatever the umask (0277 would leave 0400).
         retry(|| rfs::fchmod(&fd, Mode::from_raw_mode(FILE_MODE)))?;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match rustix::io::write(&fd, rest) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!(
-                            "run root {}: writing {path} wrote nothing",
-                            self.root_path.display()
-                        ),
-                    ));
-                }
-                Ok(n) => rest = &rest[n..],
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        self.write_all(&fd, None, bytes, path)
     }
 
     fn fsync(&self, path: &str) -> io::Result<()> {
@@ -852,27 +881,7 @@ impl Fs for RealFs {
 
     fn write_at(&self, path: &str, offset: u64, bytes: &[u8]) -> io::Result<()> {
         let fd = self.in_place_fd(path)?;
-        let (mut at, mut rest) = (offset, bytes);
-        while !rest.is_empty() {
-            match rustix::io::pwrite(&*fd, rest, at) {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!(
-                            "run root {}: writing {path} in place wrote nothing",
-                            self.root_path.display()
-                        ),
-                    ));
-                }
-                Ok(n) => {
-                    rest = &rest[n..];
-                    at += n as u64;
-                }
-                Err(Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+        self.write_all(&fd, Some(offset), bytes, path)
     }
 
     fn sync_data(&self, path: &str) -> io::Result<()> {

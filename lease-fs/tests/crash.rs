@@ -83,17 +83,21 @@ fn is_crash(e: &FsError) -> bool {
 type Prepare = fn(&RunDir) -> Pre;
 type Operate = fn(&RunDir, &Pre) -> Result<Outcome, FsError>;
 
+/// Claim the run as owner `a` (holder pid 1) at t = 0 under `policy`.
+fn claim_a(run: &RunDir, policy: TimingPolicy) -> lease_core::ops::OwnedLease {
+    run.claim(lease_core::ops::ClaimParams {
+        run_id: run.run_id().clone(),
+        owner_id: id("a"),
+        holder: holder(1),
+        policy,
+        now: t(0),
+        store_floor: None,
+    })
+    .unwrap()
+}
+
 fn pre_owned(run: &RunDir) -> Pre {
-    let l = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("a"),
-            holder: holder(1),
-            policy: durable(),
-            now: t(0),
-            store_floor: None,
-        })
-        .unwrap();
+    let l = claim_a(run, durable());
     let mut acked = BTreeSet::new();
     for i in 0..2u64 {
         acked.insert(
@@ -490,16 +494,7 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
     // A local-policy heartbeat does not fsync at all.
     let sim = SimFs::new();
     let run = run_on(&sim);
-    let l = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("a"),
-            holder: holder(1),
-            policy: TimingPolicy::default(),
-            now: t(0),
-            store_floor: None,
-        })
-        .unwrap();
+    let l = claim_a(&run, TimingPolicy::default());
     sim.reset_counters();
     run.heartbeat(&l, t(1), 1, None).unwrap();
     run.heartbeat(&l, t(2), 2, None).unwrap();
@@ -510,16 +505,7 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
     sim.reset_counters();
     run.heartbeat(&l, t(3), 3, None).unwrap();
     assert_eq!(sim.fsync_count() + sim.fsync_dir_count(), 1);
-    let l2 = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("a"),
-            holder: holder(1),
-            policy: TimingPolicy::default(),
-            now: t(0),
-            store_floor: None,
-        })
-        .unwrap();
+    let l2 = claim_a(&run, TimingPolicy::default());
     assert_eq!(l2.generation, l.generation, "adopted");
     sim.reset_counters();
     run.heartbeat(&l2, t(4), 1, None).unwrap();
@@ -534,16 +520,7 @@ fn a_heartbeat_after_the_first_is_one_write_in_place() {
     for (policy, want) in [(TimingPolicy::default(), 3u64), (durable(), 4)] {
         let sim = SimFs::new();
         let run = run_on(&sim);
-        let l = run
-            .claim(lease_core::ops::ClaimParams {
-                run_id: run.run_id().clone(),
-                owner_id: id("a"),
-                holder: holder(1),
-                policy,
-                now: t(0),
-                store_floor: None,
-            })
-            .unwrap();
+        let l = claim_a(&run, policy);
         run.heartbeat(&l, t(1), 1, None).unwrap();
         let files = sim.snapshot_live().len();
         let before = sim.calls();
@@ -559,16 +536,7 @@ fn a_heartbeat_after_the_first_is_one_write_in_place() {
 fn a_missing_heartbeat_file_is_written_afresh() {
     let sim = SimFs::new();
     let run = run_on(&sim);
-    let l = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("a"),
-            holder: holder(1),
-            policy: TimingPolicy::default(),
-            now: t(0),
-            store_floor: None,
-        })
-        .unwrap();
+    let l = claim_a(&run, TimingPolicy::default());
     run.heartbeat(&l, t(1), 1, None).unwrap();
     let beat = lease_core::FileRef::Beat(l.generation).path();
     lease_fs::fs::Fs::unlink(&sim, &beat).unwrap();
@@ -593,16 +561,7 @@ fn a_power_loss_during_an_in_place_heartbeat_leaves_a_whole_beat() {
                 let sim = SimFs::new();
                 sim.set_tear_fraction(tear.0, tear.1);
                 let run = run_on(&sim);
-                let l = run
-                    .claim(lease_core::ops::ClaimParams {
-                        run_id: run.run_id().clone(),
-                        owner_id: id("a"),
-                        holder: holder(1),
-                        policy,
-                        now: t(0),
-                        store_floor: None,
-                    })
-                    .unwrap();
+                let l = claim_a(&run, policy);
                 for n in 1..=3 {
                     run.heartbeat(&l, t(n * 1_000), n, None).unwrap();
                 }
@@ -646,16 +605,7 @@ fn a_torn_local_heartbeat_never_makes_the_run_invalid() {
     for (beats_before, crash_after) in [(0u64, 3u64), (0, 2), (1, 2), (2, 2)] {
         let sim = SimFs::new();
         let run = run_on(&sim);
-        let l = run
-            .claim(lease_core::ops::ClaimParams {
-                run_id: run.run_id().clone(),
-                owner_id: id("a"),
-                holder: holder(1),
-                policy: TimingPolicy::default(),
-                now: t(0),
-                store_floor: None,
-            })
-            .unwrap();
+        let l = claim_a(&run, TimingPolicy::default());
         for n in 1..=beats_before {
             run.heartbeat(&l, t(n), n, None).unwrap();
         }

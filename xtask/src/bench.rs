@@ -81,7 +81,7 @@ fn processes(root: &Path, n: usize) -> Result<Processes, String> {
             Err(format!("{c:?} exited with {st}"))
         }
     };
-    let run_true = |()| {
+    let run_true_cmd = || {
         let mut c = Command::new(&bin);
         c.args(["run", "-q"])
             .arg(&run)
@@ -90,10 +90,10 @@ fn processes(root: &Path, n: usize) -> Result<Processes, String> {
             .stderr(Stdio::null());
         c
     };
-    ok(run_true(()))?;
+    ok(run_true_cmd())?;
     let mut times = Vec::with_capacity(n);
     for _ in 0..n {
-        times.push(ok(run_true(()))?);
+        times.push(ok(run_true_cmd())?);
     }
     let run_true = median_us(times);
 

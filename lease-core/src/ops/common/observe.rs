@@ -31,46 +31,48 @@ pub struct Head {
     pub beat_file: Option<Digest>,
 }
 
-/// What a head's heartbeat file holds.
-pub(crate) struct BeatRead {
-    /// The newest valid beat.
-    pub beat: Option<HeartbeatRecord>,
-    /// The file's hash when it holds no valid beat (torn, OQ-6).
-    pub torn: Option<Digest>,
-    /// The file's hash.
-    pub file: Digest,
-}
-
-/// Read a head's heartbeat file ([`crate::beat`]): the valid slot with the highest
-/// sequence is the beat; slots that are not valid (a write in flight, or one cut by a
+/// Set `head`'s heartbeat fields (`beat`, `torn_beat`, `beat_file`) from its heartbeat
+/// file's bytes (`None`: no file), read as [`crate::beat`] says: the valid slot with the
+/// highest sequence is the beat; slots that are not valid (a write in flight, or one cut by a
 /// power loss) are ignored. A file with no valid slot (empty, zero-filled, cut short)
 /// under the `local` policy is torn, not invalid (OQ-6): only a power loss during a fresh
 /// beat file that was never fsynced leaves one, and it only ever mattered to liveness.
 /// Under `durable` a fresh file is fsynced before its rename and later writes touch one
 /// slot only, so a file with no valid slot is damage: `RECORD_INVALID`. A valid slot whose
 /// record does not decode, or belongs to another generation or owner, is
-/// `RECORD_INVALID` under either policy. Files in the older one-record format (a JSON
-/// record replaced by rename) are read as before.
+/// `RECORD_INVALID` under either policy (and `head` is left as it was). Files in the older
+/// one-record format (a JSON record replaced by rename) are read as before.
 pub(crate) fn read_beat(
+    head: &mut Head,
+    run: &RunId,
+    bytes: Option<&[u8]>,
+) -> Result<(), LeaseError> {
+    let Some(bytes) = bytes else {
+        (head.beat, head.torn_beat, head.beat_file) = (None, None, None);
+        return Ok(());
+    };
+    let beat = beat_of(run, &head.epoch, bytes)?;
+    let file = Digest::of(bytes);
+    head.torn_beat = beat.is_none().then(|| file.clone());
+    (head.beat, head.beat_file) = (beat, Some(file));
+    Ok(())
+}
+
+/// The newest valid beat of a heartbeat file's bytes; `None` when it is torn (above).
+fn beat_of(
     run: &RunId,
     epoch: &EpochRecord,
     bytes: &[u8],
-) -> Result<BeatRead, LeaseError> {
+) -> Result<Option<HeartbeatRecord>, LeaseError> {
     let local = epoch.policy.heartbeat_durability() == HeartbeatDurability::Local;
-    let file = Digest::of(bytes);
-    let torn = |file: Digest| BeatRead {
-        beat: None,
-        torn: Some(file.clone()),
-        file,
-    };
     let payload = match crate::beat::read_slots(bytes) {
         crate::beat::SlotRead::Valid { payload, .. } => payload,
         crate::beat::SlotRead::Legacy(b) if local && b.last() != Some(&b'\n') => {
-            return Ok(torn(file));
+            return Ok(None);
         }
         crate::beat::SlotRead::Legacy(b) => b,
         crate::beat::SlotRead::Empty | crate::beat::SlotRead::Torn if local => {
-            return Ok(torn(file));
+            return Ok(None);
         }
         crate::beat::SlotRead::Empty | crate::beat::SlotRead::Torn => {
             return Err(LeaseError::RecordInvalid {
@@ -83,11 +85,7 @@ pub(crate) fn read_beat(
             });
         }
     };
-    decode_beat(run, epoch, payload).map(|beat| BeatRead {
-        beat: Some(beat),
-        torn: None,
-        file,
-    })
+    decode_beat(run, epoch, payload).map(Some)
 }
 
 impl Head {
@@ -228,25 +226,20 @@ impl Operation for Observe {
             }
             ObserveState::ReadBeat(b) => {
                 let (epoch, hash) = *b;
-                let (beat, torn_beat, beat_file) = match input {
-                    Some(Response::Content(None)) => (None, None, None),
-                    Some(Response::Content(Some(bytes))) => {
-                        match read_beat(&self.run, &epoch, &bytes) {
-                            Ok(b) => (b.beat, b.torn, Some(b.file)),
-                            Err(e) => return Step::Done(Err(e)),
-                        }
-                    }
-                    other => return Step::Done(Err(violation("Content", &other))),
+                let Some(Response::Content(content)) = input else {
+                    return Step::Done(Err(violation("Content", &input)));
                 };
-                Step::Done(Ok(Observed {
-                    head: Some(Head {
-                        epoch,
-                        hash,
-                        beat,
-                        torn_beat,
-                        beat_file,
-                    }),
-                }))
+                let mut head = Head {
+                    epoch,
+                    hash,
+                    beat: None,
+                    torn_beat: None,
+                    beat_file: None,
+                };
+                if let Err(e) = read_beat(&mut head, &self.run, content.as_deref()) {
+                    return Step::Done(Err(e));
+                }
+                Step::Done(Ok(Observed { head: Some(head) }))
             }
         }
     }

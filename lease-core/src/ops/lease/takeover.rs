@@ -365,16 +365,14 @@ impl Operation for Takeover {
                 },
                 TakeoverState::Reread(head, cutoff, t0) => {
                     let mut head = *head;
-                    (head.beat, head.torn_beat, head.beat_file) = match input.take() {
-                        Some(Response::Content(None)) => (None, None, None),
-                        Some(Response::Content(Some(b))) => {
-                            match read_beat(&run, &head.epoch, &b) {
-                                Ok(b) => (b.beat, b.torn, Some(b.file)),
-                                Err(e) => return Step::Done(Err(e)),
+                    match input.take() {
+                        Some(Response::Content(content)) => {
+                            if let Err(e) = read_beat(&mut head, &run, content.as_deref()) {
+                                return Step::Done(Err(e));
                             }
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
-                    };
+                    }
                     if let Err(e) = self.judge(&run, &head) {
                         return Step::Done(Err(e));
                     }
@@ -499,10 +497,8 @@ impl Operation for Takeover {
                     let changed = match input.take() {
                         Some(Response::Content(None)) => judged.beat.is_some(),
                         Some(Response::Content(Some(bytes))) => {
-                            match read_beat(&run, &judged.epoch, &bytes) {
-                                Ok(b) => {
-                                    (now.beat, now.torn_beat, now.beat_file) =
-                                        (b.beat, b.torn, Some(b.file));
+                            match read_beat(&mut now, &run, Some(&bytes)) {
+                                Ok(()) => {
                                     crate::watch::watch_key(&now)
                                         != crate::watch::watch_key(&judged)
                                 }
