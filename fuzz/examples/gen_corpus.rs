@@ -14,7 +14,7 @@ use lease_core::ops::{
 };
 use lease_core::{
     Checkpoint, CommandRecord, Digest, FileRef, Generation, Holder, RunState, RunStatus,
-    TimingPolicy, encode,
+    TakeoverIntent, TakeoverMode, TimingPolicy, encode,
 };
 use runlease_fuzz::fixtures::{LiveMode, holder, id, run_id, t};
 use runlease_fuzz::folder::{Entry, Folder, Name, Persist};
@@ -82,7 +82,6 @@ fn takeover(d: &mut MemDisk, owner: &str, pid: u32, now: u64) -> OwnedLease {
                     t(now),
                 ),
             },
-            nonce: 0x5eed,
         }),
         &alive,
     )
@@ -111,7 +110,7 @@ fn active_run() -> MemDisk {
     d
 }
 
-/// Owner a, taken over by b after 30 s, b appends: two generations, a cutoff, an intent.
+/// Owner a, taken over by b after 30 s, b appends: two generations and a cutoff.
 fn taken_over_run() -> MemDisk {
     let mut d = active_run();
     let l = takeover(&mut d, "owner-b", 102, 30_000);
@@ -139,12 +138,21 @@ fn decode_records_seeds(root: &Path) {
     let g1 = Generation::new(1).expect("1");
     let g2 = Generation::new(2).expect("2");
     let pick = |f: FileRef| d.files.get(&f).cloned().expect("file of the scenario");
-    let intent = d
-        .files
-        .iter()
-        .find(|(f, _)| matches!(f, FileRef::Intent { .. }))
-        .map(|(_, b)| b.clone())
-        .expect("an intent");
+    // No operation writes an intent since issue #19 (the takeover's epoch holds its
+    // observation), but old runs keep theirs and every reader must still decode one.
+    let intent = encode(&TakeoverIntent {
+        run_id: run_id(),
+        generation: g2,
+        expected_generation: g1,
+        expected_owner_id: id("owner-a"),
+        expected_heartbeat_at: t(1_000),
+        expected_heartbeat_count: 1,
+        taker_owner_id: id("owner-b"),
+        taker_holder: holder(102),
+        requested_at: t(30_000),
+        mode: TakeoverMode::Operator,
+    })
+    .expect("intent");
     let epoch1 = pick(FileRef::Epoch(g1));
     let checkpoint = encode(&Checkpoint {
         run_id: run_id(),

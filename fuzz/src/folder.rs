@@ -536,7 +536,6 @@ fn params_takeover(c: &Callers, now: Timestamp, expect: Expectation) -> Takeover
             watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
         },
         expect,
-        nonce: 7,
     }
 }
 
@@ -548,7 +547,6 @@ fn params_retire(c: &Callers, now: Timestamp) -> RetireParams {
         policy: TimingPolicy::default(),
         now,
         expect: None,
-        nonce: 9,
     }
 }
 
@@ -811,7 +809,6 @@ fn judge_sim(folder: &Folder, expect: Expectation, forged: Option<&OwnedLease>) 
             watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
         },
         expect,
-        nonce: 7,
     });
     let retire = fresh().retire(lease_core::ops::RetireParams {
         run_id: run_id(),
@@ -820,7 +817,6 @@ fn judge_sim(folder: &Folder, expect: Expectation, forged: Option<&OwnedLease>) 
         policy: TimingPolicy::default(),
         now,
         expect: None,
-        nonce: 9,
     });
     let fin = fresh().read_events(Some((id("fuzz-reader"), now)));
     let (mut hb, mut ap, mut rel) = (

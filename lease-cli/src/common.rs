@@ -392,11 +392,6 @@ pub fn new_owner_id() -> Result<lease_core::Identity, CliError> {
     lease_core::Identity::arg("owner id", id).map_err(CliError::from)
 }
 
-/// A fresh random nonce for a takeover or retirement intent.
-pub fn new_nonce() -> Result<u64, CliError> {
-    Ok(u64::from_le_bytes(random_bytes::<8>()?))
-}
-
 /// An identity naming this CLI process for records it writes as a maintainer (prune).
 pub fn cli_identity(what: &str) -> lease_core::Identity {
     let host = lease_run::folder::this_holder()

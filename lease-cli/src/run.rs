@@ -641,8 +641,28 @@ fn replaced_by(rundir: &Lease, g: lease_core::Generation) -> Option<String> {
         lease_core::RetireReason::Dead => "retired as dead",
         _ => return None,
     };
+    // What the replacer judged (recorded in the epoch since issue #19): the beat it saw last
+    // and, for a takeover, how long it watched that beat unchanged.
+    let judged = match &retired.observed {
+        Some(o) => match o.watched_ms {
+            Some(ms) => format!(
+                ", after watching heartbeat #{} ({}) unchanged for {ms} ms ({})",
+                o.heartbeat_count,
+                o.heartbeat_at,
+                match o.mode {
+                    lease_core::TakeoverMode::Automatic => "automatic",
+                    _ => "operator",
+                }
+            ),
+            None => format!(
+                ", its last heartbeat #{} ({})",
+                o.heartbeat_count, o.heartbeat_at
+            ),
+        },
+        None => String::new(),
+    };
     Some(format!(
-        "{how} by generation {} (owner {}, pid {} on {}) at {}",
+        "{how} by generation {} (owner {}, pid {} on {}) at {}{judged}",
         e.generation, e.owner_id, e.holder.pid, e.holder.host, e.claimed_at
     ))
 }

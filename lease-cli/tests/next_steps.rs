@@ -92,6 +92,8 @@ fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     assert!(!err.contains("LEASE_LAPSED"), "{err}");
     assert!(err.contains("no successful heartbeat for"), "{err}");
     assert!(err.contains("taken over by generation 2"), "{err}");
+    // The taker's judgement, read from the epoch that replaced it (issue #19).
+    assert!(err.contains("unchanged for"), "{err}");
     assert!(err.contains("runlease killed the command"), "{err}");
 }
 

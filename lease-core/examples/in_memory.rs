@@ -57,7 +57,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         policy: TimingPolicy::default(),
         now: at(30_000),
         expect: Some(Expectation::of(&head)),
-        nonce: 7,
     })?;
     println!("retired generation {} (the run is free)", retired.retired);
 

@@ -83,8 +83,8 @@ pub use layout::{Dir, FileRef};
 pub use policy::{HeartbeatDurability, TimingPolicy, lapse_reason, must_self_fence};
 pub use records::{
     Checkpoint, CommandRecord, EpochRecord, EpochState, Event, HeartbeatRecord, Holder, MonoStamp,
-    RetireReason, RetiredOwner, RetirementRecord, RunState, RunStatus, Seal, TakeoverIntent,
-    TakeoverMode,
+    Observation, RetireReason, RetiredOwner, RetirementRecord, RunState, RunStatus, Seal,
+    TakeoverIntent, TakeoverMode,
 };
 pub use time::Timestamp;
 pub use transport::{LeaseOps, TailHint, Transport};

@@ -69,6 +69,57 @@ pub struct RetiredOwner {
     pub owner_id: Identity,
     /// Why it was superseded.
     pub reason: RetireReason,
+    /// What a takeover or a retirement judged before it wrote this epoch (issue #19: the
+    /// audit record a separate intent file held before, now bound into the chain at no
+    /// extra create). **Absent when `None`** (never `null`): a release has none, and epochs
+    /// written before it existed decode byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Observation>,
+}
+
+/// What the writer of a takeover or retirement epoch judged of the owner it replaced
+/// (PROTOCOL §4): the owner's heartbeat as read at the last look, how long the taker watched
+/// it unchanged on its own monotonic clock, and how the replacement was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Observation {
+    /// The replaced owner's heartbeat time as judged (its claim time if it never beat).
+    pub heartbeat_at: Timestamp,
+    /// The replaced owner's heartbeat count as judged (0 if it never beat).
+    pub heartbeat_count: u64,
+    /// How long the taker watched the owner's record unchanged, in ms; `null` for a
+    /// retirement (proof of death, not a watch, allowed it).
+    pub watched_ms: Option<u64>,
+    /// How the replacement was asked for: `operator` or `automatic` for a takeover,
+    /// `retire_dead` for a retirement.
+    pub mode: TakeoverMode,
+}
+
+impl RetiredOwner {
+    fn check(&self) -> Result<(), String> {
+        let Some(o) = &self.observed else {
+            return Ok(());
+        };
+        match (self.reason, o.mode, o.watched_ms) {
+            (
+                RetireReason::TakenOver,
+                TakeoverMode::Operator | TakeoverMode::Automatic,
+                Some(_),
+            )
+            | (RetireReason::Dead, TakeoverMode::RetireDead, None) => Ok(()),
+            (RetireReason::Released, _, _) => {
+                Err("retired.observed is only for a takeover or a retirement, not a release".into())
+            }
+            (RetireReason::TakenOver, _, _) => Err(
+                "retired.observed of a takeover needs mode operator or automatic and watched_ms"
+                    .into(),
+            ),
+            (RetireReason::Dead, _, _) => Err(
+                "retired.observed of a retirement needs mode retire_dead and watched_ms null"
+                    .into(),
+            ),
+        }
+    }
 }
 
 /// The seal a clean release writes: the store's identity and head at release.
@@ -133,6 +184,7 @@ impl Record for EpochRecord {
             _ => {}
         }
         if let Some(r) = &self.retired {
+            r.check()?;
             if r.generation.get().checked_add(1) != Some(self.generation.get()) {
                 return Err(format!(
                     "retired.generation {} must be generation - 1 ({})",
@@ -310,7 +362,9 @@ pub enum TakeoverMode {
 }
 
 /// The audit record of one takeover or retirement attempt:
-/// `lease/intents/<generation>-<nonce>.json`, written before the commit.
+/// `lease/intents/<generation>-<nonce>.json`, written before the commit by versions before
+/// issue #19. No operation writes it any more (the epoch's [`RetiredOwner::observed`] holds
+/// the same observation); it stays readable so old runs verify, and compaction removes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TakeoverIntent {

@@ -83,7 +83,6 @@ struct World {
     disk: MemDisk,
     actors: Vec<Actor>,
     now: u64,
-    nonce: u64,
     /// Processes alive, by pid.
     alive: BTreeSet<u32>,
     next_pid: u32,
@@ -99,7 +98,6 @@ impl World {
             disk: MemDisk::new(),
             actors: Vec::new(),
             now: 0,
-            nonce: 0,
             alive: BTreeSet::new(),
             next_pid: 100,
             ghost: Ghost::new(),
@@ -158,8 +156,6 @@ impl World {
             return;
         }
         let now = t(self.now);
-        self.nonce += 1;
-        let nonce = self.nonce;
         let actor = &mut self.actors[a];
         let mut observed = None;
         let op = match (kind, actor.lease.clone()) {
@@ -208,7 +204,6 @@ impl World {
                         watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
                     },
                     expect,
-                    nonce,
                 }))
             }
             (4, None) => Op::Retire(Retire::new(RetireParams {
@@ -218,7 +213,6 @@ impl World {
                 policy: TimingPolicy::default(),
                 now,
                 expect: None,
-                nonce,
             })),
             (5, Some(l)) => Op::Release(Release::new(ReleaseParams {
                 lease: l,

@@ -332,7 +332,6 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
             trigger: TakeoverTrigger::Operator {
                 watched_unchanged_ms: stopped_at.elapsed().as_millis() as u64,
             },
-            nonce: 0x5eed_0000 + lease_alive_refusals + other_refusals.len() as u64,
         }) {
             Ok(l) => break (l, Instant::now()),
             Err(EtcdError::OwnerLeaseAlive { .. }) => lease_alive_refusals += 1,
@@ -557,7 +556,6 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
             policy,
             now: now_ts(),
             expect: None,
-            nonce: 7,
         })
         .unwrap_err();
     assert_eq!(
@@ -577,7 +575,6 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
             policy,
             now: now_ts(),
             expect: None,
-            nonce: 8,
         }) {
             Ok(r) => break r,
             Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
@@ -636,7 +633,6 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
             trigger: TakeoverTrigger::Operator {
                 watched_unchanged_ms: 60_000,
             },
-            nonce: 1,
         })
         .unwrap_err();
     assert!(matches!(e, EtcdError::OwnerLeaseAlive { .. }), "{e}");
@@ -655,7 +651,6 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
                 trigger: TakeoverTrigger::Operator {
                     watched_unchanged_ms: 60_000,
                 },
-                nonce: 2,
             },
         ))
         .unwrap_err();

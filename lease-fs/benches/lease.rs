@@ -191,7 +191,7 @@ fn lease(c: &mut Criterion) {
     g.bench_function("takeover", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
-            for i in 0..iters {
+            for _ in 0..iters {
                 runs += 1;
                 let run = RunDir::create(&dir.path().join(format!("tk{runs}"))).unwrap();
                 let old = claim(&run, "old", &holder, TimingPolicy::default(), t(0));
@@ -213,7 +213,6 @@ fn lease(c: &mut Criterion) {
                                 t(60_000),
                             ),
                         },
-                        nonce: i,
                     })
                     .unwrap();
                 total += start.elapsed();

@@ -67,7 +67,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         policy: TimingPolicy::default(),
         now: Timestamp::now()?,
         expect: Some(Expectation::of(&head)),
-        nonce: 42,
     })?;
     println!("retired generation {}", retired.retired);
 

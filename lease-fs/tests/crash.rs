@@ -221,7 +221,6 @@ fn op_takeover(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
                 t(60_000),
             ),
         },
-        nonce: 9,
     })
     .map(Outcome::Lease)
 }
@@ -233,7 +232,6 @@ fn op_retire(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
         policy: durable(),
         now: t(100),
         expect: None,
-        nonce: 9,
     })
     .map(|_| Outcome::Other)
 }
@@ -333,7 +331,6 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
                 policy: durable(),
                 now: t(100_001),
                 expect: None,
-                nonce: 77,
             })
             .unwrap_or_else(|e| panic!("{what}: cannot retire the dead owner: {e}"));
             run.claim(lease_core::ops::ClaimParams {
@@ -474,8 +471,8 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
         ("heartbeat-durable", 2), // first beat, a fresh file: temp + dir
         ("heartbeat-durable-in-place", 1), // later beats: fdatasync of the file
         ("release", 4),           // epoch create 2 + cutoff create 2 (beat removal unsynced)
-        ("takeover", 6),          // intent 2 + epoch 2 + cutoff 2
-        ("retire", 6),            // intent 2 + epoch 2 + cutoff 2
+        ("takeover", 4),          // epoch 2 + cutoff 2 (issue #19: no intent)
+        ("retire", 4),            // epoch 2 + cutoff 2 (issue #19: no intent)
         ("append", 2),            // event create: temp + dir
     ];
     for (name, want) in expected {

@@ -40,12 +40,7 @@ fn claim(run: &RunDir, owner: &str, now: u64) -> Result<lease_core::ops::OwnedLe
     })
 }
 
-fn takeover(
-    run: &RunDir,
-    owner: &str,
-    now: u64,
-    nonce: u64,
-) -> Result<lease_core::ops::OwnedLease, FsError> {
+fn takeover(run: &RunDir, owner: &str, now: u64) -> Result<lease_core::ops::OwnedLease, FsError> {
     let head = run.status(t(now), false).unwrap().head.unwrap();
     run.takeover(lease_core::ops::TakeoverParams {
         run_id: run.run_id().clone(),
@@ -60,7 +55,6 @@ fn takeover(
                 t(now),
             ),
         },
-        nonce,
     })
 }
 
@@ -222,12 +216,12 @@ fn fresh_lease_refuses_a_second_claim_needs_takeover_when_stale_and_is_free_afte
 
 // PROTOCOL §7.4 steps 3, 4 and 6, I6
 #[test]
-fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_only_when_accepted() {
+fn takeover_refused_while_fresh_race_on_wrong_expectation_and_writes_only_when_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let (path, run) = new_run(dir.path(), "tk");
     claim(&run, "a", 0).unwrap();
     assert_eq!(
-        takeover(&run, "b", 1_000, 1).unwrap_err().code().as_str(),
+        takeover(&run, "b", 1_000).unwrap_err().code().as_str(),
         "TAKEOVER_ACTIVE_REFUSED"
     );
     let head = run.status(t(60_000), false).unwrap().head.unwrap();
@@ -244,7 +238,6 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_only_when_a
                 watched_unchanged_ms: lease_core::ghost::simulated_watch(&wrong, t(60_000)),
             },
             expect: wrong,
-            nonce: 2,
         })
         .unwrap_err();
     assert_eq!(e.code().as_str(), "TAKEOVER_RACE");
@@ -261,22 +254,50 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_intent_only_when_a
                 watched_unchanged_ms: lease_core::ghost::simulated_watch(&wrong, t(60_000))
             },
             expect: wrong,
-            nonce: 3
         })
         .unwrap_err()
         .code()
         .as_str(),
         "TAKEOVER_RACE"
     );
-    takeover(&run, "c", 60_000, 4).unwrap();
-    let intents = std::fs::read_dir(path.join("lease/intents"))
-        .unwrap()
-        .count();
-    // Issue #17: a refusal writes nothing, so only the accepted attempt left an intent.
+    let before = listing(&path);
+    takeover(&run, "c", 60_000).unwrap();
+    // Issue #17: a refusal writes nothing. Issue #19: the accepted takeover writes its epoch
+    // and the old generation's cutoff, and no intent (its observation is in the epoch).
+    let after = listing(&path);
+    let written: Vec<_> = after.difference(&before).cloned().collect();
     assert_eq!(
-        intents, 1,
-        "an intent only for the attempt that was judged and went on"
+        written,
+        vec![
+            "lease/cutoffs/00000000000000000001.json".to_string(),
+            "lease/epochs/00000000000000000002.json".to_string()
+        ]
     );
+    let epoch: lease_core::EpochRecord = lease_core::canonical::decode(
+        &std::fs::read(path.join("lease/epochs/00000000000000000002.json")).unwrap(),
+    )
+    .unwrap();
+    let observed = epoch.retired.unwrap().observed.unwrap();
+    assert_eq!(observed.mode, lease_core::TakeoverMode::Operator);
+    assert_eq!(observed.heartbeat_at, head.heartbeat_at());
+}
+
+/// Every file below `lease/`, as paths relative to the run folder.
+fn listing(path: &std::path::Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for d in [
+        "lease/epochs",
+        "lease/beats",
+        "lease/cutoffs",
+        "lease/intents",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(path.join(d)) {
+            for e in rd {
+                out.insert(format!("{d}/{}", e.unwrap().file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
 }
 
 // PROTOCOL §7.4, I1
@@ -306,7 +327,6 @@ fn two_concurrent_takeovers_have_exactly_one_winner() {
                             t(60_000),
                         ),
                     },
-                    nonce: 100 + i,
                 })
                 .map(|l| l.generation)
             })
@@ -341,7 +361,7 @@ fn a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_write
     )
     .unwrap();
     // The owner "pauses" (stops heartbeating); another takes over after staleness.
-    let new = takeover(&run, "new", 60_000, 1).unwrap();
+    let new = takeover(&run, "new", 60_000).unwrap();
     // It resumes: every operation reports fenced.
     assert_eq!(
         run.heartbeat(&old, t(60_001), 1, None)
@@ -407,7 +427,6 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
             policy: TimingPolicy::default(),
             now: t(1),
             expect: None,
-            nonce: 1,
         })
         .unwrap_err();
     assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
@@ -429,7 +448,6 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
                 policy: TimingPolicy::default(),
                 now: t(2),
                 expect: None,
-                nonce: 2,
             })
             .unwrap_err();
         assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}");
@@ -446,7 +464,6 @@ fn a_sigkilled_owner_is_retired_at_once_and_a_live_one_never_is() {
             policy: TimingPolicy::default(),
             now: t(3),
             expect: None,
-            nonce: 3,
         })
         .unwrap();
     assert_eq!(r.generation.get(), r.retired.get() + 1);
@@ -504,7 +521,7 @@ fn a_retired_owners_late_append_never_counts_even_after_corrupting_the_newest_ep
         },
     )
     .unwrap();
-    let new = takeover(&run, "new", 60_000, 1).unwrap();
+    let new = takeover(&run, "new", 60_000).unwrap();
     assert_eq!(
         run.append(
             &old,
@@ -618,7 +635,6 @@ fn hostile_records_give_typed_errors_naming_the_file_and_change_nothing() {
                 trigger: TakeoverTrigger::Operator {
                     watched_unchanged_ms: 100_000,
                 },
-                nonce: 1,
             })
             .unwrap_err();
         assert!(

@@ -231,7 +231,6 @@ impl Replacer {
         owner: &Observed,
         owner_id: Identity,
         now: Timestamp,
-        nonce: u64,
     ) -> Result<RetiredOwner, RunError> {
         let holder = this_holder()?;
         let r = self.auth.retire(RetireParams {
@@ -241,7 +240,6 @@ impl Replacer {
             policy: owner.head.epoch.policy,
             now,
             expect: Some(Expectation::of(&owner.head)),
-            nonce,
         })?;
         let old = &owner.head.epoch;
         let detail = format!(
@@ -368,7 +366,6 @@ impl Replacer {
         watched: Duration,
         owner_id: Identity,
         now: impl Fn() -> Result<Timestamp, RunError>,
-        nonce: u64,
     ) -> Result<TakenOver, RunError> {
         let holder = this_holder()?;
         let (lease, preempted) = self.auth.takeover_reporting(TakeoverParams {
@@ -381,7 +378,6 @@ impl Replacer {
             trigger: TakeoverTrigger::Operator {
                 watched_unchanged_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
             },
-            nonce,
         })?;
         let cutoff = self.read_cutoff(owner.head.generation());
         let old = &owner.head.epoch;

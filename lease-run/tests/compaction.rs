@@ -156,7 +156,6 @@ fn three_hundred_cycles_keep_lease_under_100_files_and_every_counted_event_count
                         trigger: TakeoverTrigger::Operator {
                             watched_unchanged_ms: 5_000,
                         },
-                        nonce: u64::from(i),
                     })
                     .unwrap();
                 let late = append(&a, &l, now + 5_001).unwrap_err();
@@ -174,7 +173,6 @@ fn three_hundred_cycles_keep_lease_under_100_files_and_every_counted_event_count
                     policy: policy(),
                     now: t(now + 5_000),
                     expect: None,
-                    nonce: u64::from(i),
                 })
                 .unwrap();
                 None
@@ -414,7 +412,6 @@ fn a_crash_anywhere_in_release_and_compaction_leaves_a_recoverable_run() {
                     policy: policy(),
                     now: t(100_001),
                     expect: None,
-                    nonce: 77,
                 })
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             }

@@ -515,7 +515,7 @@ fn a_retirement_rewrites_run_json_as_its_generation() {
     let observed = r.observe(now_ts()).unwrap().expect("an owner to retire");
     assert_eq!(observed.view.status, Status::Dead);
     let retired = r
-        .retire(&observed, Identity::new("retirer").unwrap(), now_ts(), 1)
+        .retire(&observed, Identity::new("retirer").unwrap(), now_ts())
         .unwrap();
     drop(r);
     assert_eq!(retired.retired, g);
@@ -569,7 +569,6 @@ fn a_takeover_rewrites_run_json_before_it_releases() {
                 watched,
                 Identity::new("operator").unwrap(),
                 lease_run::wall_now,
-                2,
             )
             .unwrap()
         })
@@ -618,7 +617,6 @@ fn a_crash_between_the_owner_change_and_run_json_is_explained_and_recovers() {
         policy: fast().policy,
         now: now_ts(),
         expect: Some(Expectation::of(&head)),
-        nonce: 3,
     })
     .unwrap();
     std::fs::write(path.join(".tmp-1-0-000000000"), b"half a run.json").unwrap();
@@ -659,7 +657,6 @@ fn a_crash_between_the_owner_change_and_run_json_is_explained_and_recovers() {
                 trigger: TakeoverTrigger::Operator {
                     watched_unchanged_ms: 1300,
                 },
-                nonce: 4,
             })
             .unwrap();
         let mut st = read_status(&path);
@@ -677,7 +674,7 @@ fn a_crash_between_the_owner_change_and_run_json_is_explained_and_recovers() {
     let r = Replacer::for_retire(&path, &Authority::RunFolder).unwrap();
     let observed = r.observe(now_ts()).unwrap().unwrap();
     let retired = r
-        .retire(&observed, Identity::new("retirer").unwrap(), now_ts(), 5)
+        .retire(&observed, Identity::new("retirer").unwrap(), now_ts())
         .unwrap();
     assert!(matches!(retired.run_json, RunJsonUpdate::Written { .. }));
     drop(r);
@@ -696,7 +693,7 @@ fn a_replacement_leaves_an_unreadable_run_json_as_it_is() {
     let r = Replacer::for_retire(&path, &Authority::RunFolder).unwrap();
     let observed = r.observe(now_ts()).unwrap().unwrap();
     let retired = r
-        .retire(&observed, Identity::new("retirer").unwrap(), now_ts(), 6)
+        .retire(&observed, Identity::new("retirer").unwrap(), now_ts())
         .unwrap();
     let RunJsonUpdate::Left { why } = &retired.run_json else {
         panic!("{:?}", retired.run_json)

@@ -1,8 +1,8 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
 use crate::common::{
-    CliError, Out, Progress, held_description, human_duration, human_ms, name_folder, new_nonce,
-    new_owner_id, shell_path, wall_now,
+    CliError, Out, Progress, held_description, human_duration, human_ms, name_folder, new_owner_id,
+    shell_path, wall_now,
 };
 use lease_core::Code;
 use lease_core::ops::Expectation;
@@ -179,7 +179,6 @@ pub fn takeover(
         watched,
         new_owner_id()?,
         lease_run::wall_now,
-        new_nonce()?,
     )?;
     note_run_json(&taken.run_json, out);
     let cutoff = taken.cutoff;
@@ -240,7 +239,7 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     )?;
     let (view, head) = (&observed.view, &observed.head);
     let retired = r
-        .retire(&observed, new_owner_id()?, wall_now()?, new_nonce()?)
+        .retire(&observed, new_owner_id()?, wall_now()?)
         .map_err(|e| {
             let code = e.code();
             let err = CliError::from(e);

@@ -90,13 +90,7 @@ pub fn release(disk: &mut MemDisk, lease: &OwnedLease, now: u64) -> Result<Gener
     )
 }
 
-pub fn takeover_params(
-    owner: &str,
-    pid: u32,
-    now: u64,
-    expect: Expectation,
-    nonce: u64,
-) -> TakeoverParams {
+pub fn takeover_params(owner: &str, pid: u32, now: u64, expect: Expectation) -> TakeoverParams {
     TakeoverParams {
         run_id: run_id(),
         owner_id: id(owner),
@@ -107,7 +101,6 @@ pub fn takeover_params(
             watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, t(now)),
         },
         expect,
-        nonce,
     }
 }
 
@@ -125,11 +118,10 @@ pub fn takeover(
     owner: &str,
     pid: u32,
     now: u64,
-    nonce: u64,
 ) -> Result<OwnedLease, LeaseError> {
     let expect = expect_head(disk, now);
     disk.run(
-        &mut Takeover::new(takeover_params(owner, pid, now, expect, nonce)),
+        &mut Takeover::new(takeover_params(owner, pid, now, expect)),
         &all_alive,
     )
 }

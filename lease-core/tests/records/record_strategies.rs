@@ -89,10 +89,26 @@ pub(crate) fn epoch_record() -> impl Strategy<Value = EpochRecord> {
                 prev,
                 taken_over,
             )| {
+                // Both forms of the optional `observed` (absent when none; issue #19), where
+                // it is allowed (a takeover or a retirement), derived from the other draws.
+                let observation = |reason| {
+                    let ms = claimed_at.unix_millis();
+                    (reason != RetireReason::Released && ms % 3 != 0).then(|| Observation {
+                        heartbeat_at: claimed_at,
+                        heartbeat_count: store_floor.unwrap_or(0),
+                        watched_ms: (reason == RetireReason::TakenOver).then_some(ms % 100_000),
+                        mode: match (reason, ms % 2) {
+                            (RetireReason::TakenOver, 0) => TakeoverMode::Operator,
+                            (RetireReason::TakenOver, _) => TakeoverMode::Automatic,
+                            _ => TakeoverMode::RetireDead,
+                        },
+                    })
+                };
                 let retired_owner = |g: u64, owner_id: Identity, reason| RetiredOwner {
                     generation: generation(g - 1),
                     owner_id,
                     reason,
+                    observed: observation(reason),
                 };
                 let (g, state, retired, seal) = match state {
                     0 => {

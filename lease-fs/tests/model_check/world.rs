@@ -354,7 +354,6 @@ impl World {
                     trigger: TakeoverTrigger::Operator {
                         watched_unchanged_ms: self.watched(&h),
                     },
-                    nonce: u64::from(a.pid()),
                 }))
             }
             (Kind::Retire, None) => AnyOp::Retire(Retire::new(RetireParams {
@@ -364,7 +363,6 @@ impl World {
                 policy,
                 now,
                 expect: None,
-                nonce: u64::from(a.pid()),
             })),
             (Kind::Prune, _) => AnyOp::Prune(Prune::new(PruneParams {
                 run_id: run_id(),

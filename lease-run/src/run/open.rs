@@ -589,7 +589,6 @@ fn claim_blocking(
             now: wall_now()?,
             expect,
             trigger: a.trigger,
-            nonce: random_u64()?,
         });
     }
     claim_or_retire(dir, a).map(|l| (l, None))
@@ -657,7 +656,6 @@ fn claim_or_retire(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLea
                         policy: a.policy,
                         now: wall_now()?,
                         expect: Some(Expectation::of(head)),
-                        nonce: random_u64()?,
                     })?;
                     // The retirement freed the run as a release does: compact if due
                     // (best-effort, never this open's error; the prune's own order of

@@ -66,7 +66,6 @@ pub(crate) fn take_over_when_stale(path: &Path) -> OwnedLease {
                         trigger: TakeoverTrigger::Operator {
                             watched_unchanged_ms: watched.as_millis() as u64,
                         },
-                        nonce: 0x7a6b,
                     })
                     .unwrap();
             }

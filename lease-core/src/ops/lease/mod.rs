@@ -22,12 +22,11 @@ pub use retire::{Retire, RetireParams, Retired};
 pub use takeover::{Expectation, Preempted, Takeover, TakeoverParams, TakeoverTrigger};
 
 use super::common::Head;
-use super::{Response, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::policy::TimingPolicy;
-use crate::records::{EpochRecord, EpochState, Holder, RetiredOwner, Seal, TakeoverIntent};
+use crate::records::{EpochRecord, EpochState, Holder, RetiredOwner, Seal};
 use crate::time::Timestamp;
 
 /// Proof of ownership returned by claim and takeover; the argument of every owner operation.
@@ -52,39 +51,6 @@ fn fenced(run: &RunId, generation: Generation, detail: impl Into<String>) -> Lea
         run: run.to_string(),
         generation,
         detail: detail.into(),
-    }
-}
-
-/// An intent file with our nonce already exists: fine if it is ours (a retry of the same
-/// attempt), an argument error otherwise.
-fn own_intent(
-    run: &RunId,
-    taker: &Identity,
-    nonce: u64,
-    input: Option<Response>,
-) -> Result<(), LeaseError> {
-    let bytes = match input {
-        Some(Response::Content(Some(b))) => b,
-        Some(Response::Content(None)) => {
-            return Err(LeaseError::ArgumentInvalid {
-                what: "nonce",
-                reason: format!(
-                    "the intent with nonce {nonce:016x} vanished; retry with a fresh nonce"
-                ),
-            });
-        }
-        other => return Err(violation("Content", &other)),
-    };
-    let intent: TakeoverIntent = crate::canonical::decode_for(run, &bytes)?;
-    if &intent.taker_owner_id == taker {
-        Ok(())
-    } else {
-        Err(LeaseError::ArgumentInvalid {
-            what: "nonce",
-            reason: format!(
-                "an intent with nonce {nonce:016x} of another taker already exists; use a fresh random nonce"
-            ),
-        })
     }
 }
 

@@ -103,6 +103,7 @@ impl Operation for Release {
                         generation: lease.generation,
                         owner_id: lease.owner_id.clone(),
                         reason: RetireReason::Released,
+                        observed: None,
                     };
                     let rec = match next_epoch(
                         run,

@@ -2,17 +2,15 @@
 
 use super::gate::{Gate, bind};
 use super::takeover::Expectation;
-use super::{next_epoch, own_intent, race};
-use crate::canonical::encode;
+use super::{next_epoch, race};
 use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
-use crate::layout::FileRef;
 use crate::ops::common::{Cut, Finalize, Head, Observe, Recheck};
 use crate::ops::observe::{LivenessEvidence, definitely_dead};
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
-    EpochRecord, EpochState, Holder, RetireReason, RetiredOwner, TakeoverIntent, TakeoverMode,
+    EpochRecord, EpochState, Holder, Observation, RetireReason, RetiredOwner, TakeoverMode,
 };
 use crate::time::Timestamp;
 
@@ -31,8 +29,6 @@ pub struct RetireParams {
     pub now: Timestamp,
     /// If given, the head must match it exactly.
     pub expect: Option<Expectation>,
-    /// A random nonce naming this attempt's intent file.
-    pub nonce: u64,
 }
 
 /// What a retirement did.
@@ -58,8 +54,6 @@ pub struct Retire {
 enum RetireState {
     Observe(Observe),
     Probe(Box<Head>),
-    Intent(Box<(Head, EpochRecord)>),
-    IntentCheck(Box<(Head, EpochRecord)>),
     Gate(Box<(Head, EpochRecord)>, Gate),
     Create(Box<(Head, EpochRecord)>),
     Recheck(Box<(Head, EpochRecord)>, Recheck),
@@ -127,6 +121,13 @@ impl Operation for Retire {
                         generation: head.generation(),
                         owner_id: head.epoch.owner_id.clone(),
                         reason: RetireReason::Dead,
+                        // The audit record (issue #19: once a separate intent file).
+                        observed: Some(Observation {
+                            heartbeat_at: head.heartbeat_at(),
+                            heartbeat_count: head.heartbeat_count(),
+                            watched_ms: None,
+                            mode: TakeoverMode::RetireDead,
+                        }),
                     };
                     let rec = match next_epoch(
                         &run,
@@ -143,53 +144,8 @@ impl Operation for Retire {
                         Ok(x) => x,
                         Err(e) => return Step::Done(Err(e)),
                     };
-                    let intent = TakeoverIntent {
-                        run_id: run.clone(),
-                        generation: rec.generation,
-                        expected_generation: head.generation(),
-                        expected_owner_id: head.epoch.owner_id.clone(),
-                        expected_heartbeat_at: head.heartbeat_at(),
-                        expected_heartbeat_count: head.heartbeat_count(),
-                        taker_owner_id: self.p.owner_id.clone(),
-                        taker_holder: self.p.holder.clone(),
-                        requested_at: self.p.now,
-                        mode: TakeoverMode::RetireDead,
-                    };
-                    let ibytes = match encode(&intent) {
-                        Ok(b) => b,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
-                    let g = rec.generation;
-                    self.st = RetireState::Intent(Box::new((*head, rec)));
-                    return Step::Io(Request::CreateExclusive(
-                        FileRef::Intent {
-                            generation: g,
-                            nonce: self.p.nonce,
-                        },
-                        ibytes,
-                    ));
-                }
-                RetireState::Intent(b) => match input.take() {
-                    Some(Response::Created) => {
-                        let gate = Gate::new(&run, Some(&b.0), &self.p.owner_id, self.p.now);
-                        self.st = RetireState::Gate(b, gate);
-                    }
-                    Some(Response::AlreadyExists) => {
-                        let file = FileRef::Intent {
-                            generation: b.1.generation,
-                            nonce: self.p.nonce,
-                        };
-                        self.st = RetireState::IntentCheck(b);
-                        return Step::Io(Request::Read(file));
-                    }
-                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
-                },
-                RetireState::IntentCheck(b) => {
-                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
-                        return Step::Done(Err(e));
-                    }
-                    let gate = Gate::new(&run, Some(&b.0), &self.p.owner_id, self.p.now);
-                    self.st = RetireState::Gate(b, gate);
+                    let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now);
+                    self.st = RetireState::Gate(Box::new((*head, rec)), gate);
                 }
                 RetireState::Gate(b, gate) => {
                     let (b, cutoff) =

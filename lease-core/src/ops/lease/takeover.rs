@@ -1,8 +1,7 @@
 //! takeover (PROTOCOL §7.4): exact takeover of a stale owner.
 
 use super::gate::{Gate, bind, own_epoch};
-use super::{OwnedLease, next_epoch, own_intent, race};
-use crate::canonical::encode;
+use super::{OwnedLease, next_epoch, race};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
@@ -10,7 +9,7 @@ use crate::ops::common::{Finalize, Head, Observe, Recheck, read_beat};
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
-    EpochRecord, EpochState, Holder, RetireReason, RetiredOwner, TakeoverIntent, TakeoverMode,
+    EpochRecord, EpochState, Holder, Observation, RetireReason, RetiredOwner, TakeoverMode,
 };
 use crate::time::Timestamp;
 
@@ -124,18 +123,17 @@ pub struct TakeoverParams {
     pub expect: Expectation,
     /// Operator or automatic.
     pub trigger: TakeoverTrigger,
-    /// A random nonce naming this attempt's intent file.
-    pub nonce: u64,
 }
 
 /// Exact takeover of a stale owner.
 ///
 /// Judges the observed head first and refuses, **writing nothing**, any difference from the
 /// expectation (`TAKEOVER_RACE`) or a watch no longer than the owner's `stale_after`
-/// (`TAKEOVER_ACTIVE_REFUSED`). Only then writes a takeover intent for the attempt, re-reads
-/// the heartbeat and judges again (a race between the two reads leaves the intent, an audit
-/// record of an attempt whose observation matched), creates the next epoch as `active` for
-/// the taker, re-checks, then finalizes the old generation's cutoff.
+/// (`TAKEOVER_ACTIVE_REFUSED`). Then finalizes what GATE requires, re-reads the heartbeat and
+/// judges again (a refusal there has still written no file of its own), creates the next
+/// epoch as `active` for the taker with its observation in `retired.observed` (the audit
+/// record; issue #19 folded the separate intent file into it), re-checks, then finalizes the
+/// old generation's cutoff.
 #[derive(Debug, Clone)]
 pub struct Takeover {
     p: TakeoverParams,
@@ -162,8 +160,6 @@ pub struct Preempted {
 #[derive(Debug, Clone)]
 enum TakeoverState {
     Observe(Observe),
-    Intent(Box<Head>),
-    IntentCheck(Box<Head>),
     Gate(Box<Head>, Gate),
     /// The monotonic reading before the last look at the owner's beat (OQ-5).
     ClockBefore(Box<Head>, Option<Digest>),
@@ -285,69 +281,14 @@ impl Operation for Takeover {
                             )));
                         }
                     };
-                    let generation = match head.generation().next(&run) {
-                        Ok(g) => g,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
-                    // Refusals write nothing: the observation is judged before the intent.
+                    if let Err(e) = head.generation().next(&run) {
+                        return Step::Done(Err(e));
+                    }
+                    // Refusals write nothing: the observation is judged before any write.
                     if let Err(e) = self.judge(&run, &head) {
                         return Step::Done(Err(e));
                     }
-                    let mode = match self.p.trigger {
-                        TakeoverTrigger::Operator { .. } => TakeoverMode::Operator,
-                        TakeoverTrigger::Automatic { .. } => TakeoverMode::Automatic,
-                    };
-                    // The intent records the head it observed and what the caller expects of
-                    // it; the beat is read and judged again once the intent is durable.
-                    let intent = TakeoverIntent {
-                        run_id: run.clone(),
-                        generation,
-                        expected_generation: head.generation(),
-                        expected_owner_id: self.p.expect.owner_id.clone(),
-                        expected_heartbeat_at: self.p.expect.heartbeat_at,
-                        expected_heartbeat_count: self
-                            .p
-                            .expect
-                            .heartbeat_count
-                            .unwrap_or(head.heartbeat_count()),
-                        taker_owner_id: self.p.owner_id.clone(),
-                        taker_holder: self.p.holder.clone(),
-                        requested_at: self.p.now,
-                        mode,
-                    };
-                    let bytes = match encode(&intent) {
-                        Ok(b) => b,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
-                    self.st = TakeoverState::Intent(Box::new(head));
-                    return Step::Io(Request::CreateExclusive(
-                        FileRef::Intent {
-                            generation,
-                            nonce: self.p.nonce,
-                        },
-                        bytes,
-                    ));
-                }
-                TakeoverState::Intent(head) => match input.take() {
-                    Some(Response::Created) => {
-                        self.st = self.gate(head);
-                    }
-                    Some(Response::AlreadyExists) => {
-                        // A retry of this very attempt, or a nonce collision: read it.
-                        let file = FileRef::Intent {
-                            generation: head.generation().next(&run).unwrap_or(head.generation()),
-                            nonce: self.p.nonce,
-                        };
-                        self.st = TakeoverState::IntentCheck(head);
-                        return Step::Io(Request::Read(file));
-                    }
-                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
-                },
-                TakeoverState::IntentCheck(head) => {
-                    if let Err(e) = own_intent(&run, &self.p.owner_id, self.p.nonce, input.take()) {
-                        return Step::Done(Err(e));
-                    }
-                    self.st = self.gate(head);
+                    self.st = self.gate(Box::new(head));
                 }
                 TakeoverState::Gate(head, gate) => {
                     let (head, cutoff) =
@@ -376,10 +317,26 @@ impl Operation for Takeover {
                     if let Err(e) = self.judge(&run, &head) {
                         return Step::Done(Err(e));
                     }
+                    // The epoch records what was judged: the beat just re-read (equal to
+                    // the expectation, which JUDGE checked), the watch and who asked.
+                    let (mode, watched_ms) = match self.p.trigger {
+                        TakeoverTrigger::Operator {
+                            watched_unchanged_ms,
+                        } => (TakeoverMode::Operator, watched_unchanged_ms),
+                        TakeoverTrigger::Automatic {
+                            watched_unchanged_ms,
+                        } => (TakeoverMode::Automatic, watched_unchanged_ms),
+                    };
                     let retired = RetiredOwner {
                         generation: head.generation(),
                         owner_id: head.epoch.owner_id.clone(),
                         reason: RetireReason::TakenOver,
+                        observed: Some(Observation {
+                            heartbeat_at: head.heartbeat_at(),
+                            heartbeat_count: head.heartbeat_count(),
+                            watched_ms: Some(watched_ms),
+                            mode,
+                        }),
                     };
                     let rec = match next_epoch(
                         &run,
