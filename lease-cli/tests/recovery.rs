@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// A run with history: two runs that each appended two events (generations 1–4, events
-/// 1–4), then an owner taken over while stopped, which left a cutoff and an intent
+/// 1–4), then an owner taken over while stopped, which left a cutoff
 /// (generations 5–7), and a third run (8–9) with one event.
 fn base_run(root: &Path, name: &str) -> PathBuf {
     let dir = root.join(name);

@@ -5,7 +5,7 @@
 //! release, exact takeover, dead-owner retirement, append, authoritative reads, prune,
 //! verify, self-fence, seal check) as a step machine that asks its caller for each I/O
 //! request and never performs one itself. No file system, no processes, no clock, no
-//! randomness: wall time, monotonic readings, ids and nonces are arguments. The normative
+//! randomness: wall time, monotonic readings and ids are arguments. The normative
 //! description is `docs/PROTOCOL.md`.
 //!
 //! ```

@@ -1,7 +1,7 @@
 //! Automatic compaction after a release (issue #17: bounded growth with no operator).
 //!
 //! Every change of owner adds files to `lease/` (a `runlease run` cycle: two epochs and a
-//! cutoff; a takeover also an intent), and claim lists `lease/epochs/`. So, after every
+//! cutoff; before issue #19 a takeover also an intent), and claim lists `lease/epochs/`. So, after every
 //! successful release, whoever released runs the existing prune (PROTOCOL §7.10, the same
 //! step machine as `runlease prune`) once the chain has grown by [`COMPACT_EVERY`]
 //! generations since the last checkpoint, keeping the newest [`COMPACT_KEEP`], and in the

@@ -130,7 +130,8 @@
 //!    stale owner instead (the caller's observation: owner id, heartbeat time and count);
 //!    with [`OpenOptions::retire_dead`], a definitely-dead owner (judged with the owner lock
 //!    held) is retired first.
-//! 4. `run.json`: status `running`, the new generation and holder, the previous seal kept.
+//! 4. `run.json`: status `running`, the new generation and holder, no sealed sequence (the
+//!    seal is the chain's; written once per open, durably).
 //! 5. `heartbeat`: the cgroup v2 directory for the commands (when one can be created, see
 //!    "Escapes"), the child subreaper, the heartbeat task, the async self-fence timer and
 //!    the watchdog thread.
@@ -148,7 +149,6 @@
 //! 9. `seal`: `OpenedStore::check_seal(seal, floor)`: another store id is
 //!    `STORE_IDENTITY_MISMATCH` (65), a head below the seal or the floor `STORE_BEHIND_SEAL`
 //!    (65). The commit gate (the self-fence rule) is installed; the store is live.
-//! 10. `live`: `run.json` rewritten with the seal cleared.
 //!
 //! A failure after the claim (at any step, including a claim or takeover that failed after
 //! creating its epoch) hands the run back: tasks stopped; unless fenced, the store is
@@ -291,7 +291,7 @@
 //! - A `store` or `seal` step that times out keeps running in the blocking pool; if it
 //!   finishes after the undo, the store stays open in this process until it exits.
 //! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at
-//!   `running`/`live`/status changes, not on every beat.
+//!   `running` and status changes, not on every beat.
 //! - Orphaned descendants reparented to the subreaper owner are reaped only when they are
 //!   tracked descendants of a command; other orphan zombies stay until the owner exits.
 //! - Release after surviving commands: returns `RUN_COMMANDS_SURVIVE` without releasing the

@@ -197,6 +197,14 @@ pub fn uids_of(pid: u32) -> Option<(u32, u32)> {
     Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
 }
 
+/// The pid of the process tracing `pid` (`TracerPid:` of `/proc/<pid>/status`; 0 when
+/// none), `None` if it cannot be read.
+pub fn tracer_of(pid: u32) -> Option<u32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("TracerPid:"))?;
+    line["TracerPid:".len()..].trim().parse().ok()
+}
+
 /// What `/proc/<pid>/environ` says of one variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvVar {

@@ -29,7 +29,7 @@
 //! let now = lease_run::wall_now()?;
 //! if let Some(owner) = r.observe(now)? {
 //!     let owner_id = lease_core::Identity::new("ops-retire-1").unwrap();
-//!     let retired = r.retire(&owner, owner_id, now, 7)?;
+//!     let retired = r.retire(&owner, owner_id, now)?;
 //!     println!("retired generation {}; its events count through {}", retired.retired, retired.cutoff);
 //!     println!("run.json: {:?}", retired.run_json);
 //! }

@@ -194,7 +194,7 @@ fn hook_after(step: StepName, hit: Arc<tokio::sync::Notify>) -> OpenOptions {
     }
 }
 
-const OPEN_STEPS: [StepName; 10] = [
+const OPEN_STEPS: [StepName; 9] = [
     StepName::OwnerLock,
     StepName::ReadStatus,
     StepName::Claim,
@@ -204,7 +204,6 @@ const OPEN_STEPS: [StepName; 10] = [
     StepName::Commands,
     StepName::Store,
     StepName::Seal,
-    StepName::Live,
 ];
 
 const RELEASE_STEPS: [StepName; 8] = [

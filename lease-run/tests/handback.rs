@@ -393,15 +393,6 @@ fn a_failure_after_the_claim_at_every_step_hands_the_run_back() {
             "store/run.sqlite",
             Code::StoreCorrupt,
         ),
-        (
-            "live",
-            Fault {
-                after: StepName::Seal,
-                inject: Box::new(|p| dir_in_place_of(p, "run.json")),
-            },
-            "run.json",
-            Code::RunLayoutInvalid,
-        ),
     ];
     for (step, fault, repair, want) in cases {
         let tmp = tempfile::tempdir().unwrap();

@@ -180,7 +180,7 @@ impl Run {
         };
 
         let mut st = owner_lock(&cx, run_id).await?;
-        // Steps 2 to 10; a failure (or a cancellation, seen between steps) is undone.
+        // Steps 2 to 9; a failure (or a cancellation, seen between steps) is undone.
         let go = |step: StepName| {
             if cancelled() {
                 Err(Halt::Cancelled(step))
@@ -190,12 +190,12 @@ impl Run {
         };
         let steps = async {
             go(StepName::OwnerLock)?;
-            let previous = read_status(&mut st, &cx).await?;
+            read_status(&mut st, &cx).await?;
             go(StepName::ReadStatus)?;
             let (lease, claim_started) = claim(&mut st, &cx).await?;
             let shared = share(&mut st, &cx, &lease, claim_started)?;
             go(StepName::Claim)?;
-            run_json(&mut st, &cx, &lease, &shared, previous.as_ref()).await?;
+            run_json(&mut st, &cx, &lease, &shared).await?;
             go(StepName::RunJson)?;
             heartbeat(&mut st, &cx, &lease, &shared).await?;
             go(StepName::Heartbeat)?;
@@ -206,8 +206,6 @@ impl Run {
             let opened = store(&st, &cx, &lease).await?;
             go(StepName::Store)?;
             seal(&cx, &lease, &shared, opened).await?;
-            go(StepName::Seal)?;
-            live(&mut st, &cx, &lease, &shared).await?;
             Ok::<(), Halt>(())
         };
         match steps.await {
@@ -422,7 +420,7 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
 /// heartbeat, cutoff or command record above the head, and the store the chain names
 /// present). All of it reads only: a refusal here leaves the run exactly as it was (only
 /// the owner lock is let go by the undo), and no generation is used up.
-async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>, RunError> {
+async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let (dir, auth) = (st.dir.clone(), st.auth.clone());
     let intent = if cx.opts.takeover.is_some() {
@@ -432,7 +430,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>
     } else {
         Intent::Claim
     };
-    let (previous, checked) = timed(cb, StepName::ReadStatus, async move {
+    let checked = timed(cb, StepName::ReadStatus, async move {
         let (d, a) = (dir.clone(), auth.clone());
         let (previous, events) = blocking(name, StepName::ReadStatus, deadline, move || {
             let p = FileRef::RunStatus.path();
@@ -457,12 +455,12 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>
         // times what one event costs on the reference VM, docs/BENCHMARKS.md), so a long
         // log is never refused as a hung disk.
         let walk = deadline + Duration::from_millis(events);
-        let prev = previous.clone();
+        let prev = previous;
         let checked = blocking(name, StepName::ReadStatus, walk, move || {
             preflight_lease(&*auth, &dir, prev.as_ref(), intent)
         })
         .await?;
-        Ok((previous, checked))
+        Ok(checked)
     })
     .await?;
     st.verified = checked.verified;
@@ -470,7 +468,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<Option<RunStatus>
     if let Some(h) = checked.view.head.as_ref().filter(|h| !h.is_active()) {
         *lock_std(&st.carry_seal) = h.epoch.seal.clone();
     }
-    Ok(previous)
+    Ok(())
 }
 
 /// (3) claim; or exact takeover of a stale owner; or retire a definitely-dead owner
@@ -741,13 +739,15 @@ fn share(
     Ok(shared)
 }
 
-/// (4) run.json: running, as the new generation.
+/// (4) run.json: running, as the new generation, with no sealed sequence (the seal of the
+/// last clean release is the chain's: the store check reads it there). Written once per
+/// open: until issue #19 a second durable write after the seal check only cleared the
+/// sealed sequence this one had carried over, two fsyncs for an advisory field.
 async fn run_json(
     st: &mut Opening,
     cx: &Ctx<'_>,
     lease: &OwnedLease,
     shared: &Arc<Shared>,
-    previous: Option<&RunStatus>,
 ) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let now = wall_now()?;
@@ -755,7 +755,7 @@ async fn run_json(
         run_id: lease.run_id.clone(),
         status: RunState::Running,
         generation: lease.generation,
-        sealed_sequence: previous.and_then(|p| p.sealed_sequence),
+        sealed_sequence: None,
         wake_at: None,
         holder: Some(lease.holder.clone()),
         heartbeat_at: Some(now),
@@ -795,7 +795,10 @@ async fn heartbeat(
     if opts.cgroup {
         let key = crate::cgroup::run_key(path, lease.run_id.as_str());
         match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
-            Ok(cg) => shared.tracked().cgroup = Some(cg.path().to_path_buf()),
+            Ok(cg) => {
+                cg.warm_migration_lock();
+                shared.tracked().cgroup = Some(cg.path().to_path_buf());
+            }
             Err(reason) => tracing::info!(
                 run = %name,
                 %reason,
@@ -967,38 +970,6 @@ async fn seal(
     )
     .await?;
     shared.check_live()?;
-    Ok(())
-}
-
-/// (10) live: the seal is cleared while the run is live.
-async fn live(
-    st: &mut Opening,
-    cx: &Ctx<'_>,
-    lease: &OwnedLease,
-    shared: &Arc<Shared>,
-) -> Result<(), RunError> {
-    let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
-    let now = wall_now()?;
-    let mut live = st.current.clone().unwrap_or(record_fallback(lease, now));
-    live.sealed_sequence = None;
-    live.heartbeat_at = Some(now);
-    live.updated_at = now;
-    let (dir, auth, sh, l, r) = (
-        st.dir.clone(),
-        st.auth.clone(),
-        shared.clone(),
-        lease.clone(),
-        live.clone(),
-    );
-    timed(
-        cb,
-        StepName::Live,
-        blocking(name, StepName::Live, deadline, move || {
-            write_status_blocking(&dir, &*auth, &sh, &l, &r)
-        }),
-    )
-    .await?;
-    st.current = Some(live);
     Ok(())
 }
 

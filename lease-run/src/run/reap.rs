@@ -108,15 +108,18 @@ pub struct CommandAudit {
 /// error, as it is for the open.
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
-    let procs = procs::scan();
+    // The process table is read once, and only if a record of this boot needs judging: a
+    // run with no command records (every clean release leaves none) costs no /proc scan.
+    let mut procs: Option<Vec<procs::ProcInfo>> = None;
     let mut out = Vec::new();
     for (p, rec) in command_records(dir)? {
         let (generation, pid) = (rec.generation, rec.pid);
         let state = if rec.boot_id.as_str() != boot {
             CommandState::Gone
         } else {
+            let procs = procs.get_or_insert_with(procs::scan);
             let mut prover = Prover::new(&rec);
-            match prover.leader(&rec, &procs) {
+            match prover.leader(&rec, procs) {
                 Err(why) => CommandState::Unproven { why },
                 Ok(()) => {
                     let proved: Vec<u32> = procs

@@ -30,8 +30,6 @@ pub enum StepName {
     Store,
     /// Open: the seal check against the seal and floor ([`lease_core::seal::requirements`]).
     Seal,
-    /// Open: write `run.json` live (seal cleared).
-    Live,
     /// Release: stop the commands (TERM, grace, KILL).
     StopCommands,
     /// Release: stop the heartbeat.
@@ -65,7 +63,6 @@ impl StepName {
             StepName::Commands => "commands",
             StepName::Store => "store",
             StepName::Seal => "seal",
-            StepName::Live => "live",
             StepName::StopCommands => "stop-commands",
             StepName::StopHeartbeat => "stop-heartbeat",
             StepName::Barrier => "barrier",
