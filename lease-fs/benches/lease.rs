@@ -335,12 +335,14 @@ fn append(c: &mut Criterion) {
 }
 
 /// The fsync-bound operations measured **interleaved with their baseline** (issue #19): each
-/// round times one link-exclusive create, one claim+release and one takeover, each on a warm
-/// run, so the ratio compares figures taken at the same moments. This disk's fsync latency
-/// moves by 2x within minutes, so criterion's per-function medians, taken one function after
-/// another, give ratios that move as much. Runs only when `RUNLEASE_BENCH_INTERLEAVED`
-/// names the JSON file to write (`cargo xtask bench` sets it); `RUNLEASE_BENCH_ROUNDS`
-/// rounds (default 60).
+/// round times one link-exclusive create, one claim+release, one takeover of an owner that
+/// had claimed (untimed: the claim before, the taker's release after) and one takeover of an
+/// owner that had itself taken over (a chain of takeovers: GATE then reads and syncs the
+/// previous cutoff, §7.13), each on a warm run of its own, so every ratio compares figures
+/// taken at the same moments. This disk's fsync latency moves by 2x within minutes, so
+/// criterion's per-function medians, taken one function after another, give ratios that
+/// move as much. Runs only when `RUNLEASE_BENCH_INTERLEAVED` names the JSON file to write
+/// (`cargo xtask bench` sets it); `RUNLEASE_BENCH_ROUNDS` rounds (default 60).
 fn interleaved(_: &mut Criterion) {
     let Some(out) = std::env::var_os("RUNLEASE_BENCH_INTERLEAVED") else {
         return;
@@ -356,8 +358,11 @@ fn interleaved(_: &mut Criterion) {
     let bytes = vec![b'x'; 300];
     let cr = RunDir::create(&dir.path().join("claim-release")).unwrap();
     let tk = RunDir::create(&dir.path().join("takeover")).unwrap();
-    claim(&tk, "first", &holder, TimingPolicy::default(), t(0));
-    tk.fs().ensure_dir("lease/cutoffs").unwrap();
+    let chain = RunDir::create(&dir.path().join("takeover-chain")).unwrap();
+    claim(&chain, "first", &holder, TimingPolicy::default(), t(0));
+    for run in [&tk, &chain] {
+        run.fs().ensure_dir("lease/cutoffs").unwrap();
+    }
     let prune = |run: &RunDir, now| {
         run.prune(lease_core::ops::PruneParams {
             run_id: run.run_id().clone(),
@@ -367,15 +372,36 @@ fn interleaved(_: &mut Criterion) {
         })
         .unwrap();
     };
-    let (mut create, mut cycle, mut take) = (Vec::new(), Vec::new(), Vec::new());
+    let take = |run: &RunDir, n: u64, now| {
+        let head = run.status(now, false).unwrap().head.unwrap();
+        let start = Instant::now();
+        let l = run
+            .takeover(lease_core::ops::TakeoverParams {
+                run_id: run.run_id().clone(),
+                owner_id: id(&format!("taker-{n}")),
+                holder: holder.clone(),
+                policy: TimingPolicy::default(),
+                now,
+                expect: Expectation::of(&head),
+                trigger: TakeoverTrigger::Operator {
+                    watched_unchanged_ms: lease_core::ghost::simulated_watch(
+                        &Expectation::of(&head),
+                        now,
+                    ),
+                },
+            })
+            .unwrap();
+        (start.elapsed(), l)
+    };
+    let mut samples: [Vec<Duration>; 4] = Default::default();
     // One unmeasured round first (folders, caches).
     for r in 0..=rounds {
         let n = r as u64 + 1;
+        let now = t(60_000 * n);
         let start = Instant::now();
         assert!(primitives::create_exclusive(&fs, &format!("d/c{n}"), &bytes).unwrap());
-        let c = start.elapsed();
+        let create = start.elapsed();
 
-        let now = t(60_000 * n);
         let start = Instant::now();
         let l = claim(&cr, "bench", &holder, TimingPolicy::default(), now);
         cr.release(lease_core::ops::ReleaseParams {
@@ -384,45 +410,35 @@ fn interleaved(_: &mut Criterion) {
             seal: None,
         })
         .unwrap();
-        let cy = start.elapsed();
+        let cycle = start.elapsed();
 
-        let head = tk.status(now, false).unwrap().head.unwrap();
-        let start = Instant::now();
-        tk.takeover(lease_core::ops::TakeoverParams {
-            run_id: tk.run_id().clone(),
-            owner_id: id(&format!("taker-{n}")),
-            holder: holder.clone(),
-            policy: TimingPolicy::default(),
-            now,
-            expect: Expectation::of(&head),
-            trigger: TakeoverTrigger::Operator {
-                watched_unchanged_ms: lease_core::ghost::simulated_watch(
-                    &Expectation::of(&head),
-                    now,
-                ),
-            },
+        claim(&tk, "owner", &holder, TimingPolicy::default(), now);
+        let (took, l) = take(&tk, n, t(60_000 * n + 30_000));
+        tk.release(lease_core::ops::ReleaseParams {
+            lease: l,
+            now: t(60_000 * n + 30_000),
+            seal: None,
         })
         .unwrap();
-        let tko = start.elapsed();
+
+        let (took_chain, _) = take(&chain, n, now);
         if n % 8 == 0 {
-            prune(&cr, now);
-            prune(&tk, now);
+            for run in [&cr, &tk, &chain] {
+                prune(run, t(60_000 * n + 40_000));
+            }
         }
         if r > 0 {
-            create.push(c);
-            cycle.push(cy);
-            take.push(tko);
+            for (v, d) in samples.iter_mut().zip([create, cycle, took, took_chain]) {
+                v.push(d);
+            }
         }
     }
-    let median_us = |mut v: Vec<Duration>| {
+    let [create, cycle, took, took_chain] = samples.map(|mut v| {
         v.sort();
         v[v.len() / 2].as_secs_f64() * 1e6
-    };
+    });
     let json = format!(
-        "{{\"rounds\": {rounds}, \"link_exclusive_create_us\": {:.2}, \"claim_release_warm_us\": {:.2}, \"takeover_warm_us\": {:.2}}}\n",
-        median_us(create),
-        median_us(cycle),
-        median_us(take)
+        "{{\"rounds\": {rounds}, \"link_exclusive_create_us\": {create:.2}, \"claim_release_warm_us\": {cycle:.2}, \"takeover_us\": {took:.2}, \"takeover_chain_us\": {took_chain:.2}}}\n"
     );
     std::fs::write(&out, json).unwrap();
 }

@@ -292,9 +292,19 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
             il_create,
             Some(2.5),
         ),
+        // A takeover of an owner that had claimed (the usual case: 2 creates, 4 fsyncs),
+        // and one of an owner that had itself taken over (GATE's sync of the cutoff that
+        // takeover made: 5 fsyncs, PROTOCOL §7.13).
         line(
             "takeover",
-            il_get("takeover_warm_us")?,
+            il_get("takeover_us")?,
+            "link_exclusive_create_interleaved",
+            il_create,
+            Some(2.5),
+        ),
+        line(
+            "takeover_chain",
+            il_get("takeover_chain_us")?,
             "link_exclusive_create_interleaved",
             il_create,
             Some(2.5),
