@@ -282,6 +282,52 @@ fn takeover_refused_while_fresh_race_on_wrong_expectation_and_writes_only_when_a
     assert_eq!(observed.heartbeat_at, head.heartbeat_at());
 }
 
+/// A run from before issue #19 keeps the intent files its takeovers wrote: they never
+/// block status, verify or the next takeover, and compaction removes them with the
+/// generations they belong to.
+#[test]
+fn intents_written_before_issue_19_are_read_past_and_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, run) = new_run(dir.path(), "old-intents");
+    claim(&run, "a", 0).unwrap();
+    let head = run.status(t(60_000), false).unwrap().head.unwrap();
+    let intent = TakeoverIntent {
+        run_id: run.run_id().clone(),
+        generation: Generation::new(2).unwrap(),
+        expected_generation: Generation::new(1).unwrap(),
+        expected_owner_id: id("a"),
+        expected_heartbeat_at: head.heartbeat_at(),
+        expected_heartbeat_count: head.heartbeat_count(),
+        taker_owner_id: id("b"),
+        taker_holder: me(),
+        requested_at: t(60_000),
+        mode: TakeoverMode::Operator,
+    };
+    std::fs::create_dir_all(path.join("lease/intents")).unwrap();
+    let name = path.join("lease/intents/00000000000000000002-00000000000000ab.json");
+    std::fs::write(&name, encode(&intent).unwrap()).unwrap();
+    // The old takeover's epoch and cutoff, as the new code writes them.
+    takeover(&run, "b", 60_000).unwrap();
+    run.verify().unwrap();
+    let l = takeover(&run, "c", 120_000).unwrap();
+    run.release(lease_core::ops::ReleaseParams {
+        lease: l,
+        now: t(120_001),
+        seal: None,
+    })
+    .unwrap();
+    assert!(name.exists(), "nothing removes an intent but compaction");
+    run.prune(lease_core::ops::PruneParams {
+        run_id: run.run_id().clone(),
+        keep: 1,
+        by: id("op"),
+        now: t(120_002),
+    })
+    .unwrap();
+    assert!(!name.exists(), "compaction removed the old intent");
+    run.verify().unwrap();
+}
+
 /// Every file below `lease/`, as paths relative to the run folder.
 fn listing(path: &std::path::Path) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();

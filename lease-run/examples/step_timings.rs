@@ -60,10 +60,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok::<(), Box<dyn std::error::Error>>(())
     })?;
-    println!("{n} cycles of open, spawn `true`, wait, release on {}:", path.display());
+    println!(
+        "{n} cycles of open, spawn `true`, wait, release on {}:",
+        path.display()
+    );
     for (name, mut v) in samples.lock().unwrap().clone() {
         v.sort();
-        println!("  {name:<22} median {:>8.0} µs", v[v.len() / 2].as_secs_f64() * 1e6);
+        println!(
+            "  {name:<22} median {:>8.0} µs",
+            v[v.len() / 2].as_secs_f64() * 1e6
+        );
     }
     Ok(())
 }

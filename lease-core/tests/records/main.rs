@@ -130,8 +130,8 @@ proptest! {
 
     /// Every field is required (optional ones are written as `null`): removing any one field,
     /// `version` included, is `RECORD_INVALID`. The exceptions are the heartbeat's
-    /// `store_head`, the command record's `incarnation`, the epoch's `cutoff_hash` and the
-    /// checkpoint's `through_hash`, omitted when empty (PROTOCOL.md §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
+    /// `store_head`, the command record's `incarnation`, the epoch's `cutoff_hash` and
+    /// `retired.observed` and the checkpoint's `through_hash`, omitted when empty (PROTOCOL.md §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
     /// and `command_incarnation_is_absent_when_empty_and_never_null`.
     #[test]
     fn missing_fields_are_rejected_in_every_record(s in any_sample(), at in any::<Index>()) {
@@ -145,6 +145,8 @@ proptest! {
             // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
             .filter(|p| !(s.version == EpochRecord::VERSION && p == &["cutoff_hash"]))
             .filter(|p| !(s.version == Checkpoint::VERSION && p == &["through_hash"]))
+            // And (issue #19) the epoch's `retired.observed` (its own fields are required).
+            .filter(|p| !(s.version == EpochRecord::VERSION && p == &["retired", "observed"]))
             .collect();
         let path = &fields[at.index(fields.len())];
         let mut v = s.value.clone();
@@ -595,6 +597,112 @@ fn a_mono_stamp_ages_only_on_its_own_clock() {
     assert_eq!(m.age_ms_on(Some(&other), 12_500_000_000), None);
     assert_eq!(m.age_ms_on(None, 12_500_000_000), None);
     assert_eq!(m.age_ms_on(Some(&clock), 9_999_999_999), None);
+}
+
+/// The epoch's `retired.observed` (issue #19: what a takeover or retirement judged, once a
+/// separate intent file) is absent when empty, so older epochs keep their bytes; `null` is
+/// not canonical; and it must match the reason: never on a release, `operator`/`automatic`
+/// with a watch on a takeover, `retire_dead` without one on a retirement.
+#[test]
+fn retired_observed_is_absent_when_empty_and_matches_its_reason() {
+    let old = "{\"claimed_at\":\"2026-12-02T00:00:00.000Z\",\"generation\":3,\"holder\":{\"boot_id\":\"b\",\"host\":\"h\",\"pid\":7,\"start_time\":9},\"owner_id\":\"t\",\"policy\":{\"heartbeat_durability\":\"local\",\"heartbeat_ms\":5000,\"self_fence_after_ms\":15000,\"stale_after_ms\":20000},\"prev_hash\":\"HASH\",\"retired\":{\"generation\":2,\"owner_id\":\"o\",\"reason\":\"taken_over\"},\"run_id\":\"r\",\"seal\":null,\"state\":\"active\",\"store_floor\":null,\"version\":\"runlease/epoch/1\"}\n"
+        .replace("HASH", &"b".repeat(64));
+    let epoch: EpochRecord = decode(old.as_bytes()).unwrap();
+    assert_eq!(epoch.retired.as_ref().unwrap().observed, None);
+    assert_eq!(encode(&epoch).unwrap(), old.as_bytes().to_vec());
+    let observed = |mode, watched_ms| Observation {
+        heartbeat_at: epoch.claimed_at,
+        heartbeat_count: 4,
+        watched_ms,
+        mode,
+    };
+    let with = |reason, state, o: Observation| {
+        let mut e = epoch.clone();
+        e.state = state;
+        let r = e.retired.as_mut().unwrap();
+        r.reason = reason;
+        if reason == RetireReason::Released {
+            r.owner_id = e.owner_id.clone();
+        }
+        r.observed = Some(o);
+        e
+    };
+    let taken = with(
+        RetireReason::TakenOver,
+        EpochState::Active,
+        observed(TakeoverMode::Automatic, Some(21_000)),
+    );
+    let text = String::from_utf8(encode(&taken).unwrap()).unwrap();
+    assert!(text.contains("\"observed\":{"), "{text}");
+    assert_eq!(decode::<EpochRecord>(text.as_bytes()).unwrap(), taken);
+    let dead = with(
+        RetireReason::Dead,
+        EpochState::Retired,
+        observed(TakeoverMode::RetireDead, None),
+    );
+    assert_eq!(
+        decode::<EpochRecord>(&encode(&dead).unwrap()).unwrap(),
+        dead
+    );
+    let null = old.replace(
+        "\"reason\":\"taken_over\"",
+        "\"observed\":null,\"reason\":\"taken_over\"",
+    );
+    assert_eq!(
+        decode::<EpochRecord>(null.as_bytes())
+            .unwrap_err()
+            .code()
+            .as_str(),
+        "RECORD_INVALID"
+    );
+    for (why, bad) in [
+        (
+            "a release observed nothing",
+            with(
+                RetireReason::Released,
+                EpochState::Released,
+                observed(TakeoverMode::Operator, Some(21_000)),
+            ),
+        ),
+        (
+            "a takeover without a watch",
+            with(
+                RetireReason::TakenOver,
+                EpochState::Active,
+                observed(TakeoverMode::Operator, None),
+            ),
+        ),
+        (
+            "a takeover in retire_dead mode",
+            with(
+                RetireReason::TakenOver,
+                EpochState::Active,
+                observed(TakeoverMode::RetireDead, Some(21_000)),
+            ),
+        ),
+        (
+            "a retirement with a watch",
+            with(
+                RetireReason::Dead,
+                EpochState::Retired,
+                observed(TakeoverMode::RetireDead, Some(1)),
+            ),
+        ),
+        (
+            "a retirement in operator mode",
+            with(
+                RetireReason::Dead,
+                EpochState::Retired,
+                observed(TakeoverMode::Operator, None),
+            ),
+        ),
+    ] {
+        assert_eq!(
+            encode(&bad).unwrap_err().code().as_str(),
+            "RECORD_INVALID",
+            "{why}"
+        );
+    }
 }
 
 /// The epoch's `cutoff_hash` and the checkpoint's `through_hash` (issue #17) are absent
