@@ -77,6 +77,19 @@ pub enum StoreError {
         /// This run's.
         expected: u32,
     },
+    /// A read-only open ([`crate::Store::open_read_only`]) found what only an owner's open
+    /// can make readable: a write-ahead log left by an owner that did not close the store
+    /// (a crash or a kill) holds its last commits, and replaying it writes. Nothing was
+    /// changed; read again after the next owner's open (same code as `Busy`: retry later).
+    #[error("run {run}: store {file} cannot be read without an owner: {detail}")]
+    NeedsOwner {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// What is there, and what to do.
+        detail: String,
+    },
     /// The store file does not exist and may not be created here (`create` was false, or a
     /// particular store was expected).
     #[error("run {run}: store {file} does not exist: {detail}")]
@@ -168,7 +181,7 @@ impl StoreError {
         match self {
             StoreError::Lease { source, .. } => source.code(),
             StoreError::Fenced { .. } => Code::Fenced,
-            StoreError::Busy { .. } => Code::StoreBusy,
+            StoreError::Busy { .. } | StoreError::NeedsOwner { .. } => Code::StoreBusy,
             StoreError::Corrupt { .. } => Code::StoreCorrupt,
             StoreError::Missing { .. } => Code::StoreMissing,
             StoreError::OtherRun { .. } => Code::StoreIdentityMismatch,

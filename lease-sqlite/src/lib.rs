@@ -159,6 +159,16 @@
 //! which is what a crash in the middle of creating a store leaves and is removed.
 //! `quick_check` reads every page, so opening takes time linear in the store's size.
 //!
+//! ## Reading without being the owner
+//!
+//! [`Store::open_read_only`] (and [`Store::open_read_only_in`]) give a [`ReadOnlyStore`]:
+//! the reading methods of a [`Store`], and not one byte written to the folder (SQLite's
+//! `immutable=1`: no lock, no `-shm`, no WAL replay). A `-wal` left by an owner that did not
+//! close the store holds commits only an owner's open replays, so it is refused
+//! (`STORE_BUSY`, 75, [`StoreError::NeedsOwner`]). The caller keeps owners out while it
+//! reads (the run layer holds the run's owner lock). `tests/readonly_facts.rs` pins down
+//! the SQLite behaviour this rests on.
+//!
 //! ## The commit gate
 //!
 //! [`Store::set_commit_gate`] installs a hook that runs before each commit (and seal)
@@ -185,6 +195,6 @@ mod vfs;
 pub use error::{STORE_ERROR_CODES, StoreError};
 pub use schema::SCHEMA_VERSION;
 pub use store::{
-    Batch, Commit, CommitGate, Document, Expected, OpenOptions, OpenedStore, Store,
+    Batch, Commit, CommitGate, Document, Expected, OpenOptions, OpenedStore, ReadOnlyStore, Store,
     WAL_AUTOCHECKPOINT_PAGES, Write,
 };

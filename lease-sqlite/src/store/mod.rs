@@ -6,6 +6,7 @@ mod create;
 mod open;
 mod opened;
 mod read;
+mod read_only;
 mod sqlite;
 mod types;
 mod validate;
@@ -72,6 +73,24 @@ pub struct Store {
 /// ```
 pub struct OpenedStore {
     inner: Inner,
+}
+
+/// A store opened to read only, by a process that is not its owner
+/// ([`Store::open_read_only`]): no write of any kind reaches its folder (no lock, no
+/// `-shm`, no WAL replay, no checkpoint); it has the reading methods of a [`Store`] and
+/// nothing else.
+pub struct ReadOnlyStore {
+    inner: Inner,
+}
+
+impl std::fmt::Debug for ReadOnlyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyStore")
+            .field("run", &self.inner.run)
+            .field("file", &self.inner.file)
+            .field("store_id", &self.inner.store_id)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Store {

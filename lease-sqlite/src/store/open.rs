@@ -75,26 +75,7 @@ impl Store {
                     .map_err(|e| ctx.io("fsync (store folder's parent)", e))?;
             }
         }
-        let dir = match Folder::open(&parent) {
-            Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Err(StoreError::Missing {
-                    run: run_s.clone(),
-                    file: file.clone(),
-                    detail: format!("its folder {} does not exist", parent.display()),
-                });
-            }
-            Err(e)
-                if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
-                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
-            {
-                return Err(ctx.corrupt(format!(
-                    "its folder {} is a symbolic link or not a directory (store files are never reached through a symlink)",
-                    parent.display()
-                )));
-            }
-            Err(e) => return Err(ctx.io("open (store folder)", e)),
-        };
+        let dir = open_parent(&ctx, &parent)?;
         Store::open_folder(&ctx, dir, name, options)
     }
 
@@ -271,5 +252,28 @@ impl Store {
                 gate: None,
             },
         })
+    }
+}
+
+/// The folder holding a store file, opened by path (the only path lookup of an open); a
+/// missing folder is `STORE_MISSING`, a symlink or a non-directory `STORE_CORRUPT`.
+pub(super) fn open_parent(ctx: &Ctx<'_>, parent: &Path) -> Result<Folder, StoreError> {
+    match Folder::open(parent) {
+        Ok(d) => Ok(d),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(StoreError::Missing {
+            run: ctx.run.to_string(),
+            file: ctx.file.to_string(),
+            detail: format!("its folder {} does not exist", parent.display()),
+        }),
+        Err(e)
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+        {
+            Err(ctx.corrupt(format!(
+                "its folder {} is a symbolic link or not a directory (store files are never reached through a symlink)",
+                parent.display()
+            )))
+        }
+        Err(e) => Err(ctx.io("open (store folder)", e)),
     }
 }

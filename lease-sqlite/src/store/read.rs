@@ -1,14 +1,17 @@
 //! Reading: the handle's facts, documents, prefix scans and the commit history.
 
 use super::sqlite::{from_i64, sqlite_err, to_i64};
-use super::{Commit, Document, Store};
+use super::{Commit, Document, ReadOnlyStore, Store};
 use crate::codec;
 use crate::error::StoreError;
 use lease_core::seal::StoreState;
 use rusqlite::{OptionalExtension, params};
 use std::path::Path;
 
-impl Store {
+/// The reading methods, the same on a [`Store`] (an owner's) and a [`ReadOnlyStore`].
+macro_rules! read_methods {
+    ($t:ty) => {
+impl $t {
     /// The run this store belongs to.
     pub fn run(&self) -> &str {
         &self.inner.run
@@ -169,6 +172,11 @@ impl Store {
         Ok(commits)
     }
 }
+    };
+}
+
+read_methods!(Store);
+read_methods!(ReadOnlyStore);
 
 /// The smallest string above every string that starts with `prefix`, if any.
 fn prefix_successor(prefix: &str) -> Option<String> {
