@@ -298,6 +298,9 @@ Example:
         #[arg(long, default_value_t = 8)]
         keep: u64,
     },
+    /// Read a run's store (`store/run.sqlite`): documents and the commit log.
+    #[command(subcommand)]
+    Store(StoreCmd),
     /// One row per run below a folder (its subfolders that hold a `lease/epochs/` folder).
     #[command(after_help = "\
 Example:
@@ -448,4 +451,59 @@ mod tests {
             assert!(parse_millis(bad).is_err(), "{bad:?}");
         }
     }
+}
+
+/// `runlease store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCmd {
+    /// Print one document's value (as it is, no newline added).
+    #[command(after_help = "\
+Reads a free run's store without writing anything (not even a lock file): the run's owner
+lock is held while it reads, so no owner starts meanwhile. A run held by an owner is
+refused (76) with the holder named: reading through the owner is not available yet. A
+store a crashed owner left with a write-ahead log is refused (STORE_BUSY, 75) until the
+next `runlease run` replays it. Exit 1, printing nothing, when KEY does not exist (with
+--json: an object with \"found\": false).
+
+Examples:
+  runlease store get ./demo-run config/model
+  runlease store get ./demo-run config/model --json")]
+    Get {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// The document's key.
+        key: String,
+    },
+    /// List the documents whose key starts with PREFIX (all without one), in key order.
+    #[command(after_help = "\
+Human output: KEY<TAB>VALUE per line. --json: one runlease/cli/store-doc/1 object per
+document (`value` for UTF-8 text, else `value_hex`). Reads as `store get` does.
+
+Examples:
+  runlease store list ./demo-run
+  runlease store list ./demo-run step/ --json")]
+    List {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Only keys that start with this.
+        #[arg(default_value = "")]
+        prefix: String,
+    },
+    /// The store's commits, oldest first: sequence, generation, time, writes and log.
+    #[command(after_help = "\
+--json: one runlease/cli/store-commit/1 object per commit. Reads as `store get` does.
+
+Examples:
+  runlease store log ./demo-run
+  runlease store log ./demo-run --since 40 --json")]
+    Log {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Only commits with a sequence above this.
+        #[arg(long, value_name = "SEQ", default_value_t = 0)]
+        since: u64,
+    },
 }

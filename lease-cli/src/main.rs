@@ -42,7 +42,7 @@ mod run;
 
 use clap::FromArgMatches;
 use common::{CliError, EX_USAGE, Out};
-use lease_cli::cli::{Cli, Cmd};
+use lease_cli::cli::{Cli, Cmd, StoreCmd};
 use std::process::ExitCode;
 
 fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
@@ -111,6 +111,11 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
             ops::doctor(&dir, clean_temp, out)
         }
         Cmd::Prune { dir, keep } => ops::prune(&dir, a_, keep, out),
+        Cmd::Store(c) => match c {
+            StoreCmd::Get { dir, key } => ops::store_get(&dir, a_, &key, out),
+            StoreCmd::List { dir, prefix } => ops::store_list(&dir, a_, &prefix, out),
+            StoreCmd::Log { dir, since } => ops::store_log(&dir, a_, since, out),
+        },
         Cmd::List { folder } => {
             // Partial: listing runs means listing subfolders that hold a lease.
             common::folder_only("list", a_)?;

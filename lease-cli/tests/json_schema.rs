@@ -113,6 +113,8 @@ fn the_doc_parses_into_every_schema() {
         "runlease/cli/doctor/1",
         "runlease/cli/prune/1",
         "runlease/cli/init/1",
+        "runlease/cli/store-doc/1",
+        "runlease/cli/store-commit/1",
         "runlease/cli/error/1",
     ] {
         let shape = shapes.get(s).unwrap_or_else(|| panic!("doc lacks {s}"));
@@ -206,6 +208,36 @@ fn every_subcommand_prints_exactly_its_documented_fields() {
     assert_eq!(v[0]["code"], "TEMP_FILES_REMOVED", "{v:?}");
     assert_eq!(v[0]["count"], 1);
     all(&["doctor", "--json", ad], 0);
+    // store get/list/log on a run whose owner committed through lease-run.
+    let e = tmp.path().join("e");
+    let ed = e.to_str().unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let run = lease_run::Run::open(&e, lease_run::OpenOptions::default())
+                .await
+                .unwrap();
+            run.commit(
+                lease_run::Batch::new()
+                    .put("k", "v")
+                    .delete("gone")
+                    .log("why"),
+            )
+            .await
+            .unwrap();
+            run.commit(lease_run::Batch::new().put("bin", vec![0xff_u8]))
+                .await
+                .unwrap();
+            run.release(lease_run::FinalStatus::Done).await.unwrap();
+        });
+    all(&["store", "get", "--json", ed, "k"], 0);
+    all(&["store", "get", "--json", ed, "nothing-here"], 1);
+    let v = all(&["store", "list", "--json", ed], 0);
+    assert_eq!(v.len(), 2, "{v:?}");
+    let v = all(&["store", "log", "--json", ed], 0);
+    assert_eq!(v.len(), 2, "{v:?}");
     // Errors: a missing run; a stale token.
     all(
         &[

@@ -193,11 +193,32 @@ impl OwnerLock {
         Self::try_acquire_at(fs.root_fd(), fs.root_path())
     }
 
+    /// [`try_acquire_in`](OwnerLock::try_acquire_in) for a reader that must write nothing:
+    /// `owner.lock` is never created; a missing one is `ErrorKind::NotFound` (no owner ever
+    /// took this run's lock).
+    pub fn try_acquire_existing_in(fs: &RealFs) -> io::Result<Option<OwnerLock>> {
+        Self::try_lock_at(fs.root_fd(), fs.root_path(), false)
+    }
+
     fn try_acquire_at(root_fd: BorrowedFd<'_>, root: &Path) -> io::Result<Option<OwnerLock>> {
+        Self::try_lock_at(root_fd, root, true)
+    }
+
+    fn try_lock_at(
+        root_fd: BorrowedFd<'_>,
+        root: &Path,
+        create: bool,
+    ) -> io::Result<Option<OwnerLock>> {
         let path = root.join(LOCK_FILE);
         // Bounded: the file is replaced only if someone deletes it while we lock it.
         for _ in 0..8 {
-            let Some(fd) = open_lock_file(root_fd, root, true)? else {
+            let Some(fd) = open_lock_file(root_fd, root, create)? else {
+                if !create {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("{} does not exist", path.display()),
+                    ));
+                }
                 continue;
             };
             if !try_flock(fd.as_fd(), &path)? {

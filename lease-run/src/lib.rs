@@ -335,6 +335,8 @@ pub mod replace;
 // loom`) checks only the fence core and leaves the runtime layer out.
 #[cfg(not(loom))]
 mod run;
+#[cfg(not(loom))]
+pub mod store_read;
 mod sync;
 
 #[cfg(not(loom))]
@@ -348,7 +350,7 @@ pub use error::{RUN_ERROR_CODES, RunError};
 /// lease-etcd's error codes (feature `etcd`), for callers that document codes.
 #[cfg(feature = "etcd")]
 pub use lease_etcd::ETCD_ERROR_CODES;
-pub use lease_sqlite::{Batch, Commit, Document};
+pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
 pub use run::{
     Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, INCARNATION_VAR,

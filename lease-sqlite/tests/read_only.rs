@@ -108,3 +108,16 @@ fn a_file_that_is_not_a_store_is_refused_unchanged() {
     assert_refused(&e, "STORE_CORRUPT", &path);
     assert_eq!(snapshot(tmp.path()), before);
 }
+
+#[test]
+fn an_empty_wal_holds_nothing_and_is_read_past() {
+    // What an owner killed before its first write since its last checkpoint leaves.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = sealed(tmp.path());
+    std::fs::write(tmp.path().join("store/run.sqlite-wal"), b"").unwrap();
+    let before = snapshot(tmp.path());
+    let r = Store::open_read_only(&run(), &path).unwrap();
+    assert_eq!(r.head().unwrap(), 2);
+    drop(r);
+    assert_eq!(snapshot(tmp.path()), before);
+}

@@ -6,7 +6,8 @@
 //! exclusive mode it fails, and with `immutable=1` it writes nothing and takes no lock,
 //! reading the database file alone: whole after a clean close (the owner's close
 //! checkpoints and removes the WAL), stale when a crashed owner left a `-wal`. So this open
-//! uses `immutable=1` and refuses when a `-wal` is there (`NeedsOwner`, `STORE_BUSY` 75).
+//! uses `immutable=1` and refuses when a non-empty `-wal` is there (`NeedsOwner`, `STORE_BUSY`
+//! 75; an empty one holds no frame).
 //! Because `immutable` takes no lock, **the caller must keep owners out while it reads**
 //! (lease-run takes the run's kernel owner lock first); the open re-checks that no `-wal`
 //! appeared and that the name is still the file it checked.
@@ -137,8 +138,10 @@ fn read_only_in_folder(
     if meta.st_nlink > 1 {
         check_single_name(ctx, &dir, name, &meta)?;
     }
+    // An empty WAL (an owner killed before its first write since its last checkpoint)
+    // holds no frame: the database file alone is the whole store.
     let wal = wal_name(name);
-    if let Some(w) = lstat(&wal)? {
+    if let Some(w) = lstat(&wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
     header::check(ctx, &dir, name, &meta, true)?;
@@ -162,7 +165,7 @@ fn read_only_in_folder(
         Ok(Some(now)) if folder::key(&now) == key => {}
         _ => return Err(ctx.corrupt("the file was replaced while it was being opened")),
     }
-    if let Some(w) = lstat(&wal)? {
+    if let Some(w) = lstat(&wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
     let display_path = dir.display().join(name);
