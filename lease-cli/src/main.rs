@@ -9,7 +9,8 @@
 //! `run` is built on the lease-run lifecycle (`run.json`, command records, reaping of a
 //! killed incarnation's commands, store and seal: see `run.rs`); the inspection and repair
 //! subcommands (`ops.rs`) use lease-fs directly and never open the store (it is locked
-//! exclusively by its owner). See `runlease --help`.
+//! exclusively by its owner), except `store get/list/log`, which read a free run's store
+//! without writing anything (lease-run's `store_read`). See `runlease --help`.
 
 /// `eprintln!` that never panics. The std macro panics when stderr is gone (a closed pipe,
 /// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process
