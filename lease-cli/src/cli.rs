@@ -299,7 +299,17 @@ Example:
         keep: u64,
     },
     /// Read a run's store (`store/run.sqlite`): documents and the commit log.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "\
+A free run's store is read without writing anything; a held run is refused (76) with its
+holder named. See each subcommand's --help.
+
+Examples:
+  runlease store list ./demo-run
+  runlease store get ./demo-run config/model
+  runlease store log ./demo-run --since 40 --json"
+    )]
     Store(StoreCmd),
     /// One row per run below a folder (its subfolders that hold a `lease/epochs/` folder).
     #[command(after_help = "\

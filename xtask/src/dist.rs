@@ -96,7 +96,7 @@ mod tests {
         assert!(page.contains("76"), "{page}");
         for sub in [
             "run", "init", "status", "list", "takeover", "retire", "release", "append", "events",
-            "verify", "doctor", "prune",
+            "verify", "doctor", "prune", "store",
         ] {
             let p = read(&format!("man/runlease-{sub}.1"));
             assert!(p.contains("Example"), "runlease-{sub}.1 lacks its example");
@@ -105,7 +105,7 @@ mod tests {
                 "bash lacks {sub}"
             );
         }
-        assert_eq!(files.len(), 3 + 1 + 12);
+        assert_eq!(files.len(), 3 + 1 + 13);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }
