@@ -85,35 +85,32 @@ pub struct ReadOnlyStore {
 
 impl std::fmt::Debug for ReadOnlyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadOnlyStore")
-            .field("run", &self.inner.run)
-            .field("file", &self.inner.file)
-            .field("store_id", &self.inner.store_id)
-            .finish_non_exhaustive()
+        self.inner.debug_as("ReadOnlyStore", f)
     }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("run", &self.inner.run)
-            .field("file", &self.inner.file)
-            .field("store_id", &self.inner.store_id)
-            .finish_non_exhaustive()
+        self.inner.debug_as("Store", f)
     }
 }
 
 impl std::fmt::Debug for OpenedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenedStore")
-            .field("run", &self.inner.run)
-            .field("file", &self.inner.file)
-            .field("store_id", &self.inner.store_id)
-            .finish_non_exhaustive()
+        self.inner.debug_as("OpenedStore", f)
     }
 }
 
 impl Inner {
+    /// The `Debug` form every handle shares: its type name, run, file and store id.
+    fn debug_as(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("run", &self.run)
+            .field("file", &self.file)
+            .field("store_id", &self.store_id)
+            .finish_non_exhaustive()
+    }
+
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             run: &self.run,

@@ -48,16 +48,7 @@ impl Store {
             run: &run_s,
             file: &file,
         };
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            StoreError::ArgumentInvalid {
-                what: "store path",
-                reason: format!("{file} does not end in a UTF-8 file name"),
-            }
-        })?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let (name, parent) = name_and_parent(path)?;
         // Only the folders above the store file are reached by path, and a missing one is
         // created (mode 0700, its parent fsynced) only when a new store may be created.
         if options.create
@@ -101,14 +92,7 @@ impl Store {
             run: &run_s,
             file: &file,
         };
-        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-            return Err(StoreError::ArgumentInvalid {
-                what: "store file name",
-                reason: format!("{name:?} is not a plain file name"),
-            });
-        }
-        let dir = Folder::from_fd(dir, dir_path.to_path_buf())
-            .map_err(|e| ctx.io("open (store folder)", e))?;
+        let dir = held_folder(&ctx, dir, dir_path, name)?;
         Store::open_folder(&ctx, dir, name, options)
     }
 
@@ -276,4 +260,37 @@ pub(super) fn open_parent(ctx: &Ctx<'_>, parent: &Path) -> Result<Folder, StoreE
         }
         Err(e) => Err(ctx.io("open (store folder)", e)),
     }
+}
+
+/// A store path's file name (UTF-8) and its folder (`.` when it has none).
+pub(super) fn name_and_parent(path: &Path) -> Result<(&str, PathBuf), StoreError> {
+    let name =
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| StoreError::ArgumentInvalid {
+                what: "store path",
+                reason: format!("{} does not end in a UTF-8 file name", path.display()),
+            })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((name, parent))
+}
+
+/// The store folder descriptor a caller opened, once `name` is known to be a plain file
+/// name (`ARGUMENT_INVALID` otherwise).
+pub(super) fn held_folder(
+    ctx: &Ctx<'_>,
+    dir: OwnedFd,
+    dir_path: &Path,
+    name: &str,
+) -> Result<Folder, StoreError> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(StoreError::ArgumentInvalid {
+            what: "store file name",
+            reason: format!("{name:?} is not a plain file name"),
+        });
+    }
+    Folder::from_fd(dir, dir_path.to_path_buf()).map_err(|e| ctx.io("open (store folder)", e))
 }

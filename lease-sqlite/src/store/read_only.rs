@@ -13,7 +13,7 @@
 //! appeared and that the name is still the file it checked.
 
 use super::create::check_single_name;
-use super::open::open_parent;
+use super::open::{held_folder, name_and_parent, open_parent};
 use super::sqlite::{sqlite_err, wal_name};
 use super::validate::validate;
 use super::{Inner, ReadOnlyStore, Store};
@@ -24,7 +24,7 @@ use crate::registry::Registration;
 use lease_core::RunId;
 use rusqlite::{Connection, OpenFlags};
 use rustix::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 impl Store {
     /// Open the store file at `path` of run `run` to read only, writing nothing (see the
@@ -48,16 +48,7 @@ impl Store {
             run: &run_s,
             file: &file,
         };
-        let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
-            StoreError::ArgumentInvalid {
-                what: "store path",
-                reason: format!("{file} does not end in a UTF-8 file name"),
-            }
-        })?;
-        let parent = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let (name, parent) = name_and_parent(path)?;
         let dir = open_parent(&ctx, &parent)?;
         read_only_in_folder(&ctx, dir, name)
     }
@@ -80,14 +71,7 @@ impl Store {
             run: &run_s,
             file: &file,
         };
-        if name.is_empty() || name == "." || name == ".." || name.contains('/') {
-            return Err(StoreError::ArgumentInvalid {
-                what: "store file name",
-                reason: format!("{name:?} is not a plain file name"),
-            });
-        }
-        let dir = Folder::from_fd(dir, dir_path.to_path_buf())
-            .map_err(|e| ctx.io("open (store folder)", e))?;
+        let dir = held_folder(&ctx, dir, dir_path, name)?;
         read_only_in_folder(&ctx, dir, name)
     }
 }
