@@ -191,18 +191,24 @@ impl Held {
 
 /// The real and effective uid of `pid` (`Uid:` of `/proc/<pid>/status`).
 pub fn uids_of(pid: u32) -> Option<(u32, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("Uid:"))?;
-    let mut f = line["Uid:".len()..].split_whitespace();
+    let value = status_field(pid, "Uid:")?;
+    let mut f = value.split_whitespace();
     Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+}
+
+/// The value of field `key` (with its colon) of `/proc/<pid>/status`, `None` if the file
+/// cannot be read or has no such field.
+fn status_field(pid: u32, key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::to_string)
 }
 
 /// The pid of the process tracing `pid` (`TracerPid:` of `/proc/<pid>/status`; 0 when
 /// none), `None` if it cannot be read.
 pub fn tracer_of(pid: u32) -> Option<u32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("TracerPid:"))?;
-    line["TracerPid:".len()..].trim().parse().ok()
+    status_field(pid, "TracerPid:")?.trim().parse().ok()
 }
 
 /// What `/proc/<pid>/environ` says of one variable.

@@ -23,7 +23,7 @@ use lease_core::LeaseError;
 use lease_core::LeaseOps;
 use lease_core::ops::Status;
 use lease_fs::lock::OwnerLock;
-use lease_fs::{FsError, ProcLiveness, RealFs, RunDir};
+use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, run_id_of};
 use lease_sqlite::{ReadOnlyStore, Store, StoreError};
 use std::path::Path;
 use std::sync::Arc;
@@ -49,12 +49,18 @@ impl StoreReader {
     /// the next owner first; an invalid lease record as `status` reports it; the store's
     /// own refusals as [`Store::open_read_only`].
     pub fn open(path: &Path) -> Result<StoreReader, RunError> {
-        let run_id = RunDir::open(path)?.run_id().clone();
+        let run_id = run_id_of(path)?;
         let name = path.display().to_string();
         let io = |op: &'static str, e: std::io::Error| {
             RunError::Fs(FsError::io(run_id.as_str(), op, &name, e))
         };
-        let fs = Arc::new(RealFs::open(path).map_err(|e| io("open run folder", e))?);
+        let fs = Arc::new(RealFs::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                RunError::Fs(FsError::RunNotFound { path: name.clone() })
+            } else {
+                io("open run folder", e)
+            }
+        })?);
         let store_missing = |detail: &str| {
             RunError::Store(StoreError::Missing {
                 run: run_id.to_string(),
