@@ -10,28 +10,29 @@ use serde_json::{Value, json};
 use std::io::Write as _;
 use std::path::Path;
 
-/// A value as JSON: `value` when it is UTF-8 text, else `value_hex`.
-fn value_json(bytes: &[u8]) -> (&'static str, Value) {
+/// `obj` with `bytes` added as `value` when they are UTF-8 text, else as `value_hex`.
+fn with_value(mut obj: Value, bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
-        Ok(s) => ("value", Value::String(s.to_string())),
+        Ok(s) => obj["value"] = Value::String(s.to_string()),
         Err(_) => {
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            ("value_hex", Value::String(hex))
+            obj["value_hex"] = Value::String(hex);
         }
     }
+    obj
 }
 
 fn doc_json(run: &str, d: &Document) -> Value {
-    let (field, value) = value_json(&d.value);
-    let mut v = json!({
-        "schema": "runlease/cli/store-doc/1",
-        "ok": true,
-        "run": run,
-        "key": d.key,
-        "updated_seq": d.updated_seq,
-    });
-    v[field] = value;
-    v
+    with_value(
+        json!({
+            "schema": "runlease/cli/store-doc/1",
+            "ok": true,
+            "run": run,
+            "key": d.key,
+            "updated_seq": d.updated_seq,
+        }),
+        &d.value,
+    )
 }
 
 fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, CliError> {
@@ -144,25 +145,11 @@ fn commit_json(run: &str, c: &Commit) -> Value {
         .writes
         .iter()
         .map(|w| match w {
-            Write::Put { key, value } => {
-                let (field, v) = value_json(value);
-                let mut o = json!({"op": "put", "key": key});
-                o[field] = v;
-                o
-            }
+            Write::Put { key, value } => with_value(json!({"op": "put", "key": key}), value),
             Write::Delete { key } => json!({"op": "delete", "key": key}),
         })
         .collect();
-    let log: Vec<Value> = c
-        .log
-        .iter()
-        .map(|e| {
-            let (field, v) = value_json(e);
-            let mut o = json!({});
-            o[field] = v;
-            o
-        })
-        .collect();
+    let log: Vec<Value> = c.log.iter().map(|e| with_value(json!({}), e)).collect();
     json!({
         "schema": "runlease/cli/store-commit/1",
         "ok": true,
