@@ -49,6 +49,45 @@ fn claim(
     .unwrap()
 }
 
+/// The head of `run` at `now`, then an operator takeover of exactly it by `owner`: the
+/// takeover alone is timed.
+fn timed_takeover(
+    run: &RunDir,
+    owner: &str,
+    holder: &lease_core::Holder,
+    now: Timestamp,
+) -> (Duration, lease_core::ops::OwnedLease) {
+    let head = run.status(now, false).unwrap().head.unwrap();
+    let expect = Expectation::of(&head);
+    let start = Instant::now();
+    let l = run
+        .takeover(lease_core::ops::TakeoverParams {
+            run_id: run.run_id().clone(),
+            owner_id: id(owner),
+            holder: holder.clone(),
+            policy: TimingPolicy::default(),
+            now,
+            trigger: TakeoverTrigger::Operator {
+                watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
+            },
+            expect,
+        })
+        .unwrap();
+    (start.elapsed(), l)
+}
+
+/// Compact `run` down to 2 generations (untimed upkeep of the warm-run benchmarks, as
+/// lease-run's automatic compaction does).
+fn prune(run: &RunDir, now: Timestamp) {
+    run.prune(lease_core::ops::PruneParams {
+        run_id: run.run_id().clone(),
+        keep: 2,
+        by: id("bench"),
+        now,
+    })
+    .unwrap();
+}
+
 fn raw(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let fs = RealFs::create(&dir.path().join("raw")).unwrap();
@@ -153,13 +192,7 @@ fn lease(c: &mut Criterion) {
                     .unwrap();
                     total += start.elapsed();
                     if cycles % 8 == 0 {
-                        run.prune(lease_core::ops::PruneParams {
-                            run_id: run.run_id().clone(),
-                            keep: 2,
-                            by: id("bench"),
-                            now: t(cycles),
-                        })
-                        .unwrap();
+                        prune(&run, t(cycles));
                     }
                 }
                 total
@@ -196,25 +229,8 @@ fn lease(c: &mut Criterion) {
                 let run = RunDir::create(&dir.path().join(format!("tk{runs}"))).unwrap();
                 let old = claim(&run, "old", &holder, TimingPolicy::default(), t(0));
                 run.fs().ensure_dir("lease/cutoffs").unwrap();
-                let head = run.status(t(60_000), false).unwrap().head.unwrap();
-                let start = Instant::now();
-                let new = run
-                    .takeover(lease_core::ops::TakeoverParams {
-                        run_id: run.run_id().clone(),
-                        owner_id: id("new"),
-                        holder: holder.clone(),
-                        policy: TimingPolicy::default(),
-                        now: t(60_000),
-                        expect: Expectation::of(&head),
-                        trigger: TakeoverTrigger::Operator {
-                            watched_unchanged_ms: lease_core::ghost::simulated_watch(
-                                &Expectation::of(&head),
-                                t(60_000),
-                            ),
-                        },
-                    })
-                    .unwrap();
-                total += start.elapsed();
+                let (took, new) = timed_takeover(&run, "new", &holder, t(60_000));
+                total += took;
                 assert!(new.generation > old.generation);
             }
             total
@@ -235,32 +251,9 @@ fn lease(c: &mut Criterion) {
                 for _ in 0..iters {
                     n += 1;
                     let now = t(60_000 * (n + 1));
-                    let head = run.status(now, false).unwrap().head.unwrap();
-                    let start = Instant::now();
-                    run.takeover(lease_core::ops::TakeoverParams {
-                        run_id: run.run_id().clone(),
-                        owner_id: id(&format!("taker-{n}")),
-                        holder: holder.clone(),
-                        policy: TimingPolicy::default(),
-                        now,
-                        expect: Expectation::of(&head),
-                        trigger: TakeoverTrigger::Operator {
-                            watched_unchanged_ms: lease_core::ghost::simulated_watch(
-                                &Expectation::of(&head),
-                                now,
-                            ),
-                        },
-                    })
-                    .unwrap();
-                    total += start.elapsed();
+                    total += timed_takeover(&run, &format!("taker-{n}"), &holder, now).0;
                     if n % 8 == 0 {
-                        run.prune(lease_core::ops::PruneParams {
-                            run_id: run.run_id().clone(),
-                            keep: 2,
-                            by: id("bench"),
-                            now,
-                        })
-                        .unwrap();
+                        prune(&run, now);
                     }
                 }
                 total
@@ -363,36 +356,7 @@ fn interleaved(_: &mut Criterion) {
     for run in [&tk, &chain] {
         run.fs().ensure_dir("lease/cutoffs").unwrap();
     }
-    let prune = |run: &RunDir, now| {
-        run.prune(lease_core::ops::PruneParams {
-            run_id: run.run_id().clone(),
-            keep: 2,
-            by: id("bench"),
-            now,
-        })
-        .unwrap();
-    };
-    let take = |run: &RunDir, n: u64, now| {
-        let head = run.status(now, false).unwrap().head.unwrap();
-        let start = Instant::now();
-        let l = run
-            .takeover(lease_core::ops::TakeoverParams {
-                run_id: run.run_id().clone(),
-                owner_id: id(&format!("taker-{n}")),
-                holder: holder.clone(),
-                policy: TimingPolicy::default(),
-                now,
-                expect: Expectation::of(&head),
-                trigger: TakeoverTrigger::Operator {
-                    watched_unchanged_ms: lease_core::ghost::simulated_watch(
-                        &Expectation::of(&head),
-                        now,
-                    ),
-                },
-            })
-            .unwrap();
-        (start.elapsed(), l)
-    };
+    let take = |run: &RunDir, n: u64, now| timed_takeover(run, &format!("taker-{n}"), &holder, now);
     let mut samples: [Vec<Duration>; 4] = Default::default();
     // One unmeasured round first (folders, caches).
     for r in 0..=rounds {
