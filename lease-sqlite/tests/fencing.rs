@@ -274,3 +274,58 @@ fn reads_prefix_scan_deletes_and_paging() {
     assert_eq!(e.code().as_str(), "ARGUMENT_INVALID");
     assert_eq!(store.head().unwrap(), 2);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// A group commit is the same as committing its batches one by one: the same
+    /// sequences (consecutive, one per batch), tokens, writes, log entries and documents,
+    /// after reopening too; a group with a fenced token commits none of its batches.
+    #[test]
+    fn a_group_commit_equals_its_batches_committed_one_by_one(
+        groups in proptest::collection::vec(
+            (any::<bool>(), proptest::collection::vec(batch(), 0..5)), 1..8),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let grouped_path = dir.path().join("grouped/run.sqlite");
+        let single_path = dir.path().join("single/run.sqlite");
+        let mut grouped = open_store(&grouped_path);
+        let mut single = open_store(&single_path);
+        let mut accepted: Vec<(u64, u64, Batch)> = Vec::new();
+        let mut docs = BTreeMap::new();
+        // A newer writer (token 7) commits first, so every group of token 6 is fenced.
+        grouped.commit(g(7), &Batch::new()).unwrap();
+        single.commit(g(7), &Batch::new()).unwrap();
+        accepted.push((1, 7, Batch::new()));
+        for (stale, group) in &groups {
+            let token = if *stale { 6 } else { 7 };
+            let head = grouped.head().unwrap();
+            match grouped.commit_group(g(token), group) {
+                Ok(seqs) => {
+                    // An empty group commits nothing, so it is never refused.
+                    prop_assert!(!stale || group.is_empty());
+                    let want: Vec<u64> = (head + 1..=head + group.len() as u64).collect();
+                    prop_assert_eq!(&seqs, &want);
+                    for (seq, b) in seqs.iter().zip(group) {
+                        prop_assert_eq!(single.commit(g(token), b).unwrap(), *seq);
+                        apply(&mut docs, *seq, b);
+                        accepted.push((*seq, token, b.clone()));
+                    }
+                }
+                Err(StoreError::Fenced { .. }) => {
+                    prop_assert!(*stale && !group.is_empty());
+                    prop_assert_eq!(grouped.head().unwrap(), head, "a fenced group wrote");
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+        check_against_model(&grouped, &accepted, &docs)?;
+        check_against_model(&single, &accepted, &docs)?;
+        grouped.close().unwrap();
+        let reopened = Store::open(&run(), &grouped_path, OpenOptions::default())
+            .unwrap()
+            .check_seal(None, Some((accepted.len() as u64, g(7))))
+            .unwrap();
+        check_against_model(&reopened, &accepted, &docs)?;
+    }
+}
