@@ -247,6 +247,26 @@ pub trait LeaseOps: Transport {
         self.drive_within(&mut op, bound)
     }
 
+    /// [`LeaseOps::heartbeat_within`], written durably whatever the policy
+    /// ([`Heartbeat::durable`]): once it returns, `store_head` is the floor any replacer
+    /// of this owner records, after a crash or a power loss alike. An owner acknowledges
+    /// a commit after such a beat to make the floor cover every acknowledged commit.
+    fn heartbeat_durable_within(
+        &self,
+        lease: &OwnedLease,
+        now: Timestamp,
+        count: u64,
+        store_head: Option<u64>,
+        bound: Self::Bound,
+    ) -> Result<(), Self::Error> {
+        let mut op = Heartbeat::new(lease, now, count)?
+            .with_store_head(store_head)?
+            .on_clock(self.clock_domain())
+            .durable();
+        self.before_heartbeat(lease, bound)?;
+        self.drive_within(&mut op, bound)
+    }
+
     /// Release the lease with the store's seal, if any (§7.3); returns the release
     /// epoch's generation. `FENCED` (a no-op) if superseded.
     fn release(&self, p: ReleaseParams) -> Result<Generation, Self::Error> {

@@ -1518,3 +1518,42 @@ fn a_beat_stamped_on_the_observers_clock_is_aged_on_it_and_starts_the_watch_ther
         }
     );
 }
+
+// PROTOCOL §7.2 (issue #20): a beat asked to be durable is fsynced under a `local` policy;
+// the record and the steps are those of any beat.
+#[test]
+fn a_durable_heartbeat_is_fsynced_whatever_the_policy() {
+    let mut d = MemDisk::new();
+    let l = claim(&mut d, "a", 1, 0).unwrap();
+    assert_eq!(
+        l.policy.heartbeat_durability(),
+        HeartbeatDurability::Local,
+        "the default policy's beats are not fsynced"
+    );
+    let first_write = |hb: &mut Heartbeat| match hb.next(None) {
+        Step::Io(Request::WriteBeat {
+            durability, record, ..
+        }) => (durability, record),
+        other => panic!("a heartbeat starts with WriteBeat, not {other:?}"),
+    };
+    let plain = Heartbeat::new(&l, t(1_000), 1)
+        .unwrap()
+        .with_store_head(Some(7))
+        .unwrap();
+    let (plain_d, plain_rec) = first_write(&mut plain.clone());
+    let (durable_d, durable_rec) = first_write(&mut plain.durable());
+    assert_eq!(plain_d, Durability::NoFsync);
+    assert_eq!(durable_d, Durability::Fsync);
+    assert_eq!(plain_rec, durable_rec, "only the fsync differs");
+    // Driven to the end it is a beat like any other: the head is reported.
+    let mut hb = Heartbeat::new(&l, t(1_000), 1)
+        .unwrap()
+        .with_store_head(Some(7))
+        .unwrap()
+        .durable();
+    d.run(&mut hb, &all_alive).unwrap();
+    assert_eq!(
+        status(&mut d, 1_500).head.unwrap().beat.unwrap().store_head,
+        Some(7)
+    );
+}

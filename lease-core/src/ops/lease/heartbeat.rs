@@ -26,6 +26,8 @@ pub struct Heartbeat {
     lease: OwnedLease,
     rec: HeartbeatRecord,
     clock: Option<Identity>,
+    /// Written durably whatever the policy says ([`Heartbeat::durable`]).
+    durable: bool,
     step: BeatStep,
     recheck: Recheck,
 }
@@ -79,6 +81,7 @@ impl Heartbeat {
             lease: lease.clone(),
             rec,
             clock: None,
+            durable: false,
             step: BeatStep::Start,
             recheck: Recheck::new(lease.generation),
         })
@@ -102,6 +105,17 @@ impl Heartbeat {
         self
     }
 
+    /// Write this beat durably ([`Durability::Fsync`]) even when the policy's heartbeats
+    /// are `local`: the beat then survives a power loss, and with it the store head it
+    /// reports, which a replacer records as its floor. An owner that acknowledges a store
+    /// commit only after such a beat carrying its sequence has returned makes every
+    /// acknowledged commit part of the floor (issue #20). The record and the protocol
+    /// steps are those of any beat; only the fsync is added.
+    pub fn durable(mut self) -> Heartbeat {
+        self.durable = true;
+        self
+    }
+
     fn write(&mut self) -> Step<()> {
         self.step = BeatStep::Write;
         let bytes = match encode(&self.rec) {
@@ -109,6 +123,7 @@ impl Heartbeat {
             Err(e) => return Step::Done(Err(e)),
         };
         let durability = match self.lease.policy.heartbeat_durability() {
+            _ if self.durable => Durability::Fsync,
             HeartbeatDurability::Local => Durability::NoFsync,
             HeartbeatDurability::Durable => Durability::Fsync,
         };
