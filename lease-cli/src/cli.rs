@@ -302,10 +302,14 @@ Example:
     #[command(
         subcommand,
         after_help = "\
-A free run's store is read without writing anything; a held run is refused (76) with its
-holder named. See each subcommand's --help.
+Inside a command of the run's owner (under `runlease run`), every subcommand goes through
+the owner: writes are committed as its generation and acknowledged once durable and covered
+by the lease's floor. Elsewhere a free run's store is read without writing anything, writes
+are refused (RUN_NOT_HELD, 64) with the command that makes them, and a held run is refused
+(76) with its holder named. See each subcommand's --help.
 
 Examples:
+  runlease run ./demo-run -- sh -c 'runlease store put \"$RUNLEASE_RUN\" config/model small'
   runlease store list ./demo-run
   runlease store get ./demo-run config/model
   runlease store log ./demo-run --since 40 --json"
@@ -466,14 +470,75 @@ mod tests {
 /// `runlease store ...`.
 #[derive(Debug, Subcommand)]
 pub enum StoreCmd {
+    /// Set KEY to VALUE (`-`: read the value from stdin), as one commit.
+    #[command(after_help = "\
+Only inside a command of the run's owner (`runlease run DIR -- ...`, which gives its command
+RUNLEASE_STORE_SOCKET): the owner commits it as its generation, makes the new head part of
+the lease's floor with a durable heartbeat, then answers. Prints the commit's sequence
+(--json: runlease/cli/store-write/1). Refused: FENCED (75) once the owner is fenced or
+released (nothing written); STORE_REQUEST_REFUSED (77) for a process that does not carry the
+owner's secret; RUN_NOT_HELD (64) outside a command of the owner, with the next step; 76 on a
+run held by another owner.
+
+Examples:
+  runlease run ./demo-run -- runlease store put ./demo-run config/model small
+  runlease run ./demo-run -- sh -c 'date | runlease store put \"$RUNLEASE_RUN\" last-run -'")]
+    Put {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// The document's key.
+        key: String,
+        /// Its value (`-`: read from stdin, bytes as they are).
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// Delete KEY, as one commit (deleting a missing key still commits).
+    #[command(after_help = "\
+Written as `store put` is (see its --help).
+
+Example:
+  runlease run ./demo-run -- runlease store delete ./demo-run config/old")]
+    Delete {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// The document's key.
+        key: String,
+    },
+    /// Commit several writes and log entries atomically, as one commit.
+    #[command(after_help = "\
+All of --put, --delete and --log become one commit: all of them or none. --put K=V splits at
+the first `=`; a key given to --put twice keeps the last value; a key both put and deleted
+is refused (ARGUMENT_INVALID, 64: the order would be ambiguous). Puts apply before deletes.
+Written as `store put` is (see its --help).
+
+Example:
+  runlease run ./demo-run -- runlease store commit ./demo-run \\
+      --put step/3=done --put step/4=started --delete lock/step3 --log \"step 3 done\"")]
+    Commit {
+        /// The run folder.
+        #[arg(value_name = "RUN_DIR")]
+        dir: PathBuf,
+        /// Set a key: `KEY=VALUE` (repeatable).
+        #[arg(long = "put", value_name = "KEY=VALUE")]
+        puts: Vec<String>,
+        /// Delete a key (repeatable).
+        #[arg(long = "delete", value_name = "KEY")]
+        deletes: Vec<String>,
+        /// A log entry recorded with the commit (repeatable).
+        #[arg(long = "log", value_name = "TEXT")]
+        logs: Vec<String>,
+    },
     /// Print one document's value (as it is, no newline added).
     #[command(after_help = "\
-Reads a free run's store without writing anything (not even a lock file): the run's owner
+Inside a command of the run's owner: asked of the owner over its store socket. Elsewhere:
+reads a free run's store without writing anything (not even a lock file); the run's owner
 lock is held while it reads, so no owner starts meanwhile. A run held by an owner is
-refused (76) with the holder named: reading through the owner is not available yet. A
-store a crashed owner left with a write-ahead log is refused (STORE_BUSY, 75) until the
-next `runlease run` replays it. Exit 1, printing nothing, when KEY does not exist (with
---json: an object with \"found\": false).
+refused (76) with the holder named (its commands read through it). A store a crashed owner
+left with a write-ahead log is refused (STORE_BUSY, 75) until the next `runlease run`
+replays it. Exit 1, printing nothing, when KEY does not exist (with --json: an object with
+\"found\": false).
 
 Examples:
   runlease store get ./demo-run config/model

@@ -39,7 +39,7 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     ),
     (
         "77",
-        "not owned: the run folder, or a file or folder in it, is not owned by the user runlease runs as, or others may write it (refused, never read, written or chmodded); or a command process runlease may not signal",
+        "not owned: the run folder, or a file or folder in it, is not owned by the user runlease runs as, or others may write it (refused, never read, written or chmodded); or a command process runlease may not signal; or a store request without the owner's secret",
     ),
     ("126", "`run`: the command could not be started"),
     ("127", "`run`: the command was not found"),
@@ -99,7 +99,7 @@ pub fn exit_for(code: Code) -> i32 {
         | Code::RunCommandsSurvive
         | Code::RunCommandUnproven
         | Code::ReleaseNotDelivered => 76,
-        Code::RunNotOwned | Code::RunCommandNotPermitted => 77,
+        Code::RunNotOwned | Code::RunCommandNotPermitted | Code::StoreRequestRefused => 77,
         Code::Aborted | Code::ClockInvalid => 1,
         Code::CommandNotStarted => 126,
         Code::Interrupted => 130,

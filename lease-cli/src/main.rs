@@ -116,6 +116,23 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
             StoreCmd::Get { dir, key } => ops::store_get(&dir, a_, &key, out),
             StoreCmd::List { dir, prefix } => ops::store_list(&dir, a_, &prefix, out),
             StoreCmd::Log { dir, since } => ops::store_log(&dir, a_, since, out),
+            StoreCmd::Put { dir, key, value } => {
+                let req = ops::WriteRequest::put(key, value)?;
+                ops::store_write(&dir, a_, &req, out)
+            }
+            StoreCmd::Delete { dir, key } => {
+                let req = ops::WriteRequest::delete(key);
+                ops::store_write(&dir, a_, &req, out)
+            }
+            StoreCmd::Commit {
+                dir,
+                puts,
+                deletes,
+                logs,
+            } => {
+                let req = ops::WriteRequest::commit(&puts, &deletes, &logs)?;
+                ops::store_write(&dir, a_, &req, out)
+            }
         },
         Cmd::List { folder } => {
             // Partial: listing runs means listing subfolders that hold a lease.

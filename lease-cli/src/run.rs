@@ -454,6 +454,7 @@ async fn run_async(
         r = &mut exit_rx => Ended::Exited(r.unwrap_or(Ok(()))),
         e = run.fenced() => Ended::Fenced(e),
         () = fwd.release.notified() => Ended::ReleaseRequested,
+        () = run.release_requested() => Ended::ReleaseRequested,
     };
     let mut on_request = None;
     let mut release_error = None;

@@ -16,6 +16,7 @@ const PROTOCOL: &str = include_str!("../../docs/PROTOCOL.md");
 /// the codes each layer raises (their tables) with the CLI's one mapping
 /// (`exit_codes::exit_for`), and the CLI's own codes as its table writes them.
 fn all_codes() -> BTreeMap<String, String> {
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
     let mut layers: Vec<&[lease_core::Code]> = vec![
         lease_core::ERROR_CODES,
         lease_fs::FS_ERROR_CODES,

@@ -115,6 +115,7 @@ fn the_doc_parses_into_every_schema() {
         "runlease/cli/init/1",
         "runlease/cli/store-doc/1",
         "runlease/cli/store-commit/1",
+        "runlease/cli/store-write/1",
         "runlease/cli/error/1",
     ] {
         let shape = shapes.get(s).unwrap_or_else(|| panic!("doc lacks {s}"));
@@ -155,7 +156,7 @@ fn every_subcommand_prints_exactly_its_documented_fields() {
             "--",
             "sh",
             "-c",
-            r#"runlease append --json "$RUNLEASE_RUN" --type step --payload '{"n":1}'"#,
+            r#"runlease append --json "$RUNLEASE_RUN" --type step --payload '{"n":1}' && runlease store put --json "$RUNLEASE_RUN" k v"#,
         ],
         0,
     );

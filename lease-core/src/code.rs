@@ -105,6 +105,7 @@ codes! {
     ReleaseNotDelivered = "RELEASE_NOT_DELIVERED",
     CommandNotStarted = "COMMAND_NOT_STARTED",
     Interrupted = "INTERRUPTED",
+    StoreRequestRefused = "STORE_REQUEST_REFUSED",
 }
 
 impl Code {

@@ -118,6 +118,18 @@ pub enum RunError {
         /// What failed.
         detail: String,
     },
+    /// A refusal answered by the run's owner over its store socket
+    /// ([`crate::store_socket`]), with the owner's code and message; or the client's own
+    /// refusal to talk to a socket that is not the owner's (`STORE_REQUEST_REFUSED`).
+    #[error("{message}")]
+    Served {
+        /// The run.
+        run: String,
+        /// The owner's code (`FENCED`, `STORE_REQUEST_REFUSED`, a store code, ...).
+        code: Code,
+        /// The owner's message (it names the run).
+        message: String,
+    },
     /// An OS-level failure outside the run folder (clock, /proc, random).
     #[error("{0}")]
     Io(String),
@@ -141,6 +153,7 @@ impl RunError {
             RunError::StepTimeout { .. } => Code::StepTimeout,
             RunError::Released { .. } => Code::RunReleased,
             RunError::Spawn { .. } => Code::SpawnFailed,
+            RunError::Served { code, .. } => *code,
             RunError::Io(_) => Code::IoError,
         }
     }
@@ -185,6 +198,7 @@ pub const RUN_ERROR_CODES: &[Code] = &[
     Code::StepTimeout,
     Code::RunReleased,
     Code::SpawnFailed,
+    Code::StoreRequestRefused,
 ];
 
 #[cfg(test)]
@@ -262,6 +276,11 @@ mod tests {
             RunError::Spawn {
                 run: run(),
                 detail: "d".into(),
+            },
+            RunError::Served {
+                run: run(),
+                code: Code::StoreRequestRefused,
+                message: "m".into(),
             },
         ];
         let got: Vec<Code> = own.iter().map(RunError::code).collect();

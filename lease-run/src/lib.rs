@@ -337,6 +337,7 @@ pub mod replace;
 mod run;
 #[cfg(not(loom))]
 pub mod store_read;
+pub mod store_socket;
 mod sync;
 
 #[cfg(not(loom))]

@@ -33,6 +33,7 @@ use std::sync::Arc;
 pub struct StoreReader {
     // Field order: the store closes before the lock goes.
     store: ReadOnlyStore,
+    owner_dead: bool,
     _lock: OwnerLock,
 }
 
@@ -114,7 +115,17 @@ impl StoreReader {
             &store_dir,
             lease_core::layout::STORE_FILE_NAME,
         )?;
-        Ok(StoreReader { store, _lock: lock })
+        Ok(StoreReader {
+            store,
+            owner_dead: view.status == Status::Dead,
+            _lock: lock,
+        })
+    }
+
+    /// Whether the lease names an owner proved dead (it must be retired before the run is
+    /// claimed again: `runlease run --retire-dead`); `false` for a free run.
+    pub fn owner_dead(&self) -> bool {
+        self.owner_dead
     }
 
     /// The store, to read.

@@ -7,11 +7,11 @@ mod log;
 mod release;
 mod repair;
 mod replace;
-mod store;
+pub(crate) mod store;
 
 pub use inspect::{init, list, status};
 pub use log::{AppendOpts, append, events};
 pub use release::{ReleaseOpts, release};
 pub use repair::{doctor, prune, verify};
 pub use replace::{TakeoverOpts, retire, takeover};
-pub use store::{store_get, store_list, store_log};
+pub use store::{WriteRequest, store_get, store_list, store_log, store_write};

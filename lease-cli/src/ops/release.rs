@@ -51,9 +51,23 @@ pub fn release(
     let run = &*opened.auth;
     let (lease, head) = owned_head(run, generation, &owner, "nothing was released")?;
     let holder = &head.epoch.holder;
-    // lease-run proves the holder is our own `runlease run` (an ancestor on this host and
-    // boot with the recorded start time, so no reused pid) before anything is signalled.
-    let proved = lease_run::procs::owner_ancestor(holder)?;
+    // Inside a command of an owner that serves its store, for this generation: ask over
+    // the store socket (the owner checks the secret, so this works whatever binary either
+    // side is, e.g. after an in-place upgrade).
+    let via_socket = if crate::ops::store::served_here(dir) {
+        match lease_run::store_socket::StoreClient::from_env()? {
+            Some(c) if c.generation() == generation.get() => Some(c),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    // Else lease-run proves the holder is our own `runlease run` (an ancestor on this host
+    // and boot with the recorded start time, so no reused pid) before anything is signalled.
+    let proved = match via_socket {
+        Some(_) => OwnerAncestor::No,
+        None => lease_run::procs::owner_ancestor(holder)?,
+    };
     if let OwnerAncestor::OtherBinary(pid) = proved {
         // SIGUSR1 would terminate a process that does not handle it: only a runlease of
         // this very binary is asked; a direct release would fence (and so kill) our owner.
@@ -65,9 +79,12 @@ pub fn release(
             ),
         ));
     }
-    let via_run = matches!(proved, OwnerAncestor::ThisBinary(_));
+    let via_run = via_socket.is_some() || matches!(proved, OwnerAncestor::ThisBinary(_));
     let released_as = if via_run {
-        lease_run::procs::request_release(proved)?;
+        match via_socket {
+            Some(mut c) => c.request_release()?,
+            None => lease_run::procs::request_release(proved)?,
+        }
         let t = std::time::Instant::now();
         loop {
             std::thread::sleep(Duration::from_millis(20));

@@ -1,11 +1,16 @@
-//! `store get`, `store list` and `store log`: read a free run's store, writing nothing
-//! (issue #20, first piece: the owner does not serve its store to its commands yet, so a
-//! held run is refused with its holder named).
+//! `runlease store`: read and write a run's store.
+//!
+//! Inside a command of the run's owner (issue #20) every verb goes through the owner's
+//! store socket (`lease_run::store_socket`): reads and writes alike, stamped with the
+//! owner's generation and checked against its secret. Elsewhere the readers read a free
+//! (or dead-owner) run's store writing nothing, and the writers refuse with the next step;
+//! a run held by an owner is refused with its holder named.
 
 use crate::common::{CliError, Out};
-use lease_core::LeaseOps;
+use lease_core::{Code, LeaseOps};
 use lease_run::store_read::StoreReader;
-use lease_run::{Commit, Document, Write};
+use lease_run::store_socket::{SOCKET_VAR, StoreClient};
+use lease_run::{Batch, Commit, Document, Write};
 use serde_json::{Value, json};
 use std::io::Write as _;
 use std::path::Path;
@@ -35,6 +40,72 @@ fn doc_json(run: &str, d: &Document) -> Value {
     )
 }
 
+/// Where a verb reads and writes: the owner's socket (inside one of its commands), or the
+/// store itself, read-only (a free run).
+enum Source {
+    Served(StoreClient),
+    Local(Box<StoreReader>),
+}
+
+/// Whether this process is a command of the owner of the run at `dir`, serving its store:
+/// `RUNLEASE_STORE_SOCKET` is set and `RUNLEASE_RUN` is the same folder (device and inode;
+/// a command may name its run by any path).
+pub(crate) fn served_here(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Some(_), Some(run)) = (
+        std::env::var_os(SOCKET_VAR),
+        std::env::var_os("RUNLEASE_RUN"),
+    ) else {
+        return false;
+    };
+    match (std::fs::metadata(dir), std::fs::metadata(run)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+fn source(dir: &Path, authority: &lease_run::Authority) -> Result<Source, CliError> {
+    if served_here(dir) {
+        return match StoreClient::from_env()? {
+            Some(c) => Ok(Source::Served(c)),
+            None => Err(CliError::of(
+                Code::Internal,
+                "the store socket vanished from the environment",
+            )),
+        };
+    }
+    open(dir, authority).map(|r| Source::Local(Box::new(r)))
+}
+
+impl Source {
+    fn get(&mut self, key: &str) -> Result<Option<Document>, CliError> {
+        Ok(match self {
+            Source::Served(c) => c.get(key)?,
+            Source::Local(r) => r.store().get(key).map_err(lease_run::RunError::from)?,
+        })
+    }
+
+    fn scan_prefix(&mut self, prefix: &str) -> Result<Vec<Document>, CliError> {
+        Ok(match self {
+            Source::Served(c) => c.scan_prefix(prefix)?,
+            Source::Local(r) => r
+                .store()
+                .scan_prefix(prefix)
+                .map_err(lease_run::RunError::from)?,
+        })
+    }
+
+    fn commits_page(&mut self, after: u64, max: usize) -> Result<Vec<Commit>, CliError> {
+        Ok(match self {
+            Source::Served(c) => c.commits_since(after, Some(max as u64))?,
+            Source::Local(r) => r
+                .store()
+                .commits_page(after, max)
+                .map_err(lease_run::RunError::from)?,
+        })
+    }
+}
+
 fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, CliError> {
     // The store lives in the run folder whatever the authority, but the lease that says
     // whether the run is free does not: over etcd this reader cannot judge it yet.
@@ -45,7 +116,7 @@ fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, Cli
             lease_core::Code::OwnerLockHeld
             | lease_core::Code::RunAlreadyActive
             | lease_core::Code::RunStaleRequiresTakeover => holder_named(dir, err).with_hint(
-                "its owner has the store open; reading a held run's store (through its owner) is not available yet: read it once the run is released",
+                "its owner has the store open: its commands read and write it through the owner (runlease store inside `runlease run`); others read it once the run is released",
             ),
             lease_core::Code::StoreBusy => {
                 err.with_hint(format!(
@@ -83,9 +154,9 @@ pub fn store_get(
     key: &str,
     out: Out,
 ) -> Result<i32, CliError> {
-    let r = open(dir, authority)?;
+    let mut r = source(dir, authority)?;
     let run = dir.display().to_string();
-    let doc = r.store().get(key).map_err(lease_run::RunError::from)?;
+    let doc = r.get(key)?;
     match (doc, out.json) {
         (Some(d), true) => {
             let mut v = doc_json(&run, &d);
@@ -121,13 +192,9 @@ pub fn store_list(
     prefix: &str,
     out: Out,
 ) -> Result<i32, CliError> {
-    let r = open(dir, authority)?;
+    let mut r = source(dir, authority)?;
     let run = dir.display().to_string();
-    for d in r
-        .store()
-        .scan_prefix(prefix)
-        .map_err(lease_run::RunError::from)?
-    {
+    for d in r.scan_prefix(prefix)? {
         let shown = if out.json {
             out.json_line(&doc_json(&run, &d))
         } else {
@@ -196,14 +263,11 @@ pub fn store_log(
     out: Out,
 ) -> Result<i32, CliError> {
     const PAGE: usize = 256;
-    let r = open(dir, authority)?;
+    let mut r = source(dir, authority)?;
     let run = dir.display().to_string();
     let mut after = since;
     loop {
-        let page = r
-            .store()
-            .commits_page(after, PAGE)
-            .map_err(lease_run::RunError::from)?;
+        let page = r.commits_page(after, PAGE)?;
         for c in &page {
             let shown = if out.json {
                 out.json_line(&commit_json(&run, c))
@@ -219,4 +283,144 @@ pub fn store_log(
             return Ok(0);
         }
     }
+}
+
+/// What a writer verb commits, and how to say it again (for the next step it prints).
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// The batch.
+    pub batch: Batch,
+    /// The verb, then its arguments after the run folder, as given (`put`, KEY, VALUE).
+    pub args: Vec<String>,
+}
+
+impl WriteRequest {
+    /// `put KEY VALUE` (`-`: the value is stdin, read whole).
+    pub fn put(key: String, value: String) -> Result<WriteRequest, CliError> {
+        let bytes = if value == "-" {
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut v).map_err(|e| {
+                CliError::of(
+                    Code::IoError,
+                    format!("cannot read the value from stdin: {e}"),
+                )
+            })?;
+            v
+        } else {
+            value.clone().into_bytes()
+        };
+        Ok(WriteRequest {
+            batch: Batch::new().put(key.clone(), bytes),
+            args: vec!["put".into(), key, value],
+        })
+    }
+
+    /// `delete KEY`.
+    pub fn delete(key: String) -> WriteRequest {
+        WriteRequest {
+            batch: Batch::new().delete(key.clone()),
+            args: vec!["delete".into(), key],
+        }
+    }
+
+    /// `commit --put K=V ... --delete K ... --log TEXT ...` (puts, then deletes; a key both
+    /// put and deleted is refused, as is a `--put` without `=`).
+    pub fn commit(
+        puts: &[String],
+        deletes: &[String],
+        logs: &[String],
+    ) -> Result<WriteRequest, CliError> {
+        let mut batch = Batch::new();
+        let mut args = vec!["commit".to_string()];
+        let mut put_keys = std::collections::BTreeSet::new();
+        for p in puts {
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| CliError::usage(format!("--put {p:?}: expected KEY=VALUE")))?;
+            put_keys.insert(k.to_string());
+            batch = batch.put(k, v);
+            args.extend(["--put".to_string(), p.clone()]);
+        }
+        for k in deletes {
+            if put_keys.contains(k) {
+                return Err(CliError::usage(format!(
+                    "key {k:?} is both put and deleted in one commit; nothing was written"
+                )));
+            }
+            batch = batch.delete(k.clone());
+            args.extend(["--delete".to_string(), k.clone()]);
+        }
+        for l in logs {
+            batch = batch.log(l.clone());
+            args.extend(["--log".to_string(), l.clone()]);
+        }
+        Ok(WriteRequest { batch, args })
+    }
+}
+
+/// `runlease store put|delete|commit RUN ...`: commit one batch through the owner's
+/// socket, inside a command of the run's owner; refused elsewhere (the store has one
+/// writer, its owner): a free run with the next step that makes this process such a
+/// command, a held run with its holder named. Prints the new sequence.
+pub fn store_write(
+    dir: &Path,
+    authority: &lease_run::Authority,
+    req: &WriteRequest,
+    out: Out,
+) -> Result<i32, CliError> {
+    let run = dir.display().to_string();
+    if !served_here(dir) {
+        // Judge the run as the readers do (holder named, a crashed owner's WAL, a missing
+        // store); a run this process could read is one nobody owns: say how to write.
+        let reader = open(dir, authority)?;
+        let quoted: Vec<String> = req
+            .args
+            .iter()
+            .map(|a| crate::common::shell_path(Path::new(a)))
+            .collect();
+        let (verb, rest) = quoted
+            .split_first()
+            .map_or(("put", &[][..]), |(v, r)| (v.as_str(), r));
+        let d = crate::common::shell_path(dir);
+        let retire = if reader.owner_dead() {
+            "--retire-dead "
+        } else {
+            ""
+        };
+        drop(reader);
+        return Err(CliError::of(
+            Code::RunNotHeld,
+            format!(
+                "run {run}: nothing was written: only the run's owner writes its store, and this process is not one of its commands ({SOCKET_VAR} is unset or names another run)"
+            ),
+        )
+        .with_hint(format!(
+            "next: runlease run {retire}{d} -- runlease store {verb} {d} {}",
+            rest.join(" ")
+        )));
+    }
+    let mut client = StoreClient::from_env()?.ok_or_else(|| {
+        CliError::of(
+            Code::Internal,
+            "the store socket vanished from the environment",
+        )
+    })?;
+    let seq = client.commit(&req.batch)?;
+    let generation = client.generation();
+    if out.json {
+        out.json_line(&json!({
+            "schema": "runlease/cli/store-write/1",
+            "ok": true,
+            "run": run,
+            "seq": seq,
+            "generation": generation,
+            "writes": req.batch.writes.len(),
+            "log": req.batch.log.len(),
+        }));
+    } else {
+        out.line(&format!(
+            "committed #{seq} to {run} as generation {generation}"
+        ));
+    }
+    Ok(0)
 }

@@ -43,6 +43,8 @@ pub fn cmd_under(wrapper: &[&str], args: &[&str]) -> Command {
         .env_remove("RUNLEASE_GENERATION")
         .env_remove("RUNLEASE_OWNER")
         .env_remove("RUNLEASE_AUTHORITY")
+        .env_remove("RUNLEASE_STORE_SOCKET")
+        .env_remove("RUNLEASE_INCARNATION")
         .env("PATH", path_with_binary())
         .stdin(Stdio::null());
     c

@@ -1,8 +1,9 @@
-//! The heartbeat task.
+//! The heartbeat task, and the durable beat that covers acknowledged commits.
 
 use super::Shared;
 use super::status::wall_now;
 use crate::authority::LeaseAuthority;
+use crate::error::RunError;
 use crate::procs::boottime_ns;
 use lease_core::Code;
 use lease_core::LeaseOps;
@@ -24,7 +25,6 @@ pub(super) async fn heartbeat_loop(
     // carries this owner's monotonic stamp from the start and an observer on this clock
     // ages it there (PROTOCOL §10, the same-clock rule) instead of advising on the claim's
     // wall time for a whole interval. Cost: one beat (no fsync under `local`) per open.
-    let mut count: u64 = 1;
     loop {
         tick.tick().await;
         if shared.is_fenced() {
@@ -33,45 +33,75 @@ pub(super) async fn heartbeat_loop(
         if shared.beats_suspended.load(Ordering::SeqCst) {
             continue;
         }
-        // The store head is read before the heartbeat starts: every commit acknowledged
-        // before this point is covered by the floor a replacer records from this beat.
-        let store_head = shared.reported_store_head();
-        let started = boottime_ns();
-        if shared.lapsed(started) {
-            shared.fence(shared.lapse_reason());
-            return;
-        }
-        let Ok(now) = wall_now() else { continue };
-        // Bounded by the self-fence deadline: past it the run fences anyway, so a hung
-        // authority (an etcd cluster that does not answer) costs no more than that.
-        let left = shared.until_lapse(started);
-        let until = Instant::now() + left;
-        let (d, l) = (dir.clone(), lease.clone());
-        let r = tokio::time::timeout(
-            shared.policy.self_fence_after(),
-            tokio::task::spawn_blocking(move || {
-                d.heartbeat_within(&l, now, count, store_head, until)
-            }),
-        )
-        .await;
-        match r {
-            Ok(Ok(Ok(()))) => {
-                shared.note_beat(started);
-                count += 1;
-            }
-            Ok(Ok(Err(e))) if e.code() == Code::Fenced => {
-                // The reason is the cause alone ("superseded by generation 3"): the run and
-                // the code are said once, by whoever reports the fence.
-                let reason = match e.lease() {
-                    Some(lease_core::LeaseError::Fenced { detail, .. }) => detail.clone(),
-                    _ => e.to_string(),
-                };
-                shared.fence(reason);
+        match beat(&dir, &shared, &lease, false).await {
+            Ok(()) => {}
+            Err(e) if shared.is_fenced() => {
+                tracing::debug!(run = %shared.run, error = %e, "heartbeat fenced");
                 return;
             }
-            Ok(Ok(Err(e))) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),
-            Ok(Err(e)) => tracing::warn!(run = %shared.run, error = %e, "heartbeat task failed"),
-            Err(_) => tracing::warn!(run = %shared.run, "heartbeat timed out"),
+            Err(e) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),
         }
+    }
+}
+
+/// One heartbeat, numbered after the last (the count is held under the beat lock for the
+/// whole beat, so the heartbeat task and a durable beat for the store server never write
+/// the beat file at once or out of order). `durable` fsyncs it whatever the policy
+/// ([`LeaseOps::heartbeat_durable_within`]). The store head reported is read once the
+/// lock is held, before the beat starts: every commit acknowledged to the store slot
+/// before that point is covered by the floor a replacer records from this beat.
+///
+/// A success moves the beat (its `CLOCK_BOOTTIME` start) forward. `FENCED`, or a start
+/// past the self-fence deadline, fences the run and is returned as the fence.
+pub(super) async fn beat(
+    dir: &Arc<dyn LeaseAuthority>,
+    shared: &Arc<Shared>,
+    lease: &OwnedLease,
+    durable: bool,
+) -> Result<(), RunError> {
+    let mut count = shared.beat_count.lock().await;
+    shared.check_live()?;
+    let store_head = shared.reported_store_head();
+    let started = boottime_ns();
+    if shared.lapsed(started) {
+        shared.fence(shared.lapse_reason());
+        return shared.check_live();
+    }
+    let now = wall_now()?;
+    // Bounded by the self-fence deadline: past it the run fences anyway, so a hung
+    // authority (an etcd cluster that does not answer) costs no more than that.
+    let left = shared.until_lapse(started);
+    let until = Instant::now() + left;
+    let (d, l, n) = (dir.clone(), lease.clone(), *count);
+    let r = tokio::time::timeout(
+        shared.policy.self_fence_after(),
+        tokio::task::spawn_blocking(move || {
+            if durable {
+                d.heartbeat_durable_within(&l, now, n, store_head, until)
+            } else {
+                d.heartbeat_within(&l, now, n, store_head, until)
+            }
+        }),
+    )
+    .await;
+    match r {
+        Ok(Ok(Ok(()))) => {
+            shared.note_beat(started);
+            *count += 1;
+            Ok(())
+        }
+        Ok(Ok(Err(e))) if e.code() == Code::Fenced => {
+            // The reason is the cause alone ("superseded by generation 3"): the run and
+            // the code are said once, by whoever reports the fence.
+            let reason = match e.lease() {
+                Some(lease_core::LeaseError::Fenced { detail, .. }) => detail.clone(),
+                _ => e.to_string(),
+            };
+            shared.fence(reason);
+            shared.check_live()
+        }
+        Ok(Ok(Err(e))) => Err(e),
+        Ok(Err(e)) => Err(RunError::Io(format!("heartbeat task failed: {e}"))),
+        Err(_) => Err(RunError::Io("heartbeat timed out".into())),
     }
 }

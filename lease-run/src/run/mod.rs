@@ -14,6 +14,7 @@ mod options;
 mod preflight;
 mod reap;
 mod release;
+mod serve;
 mod signals;
 mod spawn;
 mod status;
@@ -86,6 +87,15 @@ struct Shared {
     /// `RUNLEASE_INCARNATION`; its records carry only its digest
     /// ([`CommandRecord::incarnation_digest`]). 128 random bits, never written to disk.
     incarnation: String,
+    /// The number of the next heartbeat, held for the whole of a beat
+    /// ([`heartbeat::beat`]): the heartbeat task and the store server's durable beats take
+    /// turns, so beat numbers only grow.
+    beat_count: tokio::sync::Mutex<u64>,
+    /// A release requested by a command over the store socket ([`Run::release_requested`]).
+    release_request: tokio::sync::Notify,
+    /// The store socket's name once served (`@runlease-store-…`, an abstract Unix socket),
+    /// given to commands as [`crate::store_socket::SOCKET_VAR`].
+    store_socket: std::sync::OnceLock<String>,
 }
 
 impl Shared {

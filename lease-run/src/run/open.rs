@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-fn random_u64() -> Result<u64, RunError> {
+pub(super) fn random_u64() -> Result<u64, RunError> {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
     Ok(u64::from_le_bytes(b))
@@ -734,6 +734,9 @@ fn share(
         exit_on_fence: opts.exit_on_fence,
         generation: lease.generation,
         incarnation,
+        beat_count: tokio::sync::Mutex::new(1),
+        release_request: tokio::sync::Notify::new(),
+        store_socket: std::sync::OnceLock::new(),
     });
     st.shared = Some(shared.clone());
     Ok(shared)
@@ -792,6 +795,7 @@ async fn heartbeat(
     let cb = &opts.on_step;
     let (dir, sh, l) = (st.auth.clone(), shared.clone(), lease.clone());
     let subreaper = opts.subreaper;
+    let serve_store = opts.serve_store;
     if opts.cgroup {
         let key = crate::cgroup::run_key(path, lease.run_id.as_str());
         match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
@@ -812,6 +816,12 @@ async fn heartbeat(
                 tracing::warn!(error = %e, "cannot become a child subreaper");
             }
         }
+        // The store server first: a failure to bind fails the open before any task runs.
+        let server = if serve_store {
+            Some(super::serve::start(dir.clone(), sh.clone(), l.clone())?)
+        } else {
+            None
+        };
         let hb = tokio::spawn(heartbeat_loop(dir, sh.clone(), l));
         let sh2 = sh.clone();
         let timer = tokio::spawn(async move {
@@ -831,7 +841,7 @@ async fn heartbeat(
             .name("lease-run-watchdog".into())
             .spawn(move || watchdog(sh))
             .map_err(|e| RunError::Io(format!("cannot start the watchdog thread: {e}")))?;
-        Ok(vec![hb, timer])
+        Ok([hb, timer].into_iter().chain(server).collect())
     })
     .await?;
     st.tasks = tasks;

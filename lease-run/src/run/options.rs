@@ -54,6 +54,15 @@ pub struct OpenOptions {
     /// `etcd`, an etcd cluster). Only the lease moves: `run.json`, command records, the
     /// owner lock, the cgroup and the store stay in the run folder.
     pub authority: Authority,
+    /// Serve the run's store to its commands over a local socket (default true; see
+    /// [`crate::store_socket`]): started with the heartbeat, announced to every command
+    /// as `RUNLEASE_STORE_SOCKET`, stopped at release. A commit made through it is
+    /// acknowledged only once it is durable **and** a durable heartbeat carrying its
+    /// sequence has been written, so the floor a replacer records covers it even after a
+    /// `kill -9` or a power loss (requests that arrive together share one store
+    /// transaction and one beat: group commit). A command's `runlease release` arrives
+    /// there too ([`Run::release_requested`]).
+    pub serve_store: bool,
     /// Step timings.
     pub on_step: Option<StepCallback>,
 }
@@ -74,6 +83,7 @@ impl Default for OpenOptions {
             subreaper: true,
             cgroup: true,
             authority: Authority::RunFolder,
+            serve_store: true,
             on_step: None,
         }
     }
@@ -95,6 +105,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("subreaper", &self.subreaper)
             .field("cgroup", &self.cgroup)
             .field("authority", &self.authority)
+            .field("serve_store", &self.serve_store)
             .finish_non_exhaustive()
     }
 }

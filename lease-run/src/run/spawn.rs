@@ -155,8 +155,9 @@ impl RunCommand {
 /// a process group of its own tracked by the run, with these variables set after the
 /// caller's (so they cannot be overridden), the same as `runlease run` gives its command:
 /// `RUNLEASE_RUN` (the absolute run folder), `RUNLEASE_GENERATION`, `RUNLEASE_OWNER` (the
-/// owner id), `RUNLEASE_AUTHORITY` (only for an etcd authority) and the incarnation secret
-/// ([`INCARNATION_VAR`]). Standard streams are inherited unless set.
+/// owner id), `RUNLEASE_AUTHORITY` (only for an etcd authority), the incarnation secret
+/// ([`INCARNATION_VAR`]) and, when the run serves its store, `RUNLEASE_STORE_SOCKET`
+/// ([`crate::store_socket`]). Standard streams are inherited unless set.
 ///
 /// ```no_run
 /// # async fn demo(run: &lease_run::Run) -> Result<(), lease_run::RunError> {
@@ -397,6 +398,11 @@ impl Run {
         // The proof a later owner asks for before it signals a process this one started
         // (PROTOCOL §11.1); set after `env`, so a caller cannot override it.
         cmd.env(INCARNATION_VAR, &self.shared.incarnation);
+        // The store socket this owner serves (an inherited one names another owner's).
+        match self.shared.store_socket.get() {
+            Some(name) => cmd.env(crate::store_socket::SOCKET_VAR, name),
+            None => cmd.env_remove(crate::store_socket::SOCKET_VAR),
+        };
         // Start and track in one critical section of the tracking lock, so the watchdog
         // never takes a snapshot without the group (`fence::fence_tick`).
         let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// store is closed; after [`Run::release`] every call answers `RUN_RELEASED`.
 #[derive(Clone)]
 pub struct RunStore {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for RunStore {
@@ -67,6 +67,26 @@ impl RunStore {
             core.acknowledge(seq);
             Ok(seq)
         })
+    }
+
+    /// Group commit: commit each of `batches` as this run's generation in one store
+    /// transaction (one fsync), each with its own sequence; returns them in order (see
+    /// `lease_sqlite::Store::commit_group`). All or none, with the errors of
+    /// [`RunStore::commit`].
+    pub fn commit_group(&self, batches: &[Batch]) -> Result<Vec<u64>, RunError> {
+        let g = self.shared.generation;
+        self.with(|core, s| {
+            let seqs = s.commit_group(g, batches)?;
+            if let Some(last) = seqs.last() {
+                core.acknowledge(*last);
+            }
+            Ok(seqs)
+        })
+    }
+
+    /// The commits after sequence `after`, at most `max` of them, in order.
+    pub fn commits_page(&self, after: u64, max: usize) -> Result<Vec<Commit>, RunError> {
+        self.with(|_, s| s.commits_page(after, max))
     }
 
     /// The document at `key`, if any.
