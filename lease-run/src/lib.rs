@@ -167,12 +167,40 @@
 //! begins after the deadline (PROTOCOL §7.11); the store itself refuses a token below the
 //! highest it accepted (`FENCED`). Each heartbeat reports the head after the last
 //! acknowledged commit (read before the beat starts) in `lease/beats/<g>.json`; whoever
-//! takes over or retires this owner records it as the next epoch's `store_floor`. **Limit:**
-//! commits acknowledged after the start of the last heartbeat a replacer read are not
-//! covered by the floor (PROTOCOL §7.12). Once fenced, the store is closed (by the
+//! takes over or retires this owner records it as the next epoch's `store_floor`. A
+//! [`Run::commit`] is in the floor from the next heartbeat on; [`Run::commit_covered`] and
+//! every commit made through the store socket (below) are in it before they are
+//! acknowledged (one durable heartbeat carrying the head). Once fenced, the store is closed (by the
 //! watchdog, the release, or the next call), so the next owner in another process can
 //! open it; a process stuck while holding it keeps it locked (the next owner gets
 //! `STORE_BUSY`, 75, and retries) until it dies.
+//!
+//! ## The store served to the commands ([`store_socket`], [`OpenOptions::serve_store`])
+//!
+//! A command cannot open the store (its owner holds it exclusively), so the owner serves
+//! it: at the `heartbeat` step it listens on an abstract Unix socket named with 128 random
+//! bits and gives every command its name (`RUNLEASE_STORE_SOCKET`) beside the incarnation
+//! secret. A request is answered only for a peer of the owner's user carrying that secret
+//! (`STORE_REQUEST_REFUSED`, 77, otherwise) and stamped with the owner's generation
+//! (`FENCED` otherwise); the owner must be live (`FENCED` once fenced; nobody answers once
+//! it released). Commits are **group commits**: every request queued while the previous
+//! group was being made goes into one store transaction (each its own sequence), then one
+//! durable heartbeat carries the new head, then all are answered, so an acknowledged commit
+//! is always in the floor (a copy of the store rewound below it is refused after a crash).
+//! `runlease release` inside a command arrives there too ([`Run::release_requested`]).
+//! [`store_socket::StoreClient`] is the command's side:
+//!
+//! ```no_run
+//! // In a program started as a command of a run (`run.command(..)` or `runlease run`):
+//! use lease_run::{Batch, store_socket::StoreClient};
+//! let mut store = StoreClient::from_env()?.expect("started by a serving owner");
+//! let seq = store.commit(&Batch::new().put("step/1", "done").log("step 1"))?;
+//! assert_eq!(store.get("step/1")?.unwrap().updated_seq, seq);
+//! # Ok::<(), lease_run::RunError>(())
+//! ```
+//!
+//! The whole round trip, with a stale generation's request refused `FENCED`:
+//! `examples/served_store.rs` (`cargo run -p lease-run --example served_store`).
 //!
 //! Every `run.json` write (open, [`Run::set_status`], release) first re-reads the lease
 //! head and writes only if it is still this owner's active generation and the run is not

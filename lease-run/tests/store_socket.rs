@@ -205,3 +205,58 @@ fn a_release_is_requested_over_the_socket_and_a_released_owner_answers_no_more()
         assert!(e.to_string().contains("no longer serves"), "{e}");
     });
 }
+
+/// The library's own path to the same guarantee: `Run::commit_covered` returns once the
+/// heartbeat carries the commit; a plain `Run::commit` waits for the next heartbeat.
+#[test]
+fn commit_covered_puts_the_commit_in_the_floor_before_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job");
+    rt().block_on(async {
+        let mut o = fast();
+        o.policy = lease_core::TimingPolicy::from_millis(
+            20_000,
+            60_000,
+            120_000,
+            lease_core::HeartbeatDurability::Local,
+        )
+        .unwrap();
+        let run = Run::open(&path, o).await.unwrap();
+        let folder = lease_fs::RunDir::open(&path).unwrap();
+        let floor = || {
+            folder
+                .status(now_ts(), false)
+                .unwrap()
+                .head
+                .unwrap()
+                .beat
+                .unwrap()
+                .store_head
+        };
+        // Wait for the first beat (at open) to be written.
+        for _ in 0..100 {
+            if folder
+                .status(now_ts(), false)
+                .unwrap()
+                .head
+                .unwrap()
+                .beat
+                .is_some()
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(run.commit(Batch::new().put("a", "1")).await.unwrap(), 1);
+        // The beat at open was written before the store was opened (no head yet).
+        assert!(floor() < Some(1), "a plain commit waits for the next beat");
+        assert_eq!(
+            run.commit_covered(Batch::new().put("b", "2"))
+                .await
+                .unwrap(),
+            2
+        );
+        assert_eq!(floor(), Some(2), "covered at once");
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
