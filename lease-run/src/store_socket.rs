@@ -502,6 +502,13 @@ impl StoreClient {
         };
         let body = serde_json::to_vec(&req)
             .map_err(|e| RunError::Io(format!("run {}: cannot encode a request: {e}", self.run)))?;
+        if body.len() > MAX_FRAME {
+            return Err(RunError::InvalidArgument(format!(
+                "run {}: a request of {} bytes on the wire is over the store socket's limit of {MAX_FRAME} (values travel as hex: at most about 8 MiB of values per commit); nothing was sent",
+                self.run,
+                body.len()
+            )));
+        }
         let lost = |e: std::io::Error| {
             RunError::Io(format!(
                 "run {}: the owner's store socket failed mid-request ({e}); a commit may or may not have been made: read the store to know",
