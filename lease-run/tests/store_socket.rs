@@ -67,6 +67,9 @@ fn a_command_commits_and_reads_through_the_socket_and_strangers_are_refused() {
                 .commit(&Batch::new().put("doc/x", "x"))
                 .unwrap_err();
             let e2 = stranger.get("doc/b").unwrap_err();
+            // No secret at all (an empty one): the same refusal.
+            let e0 = client(&env, "", g).head().unwrap_err();
+            assert_eq!(e0.code().as_str(), "STORE_REQUEST_REFUSED", "{e0}");
             // The right secret but another generation's stamp: FENCED.
             let mut stale = client(&env, &secret, g - 1);
             let e3 = stale.commit(&Batch::new().put("doc/x", "x")).unwrap_err();
@@ -257,6 +260,65 @@ fn commit_covered_puts_the_commit_in_the_floor_before_it_returns() {
             2
         );
         assert_eq!(floor(), Some(2), "covered at once");
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+/// Raw frames, as a hostile or broken client would send them: not JSON, no secret field, an
+/// unknown operation, a wrong version, and a length over the limit (refused, then the
+/// connection is closed without reading the body). Nothing reaches the store.
+#[test]
+fn malformed_frames_are_refused_before_the_store_and_an_oversized_one_closes_the_connection() {
+    use lease_run::store_socket::{MAX_FRAME, read_frame, write_frame};
+    use std::os::linux::net::SocketAddrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        let env = command_env(&run).await;
+        let (socket, secret) = (env[SOCKET_VAR].clone(), env[INCARNATION_VAR].clone());
+        let g = run.generation().get();
+        let answers = tokio::task::spawn_blocking(move || {
+            let name = socket.strip_prefix('@').unwrap();
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            let mut s = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+            let mut ask = |body: &[u8]| -> serde_json::Value {
+                write_frame(&mut s, body).unwrap();
+                serde_json::from_slice(&read_frame(&mut s).unwrap().unwrap()).unwrap()
+            };
+            let mut answers = vec![
+                ask(b"not json"),
+                ask(format!(r#"{{"v":1,"generation":{g},"op":"head"}}"#).as_bytes()),
+                ask(format!(r#"{{"v":1,"secret":"{secret}","generation":{g},"op":"drop_table"}}"#).as_bytes()),
+                ask(format!(r#"{{"v":2,"secret":"{secret}","generation":{g},"op":"head"}}"#).as_bytes()),
+                ask(format!(r#"{{"v":1,"secret":"{secret}","generation":{g},"op":"commit","writes":[{{"put":"k","value":"zz"}}]}}"#).as_bytes()),
+                ask(format!(r#"{{"v":1,"secret":"{secret}","generation":{g},"op":"head"}}"#).as_bytes()),
+            ];
+            // A length over the limit: one refusal, then the owner closes the connection.
+            let len = u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes();
+            std::io::Write::write_all(&mut s, &len).unwrap();
+            answers.push(serde_json::from_slice(&read_frame(&mut s).unwrap().unwrap()).unwrap());
+            assert!(read_frame(&mut s).unwrap().is_none(), "closed after the refusal");
+            answers
+        })
+        .await
+        .unwrap();
+        let codes: Vec<&str> = answers.iter().map(|a| a["code"].as_str().unwrap_or("ok")).collect();
+        assert_eq!(
+            codes,
+            [
+                "ARGUMENT_INVALID",
+                "STORE_REQUEST_REFUSED",
+                "ARGUMENT_INVALID",
+                "ARGUMENT_INVALID",
+                "ARGUMENT_INVALID",
+                "ok",
+                "ARGUMENT_INVALID"
+            ],
+            "{answers:?}"
+        );
+        assert_eq!(answers[5]["head"], 0, "nothing was committed");
+        assert_eq!(run.store().head().unwrap(), 0);
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
