@@ -137,8 +137,10 @@ environment (and RUNLEASE_AUTHORITY with --authority etcd://...). SIGINT, SIGTER
 SIGHUP are forwarded to it. When it exits, whatever it left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
 the run is released and runlease exits with the command's code (128+N if signal N killed
 it; 126/127 if the program is not executable / not found, then nothing is claimed).
-SIGUSR1 (sent by `runlease release` from the command) makes runlease release at once
-(run.json paused) while the command runs on without the lease.
+`runlease release` from the command (a request on the run's store socket; SIGUSR1 from an
+older runlease) makes runlease release at once (run.json paused) while the command runs on
+without the lease. The command reads and writes the run's store through this owner
+(`runlease store`, RUNLEASE_STORE_SOCKET).
 A run held by a live owner is refused (exit 76) with one line naming its host, pid, since
 when and generation; --wait waits for it (a progress line on a terminal only). A process
 on this host that still holds the run's kernel owner lock (a stopped owner, even one
@@ -221,8 +223,9 @@ The token (generation and owner) comes from RUNLEASE_GENERATION and RUNLEASE_OWN
 set for a command run under `runlease run`, or from --generation/--owner; RUN_DIR defaults
 to RUNLEASE_RUN. It must name the current, active generation: a superseded, released or
 foreign generation is refused with FENCED (75) and nothing is written.
-Under `runlease run` (its holder is an ancestor of this process) the request goes to that
-owner (SIGUSR1), which stops heartbeating and releases; the command runs on without the
+Under `runlease run` the request goes to that owner over its store socket (checked with
+the command's secret, so any copy of runlease can ask; without the socket: SIGUSR1 to an
+ancestor running this very binary), which stops heartbeating and releases; the command runs on without the
 lease (its later appends exit 75) and `runlease run` still exits with its code. Otherwise
 the release is written directly as that owner; an owner process that still heartbeats is
 fenced at its next heartbeat. Exit 0 once the run is free.

@@ -28,7 +28,8 @@
 //! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command (through lease-run's
 //!    `Run::command_signaller`: every process the run tracks, proved ours; its group once
 //!    the run was handed over) (before it started
-//!    they abort the open: 128+N, and an open run is released `failed`). SIGUSR1 is a
+//!    they abort the open: 128+N, and an open run is released `failed`). A request on
+//!    the store socket (`Run::release_requested`), or SIGUSR1 from an older runlease, is a
 //!    *release request* (from `runlease release` run by the command):
 //!    [`Run::release_detached`] hands the run over (`run.json` `paused`, store sealed, lease
 //!    released) while the command runs on without the lease, untracked (its later

@@ -29,9 +29,10 @@ pub struct ReleaseOpts {
 /// * The token must name the current, active head: a superseded, released or foreign
 ///   generation is `FENCED` (75) and nothing is written; release never touches someone
 ///   else's generation.
-/// * **Under `runlease run`** (the head's holder is this host and boot and an ancestor of
-///   this process, i.e. the `runlease run` running this command): send it SIGUSR1 and
-///   wait (`--timeout`) until the head shows the generation released by that owner. The
+/// * **Under `runlease run`**: inside a command of an owner serving its store for this
+///   generation, ask over the store socket (issue #20: the owner checks the secret, so any
+///   copy of the binary may ask); else, when the head's holder is this host and boot and an
+///   ancestor of this process running this very binary, send it SIGUSR1. Then wait (`--timeout`) until the head shows the generation released by that owner. The
 ///   owner releases from its heartbeat thread, so no heartbeat follows the release; the
 ///   command runs on without the lease. If someone else supersedes the generation first:
 ///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75). An ancestor holder that is

@@ -179,6 +179,19 @@ async fn connection(
     }
 }
 
+/// The answer to a failed request. A released owner's refusal (`RUN_RELEASED`, which the
+/// library reports for a handle used after its release) is `FENCED` to a command: its
+/// owner's generation no longer counts, exactly as after a takeover.
+fn refusal(e: &RunError) -> Answer {
+    match e {
+        RunError::Released { run } => Answer::refused(
+            Code::Fenced,
+            format!("run {run}: this owner released the run; its generation no longer writes"),
+        ),
+        e => Answer::of_error(e),
+    }
+}
+
 /// Check a request, then carry it out.
 async fn handle(
     req: Request,
@@ -218,7 +231,7 @@ async fn handle(
         );
     }
     if let Err(e) = shared.check_live() {
-        return Answer::of_error(&e);
+        return refusal(&e);
     }
     let store = RunStore {
         shared: shared.clone(),
@@ -233,11 +246,11 @@ async fn handle(
             };
             let (reply, answer) = oneshot::channel();
             if tx.send((batch, reply)).is_err() {
-                return Answer::of_error(&RunError::Released { run: run.clone() });
+                return refusal(&RunError::Released { run: run.clone() });
             }
             answer
                 .await
-                .unwrap_or_else(|_| Answer::of_error(&RunError::Released { run: run.clone() }))
+                .unwrap_or_else(|_| refusal(&RunError::Released { run: run.clone() }))
         }
         Op::Release => {
             shared.release_request.notify_one();
@@ -251,8 +264,8 @@ async fn handle(
             let r = tokio::task::spawn_blocking(move || read_op(&store, read)).await;
             match r {
                 Ok(Ok(a)) => a,
-                Ok(Err(e)) => Answer::of_error(&e),
-                Err(e) => Answer::of_error(&RunError::Io(format!("run {run}: read task: {e}"))),
+                Ok(Err(e)) => refusal(&e),
+                Err(e) => refusal(&RunError::Io(format!("run {run}: read task: {e}"))),
             }
         }
     }
@@ -316,7 +329,7 @@ async fn committer(
             .await
             .unwrap_or_else(|e| Err(RunError::Io(format!("commit task failed: {e}"))));
         let answers: Vec<Answer> = match committed {
-            Err(e) => vec![Answer::of_error(&e); replies.len()],
+            Err(e) => vec![refusal(&e); replies.len()],
             Ok(seqs) => match beat(&auth, &shared, &lease, true).await {
                 Ok(()) => seqs
                     .iter()
@@ -340,7 +353,7 @@ async fn committer(
                     } else {
                         e
                     };
-                    vec![Answer::of_error(&e); replies.len()]
+                    vec![refusal(&e); replies.len()]
                 }
             },
         };
