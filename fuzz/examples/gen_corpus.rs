@@ -16,6 +16,8 @@ use lease_core::{
     Checkpoint, CommandRecord, Digest, FileRef, Generation, Holder, RunState, RunStatus,
     TakeoverIntent, TakeoverMode, TimingPolicy, encode,
 };
+use lease_run::Batch;
+use lease_run::store_socket::{MAX_FRAME, Op, Request, VERSION, commit_op, write_frame};
 use runlease_fuzz::fixtures::{LiveMode, holder, id, run_id, t};
 use runlease_fuzz::folder::{Entry, Folder, Name, Persist};
 use std::path::Path;
@@ -467,12 +469,78 @@ fn transitions_seeds(root: &Path) {
     }
 }
 
+/// A request of generation 3 as the client writes it.
+fn request(op: Op) -> Vec<u8> {
+    serde_json::to_vec(&Request {
+        v: VERSION,
+        secret: "fuzz-secret".into(),
+        generation: 3,
+        op,
+    })
+    .expect("request")
+}
+
+fn store_wire_seeds(root: &Path) {
+    let batch = Batch::new()
+        .put("step/1", "done")
+        .put("bin", vec![0u8, 0xff, 0x0a])
+        .delete("old")
+        .log("step 1")
+        .log(Vec::new());
+    let mut connection = Vec::new();
+    for op in [
+        Op::Get {
+            key: "step/1".into(),
+        },
+        Op::Release,
+    ] {
+        write_frame(&mut connection, &request(op)).expect("frame");
+    }
+    let oversized = u32::try_from(MAX_FRAME + 1).expect("u32");
+    let mut oversized = oversized.to_be_bytes().to_vec();
+    oversized.extend_from_slice(b"{}");
+    let seeds: [(&str, Vec<u8>); 9] = [
+        ("commit-puts-deletes-log", request(commit_op(&batch))),
+        (
+            "list",
+            request(Op::List {
+                prefix: "step/".into(),
+            }),
+        ),
+        (
+            "log",
+            request(Op::Log {
+                since: 5,
+                max: Some(10),
+            }),
+        ),
+        ("head", request(Op::Head)),
+        // Hex of either case is accepted and goes back on the wire in lowercase.
+        (
+            "commit-uppercase-hex",
+            br#"{"v":1,"secret":"fuzz-secret","generation":3,"op":"commit","writes":[{"put":"k","value":"DEADbeef"}],"log":["4F4B"]}"#.to_vec(),
+        ),
+        (
+            "commit-not-hex",
+            br#"{"v":1,"secret":"fuzz-secret","generation":3,"op":"commit","writes":[{"put":"k","value":"6g69"},{"delete":"old"}],"log":["686"]}"#.to_vec(),
+        ),
+        // One connection: a framed get, then a framed release.
+        ("frames-get-release", connection),
+        ("frame-oversized-length", oversized),
+        ("empty", Vec::new()),
+    ];
+    for (name, bytes) in seeds {
+        write(root, "store_wire", name, &bytes);
+    }
+}
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     decode_records_seeds(&root);
     parse_names_seeds(&root);
     read_folder_seeds(&root);
     transitions_seeds(&root);
+    store_wire_seeds(&root);
     for (target, check) in runlease_fuzz::TARGETS {
         let dir = root.join(target);
         let mut n = 0;
