@@ -486,6 +486,14 @@ impl StoreClient {
         })
     }
 
+    /// Bound how long one request waits for its answer (default 300 s); a request past it
+    /// fails with an I/O error saying its outcome is unknown.
+    pub fn set_timeout(&self, timeout: Duration) {
+        let t = Some(timeout.max(Duration::from_millis(1)));
+        let _ = self.stream.set_read_timeout(t);
+        let _ = self.stream.set_write_timeout(t);
+    }
+
     /// The generation this client's requests are stamped with.
     pub fn generation(&self) -> u64 {
         self.generation

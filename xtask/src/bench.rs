@@ -1,9 +1,13 @@
-//! `cargo xtask bench [--quick]`: run the criterion benchmarks of lease-fs, lease-sqlite
-//! and lease-run's bounded growth, time whole `runlease` processes, then print each figure
-//! beside the raw baselines measured in the same run, with the ratios the issues target,
-//! and write them to `target/bench/summary.json` (issue #19): one object per operation,
-//! keyed by name, with `median_us`, `baseline` (the baseline's name) and
-//! `baseline_median_us`.
+//! `cargo xtask bench [--quick]`: run the criterion benchmarks of lease-fs, lease-sqlite,
+//! lease-run's bounded growth and lease-run's store socket, time whole `runlease`
+//! processes, then print each figure beside the raw baselines measured in the same run,
+//! with the ratios the issues target, and write them to `target/bench/summary.json` (issue
+//! #19): one object per operation, keyed by name, with `median_us`, `baseline` (the
+//! baseline's name), `baseline_median_us`, `ratio` (median / baseline median),
+//! `target_ratio` (an upper bound on the ratio, or null) and `target_ratio_min` (a lower
+//! bound, or null). A throughput line (`group_commit_32_vs_1`, issue #20) has
+//! `median_per_s` and `baseline_median_per_s` (commits per second) instead of the two
+//! `_us` keys; its target is a lower bound (`target_ratio_min`).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -30,6 +34,7 @@ pub fn run(root: &Path, quick: bool) -> Result<(), String> {
         ("lease-fs", "lease"),
         ("lease-sqlite", "store"),
         ("lease-run", "growth"),
+        ("lease-run", "store_socket"),
     ] {
         let mut args = vec!["bench", "-p", pkg, "--bench", bench];
         args.extend_from_slice(crit);
@@ -38,6 +43,10 @@ pub fn run(root: &Path, quick: bool) -> Result<(), String> {
         if bench == "lease" {
             cmd.env("RUNLEASE_BENCH_INTERLEAVED", root.join(INTERLEAVED))
                 .env("RUNLEASE_BENCH_ROUNDS", if quick { "40" } else { "150" });
+        }
+        if bench == "store_socket" {
+            cmd.env("RUNLEASE_BENCH_STORE_SOCKET", root.join(STORE_SOCKET))
+                .env("RUNLEASE_BENCH_ROUNDS", if quick { "3" } else { "7" });
         }
         if quick {
             cmd.env("RUNLEASE_BENCH_QUICK", "1");
@@ -52,6 +61,10 @@ pub fn run(root: &Path, quick: bool) -> Result<(), String> {
 /// Where the lease bench writes its interleaved figures (see `interleaved` in
 /// `lease-fs/benches/lease.rs`).
 const INTERLEAVED: &str = "target/bench/interleaved.json";
+
+/// Where the store socket bench writes its throughput figures (commits/s with 1, 8 and 32
+/// clients and direct, medians of interleaved rounds: see `lease-run/benches/store_socket.rs`).
+const STORE_SOCKET: &str = "target/bench/store_socket.json";
 
 /// Medians (µs) of whole-process timings, measured here (not by criterion), each beside the
 /// median of a link-exclusive create timed right before each run of the process (the same
@@ -219,12 +232,26 @@ fn fmt_ns(ns: f64) -> String {
 }
 
 /// One line of the summary: an operation, its baseline and the issue's target ratio.
+/// `median` and `baseline_median` are in the line's `unit` (µs, or commits/s for a
+/// throughput line); the ratio is always median / baseline median.
 struct Line {
     key: &'static str,
-    median_us: f64,
+    median: f64,
     baseline: &'static str,
-    baseline_median_us: f64,
+    baseline_median: f64,
+    /// An upper bound on the ratio (a time: lower is better).
     target: Option<f64>,
+    /// A lower bound on the ratio (a throughput: higher is better).
+    target_min: Option<f64>,
+    unit: Unit,
+}
+
+#[derive(Clone, Copy)]
+enum Unit {
+    /// A time per operation in µs.
+    Us,
+    /// A throughput in operations per second.
+    PerS,
 }
 
 /// Print the report and write `target/bench/summary.json`; `Err` if a figure is missing.
@@ -255,12 +282,23 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
             .ok_or_else(|| format!("{INTERLEAVED}: no {k}"))
     };
     let il_create = il_get("link_exclusive_create_us")?;
+    let ss: serde_json::Value = std::fs::read_to_string(root.join(STORE_SOCKET))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| format!("no {STORE_SOCKET}"))?;
+    let ss_get = |k: &str| {
+        ss[k]
+            .as_f64()
+            .ok_or_else(|| format!("{STORE_SOCKET}: no {k}"))
+    };
     let line = |key, median_us, baseline, baseline_median_us, target| Line {
         key,
-        median_us,
+        median: median_us,
         baseline,
-        baseline_median_us,
+        baseline_median: baseline_median_us,
         target,
+        target_min: None,
+        unit: Unit::Us,
     };
     let reclaim_key: &'static str = match history {
         10_000 => "reclaim_10000",
@@ -373,6 +411,26 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
             raw_insert,
             Some(1.15),
         ),
+        // Issue #20: one commit through the store socket (request, group commit of one
+        // batch, its durable heartbeat, answer) against the direct library commit.
+        line(
+            "store_commit_socket",
+            get("store_socket/socket_commit")?,
+            "store_commit_direct",
+            get("store_socket/direct_commit")?,
+            None,
+        ),
+        // Issue #20's group commit: 32 concurrent clients at least 5x the commits/s of one,
+        // both medians of the same interleaved rounds.
+        Line {
+            key: "group_commit_32_vs_1",
+            median: ss_get("socket_32_commits_per_s")?,
+            baseline: "socket_1_commits_per_s",
+            baseline_median: ss_get("socket_1_commits_per_s")?,
+            target: None,
+            target_min: Some(5.0),
+            unit: Unit::PerS,
+        },
         line(
             "run_true_process",
             p.run_true,
@@ -391,30 +449,38 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
     println!("summary (medians of this run; ratio = median / baseline median):");
     let mut json = serde_json::Map::new();
     for l in &lines {
-        let ratio = l.median_us / l.baseline_median_us;
-        let verdict = match l.target {
-            Some(t) if ratio <= t => format!("target <= {t}x: met"),
-            Some(t) => format!("target <= {t}x: MISSED"),
-            None => String::new(),
+        let ratio = l.median / l.baseline_median;
+        let verdict = match (l.target, l.target_min) {
+            (Some(t), _) if ratio <= t => format!("target <= {t}x: met"),
+            (Some(t), _) => format!("target <= {t}x: MISSED"),
+            (None, Some(t)) if ratio >= t => format!("target >= {t}x: met"),
+            (None, Some(t)) => format!("target >= {t}x: MISSED"),
+            (None, None) => String::new(),
+        };
+        let fmt = |x: f64| match l.unit {
+            Unit::Us => fmt_us(x),
+            Unit::PerS => format!("{x:.0}/s"),
         };
         println!(
-            "  {:<18} {:>11}  baseline {:<22} {:>11}  {:>7.2}x  {verdict}",
+            "  {:<20} {:>11}  baseline {:<22} {:>11}  {:>7.2}x  {verdict}",
             l.key,
-            fmt_us(l.median_us),
+            fmt(l.median),
             l.baseline,
-            fmt_us(l.baseline_median_us),
+            fmt(l.baseline_median),
             ratio
         );
-        json.insert(
-            l.key.to_string(),
-            serde_json::json!({
-                "median_us": round2(l.median_us),
-                "baseline": l.baseline,
-                "baseline_median_us": round2(l.baseline_median_us),
-                "ratio": round2(ratio),
-                "target_ratio": l.target,
-            }),
-        );
+        let (median_key, baseline_key) = match l.unit {
+            Unit::Us => ("median_us", "baseline_median_us"),
+            Unit::PerS => ("median_per_s", "baseline_median_per_s"),
+        };
+        let mut obj = serde_json::Map::new();
+        obj.insert(median_key.into(), round2(l.median).into());
+        obj.insert("baseline".into(), l.baseline.into());
+        obj.insert(baseline_key.into(), round2(l.baseline_median).into());
+        obj.insert("ratio".into(), round2(ratio).into());
+        obj.insert("target_ratio".into(), l.target.into());
+        obj.insert("target_ratio_min".into(), l.target_min.into());
+        json.insert(l.key.to_string(), serde_json::Value::Object(obj));
     }
     let dir = root.join("target/bench");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -423,6 +489,14 @@ fn report(root: &Path, p: &Processes) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     std::fs::write(&out, text + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
     println!("wrote {}", out.display());
+    println!(
+        "store socket throughput (lease-run, {} interleaved rounds, medians): direct {:.0}/s; socket 1 / 8 / 32 clients {:.0} / {:.0} / {:.0} commits/s",
+        ss["rounds"],
+        ss_get("direct_commits_per_s")?,
+        ss_get("socket_1_commits_per_s")?,
+        ss_get("socket_8_commits_per_s")?,
+        ss_get("socket_32_commits_per_s")?
+    );
     growth(root, history)
 }
 

@@ -26,7 +26,7 @@ Commands:
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench [--quick] criterion benchmarks of lease-fs, lease-sqlite and lease-run's bounded growth,
+  bench [--quick] criterion benchmarks of lease-fs, lease-sqlite, lease-run's bounded growth and store socket,
                 whole-process timings of `runlease run R -- true` and `runlease append`, then
                 figures and ratios vs raw baselines of the same run, written to
                 target/bench/summary.json (--quick: short measurements, 10,000 cycles of

@@ -83,7 +83,24 @@ pub fn release(
     let via_run = via_socket.is_some() || matches!(proved, OwnerAncestor::ThisBinary(_));
     let released_as = if via_run {
         match via_socket {
-            Some(mut c) => c.request_release()?,
+            Some(mut c) => {
+                // A stopped owner cannot answer: the request is bounded by --timeout too.
+                c.set_timeout(o.timeout);
+                if let Err(e) = c.request_release() {
+                    if e.code() != Code::IoError {
+                        return Err(e.into());
+                    }
+                    return Err(CliError::of(
+                        Code::ReleaseTimeout,
+                        format!(
+                            "run {}: the owner (runlease run, pid {}) did not answer the release request for generation {generation} within {}; it still holds the run",
+                            run.run_id(),
+                            holder.pid,
+                            human_duration(o.timeout)
+                        ),
+                    ));
+                }
+            }
             None => lease_run::procs::request_release(proved)?,
         }
         let t = std::time::Instant::now();
