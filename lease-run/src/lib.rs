@@ -365,6 +365,7 @@ pub mod replace;
 mod run;
 #[cfg(not(loom))]
 pub mod store_read;
+#[cfg(not(loom))]
 pub mod store_socket;
 mod sync;
 

@@ -419,7 +419,7 @@ impl StoreClient {
         let generation = var("RUNLEASE_GENERATION")?
             .parse::<u64>()
             .map_err(|_| RunError::InvalidArgument("RUNLEASE_GENERATION is not a number".into()))?;
-        let secret = var(crate::INCARNATION_VAR)?;
+        let secret = var(crate::procs::INCARNATION_VAR)?;
         let socket = socket
             .to_str()
             .ok_or_else(|| RunError::InvalidArgument(format!("{SOCKET_VAR} is not UTF-8")))?;
