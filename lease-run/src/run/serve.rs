@@ -130,10 +130,9 @@ async fn serve(
 
 async fn send(s: &mut UnixStream, a: &Answer) -> std::io::Result<()> {
     let body = serde_json::to_vec(a).map_err(std::io::Error::other)?;
-    let len = u32::try_from(body.len()).map_err(std::io::Error::other)?;
+    // The frame as the client reads it (one definition of the format), then sent whole.
     let mut buf = Vec::with_capacity(4 + body.len());
-    buf.extend_from_slice(&len.to_be_bytes());
-    buf.extend_from_slice(&body);
+    crate::store_socket::write_frame(&mut buf, &body)?;
     s.write_all(&buf).await
 }
 
