@@ -69,6 +69,7 @@ pub use error::{FS_ERROR_CODES, FsError};
 pub use owned::OwnedRun;
 pub use real::{RealFs, is_run_folder};
 pub use run_dir::{
-    Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_of, this_holder,
+    Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_held, run_id_of,
+    this_holder,
 };
 pub use sim::SimFs;

@@ -251,6 +251,23 @@ impl OwnerLock {
         }
     }
 
+    /// [`acquire_timeout`](OwnerLock::acquire_timeout) relative to the held root
+    /// descriptor of `fs`: `owner.lock` is opened with `openat` in the folder that was
+    /// opened, never by looking the run folder's path up again.
+    pub fn acquire_timeout_in(fs: &RealFs, timeout: Duration) -> io::Result<Option<OwnerLock>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(lock) = Self::try_acquire_in(fs)? {
+                return Ok(Some(lock));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(POLL.min(deadline - now));
+        }
+    }
+
     /// The path of the lock file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -272,8 +289,19 @@ impl AsFd for OwnerLock {
 /// holder that never took the lock also reads as free.
 pub fn probe_owner_lock(root: &Path) -> io::Result<bool> {
     let root_fd = open_root(root)?;
+    probe_owner_lock_at(root_fd.as_fd(), root)
+}
+
+/// [`probe_owner_lock`] relative to the held root descriptor of `fs` (no second lookup of
+/// the run folder's path).
+pub fn probe_owner_lock_in(fs: &RealFs) -> io::Result<bool> {
+    probe_owner_lock_at(fs.root_fd(), fs.root_path())
+}
+
+/// [`probe_owner_lock`] in the root descriptor `root_fd` (`root`: its path, for messages).
+pub(crate) fn probe_owner_lock_at(root_fd: BorrowedFd<'_>, root: &Path) -> io::Result<bool> {
     let path = root.join(LOCK_FILE);
-    let Some(fd) = open_lock_file(root_fd.as_fd(), root, false)? else {
+    let Some(fd) = open_lock_file(root_fd, root, false)? else {
         return Ok(true);
     };
     let free = try_flock(fd.as_fd(), &path)?;

@@ -249,7 +249,20 @@ impl RealFs {
                 ));
             }
         };
+        RealFs::from_root_fd(fd, path)
+    }
+
+    /// A `RealFs` over `fd`, a directory descriptor the caller just opened at `path`
+    /// (absolute, for messages and [`Fs::check_root`]): judged on the descriptor itself,
+    /// no path is looked up.
+    fn from_root_fd(fd: OwnedFd, path: PathBuf) -> io::Result<RealFs> {
         let st = rfs::fstat(&fd)?;
+        if type_of(&st) != FileType::Directory {
+            return Err(io::Error::other(format!(
+                "run root {} is not a directory",
+                path.display()
+            )));
+        }
         // Trust only a root we own that nobody else can write (checked on the descriptor
         // just opened, so it is the directory every later call is relative to).
         check_trusted(&path, &st, "")?;
@@ -265,6 +278,70 @@ impl RealFs {
         })
     }
 
+    /// Another `RealFs` over the same held root: a duplicate of its descriptor (no path
+    /// lookup: it is the very directory this one opened, wherever it has been moved),
+    /// with caches of its own. How one opened run folder is handed to each step that
+    /// needs a run folder of its own (an owner's open, an observer).
+    pub fn try_clone(&self) -> io::Result<RealFs> {
+        let fd = rustix::io::fcntl_dupfd_cloexec(&*self.root, 0)?;
+        Ok(RealFs {
+            root: Arc::new(fd),
+            root_path: self.root_path.clone(),
+            root_id: self.root_id,
+            dirs: Mutex::new(HashMap::new()),
+            use_openat2: self.use_openat2,
+            in_place: Mutex::new(None),
+            file_system: self.file_system,
+        })
+    }
+
+    /// `(st_dev, st_ino)` of the held root, as it was when opened.
+    pub fn root_id(&self) -> (u64, u64) {
+        self.root_id
+    }
+
+    /// The name the kernel has for the held root right now (`/proc/self/fd/N`), for
+    /// display and for naming a run given as `.` or `…/..`; never used to open anything.
+    /// `None` if `/proc` cannot say (or the folder was deleted).
+    pub fn held_name(&self) -> Option<PathBuf> {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", self.root.as_raw_fd());
+        let name = std::fs::read_link(link).ok()?;
+        // A deleted directory reads as "<path> (deleted)".
+        let deleted = name.as_os_str().to_string_lossy().ends_with(" (deleted)");
+        (name.is_absolute() && !deleted).then_some(name)
+    }
+
+    /// Whether the held root is the current folder, one of its parents or `/`: judged by
+    /// identity, walking up from the current folder by descriptor (`openat(..)`), never by
+    /// looking up the run folder's path again.
+    pub fn is_cwd_or_ancestor(&self) -> bool {
+        let Ok(mut fd) = retry(|| rfs::open(".", dir_flags(), Mode::empty())) else {
+            return false;
+        };
+        // Bounded: a path has at most PATH_MAX/2 components.
+        for _ in 0..2048 {
+            let Ok(st) = rfs::fstat(&fd) else {
+                return false;
+            };
+            if id_of(&st) == self.root_id {
+                return true;
+            }
+            let Ok(parent) = retry(|| rfs::openat(&fd, "..", dir_flags(), Mode::empty())) else {
+                return false;
+            };
+            let Ok(pst) = rfs::fstat(&parent) else {
+                return false;
+            };
+            if id_of(&pst) == id_of(&st) {
+                // `/` is its own parent.
+                return false;
+            }
+            fd = parent;
+        }
+        false
+    }
+
     /// Create the run root `root` (and any missing parents, each mode 0700 whatever the
     /// umask, fsyncing the parent whose entries changed) if it does not exist, then
     /// [`open`](RealFs::open) it.
@@ -275,8 +352,13 @@ impl RealFs {
     /// [`create`](RealFs::create), also saying whether the root itself was created.
     pub fn create_reporting(root: &Path) -> io::Result<(RealFs, bool)> {
         let path = std::path::absolute(root)?;
-        let created = create_dir_all_private(&path)?;
-        Ok((RealFs::open(&path)?, created))
+        // A root this call created is used through the descriptor that created it
+        // (opened `O_NOFOLLOW` right after the `mkdir`), not looked up again; an existing
+        // one is opened once, by `open`.
+        match create_dir_all_private(&path)? {
+            Some(fd) => Ok((RealFs::from_root_fd(fd, path)?, true)),
+            None => Ok((RealFs::open(&path)?, false)),
+        }
     }
 
     /// Whether `lease/epochs/` is a directory below the root (the mark of a run, see
@@ -316,6 +398,11 @@ impl RealFs {
     /// The held descriptor of the run root.
     pub fn root_fd(&self) -> BorrowedFd<'_> {
         self.root.as_fd()
+    }
+
+    /// The held descriptor of the run root, shared (for a liveness probe of this root).
+    pub(crate) fn root_shared(&self) -> Arc<OwnedFd> {
+        self.root.clone()
     }
 
     /// A descriptor of directory `dir` below the root (`""` = the root), resolved beneath
@@ -656,10 +743,16 @@ impl RealFs {
 
 /// `mkdir -p` with mode 0700 (whatever the umask) for every created component, fsyncing
 /// each parent whose entries changed. Existing components are left as they are. Returns
-/// whether `path` itself was created.
-fn create_dir_all_private(path: &Path) -> io::Result<bool> {
+/// the descriptor of `path` itself (opened `O_NOFOLLOW|O_DIRECTORY` right after its
+/// `mkdir`) if this call created it, `None` if it existed.
+///
+/// Order of writes per created component: `mkdir` (0700), `fchmod` 0700 on the new
+/// descriptor if the umask took bits away, then `fsync` of its parent. A crash before
+/// the parent's fsync may lose the folder (it is created again next time); after it, it
+/// stays.
+fn create_dir_all_private(path: &Path) -> io::Result<Option<OwnedFd>> {
     match rfs::lstat(path) {
-        Ok(_) => return Ok(false),
+        Ok(_) => return Ok(None),
         Err(Errno::NOENT) => {}
         Err(e) => {
             return Err(with_msg(
@@ -679,7 +772,7 @@ fn create_dir_all_private(path: &Path) -> io::Result<bool> {
     match rfs::mkdir(path, Mode::from_raw_mode(DIR_MODE)) {
         Ok(()) => {}
         // Created concurrently: whoever created it synced its parent.
-        Err(Errno::EXIST) => return Ok(false),
+        Err(Errno::EXIST) => return Ok(None),
         Err(e) => {
             return Err(with_msg(
                 e.into(),
@@ -707,7 +800,7 @@ fn create_dir_all_private(path: &Path) -> io::Result<bool> {
         )
     })?;
     rfs::fsync(&pfd)?;
-    Ok(true)
+    Ok(Some(fd))
 }
 
 impl Fs for RealFs {

@@ -47,16 +47,31 @@ pub fn boottime_ns() -> u64 {
 #[derive(Debug, Clone)]
 pub struct ProcLiveness {
     root: PathBuf,
+    /// The held descriptor of the run root, when the run was opened: the owner lock is
+    /// probed in it (`openat`), never by looking `root` up again.
+    held: Option<Arc<rustix::fd::OwnedFd>>,
     /// Set when the caller itself holds the owner lock (it took it, so no other live
     /// process on this boot does).
     self_holds_lock: bool,
 }
 
 impl ProcLiveness {
-    /// Probe liveness for the run at `root`.
+    /// Probe liveness for the run at `root` (the owner lock looked up by that path at
+    /// each probe; a run already opened uses [`ProcLiveness::in_root`]).
     pub fn new(root: impl Into<PathBuf>) -> ProcLiveness {
         ProcLiveness {
             root: root.into(),
+            held: None,
+            self_holds_lock: false,
+        }
+    }
+
+    /// Probe liveness for the run whose root `fs` holds: the owner lock is probed beneath
+    /// that descriptor.
+    pub fn in_root(fs: &crate::real::RealFs) -> ProcLiveness {
+        ProcLiveness {
+            root: fs.root_path().to_path_buf(),
+            held: Some(fs.root_shared()),
             self_holds_lock: false,
         }
     }
@@ -84,7 +99,14 @@ impl Liveness for ProcLiveness {
         let owner_lock = if self.self_holds_lock {
             LockEvidence::Free
         } else {
-            match crate::lock::probe_owner_lock(&self.root) {
+            let probed = match &self.held {
+                Some(fd) => {
+                    use rustix::fd::AsFd;
+                    crate::lock::probe_owner_lock_at(fd.as_fd(), &self.root)
+                }
+                None => crate::lock::probe_owner_lock(&self.root),
+            };
+            match probed {
                 Ok(true) => LockEvidence::Free,
                 Ok(false) => LockEvidence::Held,
                 Err(_) => LockEvidence::Unknown,
@@ -124,6 +146,8 @@ pub fn this_holder() -> Result<Holder, FsError> {
 /// exist and the tail of the event log (a hint, verified on use).
 pub struct RunDir {
     fs: Arc<dyn Fs>,
+    /// The same file system as `fs` when it is the real disk: the held root.
+    real: Option<Arc<crate::real::RealFs>>,
     run_id: RunId,
     root: PathBuf,
     liveness: Arc<dyn Liveness>,
@@ -156,14 +180,11 @@ pub const LAYOUT_DIRS: [&str; 11] = [
     "tmp",
 ];
 
-/// `.`, `..`, `/`: the folder we stand in or one holding it, judged on the resolved path (a
-/// missing folder cannot be one of them).
-fn is_special_folder(path: &Path) -> bool {
-    std::fs::canonicalize(path).ok().is_some_and(|resolved| {
-        std::env::current_dir()
-            .and_then(std::fs::canonicalize)
-            .is_ok_and(|cwd| cwd.starts_with(&resolved))
-    }) || path.parent().is_none()
+/// `.`, `..`, `/`: the folder we stand in or one holding it, judged on the held root by
+/// identity (a walk up from the current folder by descriptor), never on a second lookup
+/// of the path.
+fn is_special_folder(path: &Path, fs: &crate::real::RealFs) -> bool {
+    fs.is_cwd_or_ancestor() || path.parent().is_none()
 }
 
 fn special_refusal(path: &Path) -> FsError {
@@ -289,23 +310,23 @@ pub fn run_id_of(path: &Path) -> Result<RunId, FsError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // `.` or a trailing `..` have no usable name: resolve it (through the file system when
-    // the folder exists, else lexically: `std::path::absolute` keeps `..`).
-    let name = if name.is_empty() || name == "." || name == ".." || path.ends_with("..") {
-        let resolved = std::fs::canonicalize(path).ok().or_else(|| {
-            std::path::absolute(path).ok().map(|abs| {
-                let mut out = PathBuf::new();
-                for c in abs.components() {
-                    match c {
-                        std::path::Component::ParentDir => {
-                            out.pop();
-                        }
-                        std::path::Component::CurDir => {}
-                        other => out.push(other),
+    // `.` or a trailing `..` have no usable name: resolve it lexically (`std::path::absolute`
+    // keeps `..`; the current folder's name is the kernel's, from `getcwd`). No lookup of
+    // the path: a run that is opened takes its name from the held root instead
+    // ([`run_id_held`]).
+    let name = if !plain_last_component(path) {
+        let resolved = std::path::absolute(path).ok().map(|abs| {
+            let mut out = PathBuf::new();
+            for c in abs.components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        out.pop();
                     }
+                    std::path::Component::CurDir => {}
+                    other => out.push(other),
                 }
-                out
-            })
+            }
+            out
         });
         resolved
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -316,30 +337,69 @@ pub fn run_id_of(path: &Path) -> Result<RunId, FsError> {
     Ok(RunId::new(name)?)
 }
 
+/// Whether the last component of `path` is a plain name (not `.`, `..` or none): then it
+/// is the name of the folder an `O_NOFOLLOW` open of `path` opens.
+fn plain_last_component(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy());
+    !(name.is_none_or(|n| n.is_empty() || n == "." || n == "..") || path.ends_with(".."))
+}
+
+/// The run id of the run folder `fs` holds, opened at `path`: the last component of
+/// `path` when it is a plain name (the open refused a symlink there, so it names the held
+/// folder), else (`.`, `…/..`) the held folder's own name as the kernel has it
+/// ([`crate::RealFs::held_name`]), falling back to [`run_id_of`]. Never a second lookup
+/// of `path`.
+pub fn run_id_held(path: &Path, fs: &crate::real::RealFs) -> Result<RunId, FsError> {
+    if !plain_last_component(path) {
+        if let Some(name) = fs
+            .held_name()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        {
+            return Ok(RunId::new(name)?);
+        }
+    }
+    run_id_of(path)
+}
+
 impl RunDir {
     /// Open an existing run folder on the real disk. Fails at once (no retry) with
     /// `RUN_NOT_FOUND` if it does not exist.
+    ///
+    /// The folder is opened once (`O_NOFOLLOW|O_DIRECTORY`: a symlink as its last
+    /// component is refused) and held; everything after goes through that descriptor
+    /// ([`RunDir::real_fs`] hands it on).
     pub fn open(path: &Path) -> Result<RunDir, FsError> {
-        let run_id = run_id_of(path)?;
-        let fs = crate::real::RealFs::open(path).map_err(|e| open_error(&run_id, path, e))?;
-        Ok(RunDir::with_fs(
-            Arc::new(fs),
-            run_id,
-            path,
-            Arc::new(ProcLiveness::new(path)),
-        ))
+        let named = run_id_of(path)?;
+        let fs = crate::real::RealFs::open(path).map_err(|e| open_error(&named, path, e))?;
+        let run_id = run_id_held(path, &fs)?;
+        Ok(RunDir::in_real(Arc::new(fs), run_id))
     }
 
     /// Open a run folder, creating it (and missing parents, 0700) if it does not exist.
     pub fn create(path: &Path) -> Result<RunDir, FsError> {
-        let run_id = run_id_of(path)?;
-        let fs = crate::real::RealFs::create(path).map_err(|e| open_error(&run_id, path, e))?;
-        Ok(RunDir::with_fs(
-            Arc::new(fs),
-            run_id,
-            path,
-            Arc::new(ProcLiveness::new(path)),
-        ))
+        let named = run_id_of(path)?;
+        let fs = crate::real::RealFs::create(path).map_err(|e| open_error(&named, path, e))?;
+        let run_id = run_id_held(path, &fs)?;
+        Ok(RunDir::in_real(Arc::new(fs), run_id))
+    }
+
+    /// A run over the held root `fs` (opened by [`crate::RealFs::open`], or a
+    /// [`crate::RealFs::try_clone`] of one): the liveness probe looks at the owner lock
+    /// beneath that descriptor. Its path is `fs`'s, as given when opened.
+    pub fn in_real(fs: Arc<crate::real::RealFs>, run_id: RunId) -> RunDir {
+        let liveness = Arc::new(ProcLiveness::in_root(&fs));
+        let root = fs.root_path().to_path_buf();
+        let mut dir = RunDir::with_fs(fs.clone(), run_id, &root, liveness);
+        dir.real = Some(fs);
+        dir
+    }
+
+    /// The held root on the real disk, when this run was opened there (`None` over a
+    /// simulated file system): how a step that needs the folder of its own (the owner
+    /// lock, the store folder, an owner's open) reaches the very directory this one
+    /// opened, without looking its path up again.
+    pub fn real_fs(&self) -> Option<&Arc<crate::real::RealFs>> {
+        self.real.as_ref()
     }
 
     /// What `runlease run` ([`RunDir::init`] without `explicit`) would refuse of the folder
@@ -348,16 +408,30 @@ impl RunDir {
     /// of its parents or `/` and not a run; `None` when `run` would use it (a run, an
     /// empty folder, a missing one). `status` uses it so its next step works when run.
     pub fn adoption_refusal(path: &Path) -> Result<Option<FsError>, FsError> {
-        let run_id = run_id_of(path)?;
+        let named = run_id_of(path)?;
         let fs = match crate::real::RealFs::open(path) {
             Ok(fs) => fs,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(open_error(&run_id, path, e)),
+            Err(e) => return Err(open_error(&named, path, e)),
         };
+        let run_id = run_id_held(path, &fs)?;
         let judged = judge_existing(path, &fs, &run_id)?;
         Ok(match judged {
             Judged::Foreign(refusal) => Some(refusal),
-            Judged::Empty if is_special_folder(path) => Some(special_refusal(path)),
+            Judged::Empty if is_special_folder(path, &fs) => Some(special_refusal(path)),
+            Judged::Run | Judged::Empty => None,
+        })
+    }
+
+    /// [`RunDir::adoption_refusal`] of this opened folder, judged through its held root
+    /// (no second lookup of its path); `None` over a simulated file system.
+    pub fn adoption_refusal_held(&self) -> Result<Option<FsError>, FsError> {
+        let Some(fs) = &self.real else {
+            return Ok(None);
+        };
+        Ok(match judge_existing(&self.root, fs, &self.run_id)? {
+            Judged::Foreign(refusal) => Some(refusal),
+            Judged::Empty if is_special_folder(&self.root, fs) => Some(special_refusal(&self.root)),
             Judged::Run | Judged::Empty => None,
         })
     }
@@ -381,10 +455,13 @@ impl RunDir {
     /// then are the missing layout folders created (0700, whatever the umask; not for a run
     /// unless `explicit`). No existing folder's mode is ever changed.
     pub fn init(path: &Path, explicit: bool) -> Result<Initialized, FsError> {
-        let run_id = run_id_of(path)?;
-        let special = is_special_folder(path);
-        let (fs, created_root) = crate::real::RealFs::create_reporting(path)
-            .map_err(|e| open_error(&run_id, path, e))?;
+        let named = run_id_of(path)?;
+        // The folder is opened (or created) once and held; it is judged, laid out and
+        // returned through that descriptor, never looked up by path again.
+        let (fs, created_root) =
+            crate::real::RealFs::create_reporting(path).map_err(|e| open_error(&named, path, e))?;
+        let run_id = run_id_held(path, &fs)?;
+        let special = !created_root && is_special_folder(path, &fs);
         let rid = run_id.as_str();
         let io = |op: &'static str, p: &str, e: io::Error| FsError::io(rid, op, p, e);
         let found = if created_root {
@@ -420,12 +497,7 @@ impl RunDir {
                 }
             }
         }
-        let run = RunDir::with_fs(
-            Arc::new(fs),
-            run_id,
-            path,
-            Arc::new(ProcLiveness::new(path)),
-        );
+        let run = RunDir::in_real(Arc::new(fs), run_id);
         Ok(Initialized {
             run,
             found,
@@ -454,6 +526,7 @@ impl RunDir {
     ) -> RunDir {
         RunDir {
             fs,
+            real: None,
             run_id,
             root: root.to_path_buf(),
             liveness,
