@@ -18,8 +18,8 @@ use crate::run::{OpenOptions, Run};
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::watch::{StaleWatch, Verdict, watch_key};
 use lease_core::{Code, LeaseOps};
-use lease_fs::lock::probe_owner_lock;
-use lease_fs::{RunDir, run_id_of};
+use lease_fs::lock::{probe_owner_lock, probe_owner_lock_in};
+use lease_fs::{FsError, RealFs, RunDir, run_id_of};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -213,14 +213,26 @@ const MAX_WAIT_POLL: Duration = Duration::from_secs(1);
 
 /// Whether `owner_id` of the run at `abs` is the owner this process runs under: the
 /// environment a runlease owner gives its command (`RUNLEASE_OWNER`, `RUNLEASE_RUN`).
+///
+/// The folders are compared by identity (device and inode), never by resolving a path to
+/// open it.
 pub fn is_our_own_owner(owner_id: &str, abs: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    id(abs).is_some_and(|folder| is_our_own_owner_in(owner_id, folder))
+}
+
+/// [`is_our_own_owner`] of the run folder whose `(st_dev, st_ino)` is `folder` (a held
+/// root's [`RealFs::root_id`]): `RUNLEASE_RUN` is stat-ed only to compare it.
+fn is_our_own_owner_in(owner_id: &str, folder: (u64, u64)) -> bool {
+    use std::os::unix::fs::MetadataExt;
     let (Ok(me), Some(run)) = (
         std::env::var("RUNLEASE_OWNER"),
         std::env::var_os("RUNLEASE_RUN"),
     ) else {
         return false;
     };
-    owner_id == me && std::fs::canonicalize(run).is_ok_and(|r| r == abs)
+    owner_id == me && std::fs::metadata(run).is_ok_and(|m| (m.dev(), m.ino()) == folder)
 }
 
 /// One attempt's outcome.
@@ -258,18 +270,41 @@ impl Run {
             opts.step_deadline,
             opts.policy.self_fence_after(),
         );
-        let view_of: Arc<dyn crate::LeaseAuthority> = tokio::task::spawn_blocking(move || {
-            let run_id = run_id_of(&p)?;
-            // With `create`, the folder is made here as the first attempt would make it.
-            let folder = Arc::new(if create {
-                RunDir::create(&p)?
-            } else {
-                RunDir::open(&p)?
-            });
-            authority.connect(folder, run_id, deadline, fence_after)
-        })
-        .await
-        .map_err(|e| RunError::Io(format!("the observer's open panicked: {e}")))??;
+        let held = opts.folder.clone();
+        // The run folder is opened once here (or was, by the caller: `opts.folder`) and
+        // every attempt's open works on that same directory (a duplicate of its
+        // descriptor), never on a second lookup of `path`.
+        let (view_of, held): (Arc<dyn crate::LeaseAuthority>, Arc<RealFs>) =
+            tokio::task::spawn_blocking(move || {
+                // With `create`, the folder is made here as the first attempt would make it.
+                let folder = match held {
+                    Some(f) => {
+                        let run_id = lease_fs::run_id_held(&p, &f)?;
+                        RunDir::in_real(
+                            Arc::new(
+                                f.try_clone()
+                                    .map_err(|e| FsError::io(run_id.as_str(), "dup", "", e))?,
+                            ),
+                            run_id,
+                        )
+                    }
+                    None if create => RunDir::create(&p)?,
+                    None => RunDir::open(&p)?,
+                };
+                let real = folder
+                    .real_fs()
+                    .cloned()
+                    .ok_or_else(|| RunError::Io("the run folder is not on the real disk".into()))?;
+                let run_id = folder.run_id().clone();
+                let view = authority.connect(Arc::new(folder), run_id, deadline, fence_after)?;
+                Ok::<_, RunError>((view, real))
+            })
+            .await
+            .map_err(|e| RunError::Io(format!("the observer's open panicked: {e}")))??;
+        let opts = OpenOptions {
+            folder: Some(held),
+            ..opts
+        };
         let status = |probe: bool| {
             let v = view_of.clone();
             async move {
@@ -383,7 +418,12 @@ where
     // one): no takeover can proceed around it, so nothing is watched and the open below
     // answers OWNER_LOCK_HELD at once, naming what to do (the lock is local to the run
     // folder whatever the authority). A momentary, non-blocking probe.
-    let lock_held_here = watching.is_some() && !probe_owner_lock(path).unwrap_or(true);
+    let lock_held_here = watching.is_some()
+        && !match &opts.folder {
+            Some(f) => probe_owner_lock_in(f),
+            None => probe_owner_lock(path),
+        }
+        .unwrap_or(true);
     let watching = watching.filter(|_| !lock_held_here);
     let mut took_over = None;
     if let Some(h) = watching {
@@ -456,9 +496,10 @@ where
     };
     let run = view_of_run(path);
     let own = |view: &StatusView| {
-        view.head
-            .as_ref()
-            .is_some_and(|h| is_our_own_owner(h.epoch.owner_id.as_str(), path))
+        view.head.as_ref().is_some_and(|h| match &opts.folder {
+            Some(f) => is_our_own_owner_in(h.epoch.owner_id.as_str(), f.root_id()),
+            None => is_our_own_owner(h.epoch.owner_id.as_str(), path),
+        })
     };
     match err.code() {
         Code::OwnerLockHeld => {

@@ -16,5 +16,6 @@
 
 pub use lease_fs::real::shell_quote;
 pub use lease_fs::{
-    FS_ERROR_CODES, Found, FsError, Initialized, RunDir, is_run_folder, run_id_of, this_holder,
+    FS_ERROR_CODES, Found, FsError, Initialized, RealFs, RunDir, is_run_folder, run_id_held,
+    run_id_of, this_holder,
 };

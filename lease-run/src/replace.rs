@@ -155,17 +155,27 @@ impl Replacer {
     fn open(path: &Path, authority: &Authority, lock: bool) -> Result<Replacer, RunError> {
         match authority {
             Authority::RunFolder => {
+                // The folder is opened once (`O_NOFOLLOW|O_DIRECTORY`) and held: the owner
+                // lock, the liveness probe, every record and `run.json` are reached beneath
+                // that descriptor, never by looking `path` up again.
                 let mut dir = RunDir::open(path)?;
+                let held = dir
+                    .real_fs()
+                    .cloned()
+                    .ok_or_else(|| RunError::Io("the run folder is not on the real disk".into()))?;
                 let lock = if lock {
-                    let l = OwnerLock::acquire_timeout(path, RETIRE_LOCK_TIMEOUT).map_err(|e| {
-                        RunError::Io(format!(
-                            "cannot take the owner lock of {}: {e}",
-                            path.display()
-                        ))
-                    })?;
+                    let l =
+                        OwnerLock::acquire_timeout_in(&held, RETIRE_LOCK_TIMEOUT).map_err(|e| {
+                            RunError::from(lease_fs::FsError::io(
+                                dir.run_id().as_str(),
+                                "lock",
+                                lease_fs::lock::LOCK_FILE,
+                                e,
+                            ))
+                        })?;
                     if l.is_some() {
                         // Holding the lock ourselves, its being held is no sign of life.
-                        dir.set_liveness(Arc::new(ProcLiveness::new(path).holding_lock()));
+                        dir.set_liveness(Arc::new(ProcLiveness::in_root(&held).holding_lock()));
                     }
                     l
                 } else {
@@ -444,7 +454,12 @@ impl Replacer {
         // this host from claiming (and writing run.json) meanwhile.
         let mut taken = None;
         if w.state != EpochState::Active && self.lock.is_none() {
-            match OwnerLock::acquire_timeout(&self.path, RETIRE_LOCK_TIMEOUT) {
+            // Beneath the held root of the folder (no second lookup of the run's path).
+            let taking = match folder.real_fs() {
+                Some(held) => OwnerLock::acquire_timeout_in(held, RETIRE_LOCK_TIMEOUT),
+                None => OwnerLock::acquire_timeout(&self.path, RETIRE_LOCK_TIMEOUT),
+            };
+            match taking {
                 Ok(Some(l)) => taken = Some(l),
                 Ok(None) => {
                     return left("another process on this host holds the run's owner lock".into());

@@ -172,7 +172,11 @@ impl Run {
         opts: OpenOptions,
         cancelled: &(dyn Fn() -> bool + Send + Sync),
     ) -> Result<Run, RunError> {
-        let run_id = run_id_of(path)?;
+        // A held folder names itself (`.`, `…/..` by the kernel's name of the held root).
+        let run_id = match &opts.folder {
+            Some(held) => lease_fs::run_id_held(path, held)?,
+            None => run_id_of(path)?,
+        };
         let cx = Ctx {
             path,
             name: path.display().to_string(),
@@ -352,6 +356,7 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
     let cb = &opts.on_step;
     let deadline = opts.step_deadline;
     let (p, create, lock_timeout) = (path.to_path_buf(), opts.create, opts.lock_timeout);
+    let held = opts.folder.clone();
     let (rid, nm) = (run_id.clone(), name.clone());
     let (authority, fence_after) = (opts.authority.clone(), opts.policy.self_fence_after());
     let (dir, lock, auth, root) = timed(
@@ -363,10 +368,14 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
             deadline + lock_timeout,
             move || {
                 let io = |e: std::io::Error| FsError::io(rid.as_str(), "open run folder", &nm, e);
-                let fs = if create {
-                    RealFs::create(&p)
-                } else {
-                    RealFs::open(&p)
+                // The folder is opened once: the caller's held root (a duplicate of its
+                // descriptor: no second lookup of the path), else `path` itself
+                // (`O_NOFOLLOW|O_DIRECTORY`). The owner lock, the records and the store
+                // are all reached beneath this descriptor.
+                let fs = match &held {
+                    Some(f) => f.try_clone(),
+                    None if create => RealFs::create(&p),
+                    None => RealFs::open(&p),
                 };
                 let fs = Arc::new(fs.map_err(|e| {
                     if e.kind() == std::io::ErrorKind::NotFound {

@@ -7,7 +7,9 @@ use crate::authority::Authority;
 use crate::error::RunError;
 use lease_core::TimingPolicy;
 use lease_core::ops::Expectation;
+use lease_fs::RealFs;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Options of [`Run::open`].
@@ -65,6 +67,12 @@ pub struct OpenOptions {
     pub serve_store: bool,
     /// Step timings.
     pub on_step: Option<StepCallback>,
+    /// The run folder, already opened and held (e.g. `RunDir::real_fs` of the folder
+    /// `runlease run` judged): the open works on this very directory through a duplicate
+    /// of its descriptor, never looking the run path up again, and `path` only names the
+    /// run (messages, `RUNLEASE_RUN`, the cgroup's name). `create` does not apply then.
+    /// Default `None`: the open opens `path` itself, once (`O_NOFOLLOW|O_DIRECTORY`).
+    pub folder: Option<Arc<RealFs>>,
 }
 
 impl Default for OpenOptions {
@@ -85,6 +93,7 @@ impl Default for OpenOptions {
             authority: Authority::RunFolder,
             serve_store: true,
             on_step: None,
+            folder: None,
         }
     }
 }
@@ -106,6 +115,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("cgroup", &self.cgroup)
             .field("authority", &self.authority)
             .field("serve_store", &self.serve_store)
+            .field("folder", &self.folder)
             .finish_non_exhaustive()
     }
 }
