@@ -289,9 +289,15 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     // the lease half of the preflight (the log as `verify` checks it, names above the
     // head, the store the chain names).
     lease_run::preflight(&rundir).map_err(CliError::from)?;
-    let abs = std::fs::canonicalize(&opts.dir)
-        .or_else(|_| std::path::absolute(&opts.dir))
-        .unwrap_or_else(|_| opts.dir.clone());
+    // `init_run` opened the folder once (a symlink as its last component refused) and
+    // holds it: the owner's open works on that very directory (`OpenOptions::folder`),
+    // never on a second lookup of the path. The name shown is the argument made absolute
+    // (lexically: no lookup), the one the held folder was opened at.
+    let held = rundir.real_fs().cloned();
+    let abs = held
+        .as_ref()
+        .map(|f| f.root_path().to_path_buf())
+        .unwrap_or_else(|| abs_guess.clone());
     // The observer's view of the lease (the folder itself, or etcd); lease-run opens its
     // own connection for the owner.
     let rundir = crate::common::open_lease(&opts.dir, &opts.authority, Some(rundir))?;
@@ -300,23 +306,27 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::of(Code::IoError, format!("cannot start the runtime: {e}")))?;
-    let r = rt.block_on(run_async(&rundir, &abs, &opts, policy, &argv, &fwd, out));
+    let r = rt.block_on(run_async(
+        &rundir, &abs, held, &opts, policy, &argv, &fwd, out,
+    ));
     signal_handle.close();
     // A blocking step past its deadline must not keep the process alive.
     rt.shutdown_background();
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_async(
     rundir: &Lease,
     abs: &Path,
+    held: Option<Arc<lease_run::folder::RealFs>>,
     opts: &RunOpts,
     policy: TimingPolicy,
     argv: &[String],
     fwd: &Fwd,
     out: Out,
 ) -> Result<i32, CliError> {
-    let (run, how) = acquire(abs, opts, policy, out).await?;
+    let (run, how) = acquire(abs, held, opts, policy, out).await?;
     let lease = run.lease().clone();
     let how = match how {
         Acquired::RetiredDead { from } if lease.generation.get() > from.generation().get() + 1 => {
@@ -797,6 +807,7 @@ impl lease_run::AcquireObserver for Observer {
 /// refusals.
 async fn acquire(
     abs: &Path,
+    held: Option<Arc<lease_run::folder::RealFs>>,
     opts: &RunOpts,
     policy: TimingPolicy,
     out: Out,
@@ -811,8 +822,9 @@ async fn acquire(
         policy,
         authority: opts.authority.clone(),
         // The folder was made a run (or refused) by `init_run`; lease-run must never
-        // create one behind that check.
+        // create one behind that check, and works on the folder it opened.
         create: false,
+        folder: held,
         ..OpenOptions::default()
     };
     let how = Acquire::from_flags(opts.retire_dead, opts.takeover_stale);
