@@ -143,6 +143,58 @@ impl Identity {
     }
 }
 
+/// Maximum length in bytes of a *word* ([`Identity::check_word`]): an owner id or a host
+/// name.
+pub const WORD_MAX_BYTES: usize = 128;
+
+/// Whether `b` may appear in a *word* ([`Identity::check_word`]).
+fn word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'@')
+}
+
+impl Identity {
+    /// `Ok` if this identity is a *word*, the strict form of every identity that reaches a
+    /// suggested command or an operator's screen as a name (owner ids, host names): 1 to
+    /// [`WORD_MAX_BYTES`] ASCII letters, digits and `-_.:@`, starting with a letter or a
+    /// digit. So a word is never taken for an option (no leading `-`), holds nothing a
+    /// shell or a terminal would act on, and reads the same everywhere. Every owner id
+    /// runlease makes is one (`run-<32 hex>`), and so is every host name RFC 1123 allows.
+    /// `Err` says why not, naming `field`; the records refuse such a value when decoded
+    /// (and encoded): `RECORD_INVALID` naming the file.
+    ///
+    /// ```
+    /// use lease_core::Identity;
+    /// let ok = Identity::new("run-0123abcd").unwrap();
+    /// assert!(ok.check_word("owner_id").is_ok());
+    /// let bad = Identity::new("-rf").unwrap();
+    /// assert!(bad.check_word("owner_id").unwrap_err().contains("owner_id"));
+    /// ```
+    pub fn check_word(&self, field: &str) -> Result<(), String> {
+        let s = self.0.as_bytes();
+        let why = if s.len() > WORD_MAX_BYTES {
+            Some(format!("is longer than {WORD_MAX_BYTES} bytes"))
+        } else if !s.first().is_some_and(u8::is_ascii_alphanumeric) {
+            Some("must start with a letter or digit".to_string())
+        } else if !s.iter().copied().all(word_byte) {
+            Some("may hold only ASCII letters, digits and '-', '_', '.', ':', '@'".to_string())
+        } else {
+            None
+        };
+        match why {
+            None => Ok(()),
+            Some(why) => Err(format!("{field} {:?} {why}", self.0)),
+        }
+    }
+
+    /// Validate a *word* ([`Identity::check_word`]), e.g. an owner id given as an argument.
+    pub fn word(what: &'static str, value: impl Into<String>) -> Result<Identity, InvalidValue> {
+        let id = Identity::new(value).map_err(|e| InvalidValue::new(what, e.reason))?;
+        id.check_word(what)
+            .map_err(|reason| InvalidValue::new(what, reason))?;
+        Ok(id)
+    }
+}
+
 impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -318,6 +370,50 @@ mod tests {
             assert!(Identity::new(bad).is_err(), "{bad:?}");
         }
         assert!(Identity::new("x".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn words_are_strict() {
+        for ok in [
+            "run-0123456789abcdef0123456789abcdef",
+            "1b4e28ba-2fa1-41d2-883f-0016d3cca427",
+            "runlease-prune@host-1.example.com:4242",
+            "node_7",
+            "a",
+            &"a".repeat(WORD_MAX_BYTES),
+        ] {
+            assert!(
+                Identity::new(ok).unwrap().check_word("owner_id").is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "-rf",
+            "--expect-owner",
+            ".hidden",
+            "_x",
+            "a b",
+            "$(touch PWNED)",
+            "a;b",
+            "a`b`",
+            "a'b",
+            "a\"b",
+            "a/b",
+            "é",
+            "a\u{202e}b",
+            &"a".repeat(WORD_MAX_BYTES + 1),
+        ] {
+            let e = Identity::new(bad)
+                .unwrap()
+                .check_word("owner_id")
+                .unwrap_err();
+            assert!(e.starts_with("owner_id "), "{e}");
+        }
+        assert_eq!(
+            Identity::word("owner id", "-x").unwrap_err().what(),
+            "owner id"
+        );
+        assert!(Identity::word("owner id", " x").is_err());
     }
 
     #[test]

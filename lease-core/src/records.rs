@@ -31,7 +31,9 @@ impl Holder {
         if self.pid == 0 {
             return Err("holder.pid must be > 0".into());
         }
-        Ok(())
+        // The host is shown to operators as a name (status, refusals): a word, never text
+        // a terminal or a pasted command would act on (issue #28).
+        self.host.check_word("holder.host")
     }
 }
 
@@ -97,6 +99,7 @@ pub struct Observation {
 
 impl RetiredOwner {
     fn check(&self) -> Result<(), String> {
+        self.owner_id.check_word("retired.owner_id")?;
         let Some(o) = &self.observed else {
             return Ok(());
         };
@@ -177,6 +180,9 @@ impl Record for EpochRecord {
     const VERSION: &'static str = "runlease/epoch/1";
 
     fn validate(&self) -> Result<(), String> {
+        // Owner ids reach suggested commands (`takeover --expect-owner ID`): words only,
+        // so one read from a hand-edited record is refused here, never quoted into a step.
+        self.owner_id.check_word("owner_id")?;
         self.holder.check()?;
         match (self.generation.get() == 1, &self.prev_hash) {
             (true, Some(_)) => return Err("generation 1 must have prev_hash null".into()),
@@ -304,6 +310,7 @@ impl Record for HeartbeatRecord {
     const KIND: RecordKind = RecordKind::Heartbeat;
     const VERSION: &'static str = "runlease/heartbeat/1";
     fn validate(&self) -> Result<(), String> {
+        self.owner_id.check_word("owner_id")?;
         if self.count == 0 {
             return Err("count must be >= 1".into());
         }
@@ -339,6 +346,7 @@ impl Record for RetirementRecord {
     const KIND: RecordKind = RecordKind::Retirement;
     const VERSION: &'static str = "runlease/retirement/1";
     fn validate(&self) -> Result<(), String> {
+        self.owner_id.check_word("owner_id")?;
         if self.superseded_by <= self.generation {
             return Err("superseded_by must be above generation".into());
         }
@@ -394,6 +402,8 @@ impl Record for TakeoverIntent {
     const KIND: RecordKind = RecordKind::TakeoverIntent;
     const VERSION: &'static str = "runlease/takeover-intent/1";
     fn validate(&self) -> Result<(), String> {
+        self.expected_owner_id.check_word("expected_owner_id")?;
+        self.taker_owner_id.check_word("taker_owner_id")?;
         self.taker_holder.check()?;
         if self.expected_generation.get().checked_add(1) != Some(self.generation.get()) {
             return Err("generation must be expected_generation + 1".into());
@@ -619,6 +629,7 @@ impl Record for Event {
     const KIND: RecordKind = RecordKind::Event;
     const VERSION: &'static str = "runlease/event/1";
     fn validate(&self) -> Result<(), String> {
+        self.owner_id.check_word("owner_id")?;
         match (self.sequence.get() == 1, &self.prev_hash) {
             (true, Some(_)) => Err("sequence 1 must have prev_hash null".into()),
             (false, None) => Err("prev_hash is required above sequence 1".into()),

@@ -350,6 +350,28 @@ proptest! {
         }
     }
 
+    /// Owner ids and host names are words (`Identity::check_word`, issue #28): a valid
+    /// identity that is not one (shell metacharacters, a leading `-`, spaces, non-ASCII,
+    /// bidi controls, over 128 bytes) is `RECORD_INVALID`, so it never reaches a next step.
+    #[test]
+    fn owner_ids_and_hosts_must_be_words(
+        s in any_sample().prop_filter("has word fields", |s| !s.words.is_empty()),
+        at in any::<Index>(),
+        bad in select(vec![
+            "$(touch PWNED)", "a;b", "`id`", "it's", "a\"b", "-rf", "--expect-owner", "a b",
+            ".x", "_x", "a/b", "é", "a\u{202e}b", "a|b", "a&b", "a>b", "*",
+        ])
+        .prop_map(String::from)
+        .boxed()
+        .prop_union(Just("a".repeat(129)).boxed()),
+    ) {
+        let path = s.words[at.index(s.words.len())];
+        let mut v = s.value.clone();
+        if set_path(&mut v, path, Value::from(bad)) {
+            check_rejected_with(&s, &canonical_value_bytes(&v), "RECORD_INVALID")?;
+        }
+    }
+
     /// Strict decoding: any schema field replaced by arbitrary JSON is rejected
     /// (`RECORD_INVALID`/`SCHEMA_UNSUPPORTED`) unless the result is another canonical record.
     #[test]

@@ -3,7 +3,7 @@
 use crate::mutations::mutation;
 use crate::strategies::{
     DAY_MS, below_max_u64, digest, identity, json, pid, positive_u64, run_id, text, text_char,
-    timestamp, truncate_to, u64_biased,
+    timestamp, truncate_to, u64_biased, word,
 };
 use lease_core::records::DETAIL_MAX_BYTES;
 use lease_core::*;
@@ -49,13 +49,11 @@ fn policy() -> impl Strategy<Value = TimingPolicy> + Clone {
 }
 
 fn holder() -> impl Strategy<Value = Holder> + Clone {
-    (identity(), identity(), pid(), u64_biased()).prop_map(|(host, boot_id, pid, start_time)| {
-        Holder {
-            host,
-            boot_id,
-            pid,
-            start_time,
-        }
+    (word(), identity(), pid(), u64_biased()).prop_map(|(host, boot_id, pid, start_time)| Holder {
+        host,
+        boot_id,
+        pid,
+        start_time,
     })
 }
 
@@ -64,8 +62,8 @@ pub(crate) fn epoch_record() -> impl Strategy<Value = EpochRecord> {
         run_id(),
         positive_u64(),
         0u8..3,
-        identity(),
-        identity(),
+        word(),
+        word(),
         holder(),
         timestamp(),
         policy(),
@@ -158,7 +156,7 @@ pub(crate) fn heartbeat_record() -> impl Strategy<Value = HeartbeatRecord> {
     (
         run_id(),
         positive_u64(),
-        identity(),
+        word(),
         timestamp(),
         positive_u64(),
         proptest::option::of(any::<u64>()),
@@ -184,7 +182,7 @@ pub(crate) fn retirement_record() -> impl Strategy<Value = RetirementRecord> {
             (
                 run_id(),
                 Just(g),
-                identity(),
+                word(),
                 Just(by),
                 u64_biased(),
                 timestamp(),
@@ -218,10 +216,10 @@ pub(crate) fn takeover_intent() -> impl Strategy<Value = TakeoverIntent> {
     (
         run_id(),
         below_max_u64(),
-        identity(),
+        word(),
         timestamp(),
         u64_biased(),
-        identity(),
+        word(),
         holder(),
         timestamp(),
         takeover_mode(),
@@ -359,7 +357,7 @@ pub(crate) fn event() -> impl Strategy<Value = Event> {
         run_id(),
         positive_u64(),
         positive_u64(),
-        identity(),
+        word(),
         identity(),
         json(),
         timestamp(),

@@ -29,6 +29,8 @@ pub(crate) trait Subject: Record + Clone + fmt::Debug + PartialEq + 'static {
     const TIMESTAMPS: Paths;
     /// Identity fields.
     const IDENTITIES: Paths;
+    /// Identity fields that must also be words (`Identity::check_word`: owner ids, hosts).
+    const WORDS: Paths = &[];
 }
 
 const POLICY_U64: [&[&str]; 3] = [
@@ -63,6 +65,7 @@ impl Subject for EpochRecord {
         &["retired", "owner_id"],
         &["seal", "store_id"],
     ];
+    const WORDS: Paths = &[&["owner_id"], &["holder", "host"], &["retired", "owner_id"]];
 }
 
 impl Subject for HeartbeatRecord {
@@ -74,6 +77,7 @@ impl Subject for HeartbeatRecord {
     const U32: Paths = &[];
     const TIMESTAMPS: Paths = &[&["heartbeat_at"]];
     const IDENTITIES: Paths = &[&["owner_id"], &["mono", "clock"]];
+    const WORDS: Paths = &[&["owner_id"]];
 }
 
 impl Subject for RetirementRecord {
@@ -85,6 +89,7 @@ impl Subject for RetirementRecord {
     const U32: Paths = &[];
     const TIMESTAMPS: Paths = &[&["finalized_at"]];
     const IDENTITIES: Paths = &[&["owner_id"], &["finalized_by"]];
+    const WORDS: Paths = &[&["owner_id"]];
 }
 
 impl Subject for TakeoverIntent {
@@ -103,6 +108,11 @@ impl Subject for TakeoverIntent {
         &["taker_owner_id"],
         &["taker_holder", "host"],
         &["taker_holder", "boot_id"],
+    ];
+    const WORDS: Paths = &[
+        &["expected_owner_id"],
+        &["taker_owner_id"],
+        &["taker_holder", "host"],
     ];
 }
 
@@ -126,6 +136,7 @@ impl Subject for RunStatus {
     const U32: Paths = &[&["holder", "pid"]];
     const TIMESTAMPS: Paths = &[&["wake_at"], &["heartbeat_at"], &["updated_at"]];
     const IDENTITIES: Paths = &[&["holder", "host"], &["holder", "boot_id"]];
+    const WORDS: Paths = &[&["holder", "host"]];
 }
 
 impl Subject for CommandRecord {
@@ -148,6 +159,7 @@ impl Subject for Event {
     const U32: Paths = &[];
     const TIMESTAMPS: Paths = &[&["timestamp"]];
     const IDENTITIES: Paths = &[&["owner_id"], &["type"]];
+    const WORDS: Paths = &[&["owner_id"]];
 }
 
 /// One valid record of any kind, type-erased: its canonical bytes, its JSON, and a decoder
@@ -163,6 +175,7 @@ pub(crate) struct Sample {
     pub(crate) u32s: Paths,
     pub(crate) timestamps: Paths,
     pub(crate) identities: Paths,
+    pub(crate) words: Paths,
 }
 
 impl fmt::Debug for Sample {
@@ -198,6 +211,7 @@ fn sample<R: Subject>(record: R) -> Sample {
         u32s: R::U32,
         timestamps: R::TIMESTAMPS,
         identities: R::IDENTITIES,
+        words: R::WORDS,
     }
 }
 

@@ -75,6 +75,19 @@ pub(crate) fn identity() -> impl Strategy<Value = Identity> + Clone {
     .prop_map(fix_identity)
 }
 
+/// A *word* ([`Identity::check_word`]): what owner ids and host names must be (1 to 128
+/// ASCII letters, digits and `-_.:@`, starting with a letter or digit), biased to the
+/// forms runlease writes (`run-<hex>`, UUIDs, host names) and the length bound.
+pub(crate) fn word() -> impl Strategy<Value = Identity> + Clone {
+    prop_oneof![
+        6 => "[A-Za-z0-9][A-Za-z0-9._:@-]{0,23}",
+        1 => "run-[0-9a-f]{32}",
+        1 => "[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+        1 => "[A-Za-z0-9][A-Za-z0-9._:@-]{120,127}",
+    ]
+    .prop_map(|s| Identity::new(s).unwrap_or_else(|e| panic!("bad word strategy: {e}")))
+}
+
 pub(crate) fn run_id() -> impl Strategy<Value = RunId> {
     proptest::string::string_regex("[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
         .unwrap_or_else(|e| panic!("bad regex: {e}"))
