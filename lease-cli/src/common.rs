@@ -303,28 +303,84 @@ pub struct Out {
 /// C1, including ESC of ANSI sequences, CR and LF inside a line; tab is kept) and the
 /// bidirectional controls that reorder what is shown (U+061C, U+200E/F, U+202A–U+202E,
 /// U+2066–U+2069).
-fn terminal_unsafe(c: char) -> bool {
+pub(crate) fn terminal_unsafe(c: char) -> bool {
     (c.is_control() && c != '\t')
         || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// `s` with every character a terminal would interpret ([`terminal_unsafe`]) written as
-/// `\u{…}`: human output shows text from records (a host name, a `run.json` detail, an
-/// event payload), and anyone who can write the run folder chooses that text. JSON output
-/// is not changed (its consumers are programs; serde_json escapes C0 controls itself).
+/// `s` with every character a terminal would interpret ([`terminal_unsafe`]) written
+/// readably: LF as `\n`, CR as `\r`, any other as `\u{…}` (its code point in hex). Human
+/// output shows text from records (a `run.json` detail, an event payload) and paths, and
+/// anyone who can write the run folder chooses that text. A suggested command never needs
+/// this: it is written with [`crate::diagnosis::Quoting::Terminal`], which leaves no such
+/// character in it. JSON output has its own escapes ([`json_text`]).
 pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
     if !s.chars().any(terminal_unsafe) {
         return std::borrow::Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
     for c in s.chars() {
-        if terminal_unsafe(c) {
-            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
-        } else {
-            out.push(c);
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if terminal_unsafe(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Whether `--json` output writes `c` as a `\uXXXX` escape although JSON allows it raw:
+/// DEL and the C1 controls (U+007F–U+009F; serde_json already escapes C0), the
+/// bidirectional controls a terminal or an editor reorders text by (U+061C, U+200E/F,
+/// U+202A–U+202E, U+2066–U+2069) and the line and paragraph separators (U+2028/9), so a
+/// consumer that shows or logs a line sees the escape, never the effect.
+fn json_escaped(c: char) -> bool {
+    matches!(
+        c,
+        '\u{7f}'..='\u{9f}'
+            | '\u{061c}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// serde_json's compact output, with [`json_escaped`] characters as `\uXXXX` too.
+struct SafeJson;
+
+impl serde_json::ser::Formatter for SafeJson {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if json_escaped(c) {
+                w.write_all(&fragment.as_bytes()[start..i])?;
+                // Every such character is in the Basic Multilingual Plane: one escape.
+                write!(w, "\\u{:04x}", u32::from(c))?;
+                start = i + c.len_utf8();
+            }
+        }
+        w.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+/// `v` as the one line `--json` prints (compact, without the LF): serde_json's text, with
+/// DEL, C1 controls, bidi controls and U+2028/9 escaped as well ([`json_escaped`]). The
+/// same value as serde_json's own text, parsed back.
+pub fn json_text(v: &Value) -> String {
+    let mut buf = Vec::with_capacity(256);
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, SafeJson);
+    // Serializing a `Value` into memory cannot fail (its keys are strings).
+    let _ = serde::Serialize::serialize(v, &mut ser);
+    // Only whole UTF-8 characters are written, and escapes are ASCII.
+    String::from_utf8(buf).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 impl Out {
@@ -337,11 +393,13 @@ impl Out {
             .is_ok()
     }
 
-    /// Write one compact JSON object as one line to stdout (unchanged: see
-    /// [`terminal_safe`]).
+    /// Write one compact JSON object as one line to stdout ([`json_text`]: control and
+    /// bidi characters in strings as `\u` escapes).
     pub fn json_line(&self, v: &Value) -> bool {
         let mut o = std::io::stdout().lock();
-        writeln!(o, "{v}").and_then(|()| o.flush()).is_ok()
+        writeln!(o, "{}", json_text(v))
+            .and_then(|()| o.flush())
+            .is_ok()
     }
 
     /// An informational line on stderr (suppressed by `--quiet`).
@@ -375,21 +433,18 @@ fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
     Ok(b)
 }
 
-/// A fresh random owner id in UUID v4 form (unique per acquisition, PROTOCOL.md §1).
+/// A fresh random owner id (unique per acquisition, PROTOCOL.md §1) for `takeover` and
+/// `retire`: `run-` and 128 random bits in 32 lowercase hex digits, the one owner-id form
+/// runlease makes. It is the form `lease_run`'s open makes for `runlease run` (its
+/// `new_owner_id` is private to `run/open.rs`, so this makes the same form here; keep the
+/// two alike). A word ([`lease_core::Identity::check_word`]), as the records require.
 pub fn new_owner_id() -> Result<lease_core::Identity, CliError> {
-    let mut b = random_bytes::<16>()?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    let id = format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    );
-    lease_core::Identity::arg("owner id", id).map_err(CliError::from)
+    let h: String = random_bytes::<16>()?
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
+    lease_core::Identity::word("owner id", format!("run-{h}"))
+        .map_err(|e| CliError::of(Code::IoError, format!("owner id: {e}")))
 }
 
 /// An identity naming this CLI process for records it writes as a maintainer (prune).
@@ -464,9 +519,24 @@ pub fn epoch_state_name(s: EpochState) -> &'static str {
     }
 }
 
-/// Quote a path for a shell command suggestion if it needs it.
+/// A path as one word of a command suggested in human text (to be pasted into a shell:
+/// [`shell_path_as`] with [`Quoting::Terminal`](crate::diagnosis::Quoting::Terminal)).
 pub fn shell_path(p: &Path) -> String {
-    lease_run::folder::shell_quote(p)
+    shell_path_as(p, crate::diagnosis::Quoting::Terminal)
+}
+
+/// A path as one word of a suggested command, quoted as `q` says
+/// ([`crate::diagnosis::quote_word`]). A relative path starting with `-` is written `./-…`
+/// (the same folder), because in prose no `--` stands before it; the argument vectors
+/// ([`crate::diagnosis::next_argv`]) put `--` there instead and keep the path as given.
+pub fn shell_path_as(p: &Path, q: crate::diagnosis::Quoting) -> String {
+    let s = p.display().to_string();
+    let s = if s.starts_with('-') {
+        format!("./{s}")
+    } else {
+        s
+    };
+    crate::diagnosis::quote_word(&s, q)
 }
 
 /// The next step `status` prints: lease-core's [`next_step`](lease_core::diagnose::next_step)
@@ -478,7 +548,12 @@ pub fn status_next_step(
     run_status: &Value,
     folder: &FolderFacts,
 ) -> String {
-    crate::diagnosis::render_next(&status_next(view, run_status, folder), dir)
+    crate::diagnosis::render_next_as(
+        &status_next(view, run_status, folder),
+        dir,
+        None,
+        crate::diagnosis::Quoting::Terminal,
+    )
 }
 
 /// lease-core's one next step for what `status` read (`folder`: [`Lease::folder_facts`]).
@@ -587,7 +662,7 @@ pub fn status_json(
         "expect_heartbeat": expect.as_ref().map(|e| e.heartbeat_at.to_string()),
         "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
         "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
-        "next_step": crate::diagnosis::render_next(&next, dir),
+        "next_step": crate::diagnosis::render_next_as(&next, dir, authority, crate::diagnosis::Quoting::Sh),
         "next_step_argv": crate::diagnosis::next_argv(&next, dir, authority),
         "error": error,
         "run_status": run_status,
@@ -792,13 +867,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn owner_ids_look_like_uuid_v4_and_differ() {
+    fn owner_ids_are_run_and_32_hex_digits_and_differ() {
         let a = new_owner_id().unwrap().to_string();
         let b = new_owner_id().unwrap().to_string();
         assert_ne!(a, b);
         assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
-        assert!("89ab".contains(&a[19..20]));
+        assert!(a.starts_with("run-"), "{a}");
+        assert!(
+            a[4..]
+                .bytes()
+                .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn json_escapes_c1_del_and_bidi_controls() {
+        let v = json!({"s": "a\u{9b}31m\u{7f}\u{202e}gnp\u{2066}\u{200f}\u{61c}\n\u{1b}é中"});
+        let t = json_text(&v);
+        assert_eq!(
+            t,
+            r#"{"s":"a\u009b31m\u007f\u202egnp\u2066\u200f\u061c\n\u001bé中"}"#
+        );
+        assert!(t.is_ascii() || t.chars().all(|c| !json_escaped(c) && !c.is_control()));
+        let back: Value = serde_json::from_str(&t).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn human_text_escapes_controls_readably() {
+        assert_eq!(
+            terminal_safe("a\nb\rc\u{1b}d\u{202e}e\tf"),
+            "a\\nb\\rc\\u{1b}d\\u{202e}e\tf"
+        );
     }
 
     #[test]
@@ -869,5 +970,8 @@ mod tests {
     fn shell_paths_are_quoted_when_needed() {
         assert_eq!(shell_path(Path::new("./demo-run")), "./demo-run");
         assert_eq!(shell_path(Path::new("a b")), "'a b'");
+        assert_eq!(shell_path(Path::new("-rf")), "./-rf");
+        assert_eq!(shell_path(Path::new("$(x)")), "'$(x)'");
+        assert_eq!(shell_path(Path::new("a\nb")), "$'a\\012b'");
     }
 }

@@ -2,7 +2,7 @@
 //! text: each [`Next`] as the command or step an operator types, each [`Finding`] as its
 //! detail line. What a fact means is decided in lease-core; this module only words it.
 
-use crate::common::{held_description, human_ms, shell_path};
+use crate::common::{held_description, human_ms};
 use lease_core::diagnose::{Finding, NamedStore, Next, RunJsonFacts, Subject};
 use lease_core::ops::StatusView;
 use serde_json::Value;
@@ -29,28 +29,96 @@ pub fn run_json_facts(v: &Value) -> RunJsonFacts {
     }
 }
 
-/// A next step as the operator does it, for the run folder `dir`.
+/// How a suggested command is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quoting {
+    /// For a POSIX shell (`sh -c "$next_step"`): every word quoted by [`shlex`] where it
+    /// needs it; a control character stays as it is inside single quotes (which is what
+    /// a shell reads back). The `--json` form.
+    Sh,
+    /// For a terminal, to be pasted: the same, except that a word holding a character a
+    /// terminal would act on (`terminal_unsafe`: controls, bidi overrides) is written as
+    /// `$'...'` with those characters as octal UTF-8 bytes, which bash, zsh, ksh and
+    /// POSIX.1-2024 shells read back exactly, and which shows nothing a terminal acts on.
+    Terminal,
+}
+
+/// One word of a command line, quoted as `q` says (nothing is pasted unquoted: an owner
+/// id, a host or a path is data, never shell text).
+pub fn quote_word(word: &str, q: Quoting) -> String {
+    if q == Quoting::Terminal && word.chars().any(crate::common::terminal_unsafe) {
+        return dollar_quote(word);
+    }
+    // shlex refuses only a NUL byte, which no path or record field holds; `$'\000'`
+    // would end the word in every shell anyway, so say it in the one form that shows it.
+    shlex::try_quote(word).map_or_else(|_| dollar_quote(word), |w| w.into_owned())
+}
+
+/// `word` as `$'...'`: printable ASCII as is (`'` and `\` escaped), every character a
+/// terminal would act on as its UTF-8 bytes in octal (U+202E as `\342\200\256`), the
+/// rest of Unicode as is.
+fn dollar_quote(word: &str) -> String {
+    let mut out = String::from("$'");
+    for c in word.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            c if c == ' ' || c.is_ascii_graphic() => out.push(c),
+            c if !c.is_ascii() && !crate::common::terminal_unsafe(c) => out.push(c),
+            c => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\{b:03o}"));
+                }
+            }
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// An argument vector as one command line, each word quoted by [`quote_word`].
+pub fn command_line(argv: &[String], q: Quoting) -> String {
+    argv.iter()
+        .map(|w| quote_word(w, q))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A next step as the operator does it, for the run folder `dir`, in the `--json` form
+/// ([`Quoting::Sh`]) and without `--authority` (doctor's steps: doctor is folder-only).
 pub fn render_next(next: &Next, dir: &Path) -> String {
-    let d = shell_path(dir);
+    render_next_as(next, dir, None, Quoting::Sh)
+}
+
+/// A next step as the operator does it: a sentence whose command, where the step is one,
+/// is [`next_argv`]'s vector (the same `--authority`, the same `--` before the run
+/// folder) written by [`command_line`] with quoting `q`; nothing taken from a record or a
+/// path is pasted into it as shell text.
+pub fn render_next_as(next: &Next, dir: &Path, authority: Option<&str>, q: Quoting) -> String {
+    let cmd = || {
+        next_argv(next, dir, authority)
+            .map(|argv| command_line(&argv, q))
+            .unwrap_or_default()
+    };
+    // A path in prose (no `--` can protect it there): `shell_path`'s form, `./` before a
+    // leading `-`.
+    let path = |p: &Path| crate::common::shell_path_as(p, q);
     let store = lease_core::layout::STORE_FILE;
     match next {
-        Next::Claim => format!("claim it (runlease run {d} -- COMMAND)"),
+        Next::Claim => format!("claim it (runlease run {} -- COMMAND)", path(dir)),
         Next::Init => format!(
-            "it is not a run and `runlease run` refuses it (RUN_FOLDER_FOREIGN): runlease init {d} lays a run out beside what is there (changing nothing that exists), or use a new folder"
+            "it is not a run and `runlease run` refuses it (RUN_FOLDER_FOREIGN): {} lays a run out beside what is there (changing nothing that exists), or use a new folder",
+            cmd()
         ),
         Next::Wait => "wait, or ask the owner to release".into(),
         Next::WaitForLease => "wait: its etcd lease is alive (the cluster still hears the owner), whatever this host's wall clock says of its heartbeat; a takeover would be refused (76, TAKEOVER_ACTIVE_REFUSED) until that lease expires, stale_after after the owner's last keep-alive (then `runlease status` names the next step); or ask the owner to release".into(),
-        Next::Takeover {
-            owner_id,
-            heartbeat_at,
-        } => format!(
-            "runlease takeover {d} --expect-owner {owner_id} --expect-heartbeat {heartbeat_at}"
-        ),
-        Next::ObserveAgain => format!("runlease status {d} (observe again)"),
-        Next::Retire => format!("runlease retire {d}"),
-        Next::DoctorDoNotTakeOver => format!("runlease doctor {d}; do not take over"),
+        Next::Takeover { .. } | Next::Retire | Next::CleanTemp | Next::Prune => cmd(),
+        Next::ObserveAgain => format!("{} (observe again)", cmd()),
+        Next::DoctorDoNotTakeOver => format!("{}; do not take over", cmd()),
         Next::DoctorBeforeRun => format!(
-            "runlease doctor {d} (the next `runlease run` would refuse this run; doctor names why)"
+            "{} (the next `runlease run` would refuse this run; doctor names why)",
+            cmd()
         ),
         Next::RepairRecord => {
             "repair or restore the named file by hand (keep a copy); do not take over".into()
@@ -59,23 +127,23 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
         Next::RepairCommandRecord => "repair or restore the named file by hand (keep a copy; its command may still run: check its pid); `runlease run` refuses the run until then".into(),
         Next::RestoreLease => "restore lease/ from a backup (keep a copy of what is there now); `runlease run` refuses the run until then".into(),
         Next::VerifyAndRestore => format!(
-            "runlease verify {d} names the first broken link; restore the files from a backup or archive the run"
+            "{} names the first broken link; restore the files from a backup or archive the run",
+            cmd()
         ),
         Next::RestoreStore => format!(
             "restore {store} from the copy the lease chain names (keep what is there now); `runlease run` refuses the run until then"
         ),
         Next::MoveStoreAside => format!(
-            "move {d}/{store} out of the run (keep it if it matters: it was created for another run, and this run's lease chain names no store); the next `runlease run` creates a new one"
+            "move {} out of the run (keep it if it matters: it was created for another run, and this run's lease chain names no store); the next `runlease run` creates a new one",
+            path(&dir.join(store))
         ),
-        Next::CleanTemp => format!("runlease doctor {d} --clean-temp"),
-        Next::Prune => format!("runlease prune {d}"),
         Next::CheckClocks => "check time synchronization on both hosts (PROTOCOL.md §10)".into(),
         Next::PowerLossOrRestoreEvents => "after a power loss this is expected (an event that was never acknowledged vanished; PROTOCOL.md §13); otherwise the log's tail was deleted: restore events/ from a backup".into(),
         Next::StopOrRemoveRecord => "stop the named process yourself if it is this run's old command, or remove the record if it is not (runlease never signals a process it cannot prove it started); `runlease run` refuses the run until then".into(),
         Next::MoveStrays => "move them out of the run folder by hand (every reader ignores them)".into(),
         Next::RepairFirst(then) => format!(
             "repair the error finding(s) first (takeover and retire refuse until then), then: {}",
-            render_next(then, dir)
+            render_next_as(then, dir, authority, q)
         ),
         Next::Nothing => "nothing to do".into(),
         // A step added to lease-core before this renderer learns it: say its name.
@@ -84,49 +152,45 @@ pub fn render_next(next: &Next, dir: &Path) -> String {
 }
 
 /// A next step as an argument vector a script can run as it is (`runlease`, the global
-/// `--authority` when the lease is not in the run folder, the subcommand and its
-/// arguments), or `None` when the step is no single `runlease` command (wait, claim with a
-/// command of your own, a repair by hand, or "repair first").
+/// `--authority` when the lease is not in the run folder, the subcommand, its options,
+/// then `--` and the run folder, so a folder named like an option is never read as one),
+/// or `None` when the step is no single `runlease` command (wait, claim with a command of
+/// your own, a repair by hand, or "repair first"). The sentence of the same step
+/// ([`render_next_as`]) is written from this vector.
 pub fn next_argv(next: &Next, dir: &Path, authority: Option<&str>) -> Option<Vec<String>> {
-    let d = dir.display().to_string();
-    let tail: Vec<String> = match next {
+    // (subcommand and options, whether the lease's authority applies)
+    let (head, with_authority): (Vec<String>, bool) = match next {
         Next::Takeover {
             owner_id,
             heartbeat_at,
-        } => vec![
-            "takeover".into(),
-            d,
-            "--expect-owner".into(),
-            owner_id.clone(),
-            "--expect-heartbeat".into(),
-            heartbeat_at.clone(),
-        ],
-        Next::ObserveAgain => vec!["status".into(), d],
-        Next::Retire => vec!["retire".into(), d],
-        // doctor, verify and prune work on the run folder itself.
-        Next::DoctorDoNotTakeOver | Next::DoctorBeforeRun => {
-            return Some(vec!["runlease".into(), "doctor".into(), d]);
-        }
-        Next::CleanTemp => {
-            return Some(vec![
-                "runlease".into(),
-                "doctor".into(),
-                d,
-                "--clean-temp".into(),
-            ]);
-        }
-        Next::Prune => return Some(vec!["runlease".into(), "prune".into(), d]),
-        // A folder step: no authority.
-        Next::Init => return Some(vec!["runlease".into(), "init".into(), d]),
-        Next::VerifyAndRestore => vec!["verify".into(), d],
+        } => (
+            vec![
+                "takeover".into(),
+                "--expect-owner".into(),
+                owner_id.clone(),
+                "--expect-heartbeat".into(),
+                heartbeat_at.clone(),
+            ],
+            true,
+        ),
+        Next::ObserveAgain => (vec!["status".into()], true),
+        Next::Retire => (vec!["retire".into()], true),
+        Next::VerifyAndRestore => (vec!["verify".into()], true),
+        // doctor, prune and init work on the run folder itself: no authority.
+        Next::DoctorDoNotTakeOver | Next::DoctorBeforeRun => (vec!["doctor".into()], false),
+        Next::CleanTemp => (vec!["doctor".into(), "--clean-temp".into()], false),
+        Next::Prune => (vec!["prune".into()], false),
+        Next::Init => (vec!["init".into()], false),
         _ => return None,
     };
     let mut argv = vec!["runlease".to_string()];
-    if let Some(url) = authority {
+    if let (true, Some(url)) = (with_authority, authority) {
         argv.push("--authority".into());
         argv.push(url.to_string());
     }
-    argv.extend(tail);
+    argv.extend(head);
+    argv.push("--".into());
+    argv.push(dir.display().to_string());
     Some(argv)
 }
 

@@ -372,11 +372,14 @@ fn tour_kill9_status_dead_retire_run_again() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(human.contains("definitely dead"), "{human}");
-    assert!(human.contains(&format!("runlease retire {d}")), "{human}");
+    assert!(
+        human.contains(&format!("runlease retire -- {d}")),
+        "{human}"
+    );
     let f = json_lines(&runlease(&["doctor", "--json", d]));
     assert!(
         f.iter().any(|f| f["code"] == "DEAD_OWNER"
-            && f["next_step"] == format!("runlease retire {d}").as_str()),
+            && f["next_step"] == format!("runlease retire -- {d}").as_str()),
         "{f:?}"
     );
     // `runlease retire ./demo-run`.
@@ -973,7 +976,7 @@ fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
         st["next_step"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("runlease doctor {d}")),
+            .starts_with(&format!("runlease doctor -- {d}")),
         "{st}"
     );
 
@@ -1021,7 +1024,7 @@ fn a_hand_broken_run_json_is_reported_by_status_run_and_doctor_and_kept() {
         st["next_step"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("runlease doctor {d}")),
+            .starts_with(&format!("runlease doctor -- {d}")),
         "{st}"
     );
     let o = runlease(&["run", d, "--", "true"]);

@@ -33,7 +33,7 @@ fn the_next_step_of_a_dead_owner_is_a_retire_that_succeeds_then_a_claim() {
     let s = wait_for_state(&dir, "dead", Duration::from_secs(10));
     assert_eq!(
         s["next_step_argv"],
-        serde_json::json!(["runlease", "retire", d])
+        serde_json::json!(["runlease", "retire", "--", d])
     );
     let o = run_argv(&s["next_step_argv"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
@@ -70,8 +70,12 @@ fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
     let argv = &s["next_step_argv"];
     assert_eq!(argv[1], "takeover", "{s}");
-    assert_eq!(argv[4], s["expect_owner"], "{s}");
-    assert_eq!(argv[6], s["expect_heartbeat"], "{s}");
+    // Options first, then `--` and the run folder (issue #28).
+    assert_eq!(argv[2], "--expect-owner", "{s}");
+    assert_eq!(argv[3], s["expect_owner"], "{s}");
+    assert_eq!(argv[5], s["expect_heartbeat"], "{s}");
+    assert_eq!(argv[6], "--", "{s}");
+    assert_eq!(argv[7], d, "{s}");
     let o = run_argv(argv);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(status_json(&dir)["state"], "free");
@@ -120,7 +124,7 @@ fn doctor_gives_a_vector_only_for_a_runlease_step() {
     let s = status_json(&dir);
     assert_eq!(
         s["next_step_argv"],
-        serde_json::json!(["runlease", "doctor", d])
+        serde_json::json!(["runlease", "doctor", "--", d])
     );
     let o = run_argv(&s["next_step_argv"]);
     assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
@@ -171,7 +175,7 @@ fn the_next_step_of_a_folder_that_is_not_a_run_is_init_and_it_works() {
     assert_eq!(s["state"], "free", "{s}");
     assert_eq!(
         s["next_step_argv"],
-        serde_json::json!(["runlease", "init", d]),
+        serde_json::json!(["runlease", "init", "--", d]),
         "{s}"
     );
     let names: Vec<_> = std::fs::read_dir(&dir)

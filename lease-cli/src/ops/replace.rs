@@ -2,9 +2,11 @@
 
 use crate::common::{
     CliError, Out, Progress, held_description, human_duration, human_ms, name_folder, new_owner_id,
-    shell_path, wall_now,
+    wall_now,
 };
+use crate::diagnosis::{Quoting, command_line, next_argv};
 use lease_core::Code;
+use lease_core::diagnose::Next;
 use lease_core::ops::Expectation;
 use lease_core::{Generation, Identity};
 use lease_run::replace::{Observed, Replacer, RunJsonUpdate};
@@ -28,6 +30,15 @@ pub struct TakeoverOpts {
     pub yes: bool,
 }
 
+/// The command of a step named in a hint, as an operator pastes it: diagnosis's vector
+/// for it (`--` before the run folder, `--authority` where it applies), quoted word by
+/// word; nothing from a record or the path is pasted as shell text.
+fn pasted(next: &Next, dir: &Path, authority: &RunAuthority) -> String {
+    next_argv(next, dir, authority.url().as_deref())
+        .map(|argv| command_line(&argv, Quoting::Terminal))
+        .unwrap_or_default()
+}
+
 /// Observe the owner to replace (liveness probed, the run verified: lease-run's
 /// [`Replacer::observe`]): an invalid record names the repair, a free run is a race
 /// (`free_why` says what there is not to do).
@@ -43,8 +54,8 @@ fn observe_owner(r: &Replacer, dir: &Path, free_why: &str) -> Result<Observed, C
             if matches!(e.code(), Code::RecordInvalid | Code::SchemaUnsupported) =>
         {
             Err(CliError::from(e).with_hint(format!(
-                "nothing may replace the owner until the record is repaired: runlease doctor {}",
-                shell_path(dir)
+                "nothing may replace the owner until the record is repaired: {}",
+                pasted(&Next::DoctorDoNotTakeOver, dir, &RunAuthority::RunFolder)
             )))
         }
         Err(e) => Err(e.into()),
@@ -81,9 +92,16 @@ pub fn takeover(
         (None, None) => {
             let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
             if !o.yes && !interactive {
+                // `runlease [--authority URL] status --json -- DIR`, built as a vector too.
+                let mut status = vec!["runlease".to_string()];
+                if let Some(url) = authority.url() {
+                    status.extend(["--authority".to_string(), url]);
+                }
+                status.extend(["status", "--json", "--"].map(String::from));
+                status.push(dir.display().to_string());
                 return Err(CliError::usage(format!(
-                    "not a terminal: pass --expect-owner and --expect-heartbeat with the values `runlease status --json {}` printed (expect_owner, expect_heartbeat), or --yes to take over exactly what is observed now",
-                    shell_path(dir)
+                    "not a terminal: pass --expect-owner and --expect-heartbeat with the values `{}` printed (expect_owner, expect_heartbeat), or --yes to take over exactly what is observed now",
+                    command_line(&status, Quoting::Terminal)
                 )));
             }
             if !o.yes {
@@ -247,12 +265,13 @@ pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
                 let next = if view.lease_alive() {
                     "its etcd lease is alive: wait for it to expire (stale_after after the owner's last keep-alive), then retire".into()
                 } else if view.is_stale() {
-                    format!(
-                        "it is stale: runlease takeover {} --expect-owner {} --expect-heartbeat {}",
-                        shell_path(dir),
-                        head.epoch.owner_id,
-                        head.heartbeat_at()
-                    )
+                    // The same vector `status` names for a stale owner (owner id and time
+                    // quoted as words, `--` before the folder).
+                    let takeover = Next::Takeover {
+                        owner_id: head.epoch.owner_id.to_string(),
+                        heartbeat_at: head.heartbeat_at().to_string(),
+                    };
+                    format!("it is stale: {}", pasted(&takeover, dir, authority))
                 } else {
                     "wait for it to become stale, then take over".into()
                 };
