@@ -194,8 +194,7 @@ impl Lease {
         // here leaves it unknown; the claim itself reports it.
         let claim_refusal = match view.status {
             Status::Free | Status::Stale | Status::Dead => {
-                let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-                lease_run::diagnosis::claim_refusal(f, head).ok().flatten()
+                lease_run::diagnosis::claim_refusal(f, view).ok().flatten()
             }
             _ => None,
         };

@@ -466,9 +466,11 @@ pub fn next_step(facts: &Facts) -> Next {
     if matches!(facts.view.status, Status::Free) && blocked {
         return Next::DoctorBeforeRun;
     }
-    // A takeover or retirement verifies the run first and refuses what the claim's
-    // preflight refuses: name the repair instead of a step that would be refused.
-    if matches!(facts.view.status, Status::Stale | Status::Dead) && facts.claim_refusal.is_some() {
+    // A takeover or retirement asks the same admission rule as the claim (lease-run's
+    // `admission::judge`): rollback evidence (run.json ahead of the chain) and everything
+    // else it refuses refuse it too. Name the repair instead of a step that would be
+    // refused (issue #28: a retirement on a rolled-back chain issued generations again).
+    if matches!(facts.view.status, Status::Stale | Status::Dead) && blocked {
         return Next::DoctorDoNotTakeOver;
     }
     next_for_view(&facts.view)
@@ -741,13 +743,35 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
             Subject::Message(m) => m == message,
             _ => false,
         });
-        if !reported && *code != Code::RunCommandUnproven {
-            out.push(Finding {
-                code: FindingCode::InvalidRecord,
-                severity: Severity::Error,
-                subject: Subject::Message(message.clone()),
-                next: Next::RepairRecord,
-            });
+        // run.json ahead of the chain is reported above in its own words; the admission
+        // rule's refusal says the same.
+        let ahead = *code == Code::ChainBroken && run_json_ahead(facts).is_some();
+        let store_reported = out.iter().any(|f| {
+            matches!(
+                f.code,
+                FindingCode::StoreMissing | FindingCode::StoreRefused(_)
+            )
+        });
+        if !reported && !ahead && *code != Code::RunCommandUnproven {
+            let (code, next) = match *code {
+                Code::ChainBroken | Code::EventLogGap => {
+                    (FindingCode::BrokenChain, Next::RestoreLease)
+                }
+                c @ (Code::StoreBehindSeal
+                | Code::StoreIdentityMismatch
+                | Code::StoreMissing
+                | Code::StoreCorrupt) => (FindingCode::StoreRefused(c), Next::RestoreStore),
+                _ => (FindingCode::InvalidRecord, Next::RepairRecord),
+            };
+            let dup = matches!(code, FindingCode::StoreRefused(_)) && store_reported;
+            if !dup {
+                out.push(Finding {
+                    code,
+                    severity: Severity::Error,
+                    subject: Subject::Message(message.clone()),
+                    next,
+                });
+            }
         }
     }
     if !facts.stray_names.is_empty() {

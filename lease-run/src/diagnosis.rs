@@ -5,9 +5,8 @@
 
 use crate::error::RunError;
 use crate::run::first_unproven;
-use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::diagnose::{CommandFacts, Facts, RunJsonFacts, VerifyFacts};
-use lease_core::{Code, Dir, FileRef, LeaseOps, RunStatus, Timestamp, decode_for};
+use lease_core::{Code, Dir, FileRef, LeaseOps, RunStatus, Timestamp};
 use lease_fs::RunDir;
 use lease_fs::fs::Fs;
 
@@ -46,12 +45,10 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     facts.run_json = run_json_facts(dir);
     // Command records (read by the next open to reap a killed incarnation's commands):
     // one it cannot read, or one naming a live process it cannot prove ours, refuses it.
-    let mut commands_refusal = None;
     facts.commands = match first_unproven(dir) {
         Ok(None) => CommandFacts::Clean,
         Ok(Some(refusal)) => {
             let message = refusal.code().prefixed(&refusal);
-            commands_refusal = Some((refusal.code(), message.clone()));
             CommandFacts::Unproven { message }
         }
         // Bad data in a record (not I/O, not a folder that is not ours): a finding.
@@ -62,7 +59,6 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
             ) =>
         {
             let message = e.code().prefixed(&e);
-            commands_refusal = Some((e.code(), message.clone()));
             CommandFacts::Invalid { message }
         }
         Err(e) => return Err(e),
@@ -73,21 +69,15 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
     facts.stray_names = dir.stray_names()?;
     facts.adoption_refusal = adoption_refusal(dir);
-    // What the next claim refuses, in the order its preflight checks ([`claim_refusal`]),
-    // from the facts above where they hold it: the verify walk and the command audit are
-    // not repeated, only the layout listing and the names above the head are added.
-    let head = facts.view.head.as_ref().map_or(0, |h| h.generation().get());
-    let verify_refusal = match &facts.verify {
-        VerifyFacts::Failed { code, message } => Some((*code, message.clone())),
+    // What the writer the next step names would refuse: the one admission rule
+    // ([`claim_refusal`], [`crate::admission::judge`]), asked as that writer asks it.
+    // For a live owner, doctor reports what a replacement would be refused (status, which
+    // polls, asks nothing then).
+    let action = match facts.view.status {
+        lease_core::ops::Status::Active => Some(crate::admission::Action::Takeover),
         _ => None,
     };
-    facts.claim_refusal = match crate::run::list_layout(dir) {
-        Err(e) => Some(as_finding(e)?),
-        Ok(()) => match commands_refusal.or(verify_refusal) {
-            Some(r) => Some(r),
-            None => strays_refusal(dir, head)?,
-        },
-    };
+    facts.claim_refusal = refusal_of(dir, &facts.view, action)?;
     Ok(facts)
 }
 
@@ -101,32 +91,55 @@ pub fn adoption_refusal(dir: &RunDir) -> Option<String> {
     }
 }
 
-/// What the next claim of the run folder `dir` would refuse before writing anything,
-/// beyond the lease's state: the open's preflight ([`crate::preflight`]: every protocol
-/// folder listed as the lease lists it, every command record judged), the whole log and
-/// both chains exactly as `runlease verify` checks them, and heartbeats, cutoffs or command
-/// records named above the head generation `head` (0: none). `Ok(None)` when it would
-/// refuse none of these; a data error (65, or 76 for an unprovable command) is
+/// What the writer that `view`'s next step names (a claim of a free run, a retirement of
+/// a dead owner, a takeover of a stale one) would refuse before writing anything, by the
+/// one admission rule ([`crate::admission::judge`]) that writer calls: rollback evidence
+/// (`run.json` unreadable or ahead of the chain, the newest event above the head), the
+/// folder's layout and command records, the whole log and both chains exactly as
+/// `runlease verify` checks them, names above the head, the store the chain names present.
+/// `Ok(None)` when it would refuse none of these, or when no writer would act (a live
+/// owner: the next step is to wait); a data error (65, or 76 for an unprovable command) is
 /// `Some((code, CODE: message))` naming the file; anything else (I/O, a folder that is not
 /// ours) is the error. Read-only; O(n) in the log's length (the verify walk), as the
-/// claim's own preflight is. `status` asks it for a run whose next step would be a claim
-/// or a replacement, so the step it names is one the claim will not refuse.
-pub fn claim_refusal(dir: &RunDir, head: u64) -> Result<Option<(Code, String)>, RunError> {
-    if let Err(e) = crate::preflight(dir) {
-        return as_finding(e).map(Some);
-    }
-    if let Err(e) = dir.verify() {
-        return as_finding(e.into()).map(Some);
-    }
-    strays_refusal(dir, head)
+/// writers' own check is, plus the store's read-only open (`STORE_BEHIND_SEAL` and the
+/// like, as the claim would refuse before it claims).
+pub fn claim_refusal(
+    dir: &RunDir,
+    view: &lease_core::ops::StatusView,
+) -> Result<Option<(Code, String)>, RunError> {
+    refusal_of(dir, view, None)
 }
 
-/// The last check of [`claim_refusal`]: heartbeats, cutoffs or command records named above
-/// the head generation `head`.
-fn strays_refusal(dir: &RunDir, head: u64) -> Result<Option<(Code, String)>, RunError> {
-    let list = |d: Dir| Ok(dir.perform(lease_core::ops::Request::List(d))?);
-    match crate::run::strays_above_in(dir.run_id().as_str(), &list, dir, head) {
-        Ok(()) => Ok(None),
+/// [`claim_refusal`] asked about `action`, or (`None`) about the action the view's next
+/// step names.
+fn refusal_of(
+    dir: &RunDir,
+    view: &lease_core::ops::StatusView,
+    action: Option<crate::admission::Action>,
+) -> Result<Option<(Code, String)>, RunError> {
+    use crate::admission::{Action, BorrowedFolder, Folder, judge, read_run_json};
+    use lease_core::ops::Status;
+    let action = match (action, &view.status) {
+        (Some(a), _) => a,
+        (None, Status::Free | Status::Invalid(_)) => Action::Claim,
+        (None, Status::Dead) => Action::Retire,
+        (None, Status::Stale) => Action::Takeover,
+        (None, Status::Active) => return Ok(None),
+    };
+    let run_json = match read_run_json(dir) {
+        Ok(r) => r,
+        Err(e) => return as_finding(e).map(Some),
+    };
+    let folder = Folder {
+        dir,
+        run_json: &run_json,
+        // The store judged as the claim will judge it, from a snapshot read without the
+        // owner lock (SQLite `immutable`, nothing written): O(store size) for its
+        // quick_check, only for a run whose next step is a claim or a replacement.
+        store_root: dir.real_fs().map(|f| &**f),
+    };
+    match judge(&BorrowedFolder(dir), Some(folder), view.clone(), action) {
+        Ok(_) => Ok(None),
         Err(e) => as_finding(e).map(Some),
     }
 }
@@ -144,6 +157,10 @@ fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
             | Code::EventLogGap
             | Code::RunLayoutInvalid
             | Code::RunCommandUnproven
+            | Code::StoreBehindSeal
+            | Code::StoreIdentityMismatch
+            | Code::StoreMissing
+            | Code::StoreCorrupt
     ) {
         Ok((code, code.prefixed(&e)))
     } else {
@@ -156,18 +173,11 @@ fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
 /// when it cannot be read or decoded. The one reader of `run.json` for observers
 /// (`doctor`'s facts, `status`'s `run_status`).
 pub fn read_run_json(dir: &RunDir) -> Result<Option<RunStatus>, String> {
-    let p = FileRef::RunStatus.path();
-    let bytes = match dir.fs().read(&p, MAX_RECORD_BYTES) {
-        Ok(None) => return Ok(None),
-        Ok(Some(b)) => b,
-        Err(e) => return Err(format!("cannot read {p}: {e}")),
-    };
-    decode_for::<RunStatus>(dir.run_id(), &bytes)
-        .map(Some)
-        .map_err(|e| {
-            let e = e.in_file(&p);
-            e.code().prefixed(&e)
-        })
+    match crate::admission::read_run_json(dir) {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(e.code().prefixed(&e)),
+        Err(e) => Err(format!("cannot read {}: {e}", FileRef::RunStatus.path())),
+    }
 }
 
 /// What `run.json` says, as diagnosis facts ([`read_run_json`]).

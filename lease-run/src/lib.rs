@@ -346,6 +346,8 @@
 #[cfg(not(loom))]
 mod acquire;
 #[cfg(not(loom))]
+pub mod admission;
+#[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
 #[cfg(not(loom))]

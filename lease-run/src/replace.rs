@@ -214,11 +214,16 @@ impl Replacer {
         &*self.auth
     }
 
-    /// Observe the owner at wall time `now` (liveness probed) and verify the run. An
-    /// invalid head is the error (`RECORD_INVALID` and the like: nothing may replace the
-    /// owner until it is repaired); a free run is `None`; then every record and both chains
-    /// are verified (a replacement finalizes the old owner's cutoff over the whole log):
-    /// an unreadable record or a broken chain anywhere is the error (65, naming the file).
+    /// Observe the owner at wall time `now` (liveness probed) and judge the replacement
+    /// by the one admission rule ([`crate::admission::judge`], the rule `runlease run`,
+    /// `status` and `doctor` use): an invalid head is the error (`RECORD_INVALID` and the
+    /// like: nothing may replace the owner until it is repaired); a free run is `None`;
+    /// then rollback evidence (`run.json`, the newest event ahead of the chain:
+    /// `CHAIN_BROKEN`, 65, since a replacement would issue generations a second time), the
+    /// folder's layout and command records, every record and both chains (a replacement
+    /// finalizes the old owner's cutoff over the whole log), names above the head: any
+    /// refusal is the error (65, or 76 for an unprovable command, naming the file), and
+    /// nothing was written.
     pub fn observe(&self, now: Timestamp) -> Result<Option<Observed>, RunError> {
         let view = self.auth.status(now, true)?;
         if let Status::Invalid(e) = &view.status {
@@ -227,8 +232,35 @@ impl Replacer {
         let Some(head) = view.head.clone().filter(Head::is_active) else {
             return Ok(None);
         };
-        self.auth.verify()?;
-        Ok(Some(Observed { view, head }))
+        let action = if self.lock.is_some() {
+            crate::admission::Action::Retire
+        } else {
+            crate::admission::Action::Takeover
+        };
+        let run_json = match &self.folder {
+            Some(f) => Some(crate::admission::read_run_json(f)?),
+            None => None,
+        };
+        let folder = match (&self.folder, &run_json) {
+            (Some(dir), Some(run_json)) => Some(crate::admission::Folder {
+                dir,
+                run_json,
+                // Holding the owner lock (a retirement), the store is judged as the next
+                // claim will judge it; without it (a takeover of a live-looking owner that
+                // may have it open), it is not read.
+                store_root: if self.lock.is_some() {
+                    dir.real_fs().map(|f| &**f)
+                } else {
+                    None
+                },
+            }),
+            _ => None,
+        };
+        let admitted = crate::admission::judge(&*self.auth, folder, view, action)?;
+        Ok(Some(Observed {
+            view: admitted.view,
+            head,
+        }))
     }
 
     /// Retire exactly `owner`'s head if it is definitely dead (`RETIRE_REFUSED_NOT_DEAD`,

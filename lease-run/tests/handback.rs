@@ -430,11 +430,12 @@ fn a_failure_after_the_claim_at_every_step_hands_the_run_back() {
     }
 }
 
-/// A foreign store in place of the sealed one: refused at the `seal` step, after the
-/// claim (the store is opened only once the lease is ours), and handed back with the
-/// seal re-issued, so the sealed store, put back, opens.
+/// A foreign store in place of the sealed one: refused before the claim (issue #28: the
+/// admission rule reads the store without writing, under the owner lock, against the
+/// seal the chain names), so no generation is used up and nothing is written, not even
+/// a `-wal`; the sealed store, put back, opens as the next generation.
 #[test]
-fn a_store_refused_at_the_seal_step_is_handed_back_with_the_seal() {
+fn a_foreign_store_is_refused_before_the_claim_writing_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("seal");
     let other = tmp.path().join("other");
@@ -443,15 +444,26 @@ fn a_store_refused_at_the_seal_step_is_handed_back_with_the_seal() {
     let store = path.join("store/run.sqlite");
     std::fs::rename(&store, tmp.path().join("mine.sqlite")).unwrap();
     std::fs::copy(other.join("store/run.sqlite"), &store).unwrap();
+    let before_head = view(&path).head.unwrap();
+    let before = std::fs::read_dir(path.join("store")).unwrap().count();
+    let run_json = std::fs::read(path.join("run.json")).unwrap();
     let e = open_err(&path, fast());
     assert_eq!(e.code(), Code::StoreIdentityMismatch, "{e}");
     let head = view(&path).head.unwrap();
+    assert_eq!(
+        head.generation(),
+        before_head.generation(),
+        "a claim was made"
+    );
     assert_eq!(head.epoch.state, EpochState::Released);
-    assert!(head.epoch.seal.is_some());
-    let st = read_status(&path);
-    assert_eq!(st.status, RunState::Failed);
+    assert_eq!(
+        std::fs::read_dir(path.join("store")).unwrap().count(),
+        before
+    );
+    assert!(!path.join("store/run.sqlite-wal").exists());
+    assert_eq!(std::fs::read(path.join("run.json")).unwrap(), run_json);
     std::fs::rename(tmp.path().join("mine.sqlite"), &store).unwrap();
-    assert_eq!(open_and_release(&path), 7);
+    assert_eq!(open_and_release(&path), 5);
 }
 
 /// A holder whose process is gone (same boot), so liveness calls its owner dead.
@@ -672,27 +684,36 @@ fn a_crash_between_the_owner_change_and_run_json_is_explained_and_recovers() {
     open_and_release(&path);
 }
 
-/// An unreadable run.json is reported, never repaired: a retirement leaves it as it is
-/// and says why; the run is free all the same.
+/// An unreadable run.json is reported, never repaired, and refuses a replacement as it
+/// refuses a claim (issue #28, one admission rule): without it, whether the lease chain
+/// was rolled back cannot be told. Nothing is written; once it is repaired by hand the
+/// retirement goes ahead.
 #[test]
-fn a_replacement_leaves_an_unreadable_run_json_as_it_is() {
+fn an_unreadable_run_json_refuses_a_replacement_as_it_refuses_a_claim() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("badjson");
     used_run(&path, 0);
     dead_owner(&path);
     std::fs::write(path.join("run.json"), b"{not json\n").unwrap();
+    let head = view(&path).head.unwrap();
     let r = Replacer::for_retire(&path, &Authority::RunFolder).unwrap();
-    let observed = r.observe(now_ts()).unwrap().unwrap();
-    let retired = r
-        .retire(&observed, Identity::new("retirer").unwrap(), now_ts())
-        .unwrap();
-    let RunJsonUpdate::Left { why } = &retired.run_json else {
-        panic!("{:?}", retired.run_json)
-    };
-    assert!(why.contains("RECORD_INVALID"), "{why}");
+    let e = r.observe(now_ts()).unwrap_err();
+    assert_eq!(e.code(), Code::RecordInvalid, "{e}");
+    assert!(e.to_string().contains("run.json"), "{e}");
+    drop(r);
     assert_eq!(
         std::fs::read(path.join("run.json")).unwrap(),
         b"{not json\n"
     );
+    assert_eq!(view(&path).head.unwrap().generation(), head.generation());
+    let e = open_err(&path, fast());
+    assert_eq!(e.code(), Code::RecordInvalid, "the claim: {e}");
+    // Repaired by hand (moved out of the run): the retirement goes ahead.
+    std::fs::remove_file(path.join("run.json")).unwrap();
+    let r = Replacer::for_retire(&path, &Authority::RunFolder).unwrap();
+    let observed = r.observe(now_ts()).unwrap().unwrap();
+    r.retire(&observed, Identity::new("retirer").unwrap(), now_ts())
+        .unwrap();
+    drop(r);
     assert_eq!(view(&path).status, Status::Free);
 }

@@ -1,7 +1,7 @@
 //! Open, in order, each step timed, and its undo.
 
 use super::heartbeat::heartbeat_loop;
-use super::preflight::{Intent, preflight, preflight_lease};
+use super::preflight::{Intent, preflight_lease};
 use super::reap::{reap_cgroups, reap_or_refuse};
 use super::status::{failure_detail, record_fallback, wall_now, write_status_blocking};
 use super::step::{blocking, timed};
@@ -16,14 +16,11 @@ use crate::procs::{Tracked, boottime_ns};
 use crate::sync::lock_std;
 use lease_core::Code;
 use lease_core::LeaseOps;
-use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{
     ClaimParams, Expectation, OwnedLease, ReleaseParams, Request, Response, RetireParams, Status,
     TakeoverParams, TakeoverTrigger,
 };
-use lease_core::{
-    FileRef, Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal, decode_for,
-};
+use lease_core::{Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal};
 use lease_fs::lock::OwnerLock;
 use lease_fs::{FsError, ProcLiveness, RealFs, RunDir, run_id_of, this_holder};
 use lease_sqlite::{Expected, OpenedStore, Store, StoreError};
@@ -422,16 +419,18 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
     })
 }
 
-/// (2) previous run.json; an invalid one is refused and never overwritten. Then the
-/// preflight: the folder ([`preflight`]: the layout, every command record) and the lease
-/// ([`preflight_lease`]: run.json not ahead of the chain; unless the run is held and will
-/// not be replaced, the whole log and both chains as `runlease verify` checks them, no
-/// heartbeat, cutoff or command record above the head, and the store the chain names
-/// present). All of it reads only: a refusal here leaves the run exactly as it was (only
-/// the owner lock is let go by the undo), and no generation is used up.
+/// (2) previous run.json (an invalid one is refused and never overwritten), then the one
+/// admission rule ([`preflight_lease`], [`crate::admission::judge`]): rollback evidence
+/// (run.json, the newest event or the store ahead of the chain); unless the run is held
+/// and will not be replaced, the folder ([`crate::preflight`]: the layout, every command record),
+/// the whole log and both chains as `runlease verify` checks them, no heartbeat, cutoff or
+/// command record above the head, the store the chain names present, and the store
+/// against the seal and floor (read without writing, under the owner lock). All of it
+/// reads only: a refusal here leaves the run exactly as it was (only the owner lock is let
+/// go by the undo), and no generation is used up.
 async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
-    let (dir, auth) = (st.dir.clone(), st.auth.clone());
+    let (dir, auth, st_root) = (st.dir.clone(), st.auth.clone(), st.root.clone());
     let intent = if cx.opts.takeover.is_some() {
         Intent::Takeover
     } else if cx.opts.retire_dead {
@@ -442,16 +441,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     let checked = timed(cb, StepName::ReadStatus, async move {
         let (d, a) = (dir.clone(), auth.clone());
         let (previous, events) = blocking(name, StepName::ReadStatus, deadline, move || {
-            let p = FileRef::RunStatus.path();
-            let bytes = d
-                .fs()
-                .read(&p, MAX_RECORD_BYTES)
-                .map_err(|e| FsError::io(d.run_id().as_str(), "read", &p, e))?;
-            let previous = match bytes {
-                None => None,
-                Some(b) => Some(decode_for::<RunStatus>(d.run_id(), &b).map_err(|e| e.in_file(p))?),
-            };
-            preflight(&d)?;
+            let previous = crate::admission::read_run_json(&d)?;
             // How long the log is (a streamed count), to bound the walk below.
             let events = match a.perform(Request::CountEvents)? {
                 Response::EventCount { count, .. } => count,
@@ -465,8 +455,9 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
         // log is never refused as a hung disk.
         let walk = deadline + Duration::from_millis(events);
         let prev = previous;
+        let root = st_root;
         let checked = blocking(name, StepName::ReadStatus, walk, move || {
-            preflight_lease(&*auth, &dir, prev.as_ref(), intent)
+            preflight_lease(&*auth, &dir, &root, &prev, intent)
         })
         .await?;
         Ok(checked)

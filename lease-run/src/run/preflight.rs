@@ -47,16 +47,9 @@ pub(crate) fn list_layout(dir: &RunDir) -> Result<(), RunError> {
     Ok(())
 }
 
-/// How the open means to change the owner, for [`preflight_lease`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Intent {
-    /// Claim a free run (a held one is refused by the claim itself).
-    Claim,
-    /// Exact takeover of the active head.
-    Takeover,
-    /// Claim, or retire the head first if it is definitely dead.
-    ClaimOrRetireDead,
-}
+/// How the open means to change the owner, for [`preflight_lease`]: the admission rule's
+/// [`Action`](crate::admission::Action).
+pub use crate::admission::Action as Intent;
 
 /// What [`preflight_lease`] found.
 #[derive(Debug, Clone)]
@@ -71,63 +64,36 @@ pub struct Preflighted {
 }
 
 /// The lease half of an open's preflight, on `auth` (the run folder or etcd) with the run
-/// folder `dir` (where `run.json`, command records and the store are), before the claim.
-/// Read-only; each refusal is the error the open returns, and nothing was written:
+/// folder `dir` (where `run.json`, command records and the store are) and its held root
+/// `root` (the open holds the owner lock), before the claim: the one admission rule,
+/// [`crate::admission::judge`], asked about `intent`. Read-only; each refusal is the error
+/// the open returns, and nothing was written. Its checks (the module docs of
+/// [`crate::admission`] list them in order) include `run.json`, the newest event and the
+/// store against the chain (rollback evidence), the whole log and both chains as
+/// `runlease verify` checks them, names above the head, the store the chain names present,
+/// and the store itself against the seal and floor, read without writing.
 ///
-/// 1. the head is readable (`RECORD_INVALID`, 65) and reaches `run.json`'s generation
-///    ([`chain_reaches`]: `CHAIN_BROKEN`, 65);
-/// 2. unless the open cannot change the owner (a held head that `intent` does not
-///    replace: skipped, so waiting on a held run costs no O(n) walk per attempt):
-///    - the event log and both hash chains, by the very call `runlease verify` makes
-///      ([`LeaseOps::verify`]): whatever verify rejects, the open refuses with the same
-///      code (`EVENT_LOG_GAP`, `CHAIN_BROKEN`, `RECORD_INVALID`, `RUN_LAYOUT_INVALID` for a
-///      directory or FIFO named like a record, ...). O(n) in the log's length;
-///    - no heartbeat, cutoff or command record names a generation above the head
-///      ([`strays_above`]: `RUN_LAYOUT_INVALID`, 65): no crash leaves one (each is written
-///      only after its epoch is durable), and the claim would create that very generation
-///      and meet it (a heartbeat it cannot replace, a cutoff that fences it at once);
-///    - the store the chain names is in this folder ([`store_named`]: `STORE_MISSING`,
-///      65): with etcd, a host lacking the run's store refuses here instead of claiming
-///      the lease from the host that has it.
-///
-/// What is not checked here and is still found after the claim (and handed back, released
-/// with the seal): a present store's identity and head against the seal and floor (the
-/// store is opened only once the lease is ours), and anything that changes between this
-/// check and the claim (another host's owner, with etcd).
+/// What is still found only after the claim (and handed back, released with the seal):
+/// a store a crashed owner left with a write-ahead log (only an owner's open replays it),
+/// and anything that changes between this check and the claim (another host's owner,
+/// with etcd).
 pub fn preflight_lease(
     auth: &dyn LeaseAuthority,
     dir: &RunDir,
-    run_json: Option<&RunStatus>,
+    root: &lease_fs::RealFs,
+    run_json: &Result<Option<RunStatus>, LeaseError>,
     intent: Intent,
 ) -> Result<Preflighted, RunError> {
     let view = auth.status(wall_now()?, intent == Intent::ClaimOrRetireDead)?;
-    // An unreadable head is that record's error, not a chain that ends early.
-    if let Status::Invalid(e) = &view.status {
-        return Err(RunError::Lease(e.clone()));
-    }
-    behind(auth, &view, run_json)?;
-    let acting = match (&view.head, intent) {
-        (None, _) => true,
-        (Some(h), _) if !h.is_active() => true,
-        (Some(_), Intent::Takeover) => true,
-        (Some(_), Intent::ClaimOrRetireDead) => view.status == Status::Dead,
-        (Some(_), Intent::Claim) => false,
+    let folder = crate::admission::Folder {
+        dir,
+        run_json,
+        store_root: Some(root),
     };
-    if !acting {
-        return Ok(Preflighted {
-            view,
-            verified: false,
-        });
-    }
-    auth.verify()?;
-    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-    strays_above(auth, dir, head)?;
-    if let Some(h) = &view.head {
-        store_named(dir, h)?;
-    }
+    let admitted = crate::admission::judge(auth, Some(folder), view, intent)?;
     Ok(Preflighted {
-        view,
-        verified: true,
+        view: admitted.view,
+        verified: admitted.verified,
     })
 }
 

@@ -1,0 +1,355 @@
+//! The one admission rule (issue #28): what every writer of a run checks before it writes
+//! anything, and what `status` and `doctor` evaluate read-only to name a next step the
+//! writer will accept.
+//!
+//! Before issue #28 each entry point kept its own subset of the rules (`runlease run`
+//! refused `run.json` ahead of the lease chain, `retire` and `takeover` did not, and issued
+//! generations a second time on a rolled-back chain, making an event its writer had been
+//! told does not count count for good: an I4 violation). Now there is one function,
+//! [`judge`], and the writers differ only in the [`Action`] they ask it about.
+//!
+//! What [`judge`] checks, in this order (each refusal is a typed error naming the run and
+//! the file; nothing has been written when it returns one):
+//!
+//! 1. **the head** is readable (`RECORD_INVALID` / `SCHEMA_UNSUPPORTED`, 65);
+//! 2. **rollback evidence**, for every action: `run.json` cannot be read
+//!    (`RECORD_INVALID`, 65: whether the chain was rolled back cannot be told), `run.json`
+//!    was written by a generation the chain does not reach, the newest event was written by
+//!    a generation above the chain's head, or the store holds a commit fenced by a
+//!    generation above the head (`CHAIN_BROKEN`, 65). No crash produces any of these: an
+//!    owner writes `run.json`, events and commits only after its epoch is durable. A chain
+//!    that ends below them was restored from an older copy or had its newest epochs
+//!    deleted, and a replacement on it would issue generations a second time;
+//! 3. unless the action cannot change the owner (a claim of a held run, refused by the
+//!    claim itself without writing): the folder's layout and every command record
+//!    ([`crate::preflight`]: 65, or 76 for a live command that cannot be proved ours), the
+//!    whole log and both chains as `runlease verify` checks them, no heartbeat, cutoff or
+//!    command record named above the head (65), the store the chain names present
+//!    (`STORE_MISSING`, 65) and the store itself against the seal and floor the chain
+//!    requires, read with SQLite's `immutable` open that writes nothing
+//!    (`STORE_BEHIND_SEAL`, `STORE_IDENTITY_MISMATCH`, `STORE_CORRUPT`, 65). A store with
+//!    a write-ahead log left beside it is not judged here: only an owner's open replays
+//!    it, and that open judges the store after the claim (and hands the run back, released
+//!    with the seal, if it refuses).
+//!
+//! Who asks: `Run::open` (its preflight, holding the owner lock), `Replacer::observe`
+//! (retire holding the owner lock when it could take it, takeover without), and
+//! [`crate::diagnosis::claim_refusal`] for `status` and `doctor`, with the action their
+//! next step would name.
+
+use crate::authority::LeaseAuthority;
+use crate::error::RunError;
+use lease_core::LeaseOps;
+use lease_core::canonical::MAX_RECORD_BYTES;
+use lease_core::diagnose::chain_behind;
+use lease_core::ops::{Request, Response, Status, StatusView};
+use lease_core::{Event, FileRef, LeaseError, RunStatus, Sequence, decode_for};
+use lease_fs::{FsError, RealFs, RunDir};
+
+/// What a writer means to do to the run, for [`judge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Claim a free run (a held one is refused by the claim itself, without writing).
+    Claim,
+    /// Claim, or retire the head first if it is definitely dead (`runlease run`).
+    ClaimOrRetireDead,
+    /// Exact takeover of the active head.
+    Takeover,
+    /// Retirement of a definitely-dead head.
+    Retire,
+}
+
+/// What the run's folder (on this host) gives [`judge`] beyond the lease.
+#[derive(Debug, Clone, Copy)]
+pub struct Folder<'a> {
+    /// The run folder (`run.json`, command records, the store).
+    pub dir: &'a RunDir,
+    /// `run.json` as read by the caller ([`read_run_json`]): `Ok(None)` when there is
+    /// none, the record's error (naming the file) when it cannot be decoded.
+    pub run_json: &'a Result<Option<RunStatus>, LeaseError>,
+    /// The run folder's held root, to read the store beneath it (SQLite `immutable`: no
+    /// lock, nothing written) and judge it; `None`: the store is not read. A writer gives
+    /// it holding the run's kernel owner lock, so no owner on this host has the store
+    /// open; `status` and `doctor` give it without the lock, for a snapshot (an owner that
+    /// has the store open has a write-ahead log beside it, and such a store is not judged:
+    /// see [`judge`]).
+    pub store_root: Option<&'a RealFs>,
+}
+
+/// What [`judge`] admitted.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Admitted {
+    /// The status view it judged.
+    pub view: StatusView,
+    /// Whether the checks of step 3 ran (false only when the action cannot change the
+    /// owner: a claim of a held run).
+    pub verified: bool,
+}
+
+/// Judge `action` on the run whose lease is `auth` and whose folder on this host is
+/// `folder` (none: etcd without a local folder), from the status view `view` (read by the
+/// caller, liveness probed when it matters). Read-only: see the module docs for what is
+/// checked and in which order. `Ok` is the admission; an error is the refusal, with the
+/// same code whichever writer asked.
+pub fn judge(
+    auth: &dyn LeaseAuthority,
+    folder: Option<Folder<'_>>,
+    view: StatusView,
+    action: Action,
+) -> Result<Admitted, RunError> {
+    // 1. An unreadable head is that record's error, not a chain that ends early.
+    if let Status::Invalid(e) = &view.status {
+        return Err(RunError::Lease(e.clone()));
+    }
+    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+    // 2. Rollback evidence.
+    if let Some(f) = folder {
+        run_json_evidence(auth, f.run_json, head)?;
+    }
+    event_evidence(auth, head)?;
+    let acting = match (&view.head, action) {
+        (None, _) => true,
+        (Some(h), _) if !h.is_active() => true,
+        (Some(_), Action::Takeover | Action::Retire) => true,
+        (Some(_), Action::ClaimOrRetireDead) => view.status == Status::Dead,
+        (Some(_), Action::Claim) => false,
+    };
+    if let Some((f, root)) = folder.and_then(|f| f.store_root.map(|r| (f, r))) {
+        store_evidence(auth, f.dir, root, &view, head, acting)?;
+    }
+    if !acting {
+        return Ok(Admitted {
+            view,
+            verified: false,
+        });
+    }
+    // 3. The whole run.
+    if let Some(f) = folder {
+        crate::run::preflight(f.dir)?;
+    }
+    auth.verify()?;
+    if let Some(f) = folder {
+        crate::run::strays_above(auth, f.dir, head)?;
+        if let Some(h) = &view.head {
+            crate::run::store_named(f.dir, h)?;
+        }
+    }
+    Ok(Admitted {
+        view,
+        verified: true,
+    })
+}
+
+/// Read `run.json` beneath the held root of `dir`, never repairing it: the outer error is
+/// an I/O error (the caller's refusal, 74), the inner one a record that cannot be decoded
+/// (naming the file). The one reader of `run.json` for writers and observers.
+pub fn read_run_json(dir: &RunDir) -> Result<Result<Option<RunStatus>, LeaseError>, RunError> {
+    let p = FileRef::RunStatus.path();
+    let bytes = dir
+        .fs()
+        .read(&p, MAX_RECORD_BYTES)
+        .map_err(|e| FsError::io(dir.run_id().as_str(), "read", &p, e))?;
+    Ok(match bytes {
+        None => Ok(None),
+        Some(b) => decode_for::<RunStatus>(dir.run_id(), &b)
+            .map(Some)
+            .map_err(|e| e.in_file(p)),
+    })
+}
+
+/// `run.json` unreadable (65, its own error: whether the chain was rolled back cannot be
+/// told) or ahead of the chain (`CHAIN_BROKEN`).
+fn run_json_evidence(
+    auth: &dyn LeaseAuthority,
+    run_json: &Result<Option<RunStatus>, LeaseError>,
+    head: u64,
+) -> Result<(), RunError> {
+    let written_by = match run_json {
+        Ok(None) => return Ok(()),
+        Ok(Some(r)) => r.generation.get(),
+        Err(e) => return Err(RunError::Lease(e.clone())),
+    };
+    let Some(what) = chain_behind(written_by, head) else {
+        return Ok(());
+    };
+    Err(RunError::Lease(LeaseError::ChainBroken {
+        run: auth.run_id().to_string(),
+        chain: "epoch",
+        at: written_by,
+        detail: format!("{what}; restore lease/ from a backup"),
+    }))
+}
+
+/// The newest event written by a generation above the head (`CHAIN_BROKEN`). Events are
+/// generation-monotone (I13), so the newest one carries the highest generation: one count
+/// and one read, whatever the log's length. An unreadable newest event is left to the
+/// verify walk (which names it); only a decoded one is evidence.
+fn event_evidence(auth: &dyn LeaseAuthority, head: u64) -> Result<(), RunError> {
+    let highest = match auth.perform(Request::CountEvents)? {
+        Response::EventCount { highest, .. } => highest,
+        _ => return Ok(()),
+    };
+    let Some(seq) = Sequence::new(highest) else {
+        return Ok(());
+    };
+    let file = FileRef::Event(seq);
+    let Response::Content(Some(bytes)) = auth.perform(Request::Read(file.clone()))? else {
+        return Ok(());
+    };
+    let Ok(event) = decode_for::<Event>(auth.run_id(), &bytes) else {
+        return Ok(());
+    };
+    let by = event.generation.get();
+    if by <= head {
+        return Ok(());
+    }
+    let chain = if head == 0 {
+        "the lease chain (lease/epochs/) has no epoch".to_string()
+    } else {
+        format!("the lease chain (lease/epochs/) ends at generation {head}")
+    };
+    Err(RunError::Lease(LeaseError::ChainBroken {
+        run: auth.run_id().to_string(),
+        chain: "epoch",
+        at: by,
+        detail: format!(
+            "{} was written by generation {by}, but {chain}: epochs were deleted or lease/ was restored from an older copy, and claiming or replacing the owner would reuse fencing tokens already given out; restore lease/ from a backup",
+            file.path()
+        ),
+    }))
+}
+
+/// The store, read without writing (SQLite `immutable`, under the caller's owner lock):
+/// a commit fenced by a generation above the head is rollback evidence (`CHAIN_BROKEN`);
+/// and, when the action will open the store (`acting`), a store behind the seal or floor
+/// the chain requires, of another identity, or corrupt, is the refusal the owner's open
+/// would give after the claim (65), given before it instead. Nothing to judge: no store,
+/// or a write-ahead log a crashed owner left (only an owner's open replays it; that open
+/// judges the store after the claim, and hands the run back if it refuses).
+fn store_evidence(
+    auth: &dyn LeaseAuthority,
+    dir: &RunDir,
+    root: &RealFs,
+    view: &StatusView,
+    head: u64,
+    acting: bool,
+) -> Result<(), RunError> {
+    use lease_sqlite::{Store, StoreError};
+    let store_dir = match root.open_dir(lease_core::layout::STORE_DIR) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // A store folder that cannot be opened (a symlink, not ours) is the owner's open's
+        // refusal to give, with its code; the preflight's layout check names most.
+        Err(_) => return Ok(()),
+    };
+    let shown = dir.root().join(lease_core::layout::STORE_DIR);
+    let store = match Store::open_read_only_in(
+        auth.run_id(),
+        store_dir,
+        &shown,
+        lease_core::layout::STORE_FILE_NAME,
+    ) {
+        Ok(s) => s,
+        Err(
+            StoreError::Missing { .. } | StoreError::NeedsOwner { .. } | StoreError::Busy { .. },
+        ) => {
+            return Ok(());
+        }
+        Err(e) if !acting => {
+            let _ = e;
+            return Ok(());
+        }
+        Err(e) => return Err(RunError::Store(e)),
+    };
+    let max_token = store.max_token().map_err(RunError::Store)?;
+    if max_token > head {
+        let chain = if head == 0 {
+            "the lease chain (lease/epochs/) has no epoch".to_string()
+        } else {
+            format!("the lease chain (lease/epochs/) ends at generation {head}")
+        };
+        return Err(RunError::Lease(LeaseError::ChainBroken {
+            run: auth.run_id().to_string(),
+            chain: "epoch",
+            at: max_token,
+            detail: format!(
+                "the store ({}) holds commits of generation {max_token}, but {chain}: epochs were deleted or lease/ was restored from an older copy, and claiming or replacing the owner would reuse fencing tokens already given out; restore lease/ from a backup",
+                shown.join(lease_core::layout::STORE_FILE_NAME).display()
+            ),
+        }));
+    }
+    if !acting {
+        return Ok(());
+    }
+    let Some(h) = &view.head else {
+        return Ok(());
+    };
+    // What the next owner's open will require at least: the head's seal and floor, and
+    // for an active head being replaced, the store head its owner reported (the
+    // replacement records it as the floor).
+    let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
+    let reported = h
+        .beat
+        .as_ref()
+        .filter(|_| h.is_active())
+        .and_then(|b| b.store_head)
+        .filter(|&s| s > 0)
+        .map(|s| (s, h.generation()));
+    let floor = match (floor, reported) {
+        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    };
+    let state = store.identity().map_err(RunError::Store)?;
+    lease_core::seal::check_seal(auth.run_id(), seal, floor, &state).map_err(|source| {
+        RunError::Store(StoreError::Lease {
+            file: Some(
+                shown
+                    .join(lease_core::layout::STORE_FILE_NAME)
+                    .display()
+                    .to_string(),
+            ),
+            source,
+        })
+    })
+}
+
+/// A run folder borrowed as the lease's authority, for the observers that hold a
+/// `&RunDir` ([`crate::diagnosis::claim_refusal`]): [`crate::FolderAuthority`] without
+/// the `Arc`.
+#[derive(Debug)]
+pub(crate) struct BorrowedFolder<'a>(pub &'a RunDir);
+
+impl lease_core::transport::Transport for BorrowedFolder<'_> {
+    type Error = RunError;
+    type Bound = std::time::Instant;
+    fn run_id(&self) -> &lease_core::RunId {
+        self.0.run_id()
+    }
+    fn default_bound(&self) -> std::time::Instant {
+        // Unused by the folder: each request is one blocking call.
+        std::time::Instant::now()
+    }
+    fn execute(&self, req: Request, _bound: std::time::Instant) -> Result<Response, RunError> {
+        Ok(lease_core::transport::Transport::execute(self.0, req, ())?)
+    }
+    fn tail_hint(&self) -> &lease_core::transport::TailHint {
+        lease_core::transport::Transport::tail_hint(self.0)
+    }
+    fn begin(&self) -> Result<(), RunError> {
+        Ok(lease_core::transport::Transport::begin(self.0)?)
+    }
+    fn clock_domain(&self) -> Option<lease_core::Identity> {
+        lease_core::transport::Transport::clock_domain(self.0)
+    }
+}
+
+impl LeaseAuthority for BorrowedFolder<'_> {
+    fn describe(&self) -> String {
+        "run folder".into()
+    }
+    fn folder(&self) -> Option<&RunDir> {
+        Some(self.0)
+    }
+}
