@@ -1,0 +1,159 @@
+//! Issue #28: one admission rule for every writer, and `status`/`doctor` naming only a next
+//! step that rule accepts.
+
+mod common;
+
+use common::*;
+use rustix::process::Signal;
+use std::path::Path;
+use std::time::Duration;
+
+/// `cp -a` (the test's own copy of a folder: modes and names kept).
+fn copy_tree(from: &Path, to: &Path) {
+    let o = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cp: {}", text(&o.stderr));
+}
+
+/// The rolled-back chain of issue #28, as it was reported: an owner's late append was
+/// answered 75 (`FENCED`, "event 2 does not count"); a later owner ran and appended
+/// nothing; then `lease/` was restored from a copy taken while the first owner was active,
+/// keeping `events/` and `run.json`. `retire` re-issued generation 2 with a cutoff through
+/// event 2, and `takeover --yes` did the same: the event its writer was told does not count
+/// counted for good (I4). Every writer must refuse it (65, `CHAIN_BROKEN`, nothing written)
+/// and `status` must not name a replacement.
+// PROTOCOL §8, I4 and I7.
+#[test]
+fn a_replacement_on_a_rolled_back_chain_is_refused_by_every_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let (ready, go, rc) = (
+        tmp.path().join("ready"),
+        tmp.path().join("go"),
+        tmp.path().join("rc"),
+    );
+    let script = format!(
+        r#"runlease append "$RUNLEASE_RUN" --type first >/dev/null || exit 9
+touch '{ready}'
+while [ ! -e '{go}' ]; do sleep 0.05; done
+runlease append "$RUNLEASE_RUN" --type late >/dev/null 2>&1
+echo $? > '{rc}.tmp' && mv '{rc}.tmp' '{rc}'"#,
+        ready = ready.display(),
+        go = go.display(),
+        rc = rc.display()
+    );
+    let mut args = vec!["run", d];
+    args.extend(FAST);
+    args.extend(["--", "sh", "-c", &script]);
+    let mut owner = spawn(&args);
+    wait_for_file(&ready, Duration::from_secs(20), "the first append");
+    // The copy of lease/ taken while generation 1 is active.
+    let snapshot = tmp.path().join("lease-copy");
+    copy_tree(&run.join("lease"), &snapshot);
+    // Generation 1's owner stops; an operator takes it over (generation 2) and releases (3).
+    signal(owner.id(), Signal::STOP);
+    let o = runlease(&["takeover", d, "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "takeover: {}", text(&o.stderr));
+    signal(owner.id(), Signal::KILL);
+    let _ = owner.wait();
+    // The fenced command's late append: answered FENCED (75), it does not count.
+    std::fs::write(&go, b"").unwrap();
+    wait_for_file(&rc, Duration::from_secs(20), "the late append");
+    assert_eq!(std::fs::read_to_string(&rc).unwrap().trim(), "75");
+    // A later owner runs and appends nothing (generation 4, released as 5).
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "later run: {}", text(&o.stderr));
+    // lease/ restored from the copy; events/ and run.json kept.
+    std::fs::remove_dir_all(run.join("lease")).unwrap();
+    copy_tree(&snapshot, &run.join("lease"));
+
+    let before = tree(tmp.path());
+    // status names the repair, never a replacement.
+    let s = status_json(&run);
+    let argv: Vec<&str> = s["next_step_argv"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+        .unwrap_or_default();
+    assert!(
+        !argv.contains(&"retire") && !argv.contains(&"takeover") && !argv.contains(&"run"),
+        "status names a replacement on a rolled-back chain: {s}"
+    );
+    assert!(
+        s["next_step"].as_str().unwrap().contains("doctor"),
+        "status does not send to doctor: {s}"
+    );
+    // Every writer refuses with one code, and nothing is written.
+    for args in [
+        vec!["retire", d],
+        vec!["takeover", d, "--yes"],
+        vec!["run", d, "--retire-dead", "--", "true"],
+        vec!["run", d, "--takeover-stale", "--", "true"],
+        vec!["run", d, "--", "true"],
+    ] {
+        let o = runlease(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+        assert!(
+            err.contains("CHAIN_BROKEN") && err.contains("run.json"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(tree(tmp.path()), before, "{args:?} wrote to the run");
+    }
+    // doctor reports it as an error (65) with the repair.
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stdout));
+    let f = json_lines(&o);
+    assert!(
+        f.iter().any(|f| f["code"] == "BROKEN_CHAIN"),
+        "doctor: {f:?}"
+    );
+    assert_eq!(tree(tmp.path()), before, "status or doctor wrote to the run");
+}
+
+/// The newest event written by a generation above the chain's head is rollback evidence
+/// too, when `run.json` and the store say nothing (both gone): the chain cannot have
+/// handed that generation out. Every writer refuses (65), `status` sends to doctor.
+// PROTOCOL §8, I2 and I4.
+#[test]
+fn an_event_above_the_head_refuses_every_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]); // generation 1, released as 2
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let snapshot = tmp.path().join("lease-copy");
+    copy_tree(&run.join("lease"), &snapshot);
+    let o = runlease(&[
+        "run",
+        d,
+        "--",
+        "sh",
+        "-c",
+        r#"runlease append "$RUNLEASE_RUN" --type step >/dev/null"#,
+    ]); // generation 3 appends event 1, released as 4
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    std::fs::remove_dir_all(run.join("lease")).unwrap();
+    copy_tree(&snapshot, &run.join("lease"));
+    std::fs::remove_file(run.join("run.json")).unwrap();
+    // The store is moved out too, so only the event can tell (the store's commits of
+    // generation 3 are evidence of their own).
+    std::fs::remove_dir_all(run.join("store")).unwrap();
+    let before = tree(tmp.path());
+    let s = status_json(&run);
+    assert!(
+        s["next_step"].as_str().unwrap().contains("doctor"),
+        "status: {s}"
+    );
+    for args in [vec!["run", d, "--", "true"], vec!["run", d, "--retire-dead", "--", "true"]] {
+        let o = runlease(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
+        assert!(err.contains("CHAIN_BROKEN"), "{args:?}: {err}");
+        assert_eq!(tree(tmp.path()), before, "{args:?} wrote to the run");
+    }
+}
