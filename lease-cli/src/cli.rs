@@ -271,13 +271,15 @@ Example:
     #[command(after_help = "\
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
 STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT, HEARTBEAT_STAMP_AHEAD, TORN_HEARTBEAT,
-EVENT_LOG_SHORT, STORE_MISSING, RUN_FOLDER_FOREIGN,
+EVENT_LOG_SHORT, STORE_MISSING, RUN_FOLDER_FOREIGN, RUN_NOT_OWNED,
 STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN (and
 TEMP_FILES_REMOVED with --clean-temp). Exit 65 when a finding is an error (INVALID_RECORD,
-BROKEN_CHAIN, STORE_*, COMMAND_UNPROVEN), else 0. The store is never opened (its owner locks it): STORE_MISSING is a
-store the lease chain names that is gone; the other STORE_* codes are the last
-`runlease run`'s refusal, from run.json (every `runlease run` checks the store's head
-against its seal and floor and refuses with 65).
+BROKEN_CHAIN, RUN_NOT_OWNED, STORE_*, COMMAND_UNPROVEN), else 0. Doctor evaluates, read-only,
+the admission rule that run, retire and takeover call before they write: what it reports
+as an error, they refuse. Of a free, dead or stale run it reads the store without
+writing anything (SQLite immutable: no lock, no -shm, no WAL replay) and judges it
+against the seal and floor the lease chain names; a store with a write-ahead log beside
+it is left to the next owner's open.
 
 Example:
   runlease doctor ./demo-run --clean-temp")]

@@ -8,6 +8,33 @@ use rustix::process::Signal;
 use std::path::Path;
 use std::time::Duration;
 
+/// [`tree`] that never opens a FIFO (a read would block): it is recorded as `fifo`.
+fn tree_nb(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
+        use std::os::unix::fs::FileTypeExt;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let t = m.file_type();
+            if t.is_symlink() {
+                let l = std::fs::read_link(&p).unwrap();
+                out.insert(rel, format!("symlink -> {}", l.display()).into_bytes());
+            } else if t.is_dir() {
+                out.insert(rel, b"dir".to_vec());
+                walk(root, &p, out);
+            } else if t.is_fifo() {
+                out.insert(rel, b"fifo".to_vec());
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
 /// `cp -a` (the test's own copy of a folder: modes and names kept).
 fn copy_tree(from: &Path, to: &Path) {
     let o = std::process::Command::new("cp")
@@ -112,7 +139,11 @@ echo $? > '{rc}.tmp' && mv '{rc}.tmp' '{rc}'"#,
         f.iter().any(|f| f["code"] == "BROKEN_CHAIN"),
         "doctor: {f:?}"
     );
-    assert_eq!(tree(tmp.path()), before, "status or doctor wrote to the run");
+    assert_eq!(
+        tree(tmp.path()),
+        before,
+        "status or doctor wrote to the run"
+    );
 }
 
 /// The newest event written by a generation above the chain's head is rollback evidence
@@ -149,11 +180,110 @@ fn an_event_above_the_head_refuses_every_writer() {
         s["next_step"].as_str().unwrap().contains("doctor"),
         "status: {s}"
     );
-    for args in [vec!["run", d, "--", "true"], vec!["run", d, "--retire-dead", "--", "true"]] {
+    for args in [
+        vec!["run", d, "--", "true"],
+        vec!["run", d, "--retire-dead", "--", "true"],
+    ] {
         let o = runlease(&args);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(65), "{args:?}: {err}");
         assert!(err.contains("CHAIN_BROKEN"), "{args:?}: {err}");
         assert_eq!(tree(tmp.path()), before, "{args:?} wrote to the run");
+    }
+}
+
+/// What `run` refuses in the run layer's own entries (a symlinked `store/`, `work/`,
+/// `tmp/` or `owner.lock`; a FIFO at `owner.lock`; an event file of another user),
+/// `status` and `doctor` report, and `status` names no claim (issue #28: they said "free,
+/// claim it" and OK). One code per condition, whichever subcommand meets it; nothing is
+/// written by any of them.
+#[test]
+fn status_and_doctor_report_what_run_refuses_in_the_run_layers_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("file"), b"").unwrap();
+    let mut cases: Vec<(&str, u8)> = vec![
+        ("store", 65),
+        ("work", 65),
+        ("tmp", 65),
+        ("owner.lock", 65),
+        ("fifo owner.lock", 65),
+    ];
+    // An event of another user: only root can make one.
+    let root = rustix::process::geteuid().is_root();
+    if root {
+        cases.push(("foreign event", 77));
+    }
+    for (case, want) in cases {
+        let run = tmp.path().join(format!("run-{}", case.replace(' ', "-")));
+        let d = run.to_str().unwrap();
+        let o = runlease(&[
+            "run",
+            d,
+            "--",
+            "sh",
+            "-c",
+            r#"runlease append "$RUNLEASE_RUN" --type step >/dev/null"#,
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{case}: {}", text(&o.stderr));
+        match case {
+            "fifo owner.lock" => {
+                std::fs::remove_file(run.join("owner.lock")).unwrap();
+                rustix::fs::mknodat(
+                    rustix::fs::CWD,
+                    &run.join("owner.lock"),
+                    rustix::fs::FileType::Fifo,
+                    rustix::fs::Mode::from_raw_mode(0o600),
+                    0,
+                )
+                .unwrap();
+            }
+            "foreign event" => {
+                let ev = run.join("events").join(format!("{:020}.json", 1));
+                std::os::unix::fs::chown(&ev, Some(12345), Some(12345)).unwrap();
+            }
+            name => {
+                let p = run.join(name);
+                let target = if name == "owner.lock" {
+                    outside.join("file")
+                } else {
+                    outside.clone()
+                };
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p).unwrap();
+                } else {
+                    let _ = std::fs::remove_file(&p);
+                }
+                std::os::unix::fs::symlink(&target, &p).unwrap();
+            }
+        }
+        let before = tree_nb(tmp.path());
+        let o = runlease(&["run", d, "--", "true"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(i32::from(want)), "{case}: run: {err}");
+        let code = err
+            .strip_prefix("runlease: ")
+            .and_then(|e| e.split(':').next())
+            .unwrap_or_default()
+            .to_string();
+        let s = status_json(&run);
+        assert!(
+            s["next_step"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("doctor"),
+            "{case}: status names no repair for what run refuses ({code}): {s}"
+        );
+        let o = runlease(&["doctor", "--json", d]);
+        let f = json_lines(&o);
+        assert_eq!(o.status.code(), Some(65), "{case}: doctor: {f:?}");
+        assert!(
+            f.iter().any(|f| f["severity"] == "error"
+                && f["detail"].as_str().unwrap_or_default().contains(&code)),
+            "{case}: doctor does not report {code}: {f:?}"
+        );
+        // retire has nothing to replace (the run is free): it says so, whatever else.
+        assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
     }
 }

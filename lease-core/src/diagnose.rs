@@ -178,6 +178,9 @@ pub enum FindingCode {
     /// The folder is not a run and `runlease run` would not adopt it
     /// (`RUN_FOLDER_FOREIGN`).
     FolderForeign,
+    /// A file or folder in the run is not owned by the user runlease runs as, or is open
+    /// to others (`RUN_NOT_OWNED`): every writer refuses the run (77) until it is fixed.
+    NotOwned,
 }
 
 impl FindingCode {
@@ -200,6 +203,7 @@ impl FindingCode {
             FindingCode::StoreRefused(c) => c.as_str(),
             FindingCode::StrayNames => "STRAY_NAMES",
             FindingCode::FolderForeign => "RUN_FOLDER_FOREIGN",
+            FindingCode::NotOwned => "RUN_NOT_OWNED",
         }
     }
 }
@@ -761,6 +765,7 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                 | Code::StoreIdentityMismatch
                 | Code::StoreMissing
                 | Code::StoreCorrupt) => (FindingCode::StoreRefused(c), Next::RestoreStore),
+                Code::RunNotOwned => (FindingCode::NotOwned, Next::RepairRecord),
                 _ => (FindingCode::InvalidRecord, Next::RepairRecord),
             };
             let dup = matches!(code, FindingCode::StoreRefused(_)) && store_reported;

@@ -184,8 +184,10 @@ fn run_json_evidence(
 
 /// The newest event written by a generation above the head (`CHAIN_BROKEN`). Events are
 /// generation-monotone (I13), so the newest one carries the highest generation: one count
-/// and one read, whatever the log's length. An unreadable newest event is left to the
-/// verify walk (which names it); only a decoded one is evidence.
+/// and one read, whatever the log's length. The verify walk of step 3 refuses such an
+/// event too (its generation has no epoch); this check is O(1) and comes first, before
+/// the action is known to change the owner. An unreadable newest event is left to that
+/// walk (which names it); only a decoded one is evidence.
 fn event_evidence(auth: &dyn LeaseAuthority, head: u64) -> Result<(), RunError> {
     let highest = match auth.perform(Request::CountEvents)? {
         Response::EventCount { highest, .. } => highest,
@@ -195,7 +197,7 @@ fn event_evidence(auth: &dyn LeaseAuthority, head: u64) -> Result<(), RunError> 
         return Ok(());
     };
     let file = FileRef::Event(seq);
-    let Response::Content(Some(bytes)) = auth.perform(Request::Read(file.clone()))? else {
+    let Response::Content(Some(bytes)) = auth.perform(Request::Read(file))? else {
         return Ok(());
     };
     let Ok(event) = decode_for::<Event>(auth.run_id(), &bytes) else {

@@ -32,6 +32,7 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
                     | Code::RecordInvalid
                     | Code::SchemaUnsupported
                     | Code::RunLayoutInvalid
+                    | Code::RunNotOwned
             ) =>
         {
             VerifyFacts::Failed {
@@ -85,7 +86,7 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
 /// `RUN_FOLDER_FOREIGN`), as its message; read only. `None` for a run, an empty folder, or
 /// when it cannot be told (the claim then reports it).
 pub fn adoption_refusal(dir: &RunDir) -> Option<String> {
-    match RunDir::adoption_refusal(dir.root()) {
+    match dir.adoption_refusal_held() {
         Ok(Some(e)) => Some(e.code().prefixed(&e)),
         _ => None,
     }
@@ -144,9 +145,10 @@ fn refusal_of(
     }
 }
 
-/// A refusal of the claim's preflight as a finding (`code`, `CODE: message`) when it is
-/// bad data on disk (65, or 76 for an unprovable command); anything else (I/O, a folder
-/// that is not ours) stays the error.
+/// A refusal of the admission rule as a finding (`code`, `CODE: message`) when it is bad
+/// data on disk (65, 76 for an unprovable command, 77 for a file or folder in the run
+/// that is not ours or open to others); anything else (I/O, a run folder that cannot be
+/// opened) stays the error.
 fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
     let code = e.code();
     if matches!(
@@ -157,6 +159,7 @@ fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
             | Code::EventLogGap
             | Code::RunLayoutInvalid
             | Code::RunCommandUnproven
+            | Code::RunNotOwned
             | Code::StoreBehindSeal
             | Code::StoreIdentityMismatch
             | Code::StoreMissing

@@ -34,7 +34,8 @@ pub fn preflight(dir: &RunDir) -> Result<(), RunError> {
 
 /// The layout half of [`preflight`]: every protocol folder listed as the lease lists it
 /// (the event folder counted), so a misplaced file, a symlinked folder or a bad file named
-/// like a record is its error.
+/// like a record is its error; then the run layer's own entries as the open will meet
+/// them ([`run_entries`]).
 pub(crate) fn list_layout(dir: &RunDir) -> Result<(), RunError> {
     for d in lease_core::Dir::ALL {
         let req = if d == lease_core::Dir::Events {
@@ -44,7 +45,32 @@ pub(crate) fn list_layout(dir: &RunDir) -> Result<(), RunError> {
         };
         dir.perform(req)?;
     }
-    Ok(())
+    run_entries(dir)
+}
+
+/// The run layer's entries of the run folder, judged as the open will meet them (issue
+/// #28: `status` said "free, claim it" and `doctor` OK where `run` refused): `store/`,
+/// `work/` and `tmp/`, when present, are folders of ours that are not symlinks (listed
+/// beneath the held root, trust-checked), and `owner.lock`, when present, is a regular
+/// file of ours that is not a symlink (read the way every record is read: no symlink
+/// followed, nothing but a regular file opened, `O_NONBLOCK`). A symlink, FIFO or misplaced
+/// entry is `RUN_LAYOUT_INVALID` (65), one not ours or open to others `RUN_NOT_OWNED` (77),
+/// naming it; an absent one is fine (the open creates it). Read-only.
+pub(crate) fn run_entries(dir: &RunDir) -> Result<(), RunError> {
+    let run = dir.run_id().as_str();
+    for d in ["store", "work", "tmp"] {
+        match dir.fs().list(d) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(FsError::io(run, "open", d, e).into()),
+        }
+    }
+    let lock = lease_fs::lock::LOCK_FILE;
+    match dir.fs().read(lock, lease_core::canonical::MAX_RECORD_BYTES) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(FsError::io(run, "open", lock, e).into()),
+    }
 }
 
 /// How the open means to change the owner, for [`preflight_lease`]: the admission rule's
