@@ -936,11 +936,11 @@ fn verify_and_doctor_report_a_log_shorter_than_a_finalized_cutoff() {
     assert_eq!(tree(&dir), before, "verify and doctor changed the run");
 }
 
-/// Doctor reports the store without opening it: a sealed store that is gone
-/// (`STORE_MISSING`, from the chain), and the store refusal the last `runlease run` left in
-/// run.json (a foreign store copied in). Each is an error (65) and changes nothing.
+/// Doctor reports the store writing nothing: a sealed store that is gone (`STORE_MISSING`,
+/// from the chain), and a foreign store copied in, judged read-only against the seal as
+/// `run` judges it before claiming. Each is an error (65) and changes nothing.
 #[test]
-fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
+fn doctor_reports_a_missing_or_foreign_store_writing_nothing() {
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
     let o = runlease(&["run", d, "--", "true"]);
@@ -980,7 +980,8 @@ fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
         "{st}"
     );
 
-    // Another run's store copied in: `run` refuses it, doctor reports that refusal.
+    // Another run's store copied in: `run` refuses it before claiming (issue #28: read
+    // without writing, against the seal), and doctor, judging it the same way, reports it.
     let (_tmp2, other) = scratch();
     let od = other.to_str().unwrap();
     assert_eq!(runlease(&["run", od, "--", "true"]).status.code(), Some(0));
@@ -1000,10 +1001,7 @@ fn doctor_reports_a_missing_or_refused_store_without_opening_it() {
     assert_eq!(found.len(), 1, "{f:?}");
     assert_eq!(found[0]["severity"], "error");
     assert!(
-        found[0]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("the last `runlease run`"),
+        found[0]["detail"].as_str().unwrap().contains("run.sqlite"),
         "{found:?}"
     );
     assert_eq!(tree(&dir), before, "doctor changed the run");
