@@ -287,3 +287,45 @@ fn status_and_doctor_report_what_run_refuses_in_the_run_layers_entries() {
         assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
     }
 }
+
+/// `verify` refuses what every writer refuses in the folder's layout (issue #28: it said ok
+/// for a folder in `lease/intents/`, a FIFO named like a command record, `lease/intents` a
+/// file), with the writers' code, and writes nothing.
+#[test]
+fn verify_refuses_the_layout_every_writer_refuses() {
+    let tmp = tempfile::tempdir().unwrap();
+    for case in ["folder in intents", "fifo in commands", "intents a file"] {
+        let run = tmp.path().join(case.replace(' ', "-"));
+        let d = run.to_str().unwrap();
+        let o = runlease(&["run", d, "--", "true"]);
+        assert_eq!(o.status.code(), Some(0), "{case}: {}", text(&o.stderr));
+        match case {
+            "folder in intents" => std::fs::create_dir(
+                run.join("lease/intents/00000000000000000003-00000000000000aa.json"),
+            )
+            .unwrap(),
+            "fifo in commands" => rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &run.join("commands/00000000000000000001-4242.json"),
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap(),
+            _ => {
+                std::fs::remove_dir(run.join("lease/intents")).unwrap();
+                std::fs::write(run.join("lease/intents"), b"").unwrap();
+            }
+        }
+        let before = tree_nb(tmp.path());
+        let o = runlease(&["run", d, "--", "true"]);
+        let run_err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{case}: run: {run_err}");
+        let o = runlease(&["verify", d]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{case}: verify: {err}");
+        let code = |e: &str| e.split(':').nth(1).unwrap_or_default().trim().to_string();
+        assert_eq!(code(&err), code(&run_err), "{case}: {err} / {run_err}");
+        assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
+    }
+}

@@ -317,6 +317,16 @@ fn store_evidence(
     })
 }
 
+/// The layout part of the admission rule's folder check, for readers that must refuse
+/// what the writers refuse (`runlease verify`): every protocol folder listed as the lease
+/// lists it (a folder, FIFO or symlink named like a record, a misplaced file, a symlinked
+/// folder: `RUN_LAYOUT_INVALID`, 65) and the run layer's own entries (`store/`, `work/`,
+/// `tmp/`, `owner.lock`: 65, or `RUN_NOT_OWNED`, 77). Read-only; command records are only
+/// listed here, not judged against `/proc` (the writers' check adds that).
+pub fn check_layout(dir: &RunDir) -> Result<(), RunError> {
+    crate::run::list_layout(dir)
+}
+
 /// A run folder borrowed as the lease's authority, for the observers that hold a
 /// `&RunDir` ([`crate::diagnosis::claim_refusal`]): [`crate::FolderAuthority`] without
 /// the `Arc`.

@@ -18,12 +18,18 @@ struct Finding {
     next_argv: Option<Vec<String>>,
 }
 
-/// `runlease verify DIR`: both hash chains; 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
-/// records.
+/// `runlease verify DIR`: both hash chains, and the folder's layout as every writer judges
+/// it (`lease_run::admission::check_layout`); 65 on `CHAIN_BROKEN`/`EVENT_LOG_GAP`/invalid
+/// records/`RUN_LAYOUT_INVALID`, 77 on a file that is not ours.
 pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
     let r = run.verify()?;
+    // What every writer refuses in the folder's layout, verify refuses too (issue #28: it
+    // said ok for a folder in lease/intents/, a FIFO in commands/, lease/intents a file).
+    if let Some(folder) = &opened.folder {
+        lease_run::admission::check_layout(folder)?;
+    }
     let strays: Vec<u64> = r.strays.iter().map(|g| g.get()).collect();
     if out.json {
         out.json_line(&json!({

@@ -26,7 +26,7 @@ pub use crate::procs::INCARNATION_VAR;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
 pub use preflight::{chain_reaches, preflight};
-pub(crate) use preflight::{listed, store_named, strays_above};
+pub(crate) use preflight::{list_layout, listed, store_named, strays_above};
 pub use reap::{CommandAudit, CommandState, audit_commands};
 pub use release::FinalStatus;
 pub use signals::{CommandSignaller, Served};
