@@ -70,6 +70,7 @@ pub mod mem;
 pub mod ops;
 pub mod policy;
 pub mod records;
+pub mod rollback;
 pub mod seal;
 pub mod time;
 pub mod transport;
