@@ -121,3 +121,34 @@ fn an_empty_wal_holds_nothing_and_is_read_past() {
     drop(r);
     assert_eq!(snapshot(tmp.path()), before);
 }
+
+#[test]
+fn a_leftover_temp_name_of_the_store_is_left_and_nothing_is_written() {
+    // A creation that crashed between its link and its unlink leaves the store's temp
+    // name: the owner's open removes it (and fsyncs store/); the reader that writes
+    // nothing leaves it (issue #28: it removed it and fsynced store/). Another name of
+    // the file that is not such a temp name is still refused.
+    let tmp = tempfile::tempdir().unwrap();
+    let path = sealed(tmp.path());
+    let temp = tmp.path().join("store/.tmp-4242-store-00112233aabbccdd");
+    std::fs::hard_link(&path, &temp).unwrap();
+    let before = snapshot(tmp.path());
+    let r = Store::open_read_only(&run(), &path).unwrap();
+    assert_eq!(r.head().unwrap(), 2);
+    assert_eq!(r.get("a/2").unwrap().unwrap().value, b"two".to_vec());
+    drop(r);
+    assert_eq!(snapshot(tmp.path()), before, "the read wrote nothing");
+    assert!(temp.exists());
+    // A second name that is not the store's temp name: refused, unchanged.
+    std::fs::hard_link(&path, tmp.path().join("store/copy.sqlite")).unwrap();
+    let before = snapshot(tmp.path());
+    let e = Store::open_read_only(&run(), &path).unwrap_err();
+    assert_refused(&e, "STORE_CORRUPT", &path);
+    assert_eq!(snapshot(tmp.path()), before);
+    // The owner's open removes the temp name.
+    std::fs::remove_file(tmp.path().join("store/copy.sqlite")).unwrap();
+    let s = open_store(&path);
+    assert_eq!(s.head().unwrap(), 2);
+    drop(s);
+    assert!(!temp.exists());
+}

@@ -100,30 +100,51 @@ fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreEr
         .map_err(|e| ctx.io("fsync (new store)", e))
 }
 
+/// What [`check_single_name`] does with a leftover temp name of the store's inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TempNames {
+    /// Remove it (`unlinkat`, then one fsync of the folder): the owner's open.
+    Remove,
+    /// Leave it and count it as the store's own name: the read-only open, which writes
+    /// nothing (issue #28: it removed the name and fsynced `store/`). Reading through
+    /// `name` is unaffected: with `immutable` SQLite reads the database file alone, never
+    /// a WAL found by name; the next owner's open removes the temp name.
+    Tolerate,
+}
+
 /// A store file must have exactly one name: SQLite finds the WAL by the name it opened the
 /// file under, so a store reached through another hard link would miss (and later clash
 /// with) the commits in the WAL. The only second name this crate makes is the temp name it
 /// creates a store under, which a crash between `link` and `unlink` can leave behind: such
-/// a `.tmp-*` sibling with the same inode is removed here. Any other extra link is refused.
+/// a `.tmp-*` sibling with the same inode is removed here ([`TempNames::Remove`]) or, by a
+/// reader that writes nothing, left and not counted ([`TempNames::Tolerate`]). Any other
+/// extra link is refused.
 pub(super) fn check_single_name(
     ctx: &Ctx<'_>,
     dir: &Folder,
     name: &str,
     meta: &Stat,
+    temps: TempNames,
 ) -> Result<(), StoreError> {
     let entries = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
     let mut removed = false;
+    let mut tolerated: u64 = 0;
     for entry in entries {
         let Some(entry) = entry.to_str().filter(|n| n.starts_with(TEMP_PREFIX)) else {
             continue;
         };
         let same = matches!(dir.lstat(entry), Ok(Some(m)) if folder::key(&m) == folder::key(meta));
-        if same {
-            match dir.unlink(entry) {
-                Ok(()) => removed = true,
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(ctx.io("remove (leftover temp name)", e)),
-            }
+        if !same {
+            continue;
+        }
+        if temps == TempNames::Tolerate {
+            tolerated += 1;
+            continue;
+        }
+        match dir.unlink(entry) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(ctx.io("remove (leftover temp name)", e)),
         }
     }
     if removed {
@@ -138,14 +159,15 @@ pub(super) fn check_single_name(
     // A FUSE file system (and some network ones) caches attributes for about a second: a
     // link count read right after another process removed a name can be the old one.
     // Before refusing, look again for up to 1.5 s; a real second name stays.
+    let names = |st: &Stat| st.st_nlink.saturating_sub(tolerated);
     for wait_ms in [20u64, 80, 200, 400, 800] {
-        if now.st_nlink <= 1 {
+        if names(&now) <= 1 {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(wait_ms));
         now = stat_now()?;
     }
-    if now.st_nlink > 1 {
+    if names(&now) > 1 {
         return Err(ctx.corrupt(format!(
             "the file has {} hard links; a store file must have exactly one name (SQLite finds its WAL by name, so another name would miss acknowledged commits)",
             now.st_nlink

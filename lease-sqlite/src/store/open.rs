@@ -1,7 +1,7 @@
 //! Opening a store: the folder, the file's kind and header, the registry, SQLite's
 //! lock and checks, the durability settings, the expected identity.
 
-use super::create::{check_single_name, create_store};
+use super::create::{TempNames, check_single_name, create_store};
 use super::sqlite::{apply_durability, connect, sqlite_err, wal_name};
 use super::validate::validate;
 use super::{Inner, OpenOptions, OpenedStore, Store};
@@ -143,7 +143,7 @@ impl Store {
         // A store this open just created has one name whatever the link count says (a
         // FUSE file system can report the count from before the temp name was removed).
         if meta.st_nlink > 1 && created != Some(key) {
-            check_single_name(ctx, &dir, name, &meta)?;
+            check_single_name(ctx, &dir, name, &meta, TempNames::Remove)?;
         }
         let wal_len = lstat(&wal_name(name))?.map(|m| m.st_size);
         header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;

@@ -12,7 +12,7 @@
 //! (lease-run takes the run's kernel owner lock first); the open re-checks that no `-wal`
 //! appeared and that the name is still the file it checked.
 
-use super::create::check_single_name;
+use super::create::{TempNames, check_single_name};
 use super::open::{held_folder, name_and_parent, open_parent};
 use super::sqlite::{sqlite_err, wal_name};
 use super::validate::validate;
@@ -120,7 +120,7 @@ fn read_only_in_folder(
         detail: "this process already has it open; only one connection per store file per process is allowed".into(),
     })?;
     if meta.st_nlink > 1 {
-        check_single_name(ctx, &dir, name, &meta)?;
+        check_single_name(ctx, &dir, name, &meta, TempNames::Tolerate)?;
     }
     // An empty WAL (an owner killed before its first write since its last checkpoint)
     // holds no frame: the database file alone is the whole store.
