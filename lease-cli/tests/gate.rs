@@ -329,3 +329,54 @@ fn verify_refuses_the_layout_every_writer_refuses() {
         assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
     }
 }
+
+/// A stray carrying a record's name in `lease/epochs/` (a folder, FIFO or symlink): `status`
+/// and `doctor` printed only an error object (issue #28). Now `status` says `invalid` with
+/// the refusal's code, names doctor and no replacement; doctor reports it as a finding with
+/// its repair; `run` refuses with the same code; nothing is written.
+#[test]
+fn a_stray_named_like_an_epoch_is_a_state_a_finding_and_one_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    for kind in ["folder", "fifo", "symlink"] {
+        let run = tmp.path().join(kind);
+        let d = run.to_str().unwrap();
+        let o = runlease(&["run", d, "--", "true"]);
+        assert_eq!(o.status.code(), Some(0), "{kind}: {}", text(&o.stderr));
+        let stray = epoch_file(&run, 3);
+        match kind {
+            "folder" => std::fs::create_dir(&stray).unwrap(),
+            "fifo" => rustix::fs::mknodat(
+                rustix::fs::CWD,
+                &stray,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap(),
+            _ => std::os::unix::fs::symlink(epoch_file(&run, 2), &stray).unwrap(),
+        }
+        let before = tree_nb(tmp.path());
+        let o = runlease(&["status", "--json", d]);
+        assert_eq!(o.status.code(), Some(0), "{kind}: {}", text(&o.stdout));
+        let s = &json_lines(&o)[0];
+        assert_eq!(s["state"], "invalid", "{kind}: {s}");
+        assert_eq!(s["error"]["code"], "RUN_LAYOUT_INVALID", "{kind}: {s}");
+        assert_eq!(s["next_step_argv"][1], "doctor", "{kind}: {s}");
+        let o = runlease(&["doctor", "--json", d]);
+        assert_eq!(o.status.code(), Some(65), "{kind}");
+        let f = json_lines(&o);
+        assert!(
+            f.iter().any(|f| f["severity"] == "error"
+                && f["detail"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("RUN_LAYOUT_INVALID")),
+            "{kind}: {f:?}"
+        );
+        let o = runlease(&["run", d, "--", "true"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(65), "{kind}: {err}");
+        assert!(err.contains("RUN_LAYOUT_INVALID"), "{kind}: {err}");
+        assert_eq!(tree_nb(tmp.path()), before, "{kind}: something was written");
+    }
+}

@@ -299,6 +299,19 @@ pub enum LeaseError {
         /// What went wrong.
         detail: String,
     },
+    /// A path of the lease's layout is not what the layout says (a folder, FIFO or symlink
+    /// named like a record, a misplaced file): the transport's refusal
+    /// (`RUN_LAYOUT_INVALID`), carried as the judgement of a status read so observers
+    /// report a state (`invalid`) and the repair instead of only the error.
+    #[error("run {run}: {path}: {detail}")]
+    LayoutInvalid {
+        /// The run.
+        run: String,
+        /// The path, relative to the run root.
+        path: String,
+        /// What is wrong and the fix.
+        detail: String,
+    },
 }
 
 fn file_suffix(file: &Option<String>) -> String {
@@ -340,6 +353,7 @@ impl LeaseError {
             LeaseError::StoreIdentityMismatch { .. } => Code::StoreIdentityMismatch,
             LeaseError::ProtocolViolation { .. } => Code::ProtocolViolation,
             LeaseError::ConcurrentChange { .. } => Code::ConcurrentChange,
+            LeaseError::LayoutInvalid { .. } => Code::RunLayoutInvalid,
         }
     }
 
@@ -389,4 +403,5 @@ pub const ERROR_CODES: &[Code] = &[
     Code::RunDeadRequiresRetirement,
     Code::TakeoverActiveRefused,
     Code::RetireRefusedNotDead,
+    Code::RunLayoutInvalid,
 ];

@@ -317,6 +317,32 @@ fn store_evidence(
     })
 }
 
+/// The status view of the run's lease, read at wall time `now` (liveness probed when
+/// `probe`), for observers (`status`, `doctor`): a lease folder whose layout the
+/// transport refuses (a folder, FIFO or symlink named like an epoch: `RUN_LAYOUT_INVALID`)
+/// is judged `invalid` with that refusal ([`LeaseError::LayoutInvalid`]), so the observer
+/// reports a state, the finding and the repair, as it does for an unreadable record,
+/// instead of only an error (issue #28). Every other error stays the error. Read-only; the
+/// writers meet the same refusal with the same code.
+pub fn status_view(
+    auth: &dyn LeaseAuthority,
+    now: lease_core::Timestamp,
+    probe: bool,
+) -> Result<StatusView, RunError> {
+    match auth.status(now, probe) {
+        Err(RunError::Fs(FsError::LayoutInvalid { run, path, detail })) => Ok(StatusView {
+            status: Status::Invalid(LeaseError::LayoutInvalid { run, path, detail }),
+            head: None,
+            age_ms: None,
+            mono_age_ms: None,
+            mono_ahead_ms: None,
+            liveness: None,
+            authority_lease: None,
+        }),
+        other => other,
+    }
+}
+
 /// The layout part of the admission rule's folder check, for readers that must refuse
 /// what the writers refuse (`runlease verify`): every protocol folder listed as the lease
 /// lists it (a folder, FIFO or symlink named like a record, a misplaced file, a symlinked

@@ -19,7 +19,7 @@ pub const TEMP_MIN_AGE_SECS: u64 = 60;
 /// record, an unprovable command) is a fact; anything else (I/O, a folder that is not
 /// ours) is the error.
 pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
-    let view = dir.status(now, true)?;
+    let view = crate::admission::status_view(&crate::admission::BorrowedFolder(dir), now, true)?;
     let mut facts = Facts::of_view(view);
     facts.temp_files = count_temp_files(&**dir.fs());
     facts.verify = match dir.verify() {

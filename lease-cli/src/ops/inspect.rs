@@ -4,7 +4,6 @@ use crate::common::{
     CliError, Lease, Out, human_ms, open_lease, status_human, status_json, wall_now,
 };
 use lease_core::Code;
-use lease_core::LeaseOps;
 use lease_core::ops::StatusView;
 use lease_run::Authority as RunAuthority;
 use serde_json::json;
@@ -17,7 +16,9 @@ fn read_status(dir: &Path, authority: &RunAuthority) -> Result<(Lease, StatusVie
         // run.json and owner.lock of another uid or open to others: refused (77), not read.
         f.check_root_files()?;
     }
-    let view = run.auth.status(wall_now()?, true)?;
+    // A lease folder whose layout is refused reads as `invalid` with that refusal (a state,
+    // a finding and a repair), not only an error (issue #28).
+    let view = lease_run::admission::status_view(&*run.auth, wall_now()?, true)?;
     Ok((run, view))
 }
 
