@@ -41,8 +41,8 @@ use crate::authority::LeaseAuthority;
 use crate::error::RunError;
 use lease_core::LeaseOps;
 use lease_core::canonical::MAX_RECORD_BYTES;
-use lease_core::diagnose::chain_behind;
 use lease_core::ops::{Request, Response, Status, StatusView};
+use lease_core::rollback::Evidence;
 use lease_core::{Event, FileRef, LeaseError, RunStatus, Sequence, decode_for};
 use lease_fs::{FsError, RealFs, RunDir};
 
@@ -104,11 +104,37 @@ pub fn judge(
         return Err(RunError::Lease(e.clone()));
     }
     let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-    // 2. Rollback evidence.
-    if let Some(f) = folder {
-        run_json_evidence(auth, f.run_json, head)?;
+    // 2. Rollback evidence: the facts gathered here, the decision lease-core's
+    // (`rollback_evidence`, the one the model checker's actors make too).
+    let run_json = match folder.map(|f| f.run_json) {
+        // Unreadable: whether the chain was rolled back cannot be told (65, its error).
+        Some(Err(e)) => return Err(RunError::Lease(e.clone())),
+        Some(Ok(r)) => r.as_ref().map(|r| r.generation.get()),
+        None => None,
+    };
+    let event = newest_event(auth)?;
+    let store = match folder.and_then(|f| f.store_root.map(|r| (f, r))) {
+        Some((f, root)) => store_snapshot(auth, f.dir, root)?,
+        None => None,
+    };
+    let token = match &store {
+        Some((s, _)) => Some(s.max_token().map_err(RunError::Store)?),
+        None => None,
+    };
+    let newest = event.as_ref().map(|(g, _)| *g);
+    if let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) {
+        let named = match (&ev, &store, &event) {
+            (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
+            (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
+            _ => String::new(),
+        };
+        return Err(RunError::Lease(LeaseError::ChainBroken {
+            run: auth.run_id().to_string(),
+            chain: "epoch",
+            at: ev.generation(),
+            detail: format!("{ev}{named}; restore lease/ from a backup"),
+        }));
     }
-    event_evidence(auth, head)?;
     let acting = match (&view.head, action) {
         (None, _) => true,
         (Some(h), _) if !h.is_active() => true,
@@ -116,8 +142,8 @@ pub fn judge(
         (Some(_), Action::ClaimOrRetireDead) => view.status == Status::Dead,
         (Some(_), Action::Claim) => false,
     };
-    if let Some((f, root)) = folder.and_then(|f| f.store_root.map(|r| (f, r))) {
-        store_evidence(auth, f.dir, root, &view, head, acting)?;
+    if let (Some((store, file)), true) = (&store, acting) {
+        store_against_chain(auth, store, file, &view)?;
     }
     if !acting {
         return Ok(Admitted {
@@ -159,138 +185,78 @@ pub fn read_run_json(dir: &RunDir) -> Result<Result<Option<RunStatus>, LeaseErro
     })
 }
 
-/// `run.json` unreadable (65, its own error: whether the chain was rolled back cannot be
-/// told) or ahead of the chain (`CHAIN_BROKEN`).
-fn run_json_evidence(
-    auth: &dyn LeaseAuthority,
-    run_json: &Result<Option<RunStatus>, LeaseError>,
-    head: u64,
-) -> Result<(), RunError> {
-    let written_by = match run_json {
-        Ok(None) => return Ok(()),
-        Ok(Some(r)) => r.generation.get(),
-        Err(e) => return Err(RunError::Lease(e.clone())),
-    };
-    let Some(what) = chain_behind(written_by, head) else {
-        return Ok(());
-    };
-    Err(RunError::Lease(LeaseError::ChainBroken {
-        run: auth.run_id().to_string(),
-        chain: "epoch",
-        at: written_by,
-        detail: format!("{what}; restore lease/ from a backup"),
-    }))
-}
-
-/// The newest event written by a generation above the head (`CHAIN_BROKEN`). Events are
-/// generation-monotone (I13), so the newest one carries the highest generation: one count
-/// and one read, whatever the log's length. The verify walk of step 3 refuses such an
-/// event too (its generation has no epoch); this check is O(1) and comes first, before
-/// the action is known to change the owner. An unreadable newest event is left to that
-/// walk (which names it); only a decoded one is evidence.
-fn event_evidence(auth: &dyn LeaseAuthority, head: u64) -> Result<(), RunError> {
+/// The generation of the newest event and its file (`None`: an empty log, or its newest event
+/// unreadable: the verify walk of step 3 names that). Events are generation-monotone (I13),
+/// so the newest one carries the highest generation: one count and one read, whatever the
+/// log's length. The verify walk refuses an event above the head too (its generation has
+/// no epoch); this look is O(1) and comes first, before the action is known to change the
+/// owner.
+fn newest_event(auth: &dyn LeaseAuthority) -> Result<Option<(u64, String)>, RunError> {
     let highest = match auth.perform(Request::CountEvents)? {
         Response::EventCount { highest, .. } => highest,
-        _ => return Ok(()),
+        _ => 0,
     };
     let Some(seq) = Sequence::new(highest) else {
-        return Ok(());
+        return Ok(None);
     };
     let file = FileRef::Event(seq);
     let Response::Content(Some(bytes)) = auth.perform(Request::Read(file))? else {
-        return Ok(());
+        return Ok(None);
     };
-    let Ok(event) = decode_for::<Event>(auth.run_id(), &bytes) else {
-        return Ok(());
-    };
-    let by = event.generation.get();
-    if by <= head {
-        return Ok(());
-    }
-    let chain = if head == 0 {
-        "the lease chain (lease/epochs/) has no epoch".to_string()
-    } else {
-        format!("the lease chain (lease/epochs/) ends at generation {head}")
-    };
-    Err(RunError::Lease(LeaseError::ChainBroken {
-        run: auth.run_id().to_string(),
-        chain: "epoch",
-        at: by,
-        detail: format!(
-            "{} was written by generation {by}, but {chain}: epochs were deleted or lease/ was restored from an older copy, and claiming or replacing the owner would reuse fencing tokens already given out; restore lease/ from a backup",
-            file.path()
-        ),
-    }))
+    Ok(decode_for::<Event>(auth.run_id(), &bytes)
+        .ok()
+        .map(|e| (e.generation.get(), file.path())))
 }
 
-/// The store, read without writing (SQLite `immutable`, under the caller's owner lock):
-/// a commit fenced by a generation above the head is rollback evidence (`CHAIN_BROKEN`);
-/// and, when the action will open the store (`acting`), a store behind the seal or floor
-/// the chain requires, of another identity, or corrupt, is the refusal the owner's open
-/// would give after the claim (65), given before it instead. Nothing to judge: no store,
-/// or a write-ahead log a crashed owner left (only an owner's open replays it; that open
-/// judges the store after the claim, and hands the run back if it refuses).
-fn store_evidence(
+/// The store opened to read without writing (SQLite `immutable`: no lock, no `-shm`, no
+/// WAL replay) beneath the held root `root`, with its path for messages; `None` when there
+/// is nothing to judge: no store, a store folder that cannot be opened (the layout check
+/// and the owner's open name it, with their codes), or a write-ahead log beside it (its
+/// owner has it open, or crashed: only an owner's open replays it, and that open judges
+/// the store after the claim, handing the run back if it refuses). A store that cannot be
+/// opened otherwise (corrupt, of another run) is the refusal (65), as the owner's open
+/// would give it after the claim.
+fn store_snapshot(
     auth: &dyn LeaseAuthority,
     dir: &RunDir,
     root: &RealFs,
-    view: &StatusView,
-    head: u64,
-    acting: bool,
-) -> Result<(), RunError> {
+) -> Result<Option<(lease_sqlite::ReadOnlyStore, String)>, RunError> {
     use lease_sqlite::{Store, StoreError};
-    let store_dir = match root.open_dir(lease_core::layout::STORE_DIR) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        // A store folder that cannot be opened (a symlink, not ours) is the owner's open's
-        // refusal to give, with its code; the preflight's layout check names most.
-        Err(_) => return Ok(()),
+    let Ok(store_dir) = root.open_dir(lease_core::layout::STORE_DIR) else {
+        return Ok(None);
     };
     let shown = dir.root().join(lease_core::layout::STORE_DIR);
-    let store = match Store::open_read_only_in(
+    let file = shown
+        .join(lease_core::layout::STORE_FILE_NAME)
+        .display()
+        .to_string();
+    match Store::open_read_only_in(
         auth.run_id(),
         store_dir,
         &shown,
         lease_core::layout::STORE_FILE_NAME,
     ) {
-        Ok(s) => s,
+        Ok(s) => Ok(Some((s, file))),
         Err(
             StoreError::Missing { .. } | StoreError::NeedsOwner { .. } | StoreError::Busy { .. },
-        ) => {
-            return Ok(());
-        }
-        Err(e) if !acting => {
-            let _ = e;
-            return Ok(());
-        }
-        Err(e) => return Err(RunError::Store(e)),
-    };
-    let max_token = store.max_token().map_err(RunError::Store)?;
-    if max_token > head {
-        let chain = if head == 0 {
-            "the lease chain (lease/epochs/) has no epoch".to_string()
-        } else {
-            format!("the lease chain (lease/epochs/) ends at generation {head}")
-        };
-        return Err(RunError::Lease(LeaseError::ChainBroken {
-            run: auth.run_id().to_string(),
-            chain: "epoch",
-            at: max_token,
-            detail: format!(
-                "the store ({}) holds commits of generation {max_token}, but {chain}: epochs were deleted or lease/ was restored from an older copy, and claiming or replacing the owner would reuse fencing tokens already given out; restore lease/ from a backup",
-                shown.join(lease_core::layout::STORE_FILE_NAME).display()
-            ),
-        }));
+        ) => Ok(None),
+        Err(e) => Err(RunError::Store(e)),
     }
-    if !acting {
-        return Ok(());
-    }
+}
+
+/// The store against what the next owner's open will require at least: the head's seal
+/// and floor and, for an active head being replaced, the store head its owner reported in
+/// its last heartbeat (the replacement records it as the floor). `STORE_BEHIND_SEAL`,
+/// `STORE_IDENTITY_MISMATCH` (65), naming the file.
+fn store_against_chain(
+    auth: &dyn LeaseAuthority,
+    store: &lease_sqlite::ReadOnlyStore,
+    file: &str,
+    view: &StatusView,
+) -> Result<(), RunError> {
     let Some(h) = &view.head else {
         return Ok(());
     };
-    // What the next owner's open will require at least: the head's seal and floor, and
-    // for an active head being replaced, the store head its owner reported (the
-    // replacement records it as the floor).
     let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
     let reported = h
         .beat
@@ -305,13 +271,8 @@ fn store_evidence(
     };
     let state = store.identity().map_err(RunError::Store)?;
     lease_core::seal::check_seal(auth.run_id(), seal, floor, &state).map_err(|source| {
-        RunError::Store(StoreError::Lease {
-            file: Some(
-                shown
-                    .join(lease_core::layout::STORE_FILE_NAME)
-                    .display()
-                    .to_string(),
-            ),
+        RunError::Store(lease_sqlite::StoreError::Lease {
+            file: Some(file.to_string()),
             source,
         })
     })
