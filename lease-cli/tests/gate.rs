@@ -380,3 +380,46 @@ fn a_stray_named_like_an_epoch_is_a_state_a_finding_and_one_code() {
         assert_eq!(tree_nb(tmp.path()), before, "{kind}: something was written");
     }
 }
+
+/// A FIFO at `store/run.sqlite-wal`: `run` claimed, ran the command and failed its release
+/// with `STORE_IO` (74), leaving the run dead (issue #28). The store's files are judged
+/// before the claim now: `STORE_CORRUPT` (65) naming the log, nothing written, and `status`
+/// and `doctor` say the same.
+#[test]
+fn a_fifo_write_ahead_log_is_refused_before_the_claim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &run.join("store/run.sqlite-wal"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let before = tree_nb(tmp.path());
+    let marker = tmp.path().join("ran");
+    let script = format!("touch '{}'", marker.display());
+    let o = runlease(&["run", d, "--", "sh", "-c", &script]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(
+        err.contains("STORE_CORRUPT") && err.contains("run.sqlite-wal"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+    let s = status_json(&run);
+    assert_eq!(s["state"], "free", "{s}");
+    assert_eq!(s["next_step_argv"][1], "doctor", "{s}");
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        json_lines(&o).iter().any(|f| f["code"] == "STORE_CORRUPT"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_eq!(tree_nb(tmp.path()), before, "something was written");
+}

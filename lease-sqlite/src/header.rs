@@ -62,6 +62,24 @@ pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Stat) -> Result<(), StoreError> {
     Err(ctx.corrupt(format!("it is {what}")))
 }
 
+/// A write-ahead log beside the store (`wal`, its name, `meta` its `lstat`) must be a
+/// regular file: SQLite would open a FIFO, a directory or a device there and fail with an
+/// I/O error at the first write or at the seal (issue #28: a FIFO at `run.sqlite-wal` made
+/// `runlease run` claim, run the command and fail its release with `STORE_IO`, leaving the
+/// run dead). Refused as `STORE_CORRUPT` (65) before anything is written.
+pub(crate) fn check_wal_kind(ctx: &Ctx<'_>, wal: &str, meta: &Stat) -> Result<(), StoreError> {
+    let what = match folder::kind(meta) {
+        FileType::RegularFile => return Ok(()),
+        FileType::Symlink => "a symbolic link",
+        FileType::Directory => "a directory",
+        FileType::Fifo => "a FIFO",
+        _ => "not a regular file",
+    };
+    Err(ctx.corrupt(format!(
+        "its write-ahead log {wal} is {what}; move it out of the run by hand (keep a copy)"
+    )))
+}
+
 /// Read and check the header of the file `meta` describes (its `lstat` result). The
 /// descriptor opened here is closed again before SQLite opens the file; the caller holds
 /// the process registry entry, so no SQLite lock of this process can be dropped by it.

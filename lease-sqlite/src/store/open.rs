@@ -145,7 +145,11 @@ impl Store {
         if meta.st_nlink > 1 && created != Some(key) {
             check_single_name(ctx, &dir, name, &meta, TempNames::Remove)?;
         }
-        let wal_len = lstat(&wal_name(name))?.map(|m| m.st_size);
+        let wal_meta = lstat(&wal_name(name))?;
+        if let Some(w) = &wal_meta {
+            header::check_wal_kind(ctx, &wal_name(name), w)?;
+        }
+        let wal_len = wal_meta.map(|m| m.st_size);
         header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;
 
         let conn = connect(&dir, name).map_err(|e| sqlite_err(ctx, "open", e))?;

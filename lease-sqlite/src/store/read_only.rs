@@ -125,6 +125,9 @@ fn read_only_in_folder(
     // An empty WAL (an owner killed before its first write since its last checkpoint)
     // holds no frame: the database file alone is the whole store.
     let wal = wal_name(name);
+    if let Some(w) = lstat(&wal)? {
+        header::check_wal_kind(ctx, &wal, &w)?;
+    }
     if let Some(w) = lstat(&wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
