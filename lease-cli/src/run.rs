@@ -328,6 +328,13 @@ async fn run_async(
 ) -> Result<i32, CliError> {
     let (run, how) = acquire(abs, held, opts, policy, out).await?;
     let lease = run.lease().clone();
+    // Every failed heartbeat is said when it happens, with its code and message (the
+    // file it names), so the cause is known before the lease lapses; the fence message
+    // names the last one again.
+    let _warner = AbortOnDrop(tokio::spawn(warn_heartbeat_failures(
+        run.heartbeat_warnings(),
+        lease.policy.self_fence_after(),
+    )));
     let how = match how {
         Acquired::RetiredDead { from } if lease.generation.get() > from.generation().get() + 1 => {
             format!(
@@ -574,6 +581,40 @@ async fn run_async(
         ));
     }
     Ok(code)
+}
+
+/// A task aborted when its handle is dropped (the heartbeat warnings end with `run_async`).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Say each failed heartbeat on stderr (not suppressed by `--quiet`: it is a warning),
+/// until the run is fenced or released.
+async fn warn_heartbeat_failures(
+    mut warnings: lease_run::HeartbeatWarnings,
+    self_fence_after: std::time::Duration,
+) {
+    let mut seen = 0;
+    while let Some(f) = warnings.next().await {
+        let missed = match f.failures - seen {
+            1 => String::new(),
+            n => format!(" ({} more failed before it)", n - 1),
+        };
+        seen = f.failures;
+        // Never `eprintln!`: it panics on a closed stderr.
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!(
+                "runlease: warning: heartbeat failed{missed}: {}; this owner fences itself once {} pass without a successful heartbeat (its command is killed, exit 75)\n",
+                f.code.prefixed(&f.message),
+                human_duration(self_fence_after),
+            ),
+        );
+    }
 }
 
 /// `run.json`'s failure detail for a command's exit code.

@@ -10,9 +10,28 @@
 //!   commit in flight, before any later one); a fence drops it (`try_lock`: the watchdog
 //!   never waits on a commit; a commit that holds it drops it when it sees the flag);
 //! - the store head of the last acknowledged commit (raised under the slot's mutex), which
-//!   each heartbeat reports as the floor.
+//!   each heartbeat reports as the floor;
+//! - the last heartbeat failure (its code and message) and how many there were, so a lapse
+//!   names why no heartbeat succeeded and the owner's output can warn of each failure.
+//!   Only recorded and read, never part of a decision.
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
+use lease_core::Code;
+
+/// One failed heartbeat, as recorded in the fence core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatFailure {
+    /// How many heartbeats failed since the run was opened (this one included): a reader
+    /// that saw a smaller number has missed the ones in between.
+    pub failures: u64,
+    /// When the failed heartbeat started (`CLOCK_BOOTTIME`, ns): a failure older than the
+    /// last successful heartbeat is not why the lease lapsed.
+    pub started_ns: u64,
+    /// The error's stable code.
+    pub code: Code,
+    /// The error's message (it names the run and, for a file of the run, the file).
+    pub message: String,
+}
 
 /// Why a store access was refused.
 #[derive(Debug)]
@@ -33,6 +52,7 @@ pub(crate) struct FenceCore<S> {
     store: Mutex<Option<S>>,
     store_head: AtomicU64,
     has_store: AtomicBool,
+    last_failure: Mutex<Option<HeartbeatFailure>>,
 }
 
 impl<S> FenceCore<S> {
@@ -45,7 +65,43 @@ impl<S> FenceCore<S> {
             store: Mutex::new(None),
             store_head: AtomicU64::new(0),
             has_store: AtomicBool::new(false),
+            last_failure: Mutex::new(None),
         }
+    }
+
+    /// A heartbeat failed with `code` and `message` (not a fence: that is [`fence`]).
+    /// Returns the failure as recorded, numbered.
+    ///
+    /// [`fence`]: Self::fence
+    pub(crate) fn note_failure(
+        &self,
+        started_ns: u64,
+        code: Code,
+        message: String,
+    ) -> HeartbeatFailure {
+        let mut last = lock(&self.last_failure);
+        let failures = last.as_ref().map_or(0, |f| f.failures) + 1;
+        let f = HeartbeatFailure {
+            failures,
+            started_ns,
+            code,
+            message,
+        };
+        *last = Some(f.clone());
+        f
+    }
+
+    /// The last heartbeat failure, if any heartbeat failed.
+    pub(crate) fn last_failure(&self) -> Option<HeartbeatFailure> {
+        lock(&self.last_failure).clone()
+    }
+
+    /// The last heartbeat failure if no heartbeat succeeded since it started: the cause
+    /// of a lapse, if it has one (none: the heartbeats did not run, as in a stopped or
+    /// starved owner).
+    pub(crate) fn failure_since_beat(&self) -> Option<HeartbeatFailure> {
+        let beat = self.beat_ns();
+        self.last_failure().filter(|f| f.started_ns >= beat)
     }
 
     /// A heartbeat that started at `started_ns` succeeded (never moves the beat back).
@@ -465,5 +521,26 @@ mod loom_models {
                 assert_eq!(head, 0);
             }
         });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A lapse names only a failure that no successful heartbeat followed: an old failure
+    /// is not why a later lapse (say, a stopped owner) happened.
+    #[test]
+    fn only_a_failure_after_the_last_successful_beat_is_a_lapse_cause() {
+        let core: FenceCore<()> = FenceCore::new(10);
+        assert_eq!(core.failure_since_beat(), None);
+        let f = core.note_failure(20, Code::IoError, "disk".into());
+        assert_eq!(f.failures, 1);
+        assert_eq!(core.failure_since_beat(), Some(f));
+        core.note_beat(30);
+        assert_eq!(core.failure_since_beat(), None, "a beat succeeded since");
+        assert_eq!(core.last_failure().map(|f| f.failures), Some(1));
+        let g = core.note_failure(40, Code::RunLayoutInvalid, "stray".into());
+        assert_eq!((g.failures, core.failure_since_beat()), (2, Some(g.clone())));
     }
 }

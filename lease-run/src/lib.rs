@@ -385,7 +385,8 @@ pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
 pub use run::{
-    Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, INCARNATION_VAR,
-    MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore, Served, StepCallback, StepName,
-    WATCHDOG_TICK, audit_commands, chain_reaches, preflight, wall_now,
+    Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, HeartbeatFailure,
+    HeartbeatWarnings, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore,
+    Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, preflight,
+    wall_now,
 };

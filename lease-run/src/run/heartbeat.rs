@@ -1,9 +1,10 @@
 //! The heartbeat task, and the durable beat that covers acknowledged commits.
 
-use super::Shared;
 use super::status::wall_now;
+use super::{Run, Shared};
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
+pub use crate::fence::HeartbeatFailure;
 use crate::procs::boottime_ns;
 use lease_core::Code;
 use lease_core::LeaseOps;
@@ -39,7 +40,14 @@ pub(super) async fn heartbeat_loop(
                 tracing::debug!(run = %shared.run, error = %e, "heartbeat fenced");
                 return;
             }
-            Err(e) => tracing::warn!(run = %shared.run, error = %e, "heartbeat failed"),
+            // Recorded by `beat` (the lapse's reason names the last one); said here with
+            // its code, each time.
+            Err(e) => tracing::warn!(
+                run = %shared.run,
+                code = %e.code(),
+                error = %e,
+                "heartbeat failed"
+            ),
         }
     }
 }
@@ -100,8 +108,87 @@ pub(super) async fn beat(
             shared.fence(reason);
             shared.check_live()
         }
-        Ok(Ok(Err(e))) => Err(e),
-        Ok(Err(e)) => Err(RunError::Io(format!("heartbeat task failed: {e}"))),
-        Err(_) => Err(RunError::Io("heartbeat timed out".into())),
+        Ok(Ok(Err(e))) => Err(failed(shared, started, e)),
+        Ok(Err(e)) => Err(failed(
+            shared,
+            started,
+            RunError::Io(format!("run {}: heartbeat task failed: {e}", shared.run)),
+        )),
+        Err(_) => Err(failed(
+            shared,
+            started,
+            RunError::Io(format!(
+                "run {}: the heartbeat did not finish within {} ms",
+                shared.run,
+                shared.policy.self_fence_after().as_millis()
+            )),
+        )),
+    }
+}
+
+/// Record a heartbeat's failure (not a fence) in the fence core, so the lapse it may lead
+/// to names it and [`HeartbeatWarnings`] report it; return it.
+fn failed(shared: &Shared, started: u64, e: RunError) -> RunError {
+    shared.core.note_failure(started, e.code(), e.to_string());
+    e
+}
+
+/// The heartbeat failures of a run as they happen ([`Run::heartbeat_warnings`]): each
+/// failed heartbeat with its code and message (which names the file), so an owner can say
+/// why its lease may lapse before it does.
+#[derive(Clone)]
+pub struct HeartbeatWarnings {
+    shared: Arc<Shared>,
+    seen: u64,
+}
+
+impl std::fmt::Debug for HeartbeatWarnings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeartbeatWarnings")
+            .field("run", &self.shared.run)
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeartbeatWarnings {
+    /// The next heartbeat failure not yet returned (its `failures` count says how many
+    /// there were in all, so a jump means some were folded into this one); `None` once
+    /// the run is fenced or released and every failure was returned. Checks at least
+    /// twice per heartbeat interval (a heartbeat fails at most once per interval).
+    pub async fn next(&mut self) -> Option<HeartbeatFailure> {
+        let every = (self.shared.policy.heartbeat() / 2).min(super::WATCHDOG_TICK);
+        loop {
+            // Read the end first: a failure recorded before it is still returned.
+            let ended = self.shared.is_fenced() || self.shared.stop.load(Ordering::SeqCst);
+            if let Some(f) = self.shared.core.last_failure()
+                && f.failures > self.seen
+            {
+                self.seen = f.failures;
+                return Some(f);
+            }
+            if ended {
+                return None;
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+impl Run {
+    /// The heartbeat failures of this run from now on, each with its code and message
+    /// (a failure recorded before this call and not yet seen by anyone is returned first:
+    /// the count starts at zero). A lapse of the lease names the last one in its fence
+    /// reason.
+    pub fn heartbeat_warnings(&self) -> HeartbeatWarnings {
+        HeartbeatWarnings {
+            shared: self.shared.clone(),
+            seen: 0,
+        }
+    }
+
+    /// The last heartbeat failure of this run, if one failed.
+    pub fn last_heartbeat_failure(&self) -> Option<HeartbeatFailure> {
+        self.shared.core.last_failure()
     }
 }

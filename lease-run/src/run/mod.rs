@@ -23,6 +23,7 @@ mod store;
 mod watchdog;
 
 pub use crate::procs::INCARNATION_VAR;
+pub use heartbeat::{HeartbeatFailure, HeartbeatWarnings};
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
 pub use preflight::{chain_reaches, preflight};
@@ -150,10 +151,19 @@ impl Shared {
     }
 
     /// Why a lapse fences, measured now: how long since the last successful heartbeat
-    /// started (on `CLOCK_BOOTTIME`, so a suspended or stopped owner counts the pause).
+    /// started (on `CLOCK_BOOTTIME`, so a suspended or stopped owner counts the pause),
+    /// and the last failed heartbeat with its code and message if one failed since then
+    /// (none: the heartbeats did not run, as in a stopped or starved owner).
     fn lapse_reason(&self) -> String {
         let age = boottime_ns().saturating_sub(self.core.beat_ns());
-        lease_core::lapse_reason(&self.policy, Duration::from_nanos(age))
+        let lapsed = lease_core::lapse_reason(&self.policy, Duration::from_nanos(age));
+        match self.core.failure_since_beat() {
+            Some(f) => format!(
+                "{lapsed}; the last heartbeat failed with {}",
+                f.code.prefixed(&f.message)
+            ),
+            None => lapsed,
+        }
     }
 
     fn tracked(&self) -> std::sync::MutexGuard<'_, Tracked> {

@@ -1,0 +1,46 @@
+//! What the owner (`runlease run`) says about its own run (issue #28): a failed heartbeat
+//! is named each time, with its code and file, and the fence of a lapse names the last
+//! failure.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+/// A folder named like the next epoch makes every heartbeat fail (`RUN_LAYOUT_INVALID`):
+/// the owner warns of each failure with the code and the file, then fences itself after
+/// `self_fence_after` (exit 75) and the fence names the same cause.
+#[test]
+fn a_lapse_names_the_heartbeat_failure_that_caused_it() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    let s = wait_for_state(&dir, "active", Duration::from_secs(10));
+    let g = s["generation"].as_u64().expect("generation");
+    let stray = epoch_file(&dir, g + 1);
+    std::fs::create_dir(&stray).unwrap();
+    let st = wait_exit(&mut owner, Duration::from_secs(10));
+    let out = owner.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(st.code(), Some(75), "{err}");
+    let file = format!("lease/epochs/{:020}.json", g + 1);
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("runlease: warning: heartbeat failed"))
+        .collect();
+    assert!(!warnings.is_empty(), "no heartbeat warning: {err}");
+    for w in &warnings {
+        assert!(
+            w.contains("RUN_LAYOUT_INVALID") && w.contains(&file),
+            "a warning without the code and file: {w}"
+        );
+    }
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("runlease: FENCED: "), "{err}");
+    assert!(
+        last.contains("no successful heartbeat for")
+            && last.contains("RUN_LAYOUT_INVALID")
+            && last.contains(&file),
+        "the fence does not name its cause: {last}"
+    );
+}
