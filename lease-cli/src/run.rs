@@ -525,20 +525,15 @@ async fn run_async(
             None
         }
     };
-    let code = reap(fwd, &mut cmd).await?;
+    let status = reap_status(fwd, &mut cmd).await?;
+    let code = exit_code(&status);
     if let Some(e) = release_error {
         return Err(e.with_hint(format!("the command exited with {code}")));
     }
     let released = match (run, on_request) {
         (Some(run), _) => {
-            let status = if code == 0 {
-                FinalStatus::Done
-            } else {
-                FinalStatus::Failed {
-                    detail: exit_detail(code),
-                }
-            };
-            match run.release(status).await {
+            // The true cause from the status itself: exit 143 is not signal 15.
+            match run.release(FinalStatus::of_exit(status)).await {
                 Ok(()) => released_as(rundir).unwrap_or(lease.generation.get()),
                 Err(e @ RunError::Fenced { .. }) => {
                     // Fenced while releasing: the command had ended, by the fence's kill
@@ -614,15 +609,6 @@ async fn warn_heartbeat_failures(
                 human_duration(self_fence_after),
             ),
         );
-    }
-}
-
-/// `run.json`'s failure detail for a command's exit code.
-fn exit_detail(code: i32) -> String {
-    if code > 128 {
-        format!("the command was killed by signal {}", code - 128)
-    } else {
-        format!("the command exited with code {code}")
     }
 }
 
@@ -762,19 +748,30 @@ fn wait_exited(pid: Pid) -> Result<(), CliError> {
     }
 }
 
-/// Reap the command (it has exited, or is being killed) and return its exit code
-/// (128+N for signal N). The signal thread stops signalling its group first.
+/// Reap the command (it has exited, or is being killed) and return its exit status. The
+/// signal thread stops signalling its group first.
+async fn reap_status(
+    fwd: &Fwd,
+    cmd: &mut lease_run::RunCommand,
+) -> Result<std::process::ExitStatus, CliError> {
+    fwd.set(ChildState::Reaped);
+    // The raw status: a fence's kill is reported by the caller, with the exit code.
+    cmd.wait_raw()
+        .await
+        .map_err(|e| CliError::of(Code::IoError, format!("reaping the command failed: {e}")))
+}
+
+/// [`reap_status`] as runlease's exit code (128+N for signal N).
 async fn reap(fwd: &Fwd, cmd: &mut lease_run::RunCommand) -> Result<i32, CliError> {
-    let status = {
-        fwd.set(ChildState::Reaped);
-        // The raw status: a fence's kill is reported by the caller, with the exit code.
-        cmd.wait_raw()
-            .await
-            .map_err(|e| CliError::of(Code::IoError, format!("reaping the command failed: {e}")))?
-    };
-    Ok(status
+    reap_status(fwd, cmd).await.map(|s| exit_code(&s))
+}
+
+/// A command's exit status as runlease's exit code: its code, or 128+N for signal N (so
+/// 143 is both; `run.json`'s detail, [`FinalStatus::of_exit`], tells them apart).
+fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    status
         .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// The CLI's hooks into [`Run::acquire`]: the terminal progress line, the "waited" note,

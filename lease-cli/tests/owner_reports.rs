@@ -1,6 +1,6 @@
 //! What the owner (`runlease run`) says about its own run (issue #28): a failed heartbeat
 //! is named each time, with its code and file, and the fence of a lapse names the last
-//! failure.
+//! failure; `run.json` tells a command that exited 143 from one killed by signal 15.
 
 mod common;
 
@@ -42,5 +42,26 @@ fn a_lapse_names_the_heartbeat_failure_that_caused_it() {
             && last.contains("RUN_LAYOUT_INVALID")
             && last.contains(&file),
         "the fence does not name its cause: {last}"
+    );
+}
+
+/// `run.json` of a failed run: an exit code is an exit code, a signal a signal, even
+/// where runlease's own exit code (128+N) is the same.
+#[test]
+fn run_json_tells_exit_143_from_signal_15() {
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let detail = |script: &str| {
+        let o = runlease(&["run", d, "--", "sh", "-c", script]);
+        assert_eq!(o.status.code(), Some(143), "{}", text(&o.stderr));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(v["status"], "failed", "{v}");
+        v["detail"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(detail("exit 143"), "the command exited with code 143");
+    assert_eq!(
+        detail("kill -TERM $$"),
+        "the command was killed by signal 15"
     );
 }

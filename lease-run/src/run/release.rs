@@ -32,6 +32,40 @@ pub enum FinalStatus {
     },
 }
 
+impl FinalStatus {
+    /// The final status of a run whose command ended with `status`: `Done` for exit 0,
+    /// else `Failed` naming the true cause, read from the status itself (an exit code, or
+    /// the signal that killed it: a command that exited 143 is not one killed by signal 15,
+    /// though both are 143 as a shell's `$?`).
+    ///
+    /// ```
+    /// use std::os::unix::process::ExitStatusExt;
+    /// use lease_run::FinalStatus;
+    /// let exited = std::process::ExitStatus::from_raw(143 << 8);
+    /// let killed = std::process::ExitStatus::from_raw(15);
+    /// assert_eq!(
+    ///     FinalStatus::of_exit(exited),
+    ///     FinalStatus::Failed { detail: "the command exited with code 143".into() }
+    /// );
+    /// assert_eq!(
+    ///     FinalStatus::of_exit(killed),
+    ///     FinalStatus::Failed { detail: "the command was killed by signal 15".into() }
+    /// );
+    /// assert_eq!(FinalStatus::of_exit(std::process::ExitStatus::from_raw(0)), FinalStatus::Done);
+    /// ```
+    pub fn of_exit(status: std::process::ExitStatus) -> FinalStatus {
+        use std::os::unix::process::ExitStatusExt;
+        let detail = match (status.code(), status.signal()) {
+            (Some(0), _) => return FinalStatus::Done,
+            (Some(code), _) => format!("the command exited with code {code}"),
+            (None, Some(sig)) => format!("the command was killed by signal {sig}"),
+            // Stopped or continued: not an end (a caller that reaped it never sees these).
+            (None, None) => format!("the command ended with wait status {}", status.into_raw()),
+        };
+        FinalStatus::Failed { detail }
+    }
+}
+
 impl Run {
     /// Release the run, in order, each step under its own deadline: stop-commands (TERM,
     /// grace, KILL; then their records are removed) → barrier (the store is taken from
