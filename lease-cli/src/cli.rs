@@ -195,15 +195,17 @@ Example:
     /// Exact takeover of a stale owner; the run is then released (free).
     #[command(after_help = "\
 On a terminal without expectations it asks for confirmation. In scripts pass exactly what
-`runlease status --json` printed (expect_owner, expect_heartbeat); a different record
-refuses with TAKEOVER_RACE (75). It then watches the owner's record for the owner's
-stale_after (20 s by default) on this host's clock, never comparing another host's clock:
-a record that changes meanwhile is a live owner, refused (76); nothing is written before
-the watch ends. --yes takes over exactly what is observed now, without asking. The old
-owner is fenced: its later writes never count.
+`runlease status --json` printed (expect_owner, expect_heartbeat); a record that differs
+in any field (owner, heartbeat time, or --expect-generation/--expect-count if given) refuses
+with TAKEOVER_RACE (75): observe again. A malformed value is 64 before anything is read.
+It then watches the owner's record for the owner's stale_after (20 s by default) on this
+host's clock, never comparing another host's clock: a record that changes meanwhile is a
+live owner, refused (76); nothing is written before the watch ends. --yes takes over
+exactly what is observed now, without asking (a record changed since that look is a live
+owner, 76). The old owner is fenced: its later writes never count.
 
 Example:
-  runlease takeover ./demo-run --expect-owner 0b9e...-... --expect-heartbeat 2026-01-01T12:00:00.000Z")]
+  runlease takeover ./demo-run --expect-owner run-0b9e... --expect-heartbeat 2026-01-01T12:00:00.000Z")]
     Takeover(TakeoverArgs),
     /// Retire a definitely-dead owner (same boot, process gone, owner lock free).
     #[command(after_help = "\

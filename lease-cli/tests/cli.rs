@@ -78,46 +78,51 @@ fn a_held_run_is_refused_with_the_holder_named_or_waited_for() {
     let e = json_lines(&o).remove(0);
     assert_eq!(e["code"], "RUN_ALREADY_ACTIVE");
     assert_eq!(e["holder"]["pid"], first.id());
-    // A fresh owner is neither taken over (76) nor retired (76, evidence named); a
-    // takeover with a stale observation is a race (75).
+    // A fresh owner is neither taken over (76: its record changes under the watch) nor
+    // retired (76, evidence named); a takeover whose expectation differs from the record
+    // in any field is a race (75, observe again), nothing written (issue #28).
     let s = status_json(&dir);
     let (owner, hb) = (
         s["expect_owner"].as_str().unwrap().to_string(),
         s["expect_heartbeat"].as_str().unwrap().to_string(),
     );
-    let o = runlease(&[
-        "takeover",
-        d,
-        "--expect-owner",
-        &owner,
-        "--expect-heartbeat",
-        &hb,
-    ]);
+    let o = runlease(&["takeover", d, "--yes"]);
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("TAKEOVER_ACTIVE_REFUSED"));
     assert!(text(&o.stderr).contains("alive"), "{}", text(&o.stderr));
-    // The same owner seen with an older heartbeat: it wrote since, so it is alive (76, not
-    // a race), nothing written.
-    let o = runlease(&[
-        "takeover",
-        d,
-        "--expect-owner",
-        &owner,
-        "--expect-heartbeat",
-        "2020-01-01T00:00:00.000Z",
-    ]);
-    assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("TAKEOVER_ACTIVE_REFUSED"));
-    let o = runlease(&[
-        "takeover",
-        d,
-        "--expect-owner",
-        "someone-else",
-        "--expect-heartbeat",
-        &hb,
-    ]);
-    assert_eq!(o.status.code(), Some(75), "{}", text(&o.stderr));
-    assert!(text(&o.stderr).contains("TAKEOVER_RACE"));
+    // Everything of the lease but the live owner's own beat.
+    let lease_files = || {
+        let mut t = tree(&dir.join("lease"));
+        t.retain(|k, _| !k.starts_with("beats/"));
+        t
+    };
+    let before = lease_files();
+    for (who, when) in [
+        // A heartbeat older than the record's: how old this look is is unknown, so it is
+        // no proof the owner is alive now: observe again.
+        (owner.as_str(), "2020-01-01T00:00:00.000Z"),
+        // One the owner never wrote (a date in the future).
+        (owner.as_str(), "2030-01-01T00:00:00.000Z"),
+        ("someone-else", hb.as_str()),
+    ] {
+        let o = runlease(&[
+            "takeover",
+            d,
+            "--expect-owner",
+            who,
+            "--expect-heartbeat",
+            when,
+        ]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(75), "{who} {when}: {err}");
+        assert!(err.contains("TAKEOVER_RACE"), "{err}");
+        assert!(
+            err.contains("status --json"),
+            "names the observation: {err}"
+        );
+        assert!(!err.contains("watched unchanged"), "{err}");
+    }
+    assert_eq!(lease_files(), before, "a refused takeover wrote");
     let o = runlease(&["retire", d]);
     assert_eq!(o.status.code(), Some(76), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("RETIRE_REFUSED_NOT_DEAD"));

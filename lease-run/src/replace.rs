@@ -318,15 +318,49 @@ impl Replacer {
     /// unchanged (generation, owner, heartbeat time and count) for more than the owner's
     /// `stale_after` (PROTOCOL §10: no other host's wall clock decides). Read-only.
     ///
-    /// `expect` is the operator's observation: another generation or owner when the watch
-    /// starts is `TAKEOVER_RACE` (75); the same owner with a newer heartbeat, or a record
-    /// that changes while watched, is an owner that is alive: `TAKEOVER_ACTIVE_REFUSED`
-    /// (76), naming how long it was watched. `progress`
-    /// is called before each pause with the time watched and the time needed. Returns the
-    /// exact observation that was watched (its count filled in) and how long.
+    /// `expect` is the operator's observation (`takeover --expect-owner … --expect-heartbeat
+    /// …`), a compare token as in the takeover itself (PROTOCOL §7.4 JUDGE): if any field
+    /// of it differs from the record when the watch starts (another generation or owner,
+    /// another heartbeat time or count, even one the owner has not written, such as a
+    /// date in the future), that observation is out of date or wrong: `TAKEOVER_RACE`
+    /// (75, "observe again"), nothing written. How old the operator's look is is unknown,
+    /// so a later heartbeat there is no proof the owner is alive now. A record that
+    /// changes *while watched* is an owner that is alive: `TAKEOVER_ACTIVE_REFUSED` (76),
+    /// naming how long it was watched. `progress` is called before each pause with the
+    /// time watched and the time needed. Returns the exact observation that was watched
+    /// (its count filled in) and how long.
+    ///
+    /// To watch from this process's own look a moment ago, use
+    /// [`watch_observed`](Self::watch_observed).
     pub fn watch(
         &self,
         expect: &Expectation,
+        progress: impl FnMut(Duration, Duration),
+    ) -> Result<(Expectation, Duration), RunError> {
+        self.watch_from(expect, false, progress)
+    }
+
+    /// [`watch`](Self::watch) from `observed`, this process's own [`observe`](Self::observe)
+    /// (`takeover --yes`, or the one confirmed at the prompt): the watch continues that
+    /// look, so the same generation and owner with another heartbeat when the watch starts
+    /// is a record that changed while watched, an owner that is alive:
+    /// `TAKEOVER_ACTIVE_REFUSED` (76) after 0 ms (issue #17: a 100 ms-heartbeat owner
+    /// beats between the look and the watch's first read). Another generation or owner is
+    /// `TAKEOVER_RACE` (75).
+    pub fn watch_observed(
+        &self,
+        observed: &Observed,
+        progress: impl FnMut(Duration, Duration),
+    ) -> Result<(Expectation, Duration), RunError> {
+        self.watch_from(&Expectation::of(&observed.head), true, progress)
+    }
+
+    /// [`watch`](Self::watch) (`own`: false) and [`watch_observed`](Self::watch_observed)
+    /// (`own`: true).
+    fn watch_from(
+        &self,
+        expect: &Expectation,
+        own: bool,
         mut progress: impl FnMut(Duration, Duration),
     ) -> Result<(Expectation, Duration), RunError> {
         let run = self.auth.run_id().to_string();
@@ -350,8 +384,9 @@ impl Replacer {
                 }
             };
             // An owner that wrote is alive (76): a record that changed while watched, or,
-            // before the watch, the expected generation and owner with a newer heartbeat
-            // (it wrote since it was observed). Another generation or owner is a race (75).
+            // from this process's own look, the same generation and owner with another
+            // heartbeat (it wrote since). An operator's expectation that differs in any
+            // field is a race (75): observe again.
             let alive_after = match watch.watching() {
                 Some(key) if *key != watch_key(&head) => {
                     Some(Duration::from_nanos(boottime_ns().saturating_sub(began)))
@@ -360,7 +395,8 @@ impl Replacer {
                 None => match expect.mismatch(&head) {
                     None => None,
                     Some(_)
-                        if expect.generation.is_none_or(|g| g == head.generation())
+                        if own
+                            && expect.generation.is_none_or(|g| g == head.generation())
                             && expect.owner_id == head.epoch.owner_id =>
                     {
                         Some(Duration::ZERO)
@@ -368,7 +404,13 @@ impl Replacer {
                     Some(why) => {
                         return Err(RunError::Lease(LeaseError::TakeoverRace {
                             run,
-                            detail: why,
+                            detail: format!(
+                                "{why}: the expectation does not match generation {}'s record (owner {}, heartbeat {} #{}); nothing was written",
+                                head.generation(),
+                                head.epoch.owner_id,
+                                head.heartbeat_at(),
+                                head.heartbeat_count()
+                            ),
                         }));
                     }
                 },

@@ -70,6 +70,8 @@ pub fn takeover(
     o: &TakeoverOpts,
     out: Out,
 ) -> Result<i32, CliError> {
+    // The arguments first: a malformed one is 64 before anything is opened or read.
+    let given = given_expectation(o, dir, authority)?;
     let r = Replacer::for_takeover(dir, authority).map_err(|e| name_folder(dir, e))?;
     let observed = observe_owner(
         &r,
@@ -81,54 +83,23 @@ pub fn takeover(
     if !out.json {
         out.info(&format!("observed {}: {desc}", dir.display()));
     }
-    let expect = match (&o.expect_owner, &o.expect_heartbeat) {
-        (Some(owner), Some(hb)) => Expectation {
-            generation: o.expect_generation.and_then(Generation::new),
-            owner_id: Identity::arg("--expect-owner", owner.clone())?,
-            heartbeat_at: lease_core::Timestamp::parse(hb)
-                .map_err(|e| CliError::usage(format!("--expect-heartbeat: {e}")))?,
-            heartbeat_count: o.expect_count,
-        },
-        (None, None) => {
-            let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-            if !o.yes && !interactive {
-                // `runlease [--authority URL] status --json -- DIR`, built as a vector too.
-                let mut status = vec!["runlease".to_string()];
-                if let Some(url) = authority.url() {
-                    status.extend(["--authority".to_string(), url]);
-                }
-                status.extend(["status", "--json", "--"].map(String::from));
-                status.push(dir.display().to_string());
-                return Err(CliError::usage(format!(
-                    "not a terminal: pass --expect-owner and --expect-heartbeat with the values `{}` printed (expect_owner, expect_heartbeat), or --yes to take over exactly what is observed now",
-                    command_line(&status, Quoting::Terminal)
-                )));
-            }
-            if !o.yes {
-                eprint!(
-                    "runlease: take over owner {} (heartbeat {}, age {})? [y/N] ",
-                    head.epoch.owner_id,
-                    head.heartbeat_at(),
-                    view.judged_age_ms().map_or("?".into(), human_ms)
-                );
-                let _ = std::io::stderr().flush();
-                let mut answer = String::new();
-                let _ = std::io::stdin().lock().read_line(&mut answer);
-                if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-                    return Err(CliError::of(
-                        Code::Aborted,
-                        "takeover not confirmed; nothing was changed",
-                    ));
-                }
-            }
-            Expectation::of(head)
-        }
-        _ => {
-            return Err(CliError::usage(
-                "--expect-owner and --expect-heartbeat go together",
+    if given.is_none() && !o.yes {
+        eprint!(
+            "runlease: take over owner {} (heartbeat {}, age {})? [y/N] ",
+            head.epoch.owner_id,
+            head.heartbeat_at(),
+            view.judged_age_ms().map_or("?".into(), human_ms)
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
+            return Err(CliError::of(
+                Code::Aborted,
+                "takeover not confirmed; nothing was changed",
             ));
         }
-    };
+    }
     // An authority that vouches for the owner (etcd: its etcd lease is alive) refuses the
     // takeover whatever the watch sees: say so now instead of after stale_after.
     if view.lease_alive() {
@@ -148,7 +119,10 @@ pub fn takeover(
     // A beat stamped on this host's own clock (same boot and time namespace) has been
     // unchanged since its stamp, so the watch starts there (PROTOCOL §10, the same-clock rule).
     let needed = head.epoch.policy.stale_after();
-    if !out.json {
+    // An expectation that does not match what was observed is refused at the watch's first
+    // read (TAKEOVER_RACE): announce no watch then.
+    let will_watch = given.as_ref().is_none_or(|e| e.mismatch(head).is_none());
+    if !out.json && will_watch {
         match view.mono_age_ms {
             Some(age) => {
                 let age = std::time::Duration::from_millis(age);
@@ -172,21 +146,33 @@ pub fn takeover(
         }
     }
     let mut line = Progress::new(out);
-    let watched = r.watch(&expect, |watched, needed| {
+    let show = |watched, needed| {
         line.show(&format!(
             "watched unchanged for {} of {}",
             human_duration(watched),
             human_duration(needed)
         ))
-    });
+    };
+    // The operator's expectation is a compare token: any field that differs is
+    // TAKEOVER_RACE (observe again). Without one, the watch continues this process's own
+    // look: a record changed since is an owner that is alive (76).
+    let watched = match &given {
+        Some(expect) => r.watch(expect, show),
+        None => r.watch_observed(&observed, show),
+    };
     line.clear();
     let (expect, watched) = watched.map_err(|e| {
-        let alive = e.code() == Code::TakeoverActiveRefused;
+        let code = e.code();
         let err = CliError::from(e);
-        if alive {
+        if code == Code::TakeoverActiveRefused {
             err.with_hint(
                 "the owner wrote its record while watched: it is alive; wait, or ask it to release",
             )
+        } else if code == Code::TakeoverRace && given.is_some() {
+            err.with_hint(format!(
+                "observe again (`{}` prints expect_owner and expect_heartbeat), then take over what it shows",
+                command_line(&status_argv(dir, authority), Quoting::Terminal)
+            ))
         } else {
             err
         }
@@ -242,6 +228,69 @@ pub fn takeover(
         }
     }
     Ok(0)
+}
+
+/// `runlease [--authority URL] status --json -- DIR`, as a vector.
+fn status_argv(dir: &Path, authority: &RunAuthority) -> Vec<String> {
+    let mut status = vec!["runlease".to_string()];
+    if let Some(url) = authority.url() {
+        status.extend(["--authority".to_string(), url]);
+    }
+    status.extend(["status", "--json", "--"].map(String::from));
+    status.push(dir.display().to_string());
+    status
+}
+
+/// The operator's expectation from `--expect-*` (`None`: none given, so `--yes` or the
+/// prompt decides), judged before any I/O: every malformed or incomplete one is 64. The
+/// owner id must be a word (`lease_core::Identity::word`: the form every record's owner
+/// id has, so anything else can never match), the heartbeat a protocol timestamp, the
+/// generation at least 1; `--expect-generation` and `--expect-count` only refine
+/// `--expect-owner` with `--expect-heartbeat`. Without any, a caller that is not on a
+/// terminal must say `--yes`.
+fn given_expectation(
+    o: &TakeoverOpts,
+    dir: &Path,
+    authority: &RunAuthority,
+) -> Result<Option<Expectation>, CliError> {
+    match (&o.expect_owner, &o.expect_heartbeat) {
+        (Some(owner), Some(hb)) => {
+            let owner_id = Identity::word("--expect-owner", owner.clone())
+                .map_err(|e| CliError::usage(e.to_string()))?;
+            let heartbeat_at = lease_core::Timestamp::parse(hb)
+                .map_err(|e| CliError::usage(format!("--expect-heartbeat: {e}")))?;
+            let generation = match o.expect_generation {
+                None => None,
+                Some(g) => Some(Generation::new(g).ok_or_else(|| {
+                    CliError::usage("--expect-generation: generations start at 1")
+                })?),
+            };
+            Ok(Some(Expectation {
+                generation,
+                owner_id,
+                heartbeat_at,
+                heartbeat_count: o.expect_count,
+            }))
+        }
+        (None, None) => {
+            if o.expect_generation.is_some() || o.expect_count.is_some() {
+                return Err(CliError::usage(
+                    "--expect-generation and --expect-count refine --expect-owner with --expect-heartbeat; pass those too",
+                ));
+            }
+            let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+            if !o.yes && !interactive {
+                return Err(CliError::usage(format!(
+                    "not a terminal: pass --expect-owner and --expect-heartbeat with the values `{}` printed (expect_owner, expect_heartbeat), or --yes to take over exactly what is observed now",
+                    command_line(&status_argv(dir, authority), Quoting::Terminal)
+                )));
+            }
+            Ok(None)
+        }
+        _ => Err(CliError::usage(
+            "--expect-owner and --expect-heartbeat go together",
+        )),
+    }
 }
 
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
