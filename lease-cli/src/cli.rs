@@ -181,7 +181,8 @@ Example:
     /// Show who owns each run, how fresh it is, and the one safe next step.
     #[command(after_help = "\
 States: free, active, stale, dead (proven: same boot, process gone, owner lock free),
-invalid. Exit 0 when every status could be read (an invalid run is printed, not a failure);
+invalid, and not_a_run (a folder `run` refuses: not empty and no lease/epochs/; the next
+step is `runlease init`, or what init would refuse). Exit 0 when every status could be read (an invalid run is printed, not a failure);
 otherwise the exit code of the first run that could not be read (64 for a missing folder).
 With --json, expect_owner and expect_heartbeat are ready for `runlease takeover`.
 

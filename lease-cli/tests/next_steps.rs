@@ -172,12 +172,18 @@ fn the_next_step_of_a_folder_that_is_not_a_run_is_init_and_it_works() {
     std::fs::write(dir.join("notes.txt"), b"mine\n").unwrap();
     let d = dir.to_str().unwrap();
     let s = status_json(&dir);
-    assert_eq!(s["state"], "free", "{s}");
+    // Not `free`: it is no run (issue #28), and says why.
+    assert_eq!(s["state"], "not_a_run", "{s}");
+    assert_eq!(s["error"]["code"], "RUN_FOLDER_FOREIGN", "{s}");
     assert_eq!(
         s["next_step_argv"],
         serde_json::json!(["runlease", "init", "--", d]),
         "{s}"
     );
+    let o = runlease(&["status", d]);
+    let human = text(&o.stdout);
+    assert!(human.starts_with(&format!("{d}: not a run\n")), "{human}");
+    assert!(human.contains("RUN_FOLDER_FOREIGN"), "{human}");
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -201,8 +207,36 @@ fn the_next_step_of_a_folder_that_is_not_a_run_is_init_and_it_works() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(std::fs::read(dir.join("notes.txt")).unwrap(), b"mine\n");
     let s = status_json(&dir);
+    assert_eq!(s["state"], "free", "{s}");
     assert!(
         s["next_step"].as_str().unwrap().contains("runlease run"),
         "{s}"
     );
+}
+
+/// A folder that is not a run and that `init` would refuse too (a file where a layout
+/// folder goes): `status` says so and names what `init` would refuse, instead of an
+/// `init` that fails; an empty folder stays `free` (`run` makes it a run).
+#[test]
+fn a_folder_init_would_refuse_is_named_with_the_refusal_not_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("notes");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("events"), b"my events\n").unwrap();
+    let d = dir.to_str().unwrap();
+    let s = status_json(&dir);
+    assert_eq!(s["state"], "not_a_run", "{s}");
+    assert_eq!(s["next_step_argv"], serde_json::Value::Null, "{s}");
+    let step = s["next_step"].as_str().unwrap();
+    assert!(
+        step.contains("`runlease init` would refuse") && step.contains("events"),
+        "{s}"
+    );
+    // It would: the step is not `init`, because init fails, writing nothing.
+    let o = runlease(&["init", "--", d]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!dir.join("lease").exists());
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert_eq!(status_json(&empty)["state"], "free");
 }

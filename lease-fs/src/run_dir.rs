@@ -180,6 +180,21 @@ pub const LAYOUT_DIRS: [&str; 11] = [
     "tmp",
 ];
 
+/// What [`RunDir::init`] judges of an existing folder before its first write: every
+/// existing layout folder and the root files runlease reads.
+fn judge_before_init(fs: &crate::real::RealFs, rid: &str) -> Result<(), FsError> {
+    for d in LAYOUT_DIRS {
+        fs.check_dir(d).map_err(|e| FsError::io(rid, "open", d, e))?;
+    }
+    for f in [
+        FileRef::RunStatus.path(),
+        crate::lock::LOCK_FILE.to_string(),
+    ] {
+        fs.exists(&f).map_err(|e| FsError::io(rid, "stat", &f, e))?;
+    }
+    Ok(())
+}
+
 /// `.`, `..`, `/`: the folder we stand in or one holding it, judged on the held root by
 /// identity (a walk up from the current folder by descriptor), never on a second lookup
 /// of the path.
@@ -436,6 +451,18 @@ impl RunDir {
         })
     }
 
+    /// What `runlease init` ([`RunDir::init`] with `explicit`) would refuse of this opened
+    /// folder once adopted, read only, by the very checks it makes before its first write:
+    /// an existing layout folder ([`LAYOUT_DIRS`]) that is a symlink or not a folder
+    /// (`RUN_LAYOUT_INVALID`-class refusals naming it), or that is not ours or open to
+    /// others, and `run.json` or `owner.lock` not ours or open to others (`RUN_NOT_OWNED`,
+    /// 77). `None` when it would lay the run out, or over a simulated file system. The root
+    /// itself was judged when this folder was opened. `status` names it for a folder that
+    /// is not a run, whose next step would otherwise be `init`.
+    pub fn init_refusal_held(&self) -> Option<FsError> {
+        judge_before_init(self.real.as_ref()?, self.run_id.as_str()).err()
+    }
+
     /// Make `path` a run, or open it if it is one, for `runlease run` and `runlease init`:
     /// the one place a run folder is adopted.
     ///
@@ -478,15 +505,7 @@ impl RunDir {
             return Err(special_refusal(path));
         }
         // Judge everything that exists before the first write.
-        for d in LAYOUT_DIRS {
-            fs.check_dir(d).map_err(|e| io("open", d, e))?;
-        }
-        for f in [
-            FileRef::RunStatus.path(),
-            crate::lock::LOCK_FILE.to_string(),
-        ] {
-            fs.exists(&f).map_err(|e| io("stat", &f, e))?;
-        }
+        judge_before_init(&fs, rid)?;
         // A run is used as it is by `run` (its folders appear on first use, and a run whose
         // chain is gone must be reported, not repaired); `init` completes it.
         let mut created = Vec::new();

@@ -6,7 +6,7 @@ use crate::common::{
 use lease_core::Code;
 use lease_core::ops::StatusView;
 use lease_run::Authority as RunAuthority;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::path::Path;
 
 /// Read one run's status (liveness probed).
@@ -47,6 +47,59 @@ fn unproven_commands(
         .collect())
 }
 
+/// `status`'s state of a folder that is not a run (issue #28: it said `free`).
+const NOT_A_RUN: &str = "not_a_run";
+
+/// Why a folder is not a run, and what `runlease init` would refuse of it.
+struct NotARun {
+    /// `RUN_FOLDER_FOREIGN`.
+    code: Code,
+    /// Why `runlease run` refuses it (names what is there).
+    message: String,
+    /// What `runlease init`, the next step otherwise, would refuse (`CODE: message`).
+    init_refused: Option<String>,
+}
+
+/// Whether the folder of `run` is not a run and `runlease run` refuses it
+/// (`RUN_FOLDER_FOREIGN`: not empty and no `lease/epochs/`, or `.`, `..`, `/`), as lease-fs
+/// judges it for `run` (`adoption_refusal_held`), and what `init` would refuse of it
+/// (`init_refusal_held`: its own checks before writing). Read-only. An empty folder is a
+/// run to be: `run` makes it one, so it stays `free` with the claim as its next step.
+fn not_a_run(run: &Lease, facts: &crate::common::FolderFacts) -> Option<NotARun> {
+    // Judged only where status judged the folder free (a run is never refused so).
+    facts.adoption_refusal.as_ref()?;
+    let f = run.folder.as_deref()?;
+    let e = f.adoption_refusal_held().ok()??;
+    Some(NotARun {
+        code: e.code(),
+        message: e.to_string(),
+        init_refused: f.init_refusal_held().map(|e| e.code().prefixed(&e)),
+    })
+}
+
+/// The next step when `runlease init` would refuse the folder too: a repair by hand.
+fn init_refused_step(refused: &str) -> String {
+    format!(
+        "it is not a run and `runlease run` refuses it (RUN_FOLDER_FOREIGN); `runlease init` would refuse it too ({refused}): move that out of the way (or make it yours and private), or use a new folder"
+    )
+}
+
+/// [`status_human`]'s lines for a folder that is not a run: the state says so, the reason
+/// replaces "never claimed", and the next step says what `init` would refuse (escaped for
+/// the terminal by `Out::line`, as every line).
+fn not_a_run_human(lines: &mut [String], dir: &Path, n: &NotARun) {
+    if let Some(first) = lines.first_mut() {
+        *first = format!("{}: not a run", dir.display());
+    }
+    for l in lines.iter_mut() {
+        if l.starts_with("  generation ") {
+            *l = format!("  {:<11}{}", "why", n.code.prefixed(&n.message));
+        } else if let (true, Some(refused)) = (l.starts_with("  next "), &n.init_refused) {
+            *l = format!("  {:<11}{}", "next", init_refused_step(refused));
+        }
+    }
+}
+
 /// `runlease status DIR...`: exit 0 when every status could be read (an invalid run is a
 /// status, printed, not a failure); otherwise the exit code of the first run that could
 /// not be read.
@@ -60,6 +113,8 @@ pub fn status(
         match read_status(dir, authority) {
             Ok((run, view)) => {
                 let unproven = run.folder.as_deref().map(unproven_commands);
+                let facts = run.folder_facts(&view);
+                let not_a_run = not_a_run(&run, &facts);
                 if out.json {
                     let url = authority.url();
                     let mut v = status_json(
@@ -67,9 +122,17 @@ pub fn status(
                         run.run_id().as_str(),
                         &view,
                         run.run_status(),
-                        &run.folder_facts(&view),
+                        &facts,
                         url.as_deref(),
                     );
+                    if let Some(n) = &not_a_run {
+                        v["state"] = json!(NOT_A_RUN);
+                        v["error"] = json!({"code": n.code, "message": n.message});
+                        if let Some(refused) = &n.init_refused {
+                            v["next_step"] = json!(init_refused_step(refused));
+                            v["next_step_argv"] = Value::Null;
+                        }
+                    }
                     if let Some(u) = &unproven {
                         v["unproven_commands"] = match u {
                             Ok(list) => json!(
@@ -85,7 +148,11 @@ pub fn status(
                     if i > 0 {
                         out.line("");
                     }
-                    for l in status_human(dir, &view, &run.run_status(), &run.folder_facts(&view)) {
+                    let mut lines = status_human(dir, &view, &run.run_status(), &facts);
+                    if let Some(n) = &not_a_run {
+                        not_a_run_human(&mut lines, dir, n);
+                    }
+                    for l in lines {
                         out.line(&l);
                     }
                     match &unproven {
