@@ -991,6 +991,79 @@ fn a_reader_racing_a_prune_never_misjudges_and_verify_never_reports_a_broken_cha
     }
 }
 
+/// Issue #28: verify (and doctor's `STRAY_EPOCHS`) reported epochs left below the
+/// checkpoint floor (a claimer that lost to a compaction, a prune that crashed in its
+/// removals) and named prune, which said "nothing to prune" and left them. With nothing to
+/// compact, prune now removes what is below the existing floor, after syncing the
+/// checkpoint it read; judgments are unchanged and verify reports no stray.
+// PROTOCOL §7.10 step 2, §13, I12
+#[test]
+fn prune_with_nothing_to_compact_removes_the_strays_below_the_floor() {
+    let mut d = MemDisk::new();
+    let mut kept = Vec::new();
+    for i in 0..8u64 {
+        let l = claim(&mut d, &format!("o{i}"), 10 + i as u32, i * 100).unwrap();
+        append(&mut d, &l, i * 100 + 1, i).unwrap();
+        release(&mut d, &l, i * 100 + 2).unwrap();
+        kept.push(d.files.clone());
+    }
+    let prune = |keep| {
+        Prune::new(PruneParams {
+            run_id: run_id(),
+            keep,
+            by: id("pruner"),
+            now: t(5_000),
+        })
+    };
+    let first = d.run(&mut prune(4), &all_alive).unwrap();
+    let floor = first.floor.unwrap();
+    // Strays: the records of two generations below the floor come back (as a prune's
+    // lost removals would).
+    let strays: Vec<Generation> = [1, 3].map(|g| Generation::new(g).unwrap()).to_vec();
+    for g in &strays {
+        assert!(*g < floor);
+        let all = kept.last().unwrap();
+        d.files
+            .insert(FileRef::Epoch(*g), all[&FileRef::Epoch(*g)].clone());
+        d.files
+            .insert(FileRef::Cutoff(*g), all[&FileRef::Cutoff(*g)].clone());
+    }
+    let v = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert_eq!(v.strays, strays);
+    let before = read_events(&mut d, 6_000).unwrap();
+    d.counts.clear();
+    let r = d.run(&mut prune(4), &all_alive).unwrap();
+    assert_eq!(
+        r,
+        PruneReport {
+            floor: None,
+            removed: 4
+        }
+    );
+    // The checkpoint it read was synced before anything it folds was removed.
+    assert_eq!(d.counts.get("sync"), Some(&1), "{:?}", d.counts);
+    let v = d.run(&mut Verify::new(run_id()), &all_alive).unwrap();
+    assert!(v.strays.is_empty(), "{v:?}");
+    assert_eq!(v.floor, Some(floor));
+    assert!(d.files.keys().all(|f| match f {
+        FileRef::Epoch(g) | FileRef::Cutoff(g) => *g >= floor,
+        _ => true,
+    }));
+    let after = read_events(&mut d, 6_000).unwrap();
+    assert_eq!(counted(&before), counted(&after));
+    // Nothing left below the floor: nothing to do, nothing synced.
+    d.counts.clear();
+    let r = d.run(&mut prune(4), &all_alive).unwrap();
+    assert_eq!(
+        r,
+        PruneReport {
+            floor: None,
+            removed: 0
+        }
+    );
+    assert_eq!(d.counts.get("sync"), None);
+}
+
 /// Found by the model checker's random walks: prune compacted the chain while the head
 /// epoch was hand-corrupted. Bad input must be reported, never worked around: prune now
 /// refuses and removes nothing.

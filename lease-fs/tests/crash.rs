@@ -257,7 +257,45 @@ fn op_prune(run: &RunDir, _: &Pre) -> Result<Outcome, FsError> {
     .map(|_| Outcome::Other)
 }
 
-const SCENARIOS: [(&str, Prepare, Operate); 9] = [
+/// Churned and pruned (keep 3, floor 18), then the epochs (and cutoffs) of generations 2 and 5
+/// put back below the floor, durably: the strays a claimer that lost to a compaction, or a
+/// prune that crashed in its removals, leaves (what `verify` reports as `strays`).
+fn pre_strays(run: &RunDir) -> Pre {
+    let pre = pre_churn(run);
+    let fs = run.fs();
+    let mut saved = Vec::new();
+    for g in [2u64, 5] {
+        let g = Generation::new(g).unwrap();
+        for f in [FileRef::Epoch(g), FileRef::Cutoff(g)] {
+            let p = f.path();
+            // Cutoffs exist for the claimed (odd) generations only.
+            if let Some(bytes) = fs.read(&p, 1 << 20).unwrap() {
+                saved.push((p, bytes));
+            }
+        }
+    }
+    op_prune(run, &pre).unwrap();
+    for (p, bytes) in saved {
+        assert!(lease_fs::primitives::create_exclusive(&**fs, &p, &bytes).unwrap());
+    }
+    let strays: Vec<u64> = run
+        .verify()
+        .unwrap()
+        .strays
+        .iter()
+        .map(|g| g.get())
+        .collect();
+    assert_eq!(strays, [2, 5]);
+    pre
+}
+
+/// A prune with nothing to compact (keep 3 again) removes the strays below the floor
+/// (PROTOCOL §7.10 step 2, issue #28).
+fn op_prune_strays(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
+    op_prune(run, pre)
+}
+
+const SCENARIOS: [(&str, Prepare, Operate); 10] = [
     ("claim-empty", pre_empty, op_claim),
     ("claim-after-release", pre_churn, op_claim),
     ("heartbeat-durable", pre_owned, op_heartbeat),
@@ -271,6 +309,7 @@ const SCENARIOS: [(&str, Prepare, Operate); 9] = [
     ("retire", pre_owned, op_retire),
     ("append", pre_owned, op_append),
     ("prune", pre_churn, op_prune),
+    ("prune-strays", pre_strays, op_prune_strays),
 ];
 
 /// Check a recovered state; returns a description of the failure.
@@ -407,6 +446,37 @@ fn crash_points_every_operation_recovers_after_every_system_call() {
     assert!(explored > 100);
 }
 
+// PROTOCOL §7.10 step 2, §9, I10 (issue #28: doctor's STRAY_EPOCHS named prune, which
+// removed nothing). After a crash after any call of a prune that removes strays below the
+// floor (and with the last write torn), the run recovers (checked above) and the next prune
+// leaves none: the step doctor names always finishes the job.
+#[test]
+fn a_prune_of_strays_crashed_anywhere_is_finished_by_the_next_prune() {
+    let sim = SimFs::new();
+    let pre = pre_strays(&run_on(&sim));
+    let before = sim.calls();
+    op_prune_strays(&run_on(&sim), &pre).unwrap();
+    let n = sim.calls() - before;
+    assert!(run_on(&sim).verify().unwrap().strays.is_empty());
+    for k in 0..n {
+        for tear in [false, true] {
+            let sim = SimFs::new();
+            let pre = pre_strays(&run_on(&sim));
+            sim.crash_after(k);
+            assert!(op_prune_strays(&run_on(&sim), &pre).is_err());
+            sim.recover(tear);
+            let run = run_on(&sim);
+            op_prune_strays(&run, &pre).unwrap();
+            let v = run.verify().unwrap();
+            assert!(
+                v.strays.is_empty(),
+                "crash after {k}/{n} (tear {tear}): {v:?}"
+            );
+            assert_eq!(v.floor, Some(Generation::new(18).unwrap()));
+        }
+    }
+}
+
 // PROTOCOL §5.1, §7.0 ADOPTION, I10
 #[test]
 fn countdown_faults_leave_the_run_owned_and_healthy_or_cleanly_not_owned() {
@@ -474,6 +544,9 @@ fn each_operation_uses_the_minimum_number_of_fsyncs() {
         ("takeover", 4),          // epoch 2 + cutoff 2 (issue #19: no intent)
         ("retire", 4),            // epoch 2 + cutoff 2 (issue #19: no intent)
         ("append", 2),            // event create: temp + dir
+        // Nothing to compact: the checkpoint read is synced before the strays below its
+        // floor are removed (removals unsynced).
+        ("prune-strays", 1),
     ];
     for (name, want) in expected {
         let (_, prepare, operate) = SCENARIOS.iter().find(|s| s.0 == name).unwrap();

@@ -30,9 +30,10 @@ pub struct PruneParams {
 /// What a prune did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PruneReport {
-    /// The new floor, or `None` when there was nothing to compact.
+    /// The new floor, or `None` when there was nothing to compact (no new checkpoint).
     pub floor: Option<Generation>,
-    /// Files removed.
+    /// Files removed: those below the new floor, or, with nothing to compact, the strays
+    /// left below the existing checkpoint's floor (what `verify` reports as `strays`).
     pub removed: u64,
 }
 
@@ -44,6 +45,18 @@ pub struct PruneReport {
 /// exclusively; then remove epochs, beats, cutoffs and intents below F and older
 /// checkpoints. Every crash point leaves either the old files (valid) or the checkpoint
 /// plus some old files (consistent: the checkpoint was derived from them).
+///
+/// **Nothing to compact, strays below the floor** (PROTOCOL §7.10 step 2; issue #28:
+/// `doctor` reported `STRAY_EPOCHS` and named prune, which said "nothing to prune" and
+/// left them): when F ≤ F0 but epochs below F0 are listed (a claimer that lost to a
+/// compaction, or a prune that crashed in its removals), the prune removes what is below
+/// the existing floor instead. Order: read checkpoint F0 (step 1), list epochs (step 2),
+/// read the head epoch (an invalid head refuses, as for a compaction), `SyncDir
+/// (checkpoints)` (F0 was read, not created: it becomes durable before anything it folds
+/// is removed, §7.0 SYNC), then step 9's listings and `Remove(NoFsync)` of every record
+/// below F0, in name order. A crash at any point leaves the durable checkpoint and some
+/// of the files below it, which no reader uses; a lost removal is a stray again, removed
+/// by the next prune.
 #[derive(Debug, Clone)]
 pub struct Prune {
     p: PruneParams,
@@ -60,6 +73,8 @@ pub struct Prune {
     through_hash: Option<Digest>,
     restarts: u32,
     head: Option<Generation>,
+    /// Nothing to compact: only the strays below the existing floor are removed.
+    strays_only: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +84,8 @@ enum PruneState {
     ReadCheckpoint(Generation),
     ListEpochs,
     CheckHead,
+    /// `SyncDir(checkpoints)` before removing below a checkpoint this prune read.
+    SyncFloor,
     ReadEpoch(usize),
     ListCutoffs,
     ReadCutoff(Vec<Generation>, usize),
@@ -111,6 +128,7 @@ impl Prune {
             through_hash: None,
             restarts: 0,
             head: None,
+            strays_only: false,
         }
     }
 
@@ -193,16 +211,24 @@ impl Operation for Prune {
                         return self.nothing();
                     };
                     self.head = Some(head);
-                    let Some(floor) = head
+                    let floor = head
                         .get()
                         .checked_sub(self.p.keep - 1)
                         .and_then(Generation::new)
-                    else {
-                        return self.nothing();
+                        .filter(|f| *f > old_floor);
+                    let Some(floor) = floor else {
+                        // Nothing to compact; strays below the existing floor are removed
+                        // (see the type's docs), after the head is checked.
+                        let strays = self.chain.checkpoint.is_some()
+                            && gens.first().is_some_and(|g| *g < old_floor);
+                        if !strays {
+                            return self.nothing();
+                        }
+                        self.strays_only = true;
+                        self.floor = old_floor;
+                        self.st = PruneState::CheckHead;
+                        return Step::Io(Request::Read(FileRef::Epoch(head)));
                     };
-                    if floor <= old_floor {
-                        return self.nothing();
-                    }
                     self.floor = floor;
                     self.gens = gens
                         .into_iter()
@@ -248,8 +274,20 @@ impl Operation for Prune {
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     }
+                    if self.strays_only {
+                        self.st = PruneState::SyncFloor;
+                        return Step::Io(Request::SyncDir(Dir::Checkpoints));
+                    }
                     self.st = PruneState::ReadEpoch(0);
                     return Step::Io(Request::Read(FileRef::Epoch(self.gens[0])));
+                }
+                PruneState::SyncFloor => {
+                    match input.take() {
+                        Some(Response::Done) => {}
+                        other => return Step::Done(Err(violation("Done", &other))),
+                    }
+                    self.st = PruneState::List(0);
+                    return Step::Io(Request::List(REMOVE_DIRS[0]));
                 }
                 PruneState::ReadEpoch(i) => {
                     let g = self.gens[i];
@@ -484,7 +522,15 @@ impl Operation for Prune {
                         ));
                     }
                     match input.take() {
-                        Some(Response::Created) | Some(Response::AlreadyExists) => {}
+                        Some(Response::Created) => {}
+                        // Another prune's checkpoint F: it may be linked but not yet
+                        // durable (its creator fsyncs the folder after the link), and
+                        // removing what it folds before it is durable could leave neither
+                        // after a power loss. Sync it first (§7.0 SYNC).
+                        Some(Response::AlreadyExists) => {
+                            self.st = PruneState::SyncFloor;
+                            return Step::Io(Request::SyncDir(Dir::Checkpoints));
+                        }
                         other => {
                             return Step::Done(Err(violation("Created/AlreadyExists", &other)));
                         }
@@ -527,7 +573,7 @@ impl Operation for Prune {
                         return Step::Io(Request::Remove(f, super::Durability::NoFsync));
                     }
                     return Step::Done(Ok(PruneReport {
-                        floor: Some(self.floor),
+                        floor: (!self.strays_only).then_some(self.floor),
                         removed: self.removed,
                     }));
                 }
