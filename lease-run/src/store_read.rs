@@ -48,7 +48,10 @@ impl StoreReader {
     /// owner not proved dead (on another host, say); `STORE_MISSING` (65) when no owner
     /// created a store; `STORE_BUSY` (75) when a crashed owner's WAL must be replayed by
     /// the next owner first; an invalid lease record as `status` reports it; the store's
-    /// own refusals as [`Store::open_read_only`].
+    /// own refusals as [`Store::open_read_only`]; a store the lease chain does not vouch
+    /// for (65, see [`judge_against_chain`]: `STORE_BEHIND_SEAL`,
+    /// `STORE_IDENTITY_MISMATCH`, `CHAIN_BROKEN`), so nothing it holds is shown as the
+    /// run's state.
     pub fn open(path: &Path) -> Result<StoreReader, RunError> {
         let run_id = run_id_of(path)?;
         let name = path.display().to_string();
@@ -115,6 +118,7 @@ impl StoreReader {
             &store_dir,
             lease_core::layout::STORE_FILE_NAME,
         )?;
+        judge_against_chain(&run_id, &store, &store_dir, &view)?;
         Ok(StoreReader {
             store,
             owner_dead: view.status == Status::Dead,
@@ -132,4 +136,68 @@ impl StoreReader {
     pub fn store(&self) -> &ReadOnlyStore {
         &self.store
     }
+}
+
+/// Judge the store opened read-only against what the lease chain requires of it, as the
+/// next owner's open would (and as `status`/`doctor` do through the admission rule, whose
+/// finding has the same code): issue #28, `runlease store get/list/log` printed a rewound
+/// store's values with exit 0 while every writer refused the run over it.
+///
+/// - the seal and store floor after the head ([`lease_core::seal::seal_of`]), and for a
+///   dead owner's active head the store head its last heartbeat reported (the next owner
+///   records it as its floor): below either → `STORE_BEHIND_SEAL`; a sealed store of
+///   another identity → `STORE_IDENTITY_MISMATCH` (65, doctor's finding of that code);
+/// - a commit fenced by a generation above the head → `CHAIN_BROKEN` (65: the lease chain
+///   was rolled back or cut; doctor reports `BROKEN_CHAIN`).
+///
+/// Read only (the store is already open `immutable`).
+fn judge_against_chain(
+    run: &lease_core::RunId,
+    store: &ReadOnlyStore,
+    store_dir: &Path,
+    view: &lease_core::ops::StatusView,
+) -> Result<(), RunError> {
+    let file = store_dir
+        .join(lease_core::layout::STORE_FILE_NAME)
+        .display()
+        .to_string();
+    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+    let max_token = store.max_token()?;
+    if max_token > head {
+        return Err(RunError::Lease(LeaseError::ChainBroken {
+            run: run.to_string(),
+            chain: "epoch",
+            at: max_token,
+            detail: format!(
+                "the store ({file}) holds commits of generation {max_token}, but the lease chain (lease/epochs/) ends at {}: its values are not the run's authoritative state; `runlease doctor` reports BROKEN_CHAIN",
+                if head == 0 {
+                    "no epoch".to_string()
+                } else {
+                    format!("generation {head}")
+                }
+            ),
+        }));
+    }
+    let Some(h) = &view.head else {
+        return Ok(());
+    };
+    let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
+    let reported = h
+        .beat
+        .as_ref()
+        .filter(|_| h.is_active())
+        .and_then(|b| b.store_head)
+        .filter(|&s| s > 0)
+        .map(|s| (s, h.generation()));
+    let floor = match (floor, reported) {
+        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+        (a, b) => a.or(b),
+    };
+    let state = store.identity()?;
+    lease_core::seal::check_seal(run, seal, floor, &state).map_err(|source| {
+        RunError::Store(StoreError::Lease {
+            file: Some(file.clone()),
+            source,
+        })
+    })
 }

@@ -124,6 +124,22 @@ fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, Cli
                     crate::common::shell_path(dir)
                 ))
             }
+            // The store is not what the lease chain vouches for (rewound below its seal or
+            // floor, another store, or commits above a rolled-back chain): nothing of it is
+            // printed as the run's state (issue #28); doctor reports the same code.
+            code @ (lease_core::Code::StoreBehindSeal
+            | lease_core::Code::StoreIdentityMismatch
+            | lease_core::Code::ChainBroken) => {
+                let finding = if code == lease_core::Code::ChainBroken {
+                    "BROKEN_CHAIN"
+                } else {
+                    code.as_str()
+                };
+                err.with_hint(format!(
+                    "next: runlease doctor -- {} (its finding {finding} names the repair; every writer refuses the run until then)",
+                    crate::common::shell_path(dir)
+                ))
+            }
             _ => err,
         }
     })
