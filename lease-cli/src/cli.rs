@@ -275,8 +275,8 @@ Example:
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
 STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT, HEARTBEAT_STAMP_AHEAD, TORN_HEARTBEAT,
 EVENT_LOG_SHORT, STORE_MISSING, RUN_FOLDER_FOREIGN, RUN_NOT_OWNED,
-STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN (and
-TEMP_FILES_REMOVED with --clean-temp). Exit 65 when a finding is an error (INVALID_RECORD,
+STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN, OPEN_CUTOFF
+(and TEMP_FILES_REMOVED with --clean-temp). Exit 65 when a finding is an error (INVALID_RECORD,
 BROKEN_CHAIN, RUN_NOT_OWNED, STORE_*, COMMAND_UNPROVEN), else 0. Doctor evaluates, read-only,
 the admission rule that run, retire and takeover call before they write: what it reports
 as an error, they refuse. Of a free, dead or stale run it reads the store without

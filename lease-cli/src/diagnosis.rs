@@ -145,6 +145,13 @@ pub fn render_next_as(next: &Next, dir: &Path, authority: Option<&str>, q: Quoti
             "repair the error finding(s) first (takeover and retire refuse until then), then: {}",
             render_next_as(then, dir, authority, q)
         ),
+        Next::WaitTempFiles => format!(
+            "nothing now: they are younger than {TEMP_MIN_AGE_SECS} s, so a writer may still be using them (a clean-up removes none of them); if they are still there after that, {} removes them",
+            command_line(
+                &next_argv(&Next::CleanTemp, dir, authority).unwrap_or_default(),
+                q
+            )
+        ),
         Next::Nothing => "nothing to do".into(),
         // A step added to lease-core before this renderer learns it: say its name.
         other => format!("{other:?}"),
@@ -241,6 +248,14 @@ pub fn render_detail(f: &Finding, view: &StatusView) -> String {
         Subject::StoreRefused { generation, detail } => {
             format!("the last `runlease run` (generation {generation}) refused the store: {detail}")
         }
+        Subject::OpenCutoff(open) => format!(
+            "epoch {} ({}) superseded generation {}, but its cutoff ({}) was never written (a crash between the two, or the change of owner is writing it now): generation {}'s events read `pending`, neither counted nor refused, until the next change of owner finalizes the cutoff first (PROTOCOL §7.0 GATE)",
+            open.by,
+            lease_core::FileRef::Epoch(open.by).path(),
+            open.retired,
+            lease_core::FileRef::Cutoff(open.retired).path(),
+            open.retired
+        ),
         Subject::StrayNames(names) => format!(
             "{} name(s) no reader uses: {}",
             names.len(),

@@ -105,7 +105,10 @@ pub struct Facts {
     pub commands: CommandFacts,
     /// Whether the store file exists (`None`: not looked at).
     pub store_present: Option<bool>,
-    /// Temp files (`.tmp-*`) in the protocol folders: total, and older than the grace.
+    /// Our temp files (`.tmp-*`, regular files of ours) in the run's folders: total, and
+    /// how many of them are older than the grace, so a temp-file clean-up removes them
+    /// (a temp name that is not such a file is never removed: the gatherer reports it
+    /// among [`Facts::stray_names`]).
     pub temp_files: (usize, usize),
     /// Names in the run folder that no reader uses.
     pub stray_names: Vec<String>,
@@ -119,6 +122,9 @@ pub struct Facts {
     /// `run` refuses `RUN_FOLDER_FOREIGN` and only an explicit `runlease init` adopts it.
     /// The refusal's message. `None`: `run` would use it, or not looked at.
     pub adoption_refusal: Option<String>,
+    /// The head's cutoff that is due but missing ([`OpenCutoff`]); `None`: none, or not
+    /// looked at.
+    pub open_cutoff: Option<OpenCutoff>,
 }
 
 impl Facts {
@@ -134,6 +140,7 @@ impl Facts {
             stray_names: Vec::new(),
             claim_refusal: None,
             adoption_refusal: None,
+            open_cutoff: None,
         }
     }
 }
@@ -178,6 +185,10 @@ pub enum FindingCode {
     /// The folder is not a run and `runlease run` would not adopt it
     /// (`RUN_FOLDER_FOREIGN`).
     FolderForeign,
+    /// The head superseded a generation whose cutoff was never written (a crash between
+    /// the superseding epoch and its cutoff): that owner's events read `pending` until the
+    /// next change of owner finalizes it (PROTOCOL §7.0 GATE).
+    OpenCutoff,
     /// A file or folder in the run is not owned by the user runlease runs as, or is open
     /// to others (`RUN_NOT_OWNED`): every writer refuses the run (77) until it is fixed.
     NotOwned,
@@ -203,6 +214,7 @@ impl FindingCode {
             FindingCode::StoreRefused(c) => c.as_str(),
             FindingCode::StrayNames => "STRAY_NAMES",
             FindingCode::FolderForeign => "RUN_FOLDER_FOREIGN",
+            FindingCode::OpenCutoff => "OPEN_CUTOFF",
             FindingCode::NotOwned => "RUN_NOT_OWNED",
         }
     }
@@ -286,6 +298,21 @@ pub enum Subject {
     },
     /// Stray names.
     StrayNames(Vec<String>),
+    /// An open cutoff ([`Facts::open_cutoff`]).
+    OpenCutoff(OpenCutoff),
+}
+
+/// A cutoff that is due but was never written: the head epoch `by` superseded generation
+/// `retired` (its `retired` field), and `lease/cutoffs/<retired>` does not exist. Only the
+/// head's can be open (a later epoch's GATE finalizes it first; one missing below an older
+/// epoch was removed, `CHAIN_BROKEN`). Until it is finalized, `retired`'s events read
+/// `pending`: neither counted nor refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenCutoff {
+    /// The superseded generation whose cutoff is missing.
+    pub retired: Generation,
+    /// The head epoch that superseded it.
+    pub by: Generation,
 }
 
 /// What an epoch says of the store it expects.
@@ -357,6 +384,10 @@ pub enum Next {
     MoveStoreAside,
     /// Remove old temp files.
     CleanTemp,
+    /// Nothing now: every temp file is younger than the grace (a writer may still be using
+    /// it, and a clean-up would remove none); one still there after the grace is old, and
+    /// [`Next::CleanTemp`] then removes it.
+    WaitTempFiles,
     /// Prune the run.
     Prune,
     /// Check time synchronization (PROTOCOL §10).
@@ -372,6 +403,20 @@ pub enum Next {
     RepairFirst(Box<Next>),
     /// Nothing to do.
     Nothing,
+}
+
+/// The head's cutoff that is due but missing, from the head epoch and whether
+/// `lease/cutoffs/<retired>` exists (`cutoff_exists`, asked by the caller for the
+/// generation this names): the pure half of [`Facts::open_cutoff`].
+pub fn open_cutoff_of(
+    head: &EpochRecord,
+    cutoff_exists: impl FnOnce(Generation) -> bool,
+) -> Option<OpenCutoff> {
+    let r = head.retired.as_ref()?;
+    (!cutoff_exists(r.generation)).then_some(OpenCutoff {
+        retired: r.generation,
+        by: head.generation,
+    })
 }
 
 /// One finding: code, severity, what it is about, and its one next step.
@@ -554,11 +599,18 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
     };
     let (temps, old) = facts.temp_files;
     if temps > 0 {
+        // A next step makes progress (issue #28): the clean-up removes only temp files
+        // older than the grace, so with none it would remove nothing and this finding and
+        // step would come back unchanged. Name it only when it removes something.
         push(
             FindingCode::OrphanTempFiles,
             Severity::Warning,
             Subject::TempFiles { total: temps, old },
-            Next::CleanTemp,
+            if old > 0 {
+                Next::CleanTemp
+            } else {
+                Next::WaitTempFiles
+            },
         );
     }
     let view = &facts.view;
@@ -778,6 +830,25 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                 });
             }
         }
+    }
+    if let Some(open) = &facts.open_cutoff {
+        // The step that closes it is the next change of owner, which finalizes the cutoff
+        // before it extends the chain (PROTOCOL §7.0 GATE): the step `status` names for
+        // the run (a claim of a free run, a retirement, a takeover), or, while an error
+        // finding stands (every writer refuses), that step after the repair; with a live
+        // owner (it took over and its cutoff write was lost), its release does.
+        let next = match next_step(facts) {
+            Next::DoctorBeforeRun | Next::DoctorDoNotTakeOver => {
+                Next::RepairFirst(Box::new(next_for_view(view)))
+            }
+            n => n,
+        };
+        out.push(Finding {
+            code: FindingCode::OpenCutoff,
+            severity: Severity::Warning,
+            subject: Subject::OpenCutoff(open.clone()),
+            next,
+        });
     }
     if !facts.stray_names.is_empty() {
         out.push(Finding {

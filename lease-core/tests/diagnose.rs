@@ -272,3 +272,51 @@ fn an_unreadable_head_is_an_invalid_record_not_a_chain_that_ends_early() {
     assert_eq!(codes(&f), ["INVALID_RECORD"]);
     assert_eq!(next_step(&facts), Next::DoctorDoNotTakeOver);
 }
+
+// Issue #28: a next step makes progress. The temp-file clean-up removes only temp files
+// older than the grace, so doctor names it only when there is one; younger ones alone are
+// reported with nothing to run now (it would remove none, and the same step came back).
+#[test]
+fn the_temp_file_clean_up_is_named_only_when_it_would_remove_one() {
+    let mut disk = MemDisk::new();
+    let lease = claim(&mut disk, "a", 10, 0).unwrap();
+    release(&mut disk, &lease, 10).unwrap();
+    let mut facts = Facts::of_view(status(&mut disk, 20));
+    facts.temp_files = (2, 0);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["ORPHAN_TEMP_FILES"]);
+    assert_eq!(f[0].next, Next::WaitTempFiles);
+    facts.temp_files = (2, 1);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["ORPHAN_TEMP_FILES"]);
+    assert_eq!(f[0].next, Next::CleanTemp);
+    // Temp files never block the run: status still names the claim.
+    assert_eq!(next_step(&facts), Next::Claim);
+}
+
+// Issue #28: an open cutoff (the head superseded a generation whose cutoff was never
+// written) is a finding with the step that closes it: the next change of owner, which
+// finalizes it first (PROTOCOL §7.0 GATE), so the step status names for the run.
+#[test]
+fn an_open_cutoff_is_reported_with_the_change_of_owner_that_finalizes_it() {
+    let mut disk = MemDisk::new();
+    let lease = claim(&mut disk, "a", 10, 0).unwrap();
+    release(&mut disk, &lease, 10).unwrap();
+    let view = status(&mut disk, 20);
+    let head = view.head.clone().unwrap();
+    assert_eq!(open_cutoff_of(&head.epoch, |_| true), None);
+    let open = open_cutoff_of(&head.epoch, |_| false).unwrap();
+    assert_eq!((open.retired.get(), open.by.get()), (1, 2));
+    let mut facts = Facts::of_view(view);
+    facts.open_cutoff = Some(open);
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["OPEN_CUTOFF"]);
+    assert_eq!(f[0].severity, Severity::Warning);
+    assert_eq!(f[0].next, Next::Claim);
+    assert_eq!(next_step(&facts), Next::Claim);
+    // While the claim would be refused, the repair comes first.
+    facts.run_json = written(5, false, None);
+    let f = diagnose(&facts);
+    let open = f.iter().find(|f| f.code == FindingCode::OpenCutoff).unwrap();
+    assert_eq!(open.next, Next::RepairFirst(Box::new(Next::Claim)));
+}

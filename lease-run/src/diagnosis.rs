@@ -21,7 +21,8 @@ pub const TEMP_MIN_AGE_SECS: u64 = 60;
 pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     let view = crate::admission::status_view(&crate::admission::BorrowedFolder(dir), now, true)?;
     let mut facts = Facts::of_view(view);
-    facts.temp_files = count_temp_files(&**dir.fs());
+    let (temps, not_removable) = count_temp_files(&**dir.fs());
+    facts.temp_files = temps;
     facts.verify = match dir.verify() {
         Ok(r) => VerifyFacts::Held(r),
         Err(e)
@@ -69,6 +70,18 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     // held root, without following a symlink.
     facts.store_present = dir.fs().exists(lease_core::layout::STORE_FILE).ok();
     facts.stray_names = dir.stray_names()?;
+    // Named like our temp files but never removed by a clean-up (not a regular file of
+    // ours): a stray to move by hand, not a temp file a clean-up would take.
+    facts.stray_names.extend(not_removable);
+    // The head's cutoff, due but never written (a crash between a release's, takeover's
+    // or retirement's epoch and its cutoff): reported with the step that finalizes it
+    // (issue #28: the released owner's events read `pending`, and status, doctor and
+    // verify all said fine). An unreadable answer is not reported as open.
+    facts.open_cutoff = facts.view.head.as_ref().and_then(|h| {
+        lease_core::diagnose::open_cutoff_of(&h.epoch, |g| {
+            dir.fs().exists(&FileRef::Cutoff(g).path()).unwrap_or(true)
+        })
+    });
     facts.adoption_refusal = adoption_refusal(dir);
     // What the writer the next step names would refuse: the one admission rule
     // ([`claim_refusal`], [`crate::admission::judge`]), asked as that writer asks it.
@@ -196,11 +209,22 @@ pub fn run_json_facts(dir: &RunDir) -> RunJsonFacts {
     }
 }
 
-/// Count our temp files ([`lease_fs::primitives::is_temp_name`]: total, older than
-/// [`TEMP_MIN_AGE_SECS`]) in the run's protocol folders and its root.
-fn count_temp_files(fs: &dyn Fs) -> (usize, usize) {
+/// Count our temp files ([`lease_fs::primitives::is_temp_name`]) in the run's protocol
+/// folders, its root and `store/` (every folder `doctor --clean-temp` cleans), exactly as
+/// that clean-up judges them ([`lease_fs::primitives::clean_temp_files`]): `(total, old)`
+/// of the regular files of ours, `old` those of at least [`TEMP_MIN_AGE_SECS`], which the
+/// clean-up removes; and the temp names it never removes (a directory, FIFO, symlink or
+/// another user's file under such a name), as paths. So `ORPHAN_TEMP_FILES` names the
+/// clean-up only when it removes something (issue #28: a young temp file named it, it
+/// removed nothing, and the same finding and step came back).
+fn count_temp_files(fs: &dyn Fs) -> ((usize, usize), Vec<String>) {
     let (mut total, mut old) = (0, 0);
-    for d in Dir::ALL.iter().map(|d| d.path()).chain([""]) {
+    let mut not_removable = Vec::new();
+    for d in Dir::ALL
+        .iter()
+        .map(|d| d.path())
+        .chain(["", lease_core::layout::STORE_DIR])
+    {
         // Beneath the held root; a missing or refused folder has nothing to count.
         let mut temps = Vec::new();
         let listed = fs.for_each_name(d, &mut |name| {
@@ -212,16 +236,21 @@ fn count_temp_files(fs: &dyn Fs) -> (usize, usize) {
             continue;
         }
         for t in temps {
-            total += 1;
-            if fs
-                .age_secs(&t)
-                .ok()
-                .flatten()
-                .is_some_and(|a| a >= TEMP_MIN_AGE_SECS)
-            {
-                old += 1;
+            match fs.entry_info(&t) {
+                // Gone meanwhile (its writer renamed or removed it).
+                Ok(None) => {}
+                Ok(Some(i)) if i.regular && i.ours => {
+                    total += 1;
+                    if i.age_secs >= TEMP_MIN_AGE_SECS {
+                        old += 1;
+                    }
+                }
+                Ok(Some(_)) => not_removable.push(t),
+                // Cannot be told: counted, not as old (the clean-up would not remove it
+                // either: it reads the same entry first).
+                Err(_) => total += 1,
             }
         }
     }
-    (total, old)
+    ((total, old), not_removable)
 }

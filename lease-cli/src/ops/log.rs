@@ -171,18 +171,30 @@ pub fn append(
     Ok(0)
 }
 
-/// The authority of an event: a short code and a human phrase.
-fn authority_text(a: &Standing) -> (&'static str, String) {
+/// Why a `pending` event of generation `g` is pending, and the step that settles it
+/// (issue #28: `events` said only "not finalized"). Pending means: epoch `g` is active and
+/// not the head, and no cutoff for it exists, so the epoch above it, `g + 1` (the only one
+/// that can supersede `g`: §4's chain rules), superseded it and its cutoff was never
+/// written (a crash between the two, or the change of owner is writing it now). Only the
+/// head's superseded generation can be pending (one further down is `CHAIN_BROKEN`), and
+/// the next change of owner finalizes it before it extends the chain (PROTOCOL §7.0 GATE).
+fn pending_text(g: lease_core::Generation) -> String {
+    let by = g.get().saturating_add(1);
+    format!(
+        "not counted yet: generation {g} was superseded by generation {by}, and its cutoff ({}) was never written (a crash between the two, or it is being written now); the next change of owner finalizes it first and settles this event (the step `runlease status` names; `runlease doctor` reports OPEN_CUTOFF)",
+        FileRef::Cutoff(g).path()
+    )
+}
+
+/// The authority of an event of generation `g`: a short code and a human phrase.
+fn authority_text(a: &Standing, g: lease_core::Generation) -> (&'static str, String) {
     match a {
         Standing::Authoritative => ("counts", "counts".into()),
         Standing::PastCutoff { cutoff } => (
             "past_cutoff",
             format!("does not count: past its generation's cutoff {cutoff}"),
         ),
-        Standing::Pending => (
-            "pending",
-            "not counted yet: its generation was superseded and the cutoff is not finalized".into(),
-        ),
+        Standing::Pending => ("pending", pending_text(g)),
         Standing::NotOwner => (
             "not_owner",
             "does not count: not written by its generation's owner".into(),
@@ -204,7 +216,7 @@ fn authority_text(a: &Standing) -> (&'static str, String) {
 
 fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
     let e = &je.event;
-    let (code, text) = authority_text(&je.standing);
+    let (code, text) = authority_text(&je.standing, e.generation);
     if out.json {
         out.json_line(&json!({
             "schema": "runlease/cli/event/1",
@@ -218,6 +230,12 @@ fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
             "authoritative": je.standing.counts(),
             "authority": code,
             "cutoff": match je.standing { Standing::PastCutoff { cutoff } => Some(cutoff), _ => None },
+            // For `pending`: the generation that superseded the event's (its cutoff is
+            // due; the next change of owner writes it).
+            "superseded_by": match je.standing {
+                Standing::Pending => e.generation.get().checked_add(1),
+                _ => None,
+            },
         }))
     } else {
         let mark = if je.standing.counts() { ' ' } else { '!' };

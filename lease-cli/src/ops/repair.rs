@@ -1,7 +1,10 @@
 //! `verify`, `doctor` and `prune`: check the chains, diagnose (lease-core decides, this words it), compact.
 
 use crate::common::{CliError, Out, cli_identity, open_lease, shell_path, wall_now};
-use crate::diagnosis::{TEMP_MIN_AGE_SECS, next_argv, render_detail, render_next, short_tail_text};
+use crate::diagnosis::{
+    Quoting, TEMP_MIN_AGE_SECS, next_argv, render_detail, render_next, render_next_as,
+    short_tail_text,
+};
 use lease_core::LeaseOps;
 use lease_core::diagnose::diagnose;
 use lease_core::ops::{PruneParams, Status};
@@ -14,7 +17,11 @@ struct Finding {
     code: &'static str,
     severity: &'static str,
     detail: String,
+    /// The next step for `--json` (`next_step`: POSIX quoting, [`Quoting::Sh`]).
     next: String,
+    /// The next step for a terminal, to be pasted ([`Quoting::Terminal`]: a word with a
+    /// control or bidi character as `$'...'`), from the same vector.
+    next_human: String,
     next_argv: Option<Vec<String>>,
 }
 
@@ -98,6 +105,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
             severity: f.severity.as_str(),
             detail: render_detail(f, view),
             next: render_next(&f.next, dir),
+            next_human: render_next_as(&f.next, dir, None, Quoting::Terminal),
             // doctor is folder-only: no --authority to carry.
             next_argv: next_argv(&f.next, dir, None),
         })
@@ -138,7 +146,7 @@ pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
             }));
         } else {
             out.line(&format!("{:<18} {}", f.code, f.detail));
-            out.line(&format!("{:<18} next: {}", "", f.next));
+            out.line(&format!("{:<18} next: {}", "", f.next_human));
         }
     }
     Ok(exit)
@@ -173,6 +181,12 @@ pub fn prune(dir: &Path, authority: &RunAuthority, keep: u64, out: Out) -> Resul
             Some(f) => out.line(&format!(
                 "{}: checkpoint floor {f}; removed {} file(s)",
                 dir.display(),
+                r.removed
+            )),
+            None if r.removed > 0 => out.line(&format!(
+                "{}: nothing to compact (at most {} generations above the checkpoint floor); removed {} stray file(s) below the floor",
+                dir.display(),
+                keep.max(2),
                 r.removed
             )),
             None => out.line(&format!(
