@@ -423,3 +423,38 @@ fn a_fifo_write_ahead_log_is_refused_before_the_claim() {
     );
     assert_eq!(tree_nb(tmp.path()), before, "something was written");
 }
+
+/// A refusal creates no file at all, not even `owner.lock` (issue #28): a `run` refused
+/// before its claim removes the lock file its lock step created (while still holding it),
+/// and a `retire` of a run with nothing to retire does not create one.
+#[test]
+fn a_refusal_leaves_no_owner_lock_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    std::fs::remove_file(run.join("owner.lock")).unwrap();
+    let before = tree_nb(tmp.path());
+    let o = runlease(&["retire", d]);
+    assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
+    assert_eq!(tree_nb(tmp.path()), before, "retire of a free run wrote");
+    std::fs::create_dir(epoch_file(&run, 5)).unwrap();
+    let before = tree_nb(tmp.path());
+    for args in [
+        vec!["run", d, "--", "true"],
+        vec!["run", d, "--retire-dead", "--", "true"],
+        vec!["retire", d],
+        vec!["takeover", d, "--yes"],
+    ] {
+        let o = runlease(&args);
+        assert_ne!(o.status.code(), Some(0), "{args:?}");
+        assert!(!run.join("owner.lock").exists(), "{args:?} left owner.lock");
+        assert_eq!(tree_nb(tmp.path()), before, "{args:?} wrote");
+    }
+    // The lock still works: once the stray is gone the run claims and the file is made.
+    std::fs::remove_dir(epoch_file(&run, 5)).unwrap();
+    let o = runlease(&["run", d, "--", "true"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(run.join("owner.lock").is_file());
+}

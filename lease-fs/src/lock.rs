@@ -38,6 +38,8 @@ const POLL: Duration = Duration::from_millis(10);
 pub struct OwnerLock {
     fd: OwnedFd,
     path: PathBuf,
+    /// This acquisition created `owner.lock` (it did not exist).
+    created: bool,
 }
 
 impl fmt::Debug for OwnerLock {
@@ -109,7 +111,7 @@ fn open_lock_file(
     root_fd: BorrowedFd<'_>,
     root: &Path,
     create: bool,
-) -> io::Result<Option<OwnedFd>> {
+) -> io::Result<Option<(OwnedFd, bool)>> {
     let path = root.join(LOCK_FILE);
     let flags =
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
@@ -156,7 +158,7 @@ fn open_lock_file(
     } else {
         crate::real::check_trusted(root, &st, LOCK_FILE)?;
     }
-    Ok(Some(fd))
+    Ok(Some((fd, made)))
 }
 
 /// Try `flock(LOCK_EX|LOCK_NB)` on `fd`: `true` if locked, `false` if held elsewhere.
@@ -212,7 +214,7 @@ impl OwnerLock {
         let path = root.join(LOCK_FILE);
         // Bounded: the file is replaced only if someone deletes it while we lock it.
         for _ in 0..8 {
-            let Some(fd) = open_lock_file(root_fd, root, create)? else {
+            let Some((fd, created)) = open_lock_file(root_fd, root, create)? else {
                 if !create {
                     return Err(io::Error::new(
                         io::ErrorKind::NotFound,
@@ -225,7 +227,7 @@ impl OwnerLock {
                 return Ok(None);
             }
             if still_named(root_fd, fd.as_fd())? {
-                return Ok(Some(OwnerLock { fd, path }));
+                return Ok(Some(OwnerLock { fd, path, created }));
             }
             // We locked a file that was unlinked or replaced meanwhile: drop it, retry.
         }
@@ -272,6 +274,32 @@ impl OwnerLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Whether this acquisition created `owner.lock` (it did not exist before).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Let the lock go, first removing `owner.lock` if this acquisition created it, so a
+    /// refusal leaves the run folder as it found it (issue #28: a refused `runlease run`
+    /// left an `owner.lock` behind). `fs` is the held root the lock was taken in.
+    ///
+    /// Order: while the lock is still held, and only if `owner.lock` still names the locked
+    /// file, `unlinkat(owner.lock)`; then the descriptor is closed (unlocking). No fsync:
+    /// a crash that brings the empty file back leaves what an owner's open would have made
+    /// anyway. Safe for other acquirers: one that opened the old file and locks it after
+    /// the close finds it no longer named `owner.lock` (`still_named`) and tries again,
+    /// creating a new one, so two holders never coexist.
+    pub fn release_removing_created(self, fs: &RealFs) -> io::Result<()> {
+        if self.created && still_named(fs.root_fd(), self.fd.as_fd())? {
+            match rfs::unlinkat(fs.root_fd(), LOCK_FILE, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(e) => return Err(ctx(e, format!("cannot remove {}", self.path.display()))),
+            }
+        }
+        drop(self);
+        Ok(())
+    }
 }
 
 impl AsFd for OwnerLock {
@@ -301,7 +329,7 @@ pub fn probe_owner_lock_in(fs: &RealFs) -> io::Result<bool> {
 /// [`probe_owner_lock`] in the root descriptor `root_fd` (`root`: its path, for messages).
 pub(crate) fn probe_owner_lock_at(root_fd: BorrowedFd<'_>, root: &Path) -> io::Result<bool> {
     let path = root.join(LOCK_FILE);
-    let Some(fd) = open_lock_file(root_fd, root, false)? else {
+    let Some((fd, _)) = open_lock_file(root_fd, root, false)? else {
         return Ok(true);
     };
     let free = try_flock(fd.as_fd(), &path)?;

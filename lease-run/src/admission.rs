@@ -283,24 +283,37 @@ fn store_against_chain(
 /// transport refuses (a folder, FIFO or symlink named like an epoch: `RUN_LAYOUT_INVALID`)
 /// is judged `invalid` with that refusal ([`LeaseError::LayoutInvalid`]), so the observer
 /// reports a state, the finding and the repair, as it does for an unreadable record,
-/// instead of only an error (issue #28). Every other error stays the error. Read-only; the
-/// writers meet the same refusal with the same code.
+/// instead of only an error (issue #28). Every other error stays the error, among them a
+/// file runlease does not trust (`RUN_NOT_OWNED`, 77): every subcommand refuses that
+/// before reading it, with the fix (`chown`/`chmod`) in its message (issue #15).
+/// Read-only; the writers meet the same refusal with the same code.
 pub fn status_view(
     auth: &dyn LeaseAuthority,
     now: lease_core::Timestamp,
     probe: bool,
 ) -> Result<StatusView, RunError> {
     match auth.status(now, probe) {
-        Err(RunError::Fs(FsError::LayoutInvalid { run, path, detail })) => Ok(StatusView {
-            status: Status::Invalid(LeaseError::LayoutInvalid { run, path, detail }),
-            head: None,
-            age_ms: None,
-            mono_age_ms: None,
-            mono_ahead_ms: None,
-            liveness: None,
-            authority_lease: None,
-        }),
+        Err(RunError::Fs(FsError::LayoutInvalid { run, path, detail })) => {
+            Ok(invalid_view(LeaseError::LayoutInvalid {
+                run,
+                path,
+                detail,
+            }))
+        }
         other => other,
+    }
+}
+
+/// A status view judged `invalid` with `e` (nothing else known).
+fn invalid_view(e: LeaseError) -> StatusView {
+    StatusView {
+        status: Status::Invalid(e),
+        head: None,
+        age_ms: None,
+        mono_age_ms: None,
+        mono_ahead_ms: None,
+        liveness: None,
+        authority_lease: None,
     }
 }
 

@@ -163,7 +163,19 @@ impl Replacer {
                     .real_fs()
                     .cloned()
                     .ok_or_else(|| RunError::Io("the run folder is not on the real disk".into()))?;
-                let lock = if lock {
+                // No `owner.lock` yet: no owner on this host ever took it, and creating it
+                // would be a write by what may turn out a refusal (issue #28: a retirement
+                // of a free run created it). The lock is then taken, creating the file, only
+                // to write run.json after a retirement (`follow_owner_change`).
+                let lock_exists = dir.fs().exists(lease_fs::lock::LOCK_FILE).map_err(|e| {
+                    RunError::from(lease_fs::FsError::io(
+                        dir.run_id().as_str(),
+                        "stat",
+                        lease_fs::lock::LOCK_FILE,
+                        e,
+                    ))
+                })?;
+                let lock = if lock && lock_exists {
                     let l =
                         OwnerLock::acquire_timeout_in(&held, RETIRE_LOCK_TIMEOUT).map_err(|e| {
                             RunError::from(lease_fs::FsError::io(
@@ -245,14 +257,11 @@ impl Replacer {
             (Some(dir), Some(run_json)) => Some(crate::admission::Folder {
                 dir,
                 run_json,
-                // Holding the owner lock (a retirement), the store is judged as the next
-                // claim will judge it; without it (a takeover of a live-looking owner that
-                // may have it open), it is not read.
-                store_root: if self.lock.is_some() {
-                    dir.real_fs().map(|f| &**f)
-                } else {
-                    None
-                },
+                // The store is judged as the next claim will judge it (one rule for every
+                // writer): read with SQLite `immutable`, and only when no write-ahead log is
+                // beside it, so an owner that has it open (a live-looking one being taken
+                // over) is never read under.
+                store_root: dir.real_fs().map(|f| &**f),
             }),
             _ => None,
         };

@@ -343,7 +343,18 @@ impl Run {
             // The watchdog ends once nothing is tracked (no command ran yet).
             shared.stop.store(true, Ordering::SeqCst);
         }
-        st.lock.take();
+        // Refused before the claim: nothing of this open may stay, not even the
+        // `owner.lock` its lock step created (issue #28); removed while still held
+        // (`OwnerLock::release_removing_created`). After a claim the file stays (an owner
+        // has run here).
+        match (st.lock.take(), st.lease.is_none()) {
+            (Some(lock), true) => {
+                if let Err(e) = lock.release_removing_created(&st.root) {
+                    tracing::warn!(run = %name, error = %e, "undo: the owner.lock this open created was not removed");
+                }
+            }
+            (lock, _) => drop(lock),
+        }
     }
 }
 
