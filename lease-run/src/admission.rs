@@ -143,7 +143,7 @@ pub fn judge(
         (Some(_), Action::Claim) => false,
     };
     if let (Some((store, file)), true) = (&store, acting) {
-        store_against_chain(auth, store, file, &view)?;
+        store_against_chain(auth.run_id(), store, file, &view)?;
     }
     if !acting {
         return Ok(Admitted {
@@ -247,9 +247,10 @@ fn store_snapshot(
 /// The store against what the next owner's open will require at least: the head's seal
 /// and floor and, for an active head being replaced, the store head its owner reported in
 /// its last heartbeat (the replacement records it as the floor). `STORE_BEHIND_SEAL`,
-/// `STORE_IDENTITY_MISMATCH` (65), naming the file.
-fn store_against_chain(
-    auth: &dyn LeaseAuthority,
+/// `STORE_IDENTITY_MISMATCH` (65), naming the file. The one judgement of a store read
+/// without its owner (the admission rule, and `store get/list/log`'s reader).
+pub(crate) fn store_against_chain(
+    run: &lease_core::RunId,
     store: &lease_sqlite::ReadOnlyStore,
     file: &str,
     view: &StatusView,
@@ -270,7 +271,7 @@ fn store_against_chain(
         (a, b) => a.or(b),
     };
     let state = store.identity().map_err(RunError::Store)?;
-    lease_core::seal::check_seal(auth.run_id(), seal, floor, &state).map_err(|source| {
+    lease_core::seal::check_seal(run, seal, floor, &state).map_err(|source| {
         RunError::Store(lease_sqlite::StoreError::Lease {
             file: Some(file.to_string()),
             source,

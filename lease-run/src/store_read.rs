@@ -162,42 +162,16 @@ fn judge_against_chain(
         .display()
         .to_string();
     let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-    let max_token = store.max_token()?;
-    if max_token > head {
+    let token = store.max_token()?;
+    if let Some(ev) = lease_core::rollback::rollback_evidence(head, None, None, Some(token)) {
         return Err(RunError::Lease(LeaseError::ChainBroken {
             run: run.to_string(),
             chain: "epoch",
-            at: max_token,
+            at: ev.generation(),
             detail: format!(
-                "the store ({file}) holds commits of generation {max_token}, but the lease chain (lease/epochs/) ends at {}: its values are not the run's authoritative state; `runlease doctor` reports BROKEN_CHAIN",
-                if head == 0 {
-                    "no epoch".to_string()
-                } else {
-                    format!("generation {head}")
-                }
+                "{ev} (the store: {file}): its values are not the run's authoritative state; `runlease doctor` reports BROKEN_CHAIN"
             ),
         }));
     }
-    let Some(h) = &view.head else {
-        return Ok(());
-    };
-    let (seal, floor) = lease_core::seal::seal_of(&h.epoch);
-    let reported = h
-        .beat
-        .as_ref()
-        .filter(|_| h.is_active())
-        .and_then(|b| b.store_head)
-        .filter(|&s| s > 0)
-        .map(|s| (s, h.generation()));
-    let floor = match (floor, reported) {
-        (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
-        (a, b) => a.or(b),
-    };
-    let state = store.identity()?;
-    lease_core::seal::check_seal(run, seal, floor, &state).map_err(|source| {
-        RunError::Store(StoreError::Lease {
-            file: Some(file.clone()),
-            source,
-        })
-    })
+    crate::admission::store_against_chain(run, store, &file, view)
 }
