@@ -89,12 +89,20 @@ fn copy(from: &Path, to: &Path) {
 
 /// Run `runlease` with `args`, bounded (a hang is a failure of its own).
 fn rl(args: &[String]) -> (i32, String, String) {
-    let mut c = cmd(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // A spawn that finds no binary is retried briefly: a concurrent `cargo build` in the
+    // same target folder replaces it (a developer's machine, not CI).
+    let mut tries = 0;
+    let mut child = loop {
+        let mut c = cmd(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        match c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+            Ok(child) => break child,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("spawn runlease: {e}"),
+        }
+    };
     let st = wait_exit(&mut child, Duration::from_secs(60));
     let mut out = String::new();
     let mut err = String::new();
