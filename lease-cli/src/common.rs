@@ -421,29 +421,10 @@ pub fn wall_now() -> Result<Timestamp, CliError> {
         .ok_or_else(|| CliError::of(Code::ClockInvalid, "the wall clock is past 9999"))
 }
 
-fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).map_err(|e| {
-        CliError::of(
-            Code::IoError,
-            format!("cannot read random bytes from the OS: {e}"),
-        )
-    })?;
-    Ok(b)
-}
-
-/// A fresh random owner id (unique per acquisition, PROTOCOL.md §1) for `takeover` and
-/// `retire`: `run-` and 128 random bits in 32 lowercase hex digits, the one owner-id form
-/// runlease makes. It is the form `lease_run`'s open makes for `runlease run` (its
-/// `new_owner_id` is private to `run/open.rs`, so this makes the same form here; keep the
-/// two alike). A word ([`lease_core::Identity::check_word`]), as the records require.
+/// A fresh random owner id for `takeover` and `retire`: lease-run's
+/// [`lease_run::new_owner_id`], the one form (`run-<32 hex>`) `runlease run` gets too.
 pub fn new_owner_id() -> Result<lease_core::Identity, CliError> {
-    let h: String = random_bytes::<16>()?
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect();
-    lease_core::Identity::word("owner id", format!("run-{h}"))
-        .map_err(|e| CliError::of(Code::IoError, format!("owner id: {e}")))
+    lease_run::new_owner_id().map_err(CliError::from)
 }
 
 /// An identity naming this CLI process for records it writes as a maintainer (prune).

@@ -221,6 +221,9 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     // The program first: one that cannot be started creates nothing (no folder, no
     // layout, no claim).
     check_program(&argv[0])?;
+    // This host as the holder the claim records: a host name no record may hold is
+    // refused here (ARGUMENT_INVALID naming it), before the folder is created.
+    lease_run::folder::this_holder().map_err(CliError::from)?;
     // lease-run's own checks of the options (e.g. the stale_after - self_fence_after
     // margin its watchdog needs), before anything is created.
     let abs_guess = std::path::absolute(&opts.dir).unwrap_or_else(|_| opts.dir.clone());

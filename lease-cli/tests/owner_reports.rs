@@ -1,6 +1,7 @@
 //! What the owner (`runlease run`) says about its own run (issue #28): a failed heartbeat
 //! is named each time, with its code and file, and the fence of a lapse names the last
-//! failure; `run.json` tells a command that exited 143 from one killed by signal 15.
+//! failure; `run.json` tells a command that exited 143 from one killed by signal 15; a
+//! host whose name no record may hold is refused before anything is written.
 
 mod common;
 
@@ -64,4 +65,44 @@ fn run_json_tells_exit_143_from_signal_15() {
         detail("kill -TERM $$"),
         "the command was killed by signal 15"
     );
+}
+
+/// On a host whose name is no word (the rule every record's holder host follows), `run`,
+/// `retire` and `takeover` refuse up front with ARGUMENT_INVALID naming the host name,
+/// and nothing is created: the claim used to fail while encoding its epoch (65
+/// RECORD_INVALID) after laying the folder out. Needs a UTS namespace (`unshare -u`, as
+/// root); skipped, saying so, where there is none.
+#[test]
+fn a_host_name_no_record_may_hold_is_refused_before_anything_is_written() {
+    let probe = std::process::Command::new("unshare")
+        .args(["-u", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: no `unshare -u` here (needs root)");
+        return;
+    }
+    let (_tmp, dir) = scratch();
+    let d = dir.to_str().unwrap();
+    let wrapper = [
+        "unshare",
+        "-u",
+        "sh",
+        "-c",
+        "printf 'bad host' > /proc/sys/kernel/hostname && exec \"$0\" \"$@\"",
+    ];
+    for args in [
+        vec!["run", d, "--", "true"],
+        vec!["retire", d],
+        vec!["takeover", "--yes", d],
+    ] {
+        let o = cmd_under(&wrapper, &args).output().unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+        assert!(
+            err.starts_with("runlease: ARGUMENT_INVALID: host name: ")
+                && err.contains("\"bad host\""),
+            "{args:?}: {err}"
+        );
+        assert!(!dir.exists(), "{args:?} created the run folder");
+    }
 }

@@ -122,6 +122,11 @@ impl Liveness for ProcLiveness {
 }
 
 /// The identity of this process as a lease holder.
+///
+/// The host name must be a *word* ([`Identity::check_word`]: every record refuses another
+/// holder host, `RECORD_INVALID`), so a host whose name breaks that rule is refused here,
+/// before anything is written, with `ARGUMENT_INVALID` naming the host and the rule,
+/// instead of a claim that fails while encoding its record.
 pub fn this_holder() -> Result<Holder, FsError> {
     let (host, boot, pid, start) =
         crate::probe::current_holder_parts().map_err(|e| FsError::Io {
@@ -132,10 +137,23 @@ pub fn this_holder() -> Result<Holder, FsError> {
         })?;
     let ident = |what: &'static str, v: String| Identity::arg(what, v).map_err(FsError::from);
     Ok(Holder {
-        host: ident("host name", host)?,
+        host: holder_host(host)?,
         boot_id: ident("boot id", boot)?,
         pid,
         start_time: start,
+    })
+}
+
+/// This host's name as a holder host: a word, or `ARGUMENT_INVALID` naming it.
+fn holder_host(host: String) -> Result<Identity, FsError> {
+    Identity::word("host name", host).map_err(|e| {
+        FsError::from(lease_core::LeaseError::ArgumentInvalid {
+            what: "host name",
+            reason: format!(
+                "this host's name cannot be recorded as a lease holder: {}; nothing was written. Rename the host (hostname(1)): every RFC 1123 host name is such a word",
+                e.reason()
+            ),
+        })
     })
 }
 
@@ -184,7 +202,8 @@ pub const LAYOUT_DIRS: [&str; 11] = [
 /// existing layout folder and the root files runlease reads.
 fn judge_before_init(fs: &crate::real::RealFs, rid: &str) -> Result<(), FsError> {
     for d in LAYOUT_DIRS {
-        fs.check_dir(d).map_err(|e| FsError::io(rid, "open", d, e))?;
+        fs.check_dir(d)
+            .map_err(|e| FsError::io(rid, "open", d, e))?;
     }
     for f in [
         FileRef::RunStatus.path(),
@@ -822,5 +841,27 @@ pub(crate) fn open_error(run: &RunId, path: &Path, e: io::Error) -> FsError {
             &path.display().to_string(),
             e,
         )
+    }
+}
+
+#[cfg(test)]
+mod holder_host_tests {
+    use super::*;
+
+    #[test]
+    fn a_host_name_that_is_no_word_is_argument_invalid_naming_it() {
+        assert_eq!(
+            holder_host("vm-1.example".into()).unwrap().as_str(),
+            "vm-1.example"
+        );
+        for bad in ["bad host", "-x", "a;b", "\u{202e}x"] {
+            let e = holder_host(bad.into()).unwrap_err();
+            assert_eq!(e.code(), lease_core::Code::ArgumentInvalid, "{bad}: {e}");
+            let m = e.to_string();
+            assert!(
+                m.contains(&format!("{bad:?}")) && m.contains("host name"),
+                "{m}"
+            );
+        }
     }
 }

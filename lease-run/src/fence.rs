@@ -541,6 +541,9 @@ mod tests {
         assert_eq!(core.failure_since_beat(), None, "a beat succeeded since");
         assert_eq!(core.last_failure().map(|f| f.failures), Some(1));
         let g = core.note_failure(40, Code::RunLayoutInvalid, "stray".into());
-        assert_eq!((g.failures, core.failure_since_beat()), (2, Some(g.clone())));
+        assert_eq!(
+            (g.failures, core.failure_since_beat()),
+            (2, Some(g.clone()))
+        );
     }
 }

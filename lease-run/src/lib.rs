@@ -387,6 +387,6 @@ pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 pub use run::{
     Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, HeartbeatFailure,
     HeartbeatWarnings, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore,
-    Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, preflight,
-    wall_now,
+    Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, new_owner_id,
+    preflight, wall_now,
 };

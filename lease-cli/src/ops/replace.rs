@@ -72,6 +72,9 @@ pub fn takeover(
 ) -> Result<i32, CliError> {
     // The arguments first: a malformed one is 64 before anything is opened or read.
     let given = given_expectation(o, dir, authority)?;
+    // This host as the holder the takeover records (ARGUMENT_INVALID for a host name no
+    // record may hold), before anything is opened or watched.
+    lease_run::folder::this_holder().map_err(CliError::from)?;
     let r = Replacer::for_takeover(dir, authority).map_err(|e| name_folder(dir, e))?;
     let observed = observe_owner(
         &r,
@@ -296,6 +299,9 @@ fn given_expectation(
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
+    // This host as the holder the retirement records (ARGUMENT_INVALID for a host name no
+    // record may hold), before anything is opened.
+    lease_run::folder::this_holder().map_err(CliError::from)?;
     // lease-run takes the owner lock first on a run folder (so "dead" is judged holding
     // it); etcd judges by the owner's etcd lease.
     let r = Replacer::for_retire(dir, authority).map_err(|e| name_folder(dir, e))?;

@@ -24,6 +24,7 @@ mod watchdog;
 
 pub use crate::procs::INCARNATION_VAR;
 pub use heartbeat::{HeartbeatFailure, HeartbeatWarnings};
+pub use open::new_owner_id;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
 pub use preflight::{chain_reaches, preflight};

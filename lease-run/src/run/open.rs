@@ -37,9 +37,19 @@ pub(super) fn random_u64() -> Result<u64, RunError> {
     Ok(u64::from_le_bytes(b))
 }
 
-fn new_owner_id() -> Result<Identity, RunError> {
+/// A fresh random owner id, unique per acquisition (PROTOCOL §1): `run-` and 128 random
+/// bits as 32 lowercase hex digits, the one owner-id form runlease makes (its owners,
+/// `takeover` and `retire`), a word ([`Identity::check_word`]) as every record requires.
+/// `IO_ERROR` only when the system's randomness cannot be read.
+///
+/// ```
+/// let id = lease_run::new_owner_id().unwrap();
+/// assert!(id.as_str().starts_with("run-") && id.as_str().len() == 36);
+/// assert!(id.check_word("owner id").is_ok());
+/// ```
+pub fn new_owner_id() -> Result<Identity, RunError> {
     let (a, b) = (random_u64()?, random_u64()?);
-    Identity::new(format!("run-{a:016x}{b:016x}"))
+    Identity::word("owner id", format!("run-{a:016x}{b:016x}"))
         .map_err(|e| RunError::Io(format!("owner id: {e}")))
 }
 
