@@ -35,11 +35,29 @@ fn a_record_file_replaced_by_a_symlink_is_a_layout_error_naming_it() {
     std::fs::rename(&head, &moved).unwrap();
     std::os::unix::fs::symlink(&moved, &head).unwrap();
     let before = tree(tmp.path());
+    // status reports it as a state (issue #28): invalid, with the same code and file, and
+    // doctor as the next step.
+    let st = status_json(&run);
+    assert_eq!(st["state"], "invalid", "{st}");
+    assert_eq!(st["error"]["code"], "RUN_LAYOUT_INVALID", "{st}");
+    let msg = st["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("lease/epochs/00000000000000000002.json") && msg.contains("symlink"),
+        "{st}"
+    );
+    let o = runlease(&["doctor", "--json", d]);
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        json_lines(&o).iter().any(|f| f["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("RUN_LAYOUT_INVALID")),
+        "{}",
+        text(&o.stdout)
+    );
     for args in [
-        vec!["status", d],
         vec!["verify", d],
         vec!["events", d],
-        vec!["doctor", d],
         vec!["retire", d],
         vec!["run", d, "--retire-dead", "--takeover-stale", "--", "true"],
     ] {
