@@ -230,6 +230,58 @@ fn bases(root: &Path) -> Vec<Base> {
         old_lease: Some(old_lease),
         old_store: None,
     });
+    // taken over: an owner stopped (SIGSTOP) and taken over by an operator (its epoch
+    // records what was watched), then killed; the run left free.
+    let b = root.join("taken");
+    std::fs::create_dir(&b).unwrap();
+    let dir = b.join(NAME);
+    run_ok(&dir, &["--", "sh", "-c", append_script()]);
+    let old_lease = b.join("old-lease");
+    copy(&dir.join("lease"), &old_lease);
+    let pidfile = b.join("cmd.pid");
+    let script = format!(
+        r#"runlease append "$RUNLEASE_RUN" --type step >/dev/null; echo $$ > '{}'; exec sleep 1000"#,
+        pidfile.display()
+    );
+    let mut args = vec!["run", dir.to_str().unwrap()];
+    args.extend(FAST);
+    args.extend(["--", "sh", "-c", &script]);
+    let mut owner = spawn(&args);
+    let cmd_pid = read_pid(&pidfile);
+    signal(owner.id(), rustix::process::Signal::STOP);
+    let o = runlease(&["takeover", dir.to_str().unwrap(), "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "takeover: {}", text(&o.stderr));
+    signal(owner.id(), rustix::process::Signal::KILL);
+    let _ = owner.wait();
+    signal(cmd_pid, rustix::process::Signal::KILL);
+    wait_gone(cmd_pid, Duration::from_secs(10), "the command");
+    out.push(Base {
+        label: "taken",
+        dir,
+        old_lease: Some(old_lease),
+        old_store: None,
+    });
+    // a longer log: three owners with two events each.
+    let b = root.join("long");
+    std::fs::create_dir(&b).unwrap();
+    let dir = b.join(NAME);
+    for _ in 0..3 {
+        run_ok(
+            &dir,
+            &[
+                "--",
+                "sh",
+                "-c",
+                &format!("{} && {}", append_script(), append_script()),
+            ],
+        );
+    }
+    out.push(Base {
+        label: "long",
+        dir,
+        old_lease: None,
+        old_store: None,
+    });
     // compacted: enough released generations for a checkpoint, then a free run.
     let b = root.join("pruned");
     std::fs::create_dir(&b).unwrap();
@@ -304,6 +356,7 @@ fn damages(base: &Base, root_is: bool) -> Vec<Damage> {
     let names = [
         "lease/epochs/00000000000000000009.json",
         "lease/epochs/00000000000000000001.json",
+        "lease/epochs/00000000000000000000.json",
         "lease/beats/00000000000000000009.json",
         "lease/cutoffs/00000000000000000009.json",
         "lease/checkpoints/00000000000000000009.json",
