@@ -54,18 +54,18 @@ fn the_next_step_of_a_dead_owner_is_a_retire_that_succeeds_then_a_claim() {
 fn the_next_step_of_a_stale_owner_is_the_exact_takeover_and_it_succeeds() {
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
-    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sleep", "30"]].concat());
+    let started = _tmp.path().join("started");
+    let script = format!("touch '{}'; exec sleep 30", started.display());
+    let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
     wait_for_state(&dir, "active", Duration::from_secs(10));
-    // Stop it only once its command is recorded (so started): `active` shows from the
-    // claim on, and an owner stopped inside its open has no command to be killed for.
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_dir(dir.join("commands"))
-        .map(|mut r| r.next().is_none())
-        .unwrap_or(true)
-    {
-        assert!(std::time::Instant::now() < end, "no command record");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Stop it only once its command runs: `active` shows from the claim on, and a command
+    // record exists before the spawn gate opens, so an owner stopped at either is fenced
+    // before its command started (and says so), not after (was flaky, 1 in 3).
+    wait_for_file(
+        &started,
+        Duration::from_secs(10),
+        "the command never started",
+    );
     signal(owner.id(), Signal::STOP);
     let s = wait_for_state(&dir, "stale", Duration::from_secs(10));
     let argv = &s["next_step_argv"];
