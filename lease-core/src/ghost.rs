@@ -22,7 +22,7 @@
 //! |---|---|
 //! | I1 one owner per generation | [`Ghost::finish`]: a generation is granted to one actor, above every grant completed before the operation started, increasing per actor |
 //! | I2 generations never decrease | [`Ghost::observe_head`]; [`Ghost::check_granted_epochs`] (a granted epoch survives power loss) |
-//! | I4 nothing past a cutoff counts | [`within_cutoffs`] |
+//! | I4 nothing past a cutoff counts | [`within_cutoffs`] (a reader's answer against its own cutoffs); [`Ghost::check_decisions`] (every cutoff and checkpoint on disk against what each writer was told, so a cutoff decided a second time over a rolled-back chain is seen) |
 //! | I5 acknowledged appends count | [`Ghost::check_acknowledged`] |
 //! | I6 takeover only over the observed owner | [`check_takeover_retired`], [`Ghost::check_epoch_created`] |
 //! | I7 an invalid record blocks ownership changes | [`Ghost::finish`], [`Ghost::check_no_new_epoch`] |
@@ -47,10 +47,16 @@
 //! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
 //! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
 //! | [`Ghost::check_read`], [`stable_judgements`] | no | as a reader ([`OpKind::Read`]) finishes | no |
+//! | [`Ghost::check_decisions`] | no | every state, also after a rollback | no |
 //!
 //! While a record is hand-corrupted the model checker checks only
 //! [`Ghost::check_no_new_epoch`]; the proptest and the fuzzer accept an unreadable log then
-//! and skip `verify`.
+//! and skip `verify`. After `lease/` was rolled back to an older copy ([`Ghost::rollback`],
+//! the model checker's rollback fault, issue #28) the run is damaged from outside: the
+//! model checker then checks [`Ghost::finish`] (no generation granted twice, I1) and
+//! [`Ghost::check_decisions`] (I4/I9 against what each writer was told), not the reader's
+//! view of the log, `verify`, the head's watermark or the granted epochs, which the
+//! rollback itself breaks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -143,6 +149,11 @@ pub struct Ghost {
     pub corrupted: BTreeSet<FileRef>,
     /// The number of epochs when the last record was corrupted.
     pub epochs_at_corruption: usize,
+    /// The generation that wrote each event in `acked`, `refused` and `late` (sequence ->
+    /// generation), for [`Ghost::check_decisions`].
+    pub writer: BTreeMap<u64, u64>,
+    /// `lease/` was restored from an older copy ([`Ghost::rollback`]).
+    pub rolled_back: bool,
 }
 
 impl Ghost {
@@ -160,6 +171,12 @@ impl Ghost {
             created_event: None,
             observed,
         }
+    }
+
+    /// The checker restored `lease/` from an older copy (issue #28): the run is damaged
+    /// from outside from now on.
+    pub fn rollback(&mut self) {
+        self.rolled_back = true;
     }
 
     /// Whether a hand-corrupted record is still on disk.
@@ -210,6 +227,7 @@ impl Ghost {
             && mine < self.max_granted
         {
             self.late.insert(s);
+            self.writer.insert(s, mine);
         }
     }
 
@@ -285,10 +303,12 @@ impl Ghost {
                     ));
                 }
                 self.acked.insert(s);
+                self.writer.insert(s, mine);
             }
             (OpKind::Append, Err(e)) if e.code() == "FENCED" => {
                 if let Some(s) = op.created_event {
                     self.refused.insert(s);
+                    self.writer.insert(s, mine);
                 }
             }
             _ => {}
@@ -362,6 +382,68 @@ impl Ghost {
             )),
             None => Ok(()),
         }
+    }
+
+    /// I4 and I9 against what each writer was told, not against the cutoffs a reader
+    /// used: every cutoff on disk, `(g, events_through)` in `cutoffs`, leaves out each
+    /// event of generation `g` whose append answered `FENCED` or that was linked late,
+    /// and counts each acknowledged one; every checkpoint on disk, `(floor, through,
+    /// not_authoritative)` in `checkpoints`, lists as not authoritative exactly those of
+    /// them written by a generation below its floor, up to `through`. A cutoff or
+    /// checkpoint is immutable once created, so a wrong one makes the event's standing
+    /// wrong for good: a retirement or takeover that issued a generation a second time over
+    /// a rolled-back `lease/` and decided the cutoff again, through an event that had been
+    /// refused (issue #28), is reported here as the cutoff is created, whatever a reader
+    /// then makes of the damaged chain.
+    pub fn check_decisions<'a>(
+        &self,
+        cutoffs: impl IntoIterator<Item = (u64, u64)>,
+        checkpoints: impl IntoIterator<Item = (u64, u64, &'a [u64])>,
+    ) -> Result<(), Violation> {
+        let told_no = |s: &u64| self.refused.contains(s) || self.late.contains(s);
+        let why_not = |s: u64| {
+            if self.refused.contains(&s) {
+                "was refused: its append answered FENCED"
+            } else {
+                "was linked after a newer generation had been granted: it must never count"
+            }
+        };
+        for (g, through) in cutoffs {
+            for (&s, _) in self.writer.iter().filter(|(_, w)| **w == g) {
+                if told_no(&s) && s <= through {
+                    return Err(format!(
+                        "cutoff {g} counts events through {through}, but event {s} of generation {g} {} (I4, I9)",
+                        why_not(s)
+                    ));
+                }
+                if self.acked.contains(&s) && s > through {
+                    return Err(format!(
+                        "cutoff {g} counts events through {through}, but event {s} of generation {g} was acknowledged (I5, I9)"
+                    ));
+                }
+            }
+        }
+        for (floor, through, not_authoritative) in checkpoints {
+            for (&s, _) in self
+                .writer
+                .iter()
+                .filter(|(s, w)| **w < floor && **s <= through)
+            {
+                let listed = not_authoritative.contains(&s);
+                if told_no(&s) && !listed {
+                    return Err(format!(
+                        "checkpoint {floor} counts event {s}, which {} (I4, I9)",
+                        why_not(s)
+                    ));
+                }
+                if self.acked.contains(&s) && listed {
+                    return Err(format!(
+                        "checkpoint {floor} does not count event {s}, which was acknowledged (I5)"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every check of an authoritative read of the log: [`Ghost::check_acknowledged`],
