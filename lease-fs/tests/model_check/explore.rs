@@ -103,7 +103,7 @@ pub(crate) fn walk(
             // Like a real scheduler, mostly keep running the actor that ran last (deep
             // sequential scenarios), sometimes switch, crash or jump the clock.
             let own: Vec<usize> = match w.running {
-                Some(r) if w.actors[r].op.is_some() => {
+                Some(r) if w.actors[r].busy() => {
                     let prefix = format!("{}{}", w.actors[r].name, w.actors[r].incarnation);
                     succ.iter()
                         .enumerate()
@@ -133,9 +133,7 @@ pub(crate) fn walk(
             // too (without walking on from it), as the crash-point tests do for single
             // operations. A walk then needs to reach the state, not also to pick the
             // power loss at that very step.
-            if w.power_losses_left > 0
-                && w.actors.iter().any(|a| a.op.is_some() || a.lease.is_some())
-            {
+            if w.power_losses_left > 0 && w.actors.iter().any(|a| a.busy() || a.lease.is_some()) {
                 for tear in [false, true] {
                     let mut p = w.clone_deep();
                     let line = p.power_loss(tear);

@@ -30,6 +30,8 @@ fn configs(mode: &str) -> Vec<Config> {
     };
     let cap = |n: f64| (n * scale) as usize;
     let pre = if mode == "deep" { 3 } else { 2 };
+    // The rollback configurations: 1 preemption in CI (exhaustive, about 16 s), 2 deep.
+    let pre_rollback = if mode == "deep" { 2 } else { 1 };
     vec![
         Config {
             name: "2 actors, every interleaving: claim/append/heartbeat vs takeover/append, process crash",
@@ -42,6 +44,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: None,
             max_states: cap(60_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             name: "2 actors, every interleaving: claim/append/release vs retire/claim, power loss with tear",
@@ -54,6 +60,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: None,
             max_states: cap(60_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             name: "3 actors, preemption-bounded: owner vs two takers (one crashes), zombie append",
@@ -67,6 +77,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(150_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             name: "3 actors, preemption-bounded: owner, retirer and claimer with a power loss",
@@ -80,6 +94,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(150_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             // Issue #14's class (an answer resting on a record that a power loss can take
@@ -96,6 +114,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(250_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             // OQ-5: the taker may stall anywhere (time jumps between any two of its calls)
@@ -111,6 +133,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: None,
             max_states: cap(60_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             // Issue #19: heartbeats after the first are written in place into one of two
@@ -129,6 +155,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: None,
             max_states: cap(60_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",
@@ -141,6 +171,10 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 1,
             preemptions: Some(pre),
             max_states: cap(100_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
         },
         Config {
             // OQ-15: a finalizing reader racing a prune. The owner claims, appends,
@@ -162,6 +196,58 @@ fn configs(mode: &str) -> Vec<Config> {
             corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(100_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
+        },
+        Config {
+            // Issue #28: lease/ restored from a copy taken at an earlier state (between
+            // operations), events/ and run.json kept. The owner's append is answered
+            // FENCED after the taker's cutoff; once lease/ is back at generation 1, a
+            // retirement would issue generation 2 again and decide cutoff 1 through that
+            // event (I4). Claims, takeovers and retirements refuse on rollback evidence
+            // (`lease_core::rollback`), as lease-run's admission rule does; every owner
+            // writes run.json after its epoch, as lease-run does.
+            name: "3 actors, preemption-bounded: lease/ rolled back under a retirement (issue #28)",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Append, 1)], 1),
+                (
+                    'b',
+                    vec![(Takeover, 1)],
+                    env_u64("GAP_B_CRASH").unwrap_or(0) as u8,
+                ),
+                ('c', vec![(Retire, 1)], 0),
+            ],
+            power_losses: 0,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: Some(pre_rollback),
+            max_states: cap(400_000.0),
+            run_layer: true,
+            rollback_check: true,
+            copies: 1,
+            rollbacks: 1,
+        },
+        Config {
+            // The same with a second taker after the rollback: a takeover of the restored
+            // generation 1 would grant generation 2 a second time (I1) and decide cutoff 1
+            // again (I4).
+            name: "3 actors, preemption-bounded: lease/ rolled back under a takeover (issue #28)",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Append, 1)], 0),
+                ('b', vec![(Takeover, 1)], 0),
+                ('c', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 0,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: Some(pre_rollback),
+            max_states: cap(400_000.0),
+            run_layer: true,
+            rollback_check: true,
+            copies: 1,
+            rollbacks: 1,
         },
     ]
 }
@@ -193,8 +279,10 @@ fn model_check_the_protocol_as_implemented() {
             ),
             Some(trace) => {
                 println!(
-                    "model states explored: {n}, invariant violations: 1 ({})",
-                    c.name
+                    "model states explored: {n}, invariant violations: 1 ({}; {:.1} s; a shortest trace of {} steps)",
+                    c.name,
+                    started.elapsed().as_secs_f64(),
+                    trace.len()
                 );
                 println!("shortest trace:");
                 for (k, s) in trace.iter().enumerate() {
@@ -269,8 +357,12 @@ fn follow(c: &Config, schedule: &[&str]) -> Result<Vec<String>, Vec<String>> {
 
 /// [`follow`], returning the final world too.
 fn follow_world(c: &Config, schedule: &[&str]) -> Result<(Vec<String>, World), Vec<String>> {
+    follow_world_in(world(c), schedule)
+}
+
+/// [`follow_world`] from the world `w`.
+fn follow_world_in(mut w: World, schedule: &[&str]) -> Result<(Vec<String>, World), Vec<String>> {
     let mut memo = std::collections::HashMap::new();
-    let mut w = world(c);
     let mut trace = Vec::new();
     for want in schedule {
         // `*x`: run actor x to the end of its operation; `x~text`: step actor x until a step
@@ -313,7 +405,7 @@ fn follow_world(c: &Config, schedule: &[&str]) -> Result<(Vec<String>, World), V
                 w.actors
                     .iter()
                     .find(|x| x.name == name)
-                    .is_none_or(|x| x.op.is_none())
+                    .is_none_or(|x| !x.busy())
             });
             if idle || run_out.is_none() {
                 break;
@@ -609,6 +701,109 @@ fn model_schedule_a_lazy_finalize_overtaken_by_the_cutoff_and_a_claim_uses_the_c
     }
     assert!(
         trace.matches("r0: Read(Cutoff(Generation(1)))").count() == 2,
+        "{trace}"
+    );
+}
+
+/// Issue #28's scenario in the retirement configuration: the owner's append passes its
+/// pre-check, a takeover decides cutoff 1 before the event is linked (FENCED), the owner
+/// exits; then lease/ is restored from a copy taken while generation 1 was active,
+/// keeping events/ and run.json (written by generation 2). With `check`, the retirement
+/// refuses on rollback evidence (run.json ahead of the chain) before writing anything;
+/// without it, it issues generation 2 again and decides cutoff 1 through the refused event,
+/// and the ghost's check of the decisions against what each writer was told reports it.
+/// Returns the trace, `Err` on a violation. PROTOCOL §16, I4.
+fn rolled_back_retirement(check: bool) -> Result<String, String> {
+    let c = config_named("rolled back under a retirement");
+    let mut w = world(&c);
+    w.rollback_check = check;
+    let mut schedule = vec![
+        "a0 starts Claim",
+        "*a0",
+        "copy lease/",
+        "a0 starts Append",
+        "a0~CreateExclusive(Event(",
+        "clock jumps",
+        "b0 starts Takeover",
+        "*b0",
+        "*a0",
+        "ROLLBACK",
+        "c0 starts Retire",
+    ];
+    if !check {
+        // Refused, the retirement never starts; admitted, it runs to the end.
+        schedule.push("*c0");
+    }
+    let r = follow_world_in(w, &schedule);
+    match r {
+        Ok((t, _)) => Ok(t.join("\n")),
+        Err(t) => Err(t.join("\n")),
+    }
+}
+
+#[test]
+fn model_schedule_a_rolled_back_lease_refuses_the_retirement() {
+    let trace = rolled_back_retirement(true).unwrap_or_else(|t| panic!("{t}"));
+    for want in [
+        "a0: Append -> FENCED",
+        "ROLLBACK: lease/ restored from the copy (head 2 -> 1)",
+        "starts Retire at t=20001: refused before writing, CHAIN_BROKEN (run.json was written by generation 2",
+    ] {
+        assert!(trace.contains(want), "missing {want:?} in:\n{trace}");
+    }
+}
+
+#[test]
+fn model_schedule_without_the_rollback_check_the_retirement_breaks_i4() {
+    let trace = rolled_back_retirement(false).expect_err("no violation");
+    assert!(
+        trace.contains(
+            "VIOLATION: cutoff 1 counts events through 1, but event 1 of generation 1 was refused: its append answered FENCED"
+        ),
+        "{trace}"
+    );
+}
+
+/// What rollback evidence cannot see, kept as a known limit (PROTOCOL §16): the taker
+/// dies after its takeover returned and before it wrote run.json, and the owner's event
+/// is linked after that grant (late: it must never count), then the owner dies. lease/ is
+/// then restored from a copy taken while generation 1 was active: run.json (generation 1)
+/// and the newest event (generation 1) are not ahead of the restored chain, so nothing
+/// outside lease/ tells the rollback, the retirement is admitted, issues generation 2 again
+/// and decides cutoff 1 through the late event. The configurations leave the taker's
+/// crash out for this reason; if this test fails because the retirement is refused, the
+/// admission rule has learnt to see this case: put the crash back in the configuration.
+#[test]
+fn model_schedule_known_limit_a_taker_dead_before_run_json_leaves_no_evidence() {
+    let mut c = config_named("rolled back under a retirement");
+    c.actors[1].2 = 1;
+    let r = follow_world_in(
+        world(&c),
+        &[
+            "a0 starts Claim",
+            "*a0",
+            "copy lease/",
+            "a0 starts Append",
+            "a0~CreateExclusive(Event(",
+            "clock jumps",
+            "b0 starts Takeover",
+            "b0~Takeover -> ok",
+            "b0 crashes",
+            "a0~CreateExclusive events/",
+            "a0 crashes",
+            "ROLLBACK",
+            "c0 starts Retire",
+            "*c0",
+        ],
+    );
+    let trace = match r {
+        Ok((t, _)) => panic!("the limit is gone (no violation):\n{}", t.join("\n")),
+        Err(t) => t.join("\n"),
+    };
+    assert!(
+        trace.contains(
+            "VIOLATION: cutoff 1 counts events through 1, but event 1 of generation 1 was linked after a newer generation had been granted"
+        ),
         "{trace}"
     );
 }

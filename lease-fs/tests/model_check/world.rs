@@ -17,6 +17,7 @@ use lease_fs::primitives::PrimOp;
 use lease_fs::run_dir::{Exec, prim_response, start_request};
 use lease_fs::{Liveness, SimFs};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 pub(crate) fn hash128(s: &str) -> u128 {
     use std::hash::{Hash, Hasher};
@@ -27,6 +28,12 @@ pub(crate) fn hash128(s: &str) -> u128 {
     b.write_u64(0x9e37_79b9_7f4a_7c15);
     (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
+
+/// A copy of `lease/`: every file below it, by path, with its content.
+pub(crate) type LeaseCopy = Arc<BTreeMap<String, Vec<u8>>>;
+
+/// `run.json`, the run layer's record (PROTOCOL §4).
+pub(crate) const RUN_JSON: &str = "run.json";
 
 pub(crate) fn t(ms: u64) -> Timestamp {
     Timestamp::from_unix_millis(1_796_169_600_000 + ms).unwrap()
@@ -73,9 +80,28 @@ pub(crate) struct Actor {
     pub(crate) commit_at: Option<u64>,
     /// A heartbeat in flight: the world time it started (its self-fence reference).
     pub(crate) beat_started_at: Option<u64>,
+    /// After a claim, takeover or retirement succeeded: `run.json` still to be written
+    /// (lease-run writes it after the epoch is durable, before the command runs).
+    pub(crate) run_json: Option<RunJsonWrite>,
+}
+
+/// `run.json` being written after an owner change, as lease-run does it: read the old one
+/// (left alone if written by this generation or a newer one), then a durable replace
+/// (temp file written and fsynced, renamed over `run.json`, the folder fsynced), one call
+/// per step. Only in configurations with [`Config::run_layer`].
+#[derive(Clone, Debug)]
+pub(crate) enum RunJsonWrite {
+    /// Read the old `run.json` next; then write it as this generation.
+    Read(u64),
+    /// The replace in flight, as this generation.
+    Write(u64, PrimOp),
 }
 
 impl Actor {
+    /// In the middle of an operation (or of the `run.json` write that follows one).
+    pub(crate) fn busy(&self) -> bool {
+        self.op.is_some() || self.run_json.is_some()
+    }
     pub(crate) fn pid(&self) -> u32 {
         1000 + u32::from(self.name as u8) * 100 + self.incarnation
     }
@@ -118,6 +144,16 @@ pub(crate) struct World {
     pub(crate) preemptions_left: Option<u8>,
     /// Every heartbeat that succeeded: (generation, world time it finished) (OQ-5).
     pub(crate) beats_ok: Vec<(u64, u64)>,
+    /// Actors behave as lease-run's owners ([`Config::run_layer`]).
+    pub(crate) run_layer: bool,
+    /// Claims, takeovers and retirements refuse on rollback evidence
+    /// ([`Config::rollback_check`]).
+    pub(crate) rollback_check: bool,
+    /// Copies of `lease/` still to take, rollbacks still to make, and the copy taken
+    /// (every file below `lease/`, by path), with its hash for the fingerprint.
+    pub(crate) copies_left: u8,
+    pub(crate) rollbacks_left: u8,
+    pub(crate) lease_copy: Option<(LeaseCopy, u128)>,
 }
 
 /// Liveness as the world knows it: a holder is dead iff it ran on this boot and no live
@@ -192,7 +228,7 @@ impl World {
     pub(crate) fn fingerprint(&self) -> u128 {
         let g = &self.ghost;
         hash128(&format!(
-            "{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}",
+            "{}|{:?}|{}|{}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{}|{}|{:?}",
             self.fs.fingerprint(),
             self.actors,
             self.now,
@@ -209,21 +245,28 @@ impl World {
             self.corrupted(),
             self.running,
             self.preemptions_left,
-            self.beats_ok
+            self.beats_ok,
+            g.writer,
+            g.rolled_back,
+            self.copies_left,
+            self.rollbacks_left,
+            self.lease_copy.as_ref().map(|(_, h)| *h)
         ))
     }
 
     /// What `check` depends on besides the head bookkeeping.
     pub(crate) fn check_key(&self) -> u128 {
         hash128(&format!(
-            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}",
+            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}",
             self.fs.fingerprint(),
             self.now,
             self.boot,
             self.ghost.acked,
             self.ghost.refused,
             self.ghost.late,
-            self.corrupted()
+            self.corrupted(),
+            self.ghost.writer,
+            self.ghost.rolled_back
         ))
     }
 
@@ -293,6 +336,94 @@ impl World {
                 Step::Done(r) => return r,
             }
         }
+    }
+
+    /// One request on a fork, through `start_request` and `PrimOp` as an actor makes it.
+    pub(crate) fn perform(&self, req: Request) -> Result<Response, String> {
+        let fs = self.fs.fork();
+        let live = self.liveness();
+        let exec = start_request(&fs, &live, req, |d| format!("{d}/.tmp-observer"))
+            .map_err(|(op, p, e)| format!("{op} {p}: {e}"))?;
+        Ok(match exec {
+            Exec::Ready(r) => r,
+            Exec::Prim(prim, _) => {
+                let kind = prim.kind();
+                prim_response(kind, prim.run(&fs).map_err(|e| e.to_string())?)
+            }
+        })
+    }
+
+    /// The generation that last wrote `run.json` (`None`: none, or not a record).
+    pub(crate) fn run_json_generation(&self) -> Option<u64> {
+        let bytes = self.fs.read(RUN_JSON, 1 << 16).ok().flatten()?;
+        decode_for::<RunStatus>(&run_id(), &bytes)
+            .ok()
+            .map(|r| r.generation.get())
+    }
+
+    /// Rollback evidence as a claim, takeover or retirement gathers it before it acts
+    /// (lease-run's admission rule): the head (the highest epoch), the generation that
+    /// wrote `run.json`, the newest event's generation (`CountEvents`, then that event
+    /// read), judged by `lease_core::rollback::rollback_evidence`. The model has no store.
+    pub(crate) fn rollback_evidence(&self) -> Option<lease_core::rollback::Evidence> {
+        let head = self.head();
+        let newest = match self.perform(Request::CountEvents) {
+            Ok(Response::EventCount { highest, .. }) => Sequence::new(highest),
+            _ => None,
+        };
+        let newest_gen =
+            newest.and_then(|s| match self.perform(Request::Read(FileRef::Event(s))) {
+                Ok(Response::Content(Some(b))) => decode_for::<Event>(&run_id(), &b)
+                    .ok()
+                    .map(|e| e.generation.get()),
+                _ => None,
+            });
+        lease_core::rollback::rollback_evidence(head, self.run_json_generation(), newest_gen, None)
+    }
+
+    /// Every file below `lease/` (live), by path: what a copy of the folder holds.
+    pub(crate) fn lease_files(&self) -> BTreeMap<String, Vec<u8>> {
+        self.fs
+            .snapshot_live()
+            .into_iter()
+            .filter(|(p, _)| p.starts_with("lease/"))
+            .collect()
+    }
+
+    /// Copy `lease/` (between operations): the copy a later rollback restores.
+    pub(crate) fn copy_lease(&mut self) -> String {
+        self.copies_left -= 1;
+        let files = self.lease_files();
+        let h = hash128(&format!("{files:?}"));
+        let line = format!("copy lease/ ({} files, head {})", files.len(), self.head());
+        self.lease_copy = Some((Arc::new(files), h));
+        line
+    }
+
+    /// Restore `lease/` from the copy (between operations), durably, keeping `events/` and
+    /// `run.json` (issue #28): every file below `lease/` removed, each folder fsynced, the
+    /// copy's files written back (durable).
+    pub(crate) fn restore_lease(&mut self) -> Option<String> {
+        let (copy, _) = self.lease_copy.clone()?;
+        if *copy == self.lease_files() {
+            return None;
+        }
+        self.rollbacks_left -= 1;
+        let before = self.head();
+        for d in Dir::ALL.iter().filter(|d| d.path().starts_with("lease/")) {
+            for name in self.fs.list(d.path()).unwrap_or_default() {
+                self.fs.unlink(&format!("{}/{name}", d.path())).unwrap();
+            }
+            self.fs.fsync_dir(d.path()).unwrap();
+        }
+        for (p, b) in copy.iter() {
+            self.fs.put(p, b).unwrap();
+        }
+        self.ghost.rollback();
+        Some(format!(
+            "ROLLBACK: lease/ restored from the copy (head {before} -> {}), events/ and run.json kept",
+            self.head()
+        ))
     }
 
     pub(crate) fn start(&mut self, i: usize, kind: Kind) -> Option<String> {
@@ -373,6 +504,17 @@ impl World {
             (Kind::Read, _) => AnyOp::Read(ReadEvents::new(run_id(), Some((a.owner(), now)))),
             _ => return None,
         };
+        // The admission rule's rollback evidence, before anything is written (issue #28).
+        if self.rollback_check && matches!(kind, Kind::Claim | Kind::Takeover | Kind::Retire) {
+            if let Some(e) = self.rollback_evidence() {
+                let a = &mut self.actors[i];
+                *a.budget.get_mut(&kind).unwrap() -= 1;
+                return Some(format!(
+                    "{}{} starts {kind:?} at t={}: refused before writing, CHAIN_BROKEN ({e})",
+                    a.name, a.incarnation, self.now
+                ));
+            }
+        }
         let mut ghost = self.ghost.begin(kind, observed);
         ghost.note_head(Some(head));
         let a = &mut self.actors[i];
@@ -394,6 +536,11 @@ impl World {
 
     /// One system call (or the completion) of actor `i`'s operation.
     pub(crate) fn step(&mut self, i: usize) -> Result<String, String> {
+        if self.actors[i].op.is_none() {
+            if let Some(w) = self.actors[i].run_json.take() {
+                return self.step_run_json(i, w);
+            }
+        }
         let live = self.liveness();
         let a = &mut self.actors[i];
         let who = format!("{}{}", a.name, a.incarnation);
@@ -500,6 +647,52 @@ impl World {
         }
     }
 
+    /// One call of the `run.json` write that follows an owner change ([`RunJsonWrite`]).
+    fn step_run_json(&mut self, i: usize, w: RunJsonWrite) -> Result<String, String> {
+        let prev = match &w {
+            RunJsonWrite::Read(_) => Some(self.run_json_generation()),
+            RunJsonWrite::Write(..) => None,
+        };
+        let (boot, now) = (self.boot, self.now);
+        let a = &mut self.actors[i];
+        let who = format!("{}{}", a.name, a.incarnation);
+        match w {
+            RunJsonWrite::Read(g) => {
+                let prev = prev.flatten();
+                if prev.is_some_and(|p| p >= g) {
+                    return Ok(format!(
+                        "{who}: Read run.json -> written by {prev:?}; left as it is"
+                    ));
+                }
+                let record = RunStatus {
+                    run_id: run_id(),
+                    status: RunState::Running,
+                    generation: Generation::new(g).unwrap(),
+                    sealed_sequence: None,
+                    wake_at: None,
+                    holder: Some(a.holder(boot)),
+                    heartbeat_at: None,
+                    updated_at: t(now),
+                    detail: None,
+                };
+                let bytes = encode(&record).map_err(|e| e.to_string())?;
+                a.run_json = Some(RunJsonWrite::Write(
+                    g,
+                    PrimOp::replace(RUN_JSON, bytes, true, a.tmp("")),
+                ));
+                Ok(format!("{who}: Read run.json -> written by {prev:?}"))
+            }
+            RunJsonWrite::Write(g, mut prim) => match step_prim(&mut prim, &self.fs) {
+                None => {
+                    a.run_json = Some(RunJsonWrite::Write(g, prim));
+                    Ok(format!("{who}: Replace run.json: next call"))
+                }
+                Some(Ok(_)) => Ok(format!("{who}: Replace run.json -> written by {g}")),
+                Some(Err(e)) => Err(format!("{who}: unexpected I/O error writing run.json: {e}")),
+            },
+        }
+    }
+
     /// After a response: run the operation's local computation up to its next request
     /// (kept pending, executed at the actor's next step) or its end.
     pub(crate) fn advance(&mut self, i: usize, line: String) -> Result<String, String> {
@@ -542,6 +735,7 @@ impl World {
         // corrupted by hand: crashes, power loss and concurrency never damage a run.
         if let Err(e) = &result {
             if !self.ghost.is_corrupted()
+                && !self.ghost.rolled_back
                 && matches!(
                     e.code().as_str(),
                     "CHAIN_BROKEN" | "RECORD_INVALID" | "EVENT_LOG_GAP" | "RUN_LAYOUT_INVALID"
@@ -582,7 +776,7 @@ impl World {
         let told = match &result {
             Ok(Out::Lease(l)) => Ok(Told::Granted(l.generation)),
             Ok(Out::Seq(s)) => Ok(Told::Appended(*s)),
-            Ok(Out::Unit | Out::Read(_)) => Ok(Told::Done),
+            Ok(Out::Unit | Out::Retired(_) | Out::Read(_)) => Ok(Told::Done),
             Err(e) => Err(e),
         };
         let mine = self.actors[i]
@@ -595,8 +789,14 @@ impl World {
         let a = &mut self.actors[i];
         match (&op, result) {
             (AnyOp::Claim(_) | AnyOp::Takeover(_), Ok(Out::Lease(l))) => {
+                if self.run_layer {
+                    a.run_json = Some(RunJsonWrite::Read(l.generation.get()));
+                }
                 a.lease = Some(*l);
                 a.beats = 0;
+            }
+            (AnyOp::Retire(_), Ok(Out::Retired(g))) if self.run_layer => {
+                a.run_json = Some(RunJsonWrite::Read(g));
             }
             (AnyOp::Heartbeat(_), Ok(_)) => {
                 a.beats += 1;
@@ -611,6 +811,11 @@ impl World {
                 if e.code() == "FENCED" =>
             {
                 a.lease = None;
+                if self.run_layer {
+                    // `runlease run` exits when fenced (75): its pid is gone, so its
+                    // holder is dead to a retirer.
+                    a.incarnation += 1;
+                }
             }
             _ => {}
         }
@@ -629,6 +834,8 @@ impl World {
             Err(e) if e.code() == "CONCURRENT_CHANGE" || self.ghost.is_corrupted() => {
                 return Ok(());
             }
+            // A rolled-back lease/ is damaged from outside: readers are not judged.
+            _ if self.ghost.rolled_back => return Ok(()),
             Err(e) => return Err(format!("a finalizing reader failed: {e}")),
         };
         self.ghost.check_read(view)?;
@@ -655,6 +862,7 @@ impl World {
         a.looked_at = None;
         a.commit_at = None;
         a.beat_started_at = None;
+        a.run_json = None;
         line
     }
 
@@ -670,6 +878,7 @@ impl World {
             a.pending = None;
             a.lease = None;
             a.beats = 0;
+            a.run_json = None;
         }
         format!(
             "POWER LOSS (tear {tear}); every process is gone, boot {}",
@@ -678,7 +887,7 @@ impl World {
     }
 
     pub(crate) fn corrupt(&mut self) -> Option<String> {
-        if self.actors.iter().any(|a| a.op.is_some()) {
+        if self.actors.iter().any(Actor::busy) {
             return None;
         }
         let h = Generation::new(self.head())?;
@@ -713,8 +922,15 @@ impl World {
     }
 
     pub(crate) fn check_state(&mut self) -> Result<(), String> {
+        self.check_decisions()?;
         if self.ghost.is_corrupted() {
             return self.ghost.check_no_new_epoch(self.epoch_count());
+        }
+        if self.ghost.rolled_back {
+            // The run is damaged from outside (issue #28): what must still hold is that no
+            // decision (cutoff, checkpoint) contradicts what a writer was told, checked
+            // above, and that no generation is granted twice (`Ghost::finish`).
+            return Ok(());
         }
         let floor = self
             .fs
@@ -761,12 +977,50 @@ impl World {
         status_valid(&status.status)
     }
 
+    /// Every cutoff and checkpoint on disk against what each writer was told
+    /// (`Ghost::check_decisions`: I4, I9, I5).
+    fn check_decisions(&self) -> Result<(), String> {
+        let read = |dir: Dir| -> Vec<Vec<u8>> {
+            self.fs
+                .list(dir.path())
+                .unwrap_or_default()
+                .iter()
+                .filter(|n| dir.parse_name(n).is_some())
+                .filter_map(|n| {
+                    self.fs
+                        .read(&format!("{}/{n}", dir.path()), 1 << 20)
+                        .ok()
+                        .flatten()
+                })
+                .collect()
+        };
+        let cutoffs: Vec<(u64, u64)> = read(Dir::Cutoffs)
+            .iter()
+            .filter_map(|b| decode::<RetirementRecord>(b).ok())
+            .map(|r| (r.generation.get(), r.events_through))
+            .collect();
+        let checkpoints: Vec<Checkpoint> = read(Dir::Checkpoints)
+            .iter()
+            .filter_map(|b| decode::<Checkpoint>(b).ok())
+            .collect();
+        self.ghost.check_decisions(
+            cutoffs,
+            checkpoints.iter().map(|c| {
+                (
+                    c.floor_generation.get(),
+                    c.through_sequence,
+                    c.not_authoritative.as_slice(),
+                )
+            }),
+        )
+    }
+
     /// Whether running actor `i` now is a preemption (another actor is in the middle of an
     /// operation), and whether one is still allowed.
     pub(crate) fn schedule(&self, i: usize) -> Option<u8> {
         let busy_other = self
             .running
-            .is_some_and(|r| r != i && self.actors[r].op.is_some());
+            .is_some_and(|r| r != i && self.actors[r].busy());
         match (busy_other, self.preemptions_left) {
             (false, p) => Some(p.unwrap_or(u8::MAX)),
             (true, None) => Some(u8::MAX),
@@ -783,7 +1037,7 @@ impl World {
                 // Switching to this actor would exceed the preemption bound; it may still
                 // crash.
                 if self.actors[i].crashes_left > 0
-                    && (self.actors[i].op.is_some() || self.actors[i].lease.is_some())
+                    && (self.actors[i].busy() || self.actors[i].lease.is_some())
                 {
                     let mut w = self.clone_deep();
                     let line = w.crash_actor(i);
@@ -792,7 +1046,7 @@ impl World {
                 continue;
             };
             let left = self.preemptions_left.map(|_| left);
-            if self.actors[i].op.is_some() {
+            if self.actors[i].busy() {
                 let mut w = self.clone_deep();
                 w.running = Some(i);
                 w.preemptions_left = left;
@@ -827,19 +1081,29 @@ impl World {
                 }
             }
             if self.actors[i].crashes_left > 0
-                && (self.actors[i].op.is_some() || self.actors[i].lease.is_some())
+                && (self.actors[i].busy() || self.actors[i].lease.is_some())
             {
                 let mut w = self.clone_deep();
                 let line = w.crash_actor(i);
                 out.push((w, line, false));
             }
         }
-        if self.power_losses_left > 0
-            && self
-                .actors
-                .iter()
-                .any(|a| a.op.is_some() || a.lease.is_some())
-        {
+        // Issue #28: a copy of lease/ taken between operations, and lease/ restored from it
+        // later (events/ and run.json kept). The rollback restarts the head's watermark,
+        // as a power loss does.
+        let quiet = !self.actors.iter().any(Actor::busy);
+        if quiet && self.copies_left > 0 {
+            let mut w = self.clone_deep();
+            let line = w.copy_lease();
+            out.push((w, line, false));
+        }
+        if quiet && self.rollbacks_left > 0 {
+            let mut w = self.clone_deep();
+            if let Some(line) = w.restore_lease() {
+                out.push((w, line, true));
+            }
+        }
+        if self.power_losses_left > 0 && self.actors.iter().any(|a| a.busy() || a.lease.is_some()) {
             for tear in [false, true] {
                 let mut w = self.clone_deep();
                 let line = w.power_loss(tear);
@@ -876,7 +1140,7 @@ pub(crate) fn next_out(op: &mut AnyOp, input: Option<Response>) -> Step<Out> {
     match op {
         AnyOp::Claim(o) => map(o.next(input), |l| Out::Lease(Box::new(l))),
         AnyOp::Takeover(o) => map(o.next(input), |l| Out::Lease(Box::new(l))),
-        AnyOp::Retire(o) => map(o.next(input), |_| Out::Unit),
+        AnyOp::Retire(o) => map(o.next(input), |r| Out::Retired(r.generation.get())),
         AnyOp::Heartbeat(o) => map(o.next(input), |_| Out::Unit),
         AnyOp::Append(o) => map(o.next(input), |x| Out::Seq(x.sequence.get())),
         AnyOp::Release(o) => map(o.next(input), |_| Out::Unit),
@@ -900,6 +1164,8 @@ pub(crate) enum Out {
     Lease(Box<OwnedLease>),
     Seq(u64),
     Unit,
+    /// A retirement's new (free) generation.
+    Retired(u64),
     /// What a reader judged.
     Read(Box<EventLogView>),
 }
@@ -923,6 +1189,18 @@ pub(crate) struct Config {
     /// Preemption bound (`None`: every interleaving at system-call granularity).
     pub(crate) preemptions: Option<u8>,
     pub(crate) max_states: usize,
+    /// Actors behave as lease-run's: they write `run.json` after each claim, takeover and
+    /// retirement (the evidence a rollback of `lease/` leaves behind), and an owner told
+    /// `FENCED` exits (a new incarnation: its holder is dead).
+    pub(crate) run_layer: bool,
+    /// Claims, takeovers and retirements refuse on rollback evidence (lease-run's
+    /// admission rule, `lease_core::rollback`); `RUNLEASE_MODEL_NO_ROLLBACK_CHECK=1`
+    /// turns it off, to show what the checker finds without it.
+    pub(crate) rollback_check: bool,
+    /// Copies of `lease/` that may be taken, and rollbacks of `lease/` to the copy
+    /// (issue #28).
+    pub(crate) copies: u8,
+    pub(crate) rollbacks: u8,
 }
 
 pub(crate) fn world(c: &Config) -> World {
@@ -955,6 +1233,7 @@ pub(crate) fn world(c: &Config) -> World {
                 looked_at: None,
                 commit_at: None,
                 beat_started_at: None,
+                run_json: None,
             })
             .collect(),
         now: 0,
@@ -966,6 +1245,12 @@ pub(crate) fn world(c: &Config) -> World {
         running: None,
         preemptions_left: c.preemptions,
         beats_ok: Vec::new(),
+        run_layer: c.run_layer,
+        rollback_check: c.rollback_check
+            && std::env::var("RUNLEASE_MODEL_NO_ROLLBACK_CHECK").map_or(true, |v| v != "1"),
+        copies_left: c.copies,
+        rollbacks_left: c.rollbacks,
+        lease_copy: None,
     }
 }
 
