@@ -15,10 +15,12 @@
 //! takeover and retirement when it answers `Some`. Who asks: lease-run's admission rule
 //! and the model checker's claim, takeover and retire actors (lease-fs/tests/model_check/).
 //!
-//! What it cannot see (the model checker shows both; PROTOCOL §16): a copy of `lease/`
-//! whose head generation is the current one (only cutoffs, beats or intents are older),
-//! and a copy that drops only generations whose owners died before writing `run.json`,
-//! an event or a commit. Neither leaves a trace outside `lease/`.
+//! What it cannot see: generations whose owners died after their epoch and before
+//! writing `run.json`, an event or a commit leave nothing outside `lease/`, so a copy that
+//! drops only such generations passes (the model checker keeps a trace of it:
+//! `model_schedule_known_limit_a_taker_dead_before_run_json_leaves_no_evidence`); nor can
+//! a copy whose head is the current head (only a cutoff, beat or intent older), which looks
+//! like a crash in the middle of a takeover. PROTOCOL §16.
 
 use std::fmt;
 
