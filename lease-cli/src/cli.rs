@@ -196,9 +196,11 @@ Example:
     /// Exact takeover of a stale owner; the run is then released (free).
     #[command(after_help = "\
 On a terminal without expectations it asks for confirmation. In scripts pass exactly what
-`runlease status --json` printed (expect_owner, expect_heartbeat); a record that differs
-in any field (owner, heartbeat time, or --expect-generation/--expect-count if given) refuses
-with TAKEOVER_RACE (75): observe again. A malformed value is 64 before anything is read.
+`runlease status --json` printed (expect_owner, expect_heartbeat). The same owner with a
+heartbeat written after the one expected has beaten since: a live owner, refused (76). A
+record that differs otherwise (another owner or --expect-generation, a heartbeat the owner
+never wrote such as a date ahead of the record, another --expect-count) refuses with
+TAKEOVER_RACE (75): observe again. A malformed value is 64 before anything is read.
 It then watches the owner's record for the owner's stale_after (20 s by default) on this
 host's clock, never comparing another host's clock: a record that changes meanwhile is a
 live owner, refused (76); nothing is written before the watch ends. --yes takes over

@@ -813,6 +813,19 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                 Code::ChainBroken | Code::EventLogGap => {
                     (FindingCode::BrokenChain, Next::RestoreLease)
                 }
+                // A store of another run where the chain names none: nothing to restore;
+                // moving it aside lets the next open create this run's own.
+                Code::StoreIdentityMismatch
+                    if view
+                        .head
+                        .as_ref()
+                        .is_none_or(|h| named_store(&h.epoch).is_none()) =>
+                {
+                    (
+                        FindingCode::StoreRefused(Code::StoreIdentityMismatch),
+                        Next::MoveStoreAside,
+                    )
+                }
                 c @ (Code::StoreBehindSeal
                 | Code::StoreIdentityMismatch
                 | Code::StoreMissing

@@ -328,14 +328,15 @@ impl Replacer {
     /// `stale_after` (PROTOCOL §10: no other host's wall clock decides). Read-only.
     ///
     /// `expect` is the operator's observation (`takeover --expect-owner … --expect-heartbeat
-    /// …`), a compare token as in the takeover itself (PROTOCOL §7.4 JUDGE): if any field
-    /// of it differs from the record when the watch starts (another generation or owner,
-    /// another heartbeat time or count, even one the owner has not written, such as a
-    /// date in the future), that observation is out of date or wrong: `TAKEOVER_RACE`
-    /// (75, "observe again"), nothing written. How old the operator's look is is unknown,
-    /// so a later heartbeat there is no proof the owner is alive now. A record that
-    /// changes *while watched* is an owner that is alive: `TAKEOVER_ACTIVE_REFUSED` (76),
-    /// naming how long it was watched. `progress` is called before each pause with the
+    /// …`), a compare token as in the takeover itself (PROTOCOL §7.4 JUDGE): the same
+    /// generation and owner with a heartbeat written after the one expected (a later time,
+    /// or the same time with a higher count) is an owner that wrote since it was observed,
+    /// alive: `TAKEOVER_ACTIVE_REFUSED` (76); any other difference when the watch starts
+    /// (another generation or owner, a heartbeat the owner has not written, such as a date
+    /// in the future or an earlier one) means the observation is wrong or out of date:
+    /// `TAKEOVER_RACE` (75, "observe again"), nothing written. A record that changes
+    /// *while watched* is an owner that is alive: `TAKEOVER_ACTIVE_REFUSED` (76), naming
+    /// how long it was watched. `progress` is called before each pause with the
     /// time watched and the time needed. Returns the exact observation that was watched
     /// (its count filled in) and how long.
     ///
@@ -392,10 +393,14 @@ impl Replacer {
                     }));
                 }
             };
-            // An owner that wrote is alive (76): a record that changed while watched, or,
-            // from this process's own look, the same generation and owner with another
-            // heartbeat (it wrote since). An operator's expectation that differs in any
-            // field is a race (75): observe again.
+            // An owner that wrote is alive (76): a record that changed while watched, or
+            // the same generation and owner with a heartbeat written after the look (this
+            // process's own look: any other beat; the operator's: a later time, or the
+            // same time with a higher count). Any other difference from the operator's
+            // expectation (another generation or owner, a beat the owner has not written
+            // such as a date in the future) is a race (75): observe again. Answering 75
+            // for a later beat would send `status`'s own advice round in a loop for an
+            // owner that beats but whose wall clock makes it look stale (PROTOCOL §10).
             let alive_after = match watch.watching() {
                 Some(key) if *key != watch_key(&head) => {
                     Some(Duration::from_nanos(boottime_ns().saturating_sub(began)))
@@ -404,9 +409,9 @@ impl Replacer {
                 None => match expect.mismatch(&head) {
                     None => None,
                     Some(_)
-                        if own
-                            && expect.generation.is_none_or(|g| g == head.generation())
-                            && expect.owner_id == head.epoch.owner_id =>
+                        if expect.generation.is_none_or(|g| g == head.generation())
+                            && expect.owner_id == head.epoch.owner_id
+                            && (own || wrote_since(expect, &head)) =>
                     {
                         Some(Duration::ZERO)
                     }
@@ -627,6 +632,17 @@ impl Replacer {
             _ => None,
         }
     }
+}
+
+/// Whether `head`'s heartbeat was written after the one `expect` names (the same owner
+/// beat since that look): a later time, or the same time with a higher count.
+fn wrote_since(expect: &Expectation, head: &Head) -> bool {
+    let at = head.heartbeat_at();
+    at > expect.heartbeat_at
+        || (at == expect.heartbeat_at
+            && expect
+                .heartbeat_count
+                .is_some_and(|c| head.heartbeat_count() > c))
 }
 
 /// Who changed the owner, for [`Replacer::follow_owner_change`].
