@@ -317,6 +317,9 @@ fn an_open_cutoff_is_reported_with_the_change_of_owner_that_finalizes_it() {
     // While the claim would be refused, the repair comes first.
     facts.run_json = written(5, false, None);
     let f = diagnose(&facts);
-    let open = f.iter().find(|f| f.code == FindingCode::OpenCutoff).unwrap();
+    let open = f
+        .iter()
+        .find(|f| f.code == FindingCode::OpenCutoff)
+        .unwrap();
     assert_eq!(open.next, Next::RepairFirst(Box::new(Next::Claim)));
 }
