@@ -8,33 +8,6 @@ use rustix::process::Signal;
 use std::path::Path;
 use std::time::Duration;
 
-/// [`tree`] that never opens a FIFO (a read would block): it is recorded as `fifo`.
-fn tree_nb(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut std::collections::BTreeMap<String, Vec<u8>>) {
-        use std::os::unix::fs::FileTypeExt;
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let t = m.file_type();
-            if t.is_symlink() {
-                let l = std::fs::read_link(&p).unwrap();
-                out.insert(rel, format!("symlink -> {}", l.display()).into_bytes());
-            } else if t.is_dir() {
-                out.insert(rel, b"dir".to_vec());
-                walk(root, &p, out);
-            } else if t.is_fifo() {
-                out.insert(rel, b"fifo".to_vec());
-            } else {
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
-
 /// `cp -a` (the test's own copy of a folder: modes and names kept).
 fn copy_tree(from: &Path, to: &Path) {
     let o = std::process::Command::new("cp")
@@ -230,14 +203,7 @@ fn status_and_doctor_report_what_run_refuses_in_the_run_layers_entries() {
         match case {
             "fifo owner.lock" => {
                 std::fs::remove_file(run.join("owner.lock")).unwrap();
-                rustix::fs::mknodat(
-                    rustix::fs::CWD,
-                    &run.join("owner.lock"),
-                    rustix::fs::FileType::Fifo,
-                    rustix::fs::Mode::from_raw_mode(0o600),
-                    0,
-                )
-                .unwrap();
+                mkfifo(&run.join("owner.lock"));
             }
             "foreign event" => {
                 let ev = run.join("events").join(format!("{:020}.json", 1));
@@ -258,7 +224,7 @@ fn status_and_doctor_report_what_run_refuses_in_the_run_layers_entries() {
                 std::os::unix::fs::symlink(&target, &p).unwrap();
             }
         }
-        let before = tree_nb(tmp.path());
+        let before = tree_sig(tmp.path());
         let o = runlease(&["run", d, "--", "true"]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(i32::from(want)), "{case}: run: {err}");
@@ -284,7 +250,11 @@ fn status_and_doctor_report_what_run_refuses_in_the_run_layers_entries() {
             "{case}: doctor does not report {code}: {f:?}"
         );
         // retire has nothing to replace (the run is free): it says so, whatever else.
-        assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
+        assert_eq!(
+            tree_sig(tmp.path()),
+            before,
+            "{case}: something was written"
+        );
     }
 }
 
@@ -304,20 +274,13 @@ fn verify_refuses_the_layout_every_writer_refuses() {
                 run.join("lease/intents/00000000000000000003-00000000000000aa.json"),
             )
             .unwrap(),
-            "fifo in commands" => rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &run.join("commands/00000000000000000001-4242.json"),
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap(),
+            "fifo in commands" => mkfifo(&run.join("commands/00000000000000000001-4242.json")),
             _ => {
                 std::fs::remove_dir(run.join("lease/intents")).unwrap();
                 std::fs::write(run.join("lease/intents"), b"").unwrap();
             }
         }
-        let before = tree_nb(tmp.path());
+        let before = tree_sig(tmp.path());
         let o = runlease(&["run", d, "--", "true"]);
         let run_err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(65), "{case}: run: {run_err}");
@@ -326,7 +289,11 @@ fn verify_refuses_the_layout_every_writer_refuses() {
         assert_eq!(o.status.code(), Some(65), "{case}: verify: {err}");
         let code = |e: &str| e.split(':').nth(1).unwrap_or_default().trim().to_string();
         assert_eq!(code(&err), code(&run_err), "{case}: {err} / {run_err}");
-        assert_eq!(tree_nb(tmp.path()), before, "{case}: something was written");
+        assert_eq!(
+            tree_sig(tmp.path()),
+            before,
+            "{case}: something was written"
+        );
     }
 }
 
@@ -345,17 +312,10 @@ fn a_stray_named_like_an_epoch_is_a_state_a_finding_and_one_code() {
         let stray = epoch_file(&run, 3);
         match kind {
             "folder" => std::fs::create_dir(&stray).unwrap(),
-            "fifo" => rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &stray,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .unwrap(),
+            "fifo" => mkfifo(&stray),
             _ => std::os::unix::fs::symlink(epoch_file(&run, 2), &stray).unwrap(),
         }
-        let before = tree_nb(tmp.path());
+        let before = tree_sig(tmp.path());
         let o = runlease(&["status", "--json", d]);
         assert_eq!(o.status.code(), Some(0), "{kind}: {}", text(&o.stdout));
         let s = &json_lines(&o)[0];
@@ -377,7 +337,11 @@ fn a_stray_named_like_an_epoch_is_a_state_a_finding_and_one_code() {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(65), "{kind}: {err}");
         assert!(err.contains("RUN_LAYOUT_INVALID"), "{kind}: {err}");
-        assert_eq!(tree_nb(tmp.path()), before, "{kind}: something was written");
+        assert_eq!(
+            tree_sig(tmp.path()),
+            before,
+            "{kind}: something was written"
+        );
     }
 }
 
@@ -392,15 +356,8 @@ fn a_fifo_write_ahead_log_is_refused_before_the_claim() {
     let d = run.to_str().unwrap();
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &run.join("store/run.sqlite-wal"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
-    let before = tree_nb(tmp.path());
+    mkfifo(&run.join("store/run.sqlite-wal"));
+    let before = tree_sig(tmp.path());
     let marker = tmp.path().join("ran");
     let script = format!("touch '{}'", marker.display());
     let o = runlease(&["run", d, "--", "sh", "-c", &script]);
@@ -421,7 +378,7 @@ fn a_fifo_write_ahead_log_is_refused_before_the_claim() {
         "{}",
         text(&o.stdout)
     );
-    assert_eq!(tree_nb(tmp.path()), before, "something was written");
+    assert_eq!(tree_sig(tmp.path()), before, "something was written");
 }
 
 /// A refusal creates no file at all, not even `owner.lock` (issue #28): a `run` refused
@@ -435,12 +392,12 @@ fn a_refusal_leaves_no_owner_lock_behind() {
     let o = runlease(&["run", d, "--", "true"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     std::fs::remove_file(run.join("owner.lock")).unwrap();
-    let before = tree_nb(tmp.path());
+    let before = tree_sig(tmp.path());
     let o = runlease(&["retire", d]);
     assert_eq!(o.status.code(), Some(64), "{}", text(&o.stderr));
-    assert_eq!(tree_nb(tmp.path()), before, "retire of a free run wrote");
+    assert_eq!(tree_sig(tmp.path()), before, "retire of a free run wrote");
     std::fs::create_dir(epoch_file(&run, 5)).unwrap();
-    let before = tree_nb(tmp.path());
+    let before = tree_sig(tmp.path());
     for args in [
         vec!["run", d, "--", "true"],
         vec!["run", d, "--retire-dead", "--", "true"],
@@ -450,7 +407,7 @@ fn a_refusal_leaves_no_owner_lock_behind() {
         let o = runlease(&args);
         assert_ne!(o.status.code(), Some(0), "{args:?}");
         assert!(!run.join("owner.lock").exists(), "{args:?} left owner.lock");
-        assert_eq!(tree_nb(tmp.path()), before, "{args:?} wrote");
+        assert_eq!(tree_sig(tmp.path()), before, "{args:?} wrote");
     }
     // The lock still works: once the stray is gone the run claims and the file is made.
     std::fs::remove_dir(epoch_file(&run, 5)).unwrap();

@@ -27,54 +27,13 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The run's name: copies keep it (the run id is the folder's name).
 const NAME: &str = "gate-run";
-
-/// Everything below `root`, never following a symlink nor opening a FIFO: path →
-/// (kind, mode, uid, bytes). What a refusal must leave unchanged.
-fn sig(root: &Path) -> BTreeMap<String, (char, u32, u32, Vec<u8>)> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, u32, Vec<u8>)>) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in rd {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            let Ok(m) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            let t = m.file_type();
-            let (kind, bytes) = if t.is_symlink() {
-                (
-                    'l',
-                    std::fs::read_link(&p)
-                        .unwrap()
-                        .display()
-                        .to_string()
-                        .into_bytes(),
-                )
-            } else if t.is_dir() {
-                ('d', Vec::new())
-            } else if t.is_file() {
-                ('f', std::fs::read(&p).unwrap_or_default())
-            } else {
-                ('o', Vec::new())
-            };
-            out.insert(rel, (kind, m.mode(), m.uid(), bytes));
-            if t.is_dir() {
-                walk(root, &p, out);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
 
 /// `cp -a from to` (to must not exist).
 fn copy(from: &Path, to: &Path) {
@@ -164,12 +123,18 @@ fn kill_owner(dir: &Path, tmp: &Path) {
     wait_gone(cmd_pid, Duration::from_secs(10), "the command");
 }
 
+/// A folder of its own for a base `label` below `root`, and the run folder in it.
+fn base_dir(root: &Path, label: &str) -> (PathBuf, PathBuf) {
+    let b = root.join(label);
+    std::fs::create_dir(&b).unwrap();
+    let dir = b.join(NAME);
+    (b, dir)
+}
+
 fn bases(root: &Path) -> Vec<Base> {
     let mut out = Vec::new();
     // free: two runs with events and store commits.
-    let b = root.join("free");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (b, dir) = base_dir(root, "free");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
     copy(&dir.join("lease"), &old_lease);
@@ -183,9 +148,7 @@ fn bases(root: &Path) -> Vec<Base> {
         old_store: Some(old_store),
     });
     // dead: an owner killed after one released run.
-    let b = root.join("dead");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (b, dir) = base_dir(root, "dead");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
     copy(&dir.join("lease"), &old_lease);
@@ -197,9 +160,7 @@ fn bases(root: &Path) -> Vec<Base> {
         old_store: None,
     });
     // retired: a dead owner retired by an operator, then the run left free.
-    let b = root.join("retired");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (b, dir) = base_dir(root, "retired");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     kill_owner(&dir, &b);
     let o = runlease(&["retire", dir.to_str().unwrap()]);
@@ -216,9 +177,7 @@ fn bases(root: &Path) -> Vec<Base> {
         old_store: Some(old_store),
     });
     // dead twice: a dead owner retired by the next run, which was killed too.
-    let b = root.join("dead2");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (b, dir) = base_dir(root, "dead2");
     kill_owner(&dir, &b);
     let old_lease = b.join("old-lease");
     copy(&dir.join("lease"), &old_lease);
@@ -232,9 +191,7 @@ fn bases(root: &Path) -> Vec<Base> {
     });
     // taken over: an owner stopped (SIGSTOP) and taken over by an operator (its epoch
     // records what was watched), then killed; the run left free.
-    let b = root.join("taken");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (b, dir) = base_dir(root, "taken");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
     copy(&dir.join("lease"), &old_lease);
@@ -262,9 +219,7 @@ fn bases(root: &Path) -> Vec<Base> {
         old_store: None,
     });
     // a longer log: three owners with two events each.
-    let b = root.join("long");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (_, dir) = base_dir(root, "long");
     for _ in 0..3 {
         run_ok(
             &dir,
@@ -283,9 +238,7 @@ fn bases(root: &Path) -> Vec<Base> {
         old_store: None,
     });
     // compacted: enough released generations for a checkpoint, then a free run.
-    let b = root.join("pruned");
-    std::fs::create_dir(&b).unwrap();
-    let dir = b.join(NAME);
+    let (_, dir) = base_dir(root, "pruned");
     for _ in 0..3 {
         run_ok(&dir, &["--", "sh", "-c", append_script()]);
     }
@@ -329,7 +282,7 @@ enum Damage {
 }
 
 fn files_of(dir: &Path) -> Vec<String> {
-    sig(dir).keys().cloned().collect()
+    tree_sig(dir).keys().cloned().collect()
 }
 
 fn damages(base: &Base, root_is: bool) -> Vec<Damage> {
@@ -389,17 +342,6 @@ fn damages(base: &Base, root_is: bool) -> Vec<Damage> {
         out.push(Damage::RewindStore);
     }
     out
-}
-
-fn mkfifo(p: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        p,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
 }
 
 fn remove_any(p: &Path) {
@@ -564,15 +506,15 @@ fn on_copy(dir: &Path, d: &str, args: &[String], scratch: &Path) -> (i32, bool) 
         .iter()
         .map(|a| if a == d { wd.clone() } else { a.clone() })
         .collect();
-    let before = sig(&copy_root);
+    let before = tree_sig(&copy_root);
     let (code, _, _) = rl(&args);
-    (code, sig(&copy_root) != before)
+    (code, tree_sig(&copy_root) != before)
 }
 
 fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
     let dir = case.join(NAME);
     let d = dir.to_str().unwrap().to_string();
-    let before = sig(case);
+    let before = tree_sig(case);
     let (code, out, err) = rl(&s(&["status", "--json", &d]));
     let st: Value =
         serde_json::from_str(out.lines().next().unwrap_or("null")).unwrap_or(Value::Null);
@@ -608,7 +550,7 @@ fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
     *fig.by_state
         .entry(st["state"].as_str().unwrap_or("?").to_string())
         .or_default() += 1;
-    if sig(case) != before {
+    if tree_sig(case) != before {
         fig.refusals_that_wrote += 1;
         fig.failures.push(format!("{label}: status wrote"));
     }
@@ -632,10 +574,10 @@ fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
             .iter()
             .map(|a| if *a == d { wd.clone() } else { a.clone() })
             .collect();
-        let wbefore = sig(&copy_root);
+        let wbefore = tree_sig(&copy_root);
         let (wcode, _, werr) = rl(&args);
         fig.writer_runs += 1;
-        let wrote = sig(&copy_root) != wbefore;
+        let wrote = tree_sig(&copy_root) != wbefore;
         if wcode != 0 && wrote {
             fig.refusals_that_wrote += 1;
             fig.failures.push(format!(

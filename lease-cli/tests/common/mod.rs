@@ -202,3 +202,58 @@ pub fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
 pub fn epoch_file(dir: &Path, g: u64) -> PathBuf {
     dir.join("lease/epochs").join(format!("{g:020}.json"))
 }
+
+/// Everything below `root`, never following a symlink nor opening a FIFO: path →
+/// (kind, mode, uid, bytes). What a refusal must leave unchanged: unlike [`tree`], modes
+/// and owners count, and a FIFO is recorded, never opened (a read would block).
+pub fn tree_sig(root: &Path) -> BTreeMap<String, (char, u32, u32, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, u32, Vec<u8>)>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            let t = m.file_type();
+            let (kind, bytes) = if t.is_symlink() {
+                (
+                    'l',
+                    std::fs::read_link(&p)
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .into_bytes(),
+                )
+            } else if t.is_dir() {
+                ('d', Vec::new())
+            } else if t.is_file() {
+                ('f', std::fs::read(&p).unwrap_or_default())
+            } else {
+                ('o', Vec::new())
+            };
+            out.insert(rel, (kind, m.mode(), m.uid(), bytes));
+            if t.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Make a FIFO at `p` (0600).
+pub fn mkfifo(p: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
