@@ -204,10 +204,26 @@ impl Lease {
             Status::Free => lease_run::diagnosis::adoption_refusal(f),
             _ => None,
         };
+        // The head's cutoff, due but never written (a crash between a release's,
+        // takeover's or retirement's epoch and its cutoff): shown, since the released
+        // owner's acknowledged events read `pending` until the next change of owner
+        // finalizes it (issue #28). One existence check, where the lease lives.
+        let open_cutoff = view.head.as_ref().and_then(|h| {
+            lease_core::diagnose::open_cutoff_of(&h.epoch, |g| {
+                !matches!(
+                    lease_core::LeaseOps::perform(
+                        &*self.auth,
+                        lease_core::ops::Request::Exists(lease_core::FileRef::Cutoff(g))
+                    ),
+                    Ok(lease_core::ops::Response::Exists(false))
+                )
+            })
+        });
         FolderFacts {
             store_present,
             claim_refusal,
             adoption_refusal,
+            open_cutoff,
         }
     }
 
@@ -228,6 +244,8 @@ pub struct FolderFacts {
     pub claim_refusal: Option<(lease_core::Code, String)>,
     /// What `runlease run` would refuse of the folder itself (`RUN_FOLDER_FOREIGN`).
     pub adoption_refusal: Option<String>,
+    /// The head's cutoff, due but never written (`None`: none open, or not looked at).
+    pub open_cutoff: Option<lease_core::diagnose::OpenCutoff>,
 }
 
 /// Deadlines of the CLI's etcd calls (`lease_run::authority::EtcdLease::options` of this
@@ -646,6 +664,11 @@ pub fn status_json(
         "next_step_argv": crate::diagnosis::next_argv(&next, dir, authority),
         "error": error,
         "run_status": run_status,
+        "open_cutoff": folder.open_cutoff.as_ref().map(|o| json!({
+            "retired": o.retired.get(),
+            "by": o.by.get(),
+            "file": lease_core::FileRef::Cutoff(o.retired).path(),
+        })),
     })
 }
 
@@ -728,6 +751,17 @@ pub fn status_human(
                 );
             }
         }
+    }
+    if let Some(o) = &folder.open_cutoff {
+        row(
+            "cutoff",
+            format!(
+                "open: generation {}'s cutoff ({}) was never written after generation {} replaced it (a crash in between); its events read pending until the next change of owner (the step below) finalizes it",
+                o.retired,
+                lease_core::FileRef::Cutoff(o.retired).path(),
+                o.by
+            ),
+        );
     }
     row("next", status_next_step(view, dir, run_status, folder));
     l

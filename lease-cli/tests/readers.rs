@@ -203,6 +203,14 @@ fn an_open_cutoff_is_reported_with_the_step_that_closes_it() {
     );
     let s = status_json(&run);
     assert_eq!(s["state"], "free", "{s}");
+    // status shows it too, with the file, and the step that closes it.
+    assert_eq!(s["open_cutoff"]["retired"], g, "{s}");
+    assert_eq!(s["open_cutoff"]["by"], g + 1, "{s}");
+    let human = text(&runlease(&["status", d]).stdout);
+    assert!(
+        human.contains("cutoff") && human.contains("open") && human.contains("lease/cutoffs/"),
+        "{human}"
+    );
     assert_eq!(tree(&dir), before, "events, doctor and status wrote");
 
     // The step: a claim (here `runlease run`) finalizes the cutoff first; the events count.
@@ -212,6 +220,7 @@ fn an_open_cutoff_is_reported_with_the_step_that_closes_it() {
     assert!(ev.iter().all(|e| e["authority"] == "counts"), "{ev:?}");
     let f = json_lines(&runlease(&["doctor", "--json", d]));
     assert_eq!(codes(&f), ["OK"], "{f:?}");
+    assert!(status_json(&run)["open_cutoff"].is_null());
 }
 
 /// `ORPHAN_TEMP_FILES` names `doctor --clean-temp` only when it removes a file: a young
