@@ -279,6 +279,45 @@ pub(crate) fn store_against_chain(
     })
 }
 
+/// Steps 1 and 2 of [`judge`] alone, for a writer that changes no owner but compacts or
+/// removes what the chain's head decides (`runlease prune`): the head is readable and no
+/// rollback evidence stands (`run.json`, the newest event or the store ahead of the
+/// chain: `CHAIN_BROKEN`, 65). Pruning a rolled-back chain would fold its older cutoffs
+/// into a checkpoint and remove the records that show what happened. Read-only; the
+/// store is not read (`folder`'s `store_root` is ignored: a live owner may have it open).
+pub fn rollback_refusal(
+    auth: &dyn LeaseAuthority,
+    folder: Option<Folder<'_>>,
+    view: &StatusView,
+) -> Result<(), RunError> {
+    if let Status::Invalid(e) = &view.status {
+        return Err(RunError::Lease(e.clone()));
+    }
+    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+    let run_json = match folder.map(|f| f.run_json) {
+        Some(Err(e)) => return Err(RunError::Lease(e.clone())),
+        Some(Ok(r)) => r.as_ref().map(|r| r.generation.get()),
+        None => None,
+    };
+    let event = newest_event(auth)?;
+    let newest = event.as_ref().map(|(g, _)| *g);
+    match lease_core::rollback::rollback_evidence(head, run_json, newest, None) {
+        None => Ok(()),
+        Some(ev) => {
+            let named = match (&ev, &event) {
+                (Evidence::Event { .. }, Some((_, file))) => format!(" ({file})"),
+                _ => String::new(),
+            };
+            Err(RunError::Lease(LeaseError::ChainBroken {
+                run: auth.run_id().to_string(),
+                chain: "epoch",
+                at: ev.generation(),
+                detail: format!("{ev}{named}; restore lease/ from a backup"),
+            }))
+        }
+    }
+}
+
 /// The status view of the run's lease, read at wall time `now` (liveness probed when
 /// `probe`), for observers (`status`, `doctor`): a lease folder whose layout the
 /// transport refuses (a folder, FIFO or symlink named like an epoch: `RUN_LAYOUT_INVALID`)

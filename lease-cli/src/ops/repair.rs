@@ -158,9 +158,25 @@ pub fn prune(dir: &Path, authority: &RunAuthority, keep: u64, out: Out) -> Resul
     let run = &*opened.auth;
     // Refuse an invalid head up front, even when there would be nothing to prune: bad
     // input on disk is reported, never passed over with exit 0.
-    if let Status::Invalid(e) = run.status(wall_now()?, false)?.status {
+    let view = run.status(wall_now()?, false)?;
+    if let Status::Invalid(e) = view.status {
         return Err(e.into());
     }
+    // Nor on a rolled-back chain (issue #28: the admission rule's rollback evidence): it
+    // would fold older cutoffs into a checkpoint and remove what shows what happened.
+    let run_json = match &opened.folder {
+        Some(f) => Some(lease_run::admission::read_run_json(f)?),
+        None => None,
+    };
+    let folder = match (&opened.folder, &run_json) {
+        (Some(dir), Some(run_json)) => Some(lease_run::admission::Folder {
+            dir,
+            run_json,
+            store_root: None,
+        }),
+        _ => None,
+    };
+    lease_run::admission::rollback_refusal(run, folder, &view)?;
     let r = run.prune(PruneParams {
         run_id: run.run_id().clone(),
         keep,
