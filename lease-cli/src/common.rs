@@ -227,6 +227,28 @@ impl Lease {
         }
     }
 
+    /// Refuse a rolled-back chain (issue #28): the head readable and no rollback evidence
+    /// (`lease_run::admission::rollback_refusal`: `run.json`, the newest event ahead of the
+    /// chain; `CHAIN_BROKEN` 65). For the writers that change no owner (`prune`) and the
+    /// readers whose answer would otherwise be taken as authoritative (`events`, `verify`).
+    pub fn refuse_rolled_back(&self) -> Result<(), CliError> {
+        let view = lease_core::LeaseOps::status(&*self.auth, wall_now()?, false)?;
+        let run_json = match &self.folder {
+            Some(f) => Some(lease_run::admission::read_run_json(f)?),
+            None => None,
+        };
+        let folder = match (&self.folder, &run_json) {
+            (Some(dir), Some(run_json)) => Some(lease_run::admission::Folder {
+                dir,
+                run_json,
+                store_root: None,
+            }),
+            _ => None,
+        };
+        lease_run::admission::rollback_refusal(&*self.auth, folder, &view)?;
+        Ok(())
+    }
+
     /// [`run_status_json`] of the folder, `null` when there is no folder here.
     pub fn run_status(&self) -> Value {
         self.folder

@@ -95,8 +95,11 @@ echo $? > '{rc}.tmp' && mv '{rc}.tmp' '{rc}'"#,
         vec!["run", d, "--takeover-stale", "--", "true"],
         vec!["run", d, "--", "true"],
         // prune changes no owner, but would fold the rolled-back chain's cutoffs into a
-        // checkpoint and remove what shows what happened.
+        // checkpoint and remove what shows what happened; events would show the FENCED
+        // event as `counts`, and verify would call the run ok.
         vec!["prune", d],
+        vec!["events", d],
+        vec!["verify", d],
     ] {
         let o = runlease(&args);
         let err = text(&o.stderr);

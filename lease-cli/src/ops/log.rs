@@ -257,6 +257,10 @@ pub fn events(
 ) -> Result<i32, CliError> {
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
+    // On a rolled-back chain the verdicts would be read against a head that handed out
+    // generations already given (an event its writer was told does not count would show
+    // `counts`): refused, 65, as every writer refuses it (issue #28).
+    opened.refuse_rolled_back()?;
     // Streamed: one event in memory at a time, whatever the log's length.
     let mut last = 0u64;
     let mut stdout_gone = false;

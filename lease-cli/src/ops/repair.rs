@@ -7,7 +7,7 @@ use crate::diagnosis::{
 };
 use lease_core::LeaseOps;
 use lease_core::diagnose::diagnose;
-use lease_core::ops::{PruneParams, Status};
+use lease_core::ops::PruneParams;
 use lease_run::Authority as RunAuthority;
 use serde_json::json;
 use std::path::Path;
@@ -37,6 +37,9 @@ pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
     if let Some(folder) = &opened.folder {
         lease_run::admission::check_layout(folder)?;
     }
+    // And a chain that is whole but rolled back (run.json or the newest event ahead of it):
+    // every writer refuses it, so verify does not call it ok.
+    opened.refuse_rolled_back()?;
     let strays: Vec<u64> = r.strays.iter().map(|g| g.get()).collect();
     if out.json {
         out.json_line(&json!({
@@ -157,26 +160,10 @@ pub fn prune(dir: &Path, authority: &RunAuthority, keep: u64, out: Out) -> Resul
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
     // Refuse an invalid head up front, even when there would be nothing to prune: bad
-    // input on disk is reported, never passed over with exit 0.
-    let view = run.status(wall_now()?, false)?;
-    if let Status::Invalid(e) = view.status {
-        return Err(e.into());
-    }
-    // Nor on a rolled-back chain (issue #28: the admission rule's rollback evidence): it
-    // would fold older cutoffs into a checkpoint and remove what shows what happened.
-    let run_json = match &opened.folder {
-        Some(f) => Some(lease_run::admission::read_run_json(f)?),
-        None => None,
-    };
-    let folder = match (&opened.folder, &run_json) {
-        (Some(dir), Some(run_json)) => Some(lease_run::admission::Folder {
-            dir,
-            run_json,
-            store_root: None,
-        }),
-        _ => None,
-    };
-    lease_run::admission::rollback_refusal(run, folder, &view)?;
+    // input on disk is reported, never passed over with exit 0. Nor on a rolled-back chain
+    // (issue #28: the admission rule's rollback evidence): it would fold older cutoffs
+    // into a checkpoint and remove what shows what happened.
+    opened.refuse_rolled_back()?;
     let r = run.prune(PruneParams {
         run_id: run.run_id().clone(),
         keep,
