@@ -18,7 +18,9 @@
 //!
 //! It prints `gate: states=N next-step-failed=0 loops=0 disagreements=0
 //! refusals-that-wrote=0` (with the breakdown) and fails on any non-zero figure.
-//! `RUNLEASE_GATE_CASES` bounds the number of folders: 150 by default (what CI runs: a
+//! Nine base runs (fresh, free, dead, retired, dead twice, taken over, a longer log, one
+//! owner, pruned) times every damage kind make about 2,400 folders (some damages do not
+//! apply to a base and are skipped). `RUNLEASE_GATE_CASES` bounds the number of folders: 150 by default (what CI runs: a
 //! stride through the whole list, so every base and most damage kinds are in it), `all`
 //! for every case (the figures of the full run are in the closing note).
 
@@ -235,6 +237,37 @@ fn bases(root: &Path) -> Vec<Base> {
         label: "long",
         dir,
         old_lease: None,
+        old_store: None,
+    });
+    // fresh: laid out by `init`, never claimed.
+    let (_, dir) = base_dir(root, "fresh");
+    let o = runlease(&["init", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "init: {}", text(&o.stderr));
+    out.push(Base {
+        label: "fresh",
+        dir,
+        old_lease: None,
+        old_store: None,
+    });
+    // one owner, three events and store commits, released; the lease copied before it.
+    let (b, dir) = base_dir(root, "once");
+    let o = runlease(&["init", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "init: {}", text(&o.stderr));
+    let old_lease = b.join("old-lease");
+    copy(&dir.join("lease"), &old_lease);
+    run_ok(
+        &dir,
+        &[
+            "--",
+            "sh",
+            "-c",
+            &format!("{0} && {0} && {0}", append_script()),
+        ],
+    );
+    out.push(Base {
+        label: "once",
+        dir,
+        old_lease: Some(old_lease),
         old_store: None,
     });
     // compacted: enough released generations for a checkpoint, then a free run.
