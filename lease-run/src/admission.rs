@@ -237,9 +237,24 @@ fn store_snapshot(
         lease_core::layout::STORE_FILE_NAME,
     ) {
         Ok(s) => Ok(Some((s, file))),
-        Err(
-            StoreError::Missing { .. } | StoreError::NeedsOwner { .. } | StoreError::Busy { .. },
-        ) => Ok(None),
+        // No store yet: the owner's open will create one beside whatever is at the
+        // log's name, and refuse a log that is not a regular file (`STORE_CORRUPT`) after
+        // the claim. Judged here instead, before it (found by the gate test: a FIFO or a
+        // folder at `store/run.sqlite-wal` of a run that never opened a store).
+        Err(StoreError::Missing { .. }) => {
+            let wal = format!("{}-wal", lease_core::layout::STORE_FILE);
+            match dir.fs().entry_info(&wal) {
+                Ok(Some(info)) if !info.regular => Err(RunError::Store(StoreError::Corrupt {
+                    run: auth.run_id().to_string(),
+                    file,
+                    detail: format!(
+                        "its write-ahead log {wal} is not a regular file (a folder, FIFO, symlink or device); move it out of the run by hand (keep a copy)"
+                    ),
+                })),
+                _ => Ok(None),
+            }
+        }
+        Err(StoreError::NeedsOwner { .. } | StoreError::Busy { .. }) => Ok(None),
         Err(e) => Err(RunError::Store(e)),
     }
 }
