@@ -387,6 +387,29 @@ fn a_fifo_write_ahead_log_is_refused_before_the_claim() {
     assert_eq!(tree_sig(tmp.path()), before, "something was written");
 }
 
+/// The same on a run that never opened a store (laid out by `init`): no store file, so the
+/// store itself cannot be read, but the log's name is judged before the claim all the same
+/// (the gate test found the owner's open refusing it only after the claim).
+#[test]
+fn a_fifo_write_ahead_log_without_a_store_is_refused_before_the_claim() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let d = run.to_str().unwrap();
+    let o = runlease(&["init", d]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    mkfifo(&run.join("store/run.sqlite-wal"));
+    let before = tree_sig(tmp.path());
+    let o = runlease(&["run", d, "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(65), "{err}");
+    assert!(
+        err.contains("STORE_CORRUPT") && err.contains("run.sqlite-wal"),
+        "{err}"
+    );
+    assert_eq!(status_json(&run)["next_step_argv"][1], "doctor");
+    assert_eq!(tree_sig(tmp.path()), before, "something was written");
+}
+
 /// A refusal creates no file at all, not even `owner.lock` (issue #28): a `run` refused
 /// before its claim removes the lock file its lock step created (while still holding it),
 /// and a `retire` of a run with nothing to retire does not create one.
