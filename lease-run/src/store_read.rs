@@ -49,7 +49,7 @@ impl StoreReader {
     /// created a store; `STORE_BUSY` (75) when a crashed owner's WAL must be replayed by
     /// the next owner first; an invalid lease record as `status` reports it; the store's
     /// own refusals as [`Store::open_read_only`]; a store the lease chain does not vouch
-    /// for (65, see [`judge_against_chain`]: `STORE_BEHIND_SEAL`,
+    /// for (65, judged as the admission rule judges it: `STORE_BEHIND_SEAL`,
     /// `STORE_IDENTITY_MISMATCH`, `CHAIN_BROKEN`), so nothing it holds is shown as the
     /// run's state.
     pub fn open(path: &Path) -> Result<StoreReader, RunError> {
