@@ -99,42 +99,14 @@ pub fn judge(
     view: StatusView,
     action: Action,
 ) -> Result<Admitted, RunError> {
-    // 1. An unreadable head is that record's error, not a chain that ends early.
-    if let Status::Invalid(e) = &view.status {
-        return Err(RunError::Lease(e.clone()));
-    }
-    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-    // 2. Rollback evidence: the facts gathered here, the decision lease-core's
-    // (`rollback_evidence`, the one the model checker's actors make too).
-    let run_json = match folder.map(|f| f.run_json) {
-        // Unreadable: whether the chain was rolled back cannot be told (65, its error).
-        Some(Err(e)) => return Err(RunError::Lease(e.clone())),
-        Some(Ok(r)) => r.as_ref().map(|r| r.generation.get()),
-        None => None,
-    };
-    let event = newest_event(auth)?;
+    // 1. and 2.: the head readable; no rollback evidence (the store's included, when it
+    // can be read without its owner).
+    let (head, run_json) = head_and_run_json(&view, folder)?;
     let store = match folder.and_then(|f| f.store_root.map(|r| (f, r))) {
         Some((f, root)) => store_snapshot(auth, f.dir, root)?,
         None => None,
     };
-    let token = match &store {
-        Some((s, _)) => Some(s.max_token().map_err(RunError::Store)?),
-        None => None,
-    };
-    let newest = event.as_ref().map(|(g, _)| *g);
-    if let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) {
-        let named = match (&ev, &store, &event) {
-            (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
-            (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
-            _ => String::new(),
-        };
-        return Err(RunError::Lease(LeaseError::ChainBroken {
-            run: auth.run_id().to_string(),
-            chain: "epoch",
-            at: ev.generation(),
-            detail: format!("{ev}{named}; restore lease/ from a backup"),
-        }));
-    }
+    refuse_evidence(auth, head, run_json, newest_event(auth)?, store.as_ref())?;
     let acting = match (&view.head, action) {
         (None, _) => true,
         (Some(h), _) if !h.is_active() => true,
@@ -305,6 +277,18 @@ pub fn rollback_refusal(
     folder: Option<Folder<'_>>,
     view: &StatusView,
 ) -> Result<(), RunError> {
+    let (head, run_json) = head_and_run_json(view, folder)?;
+    refuse_evidence(auth, head, run_json, newest_event(auth)?, None)
+}
+
+/// Step 1 of [`judge`] and the fact `run.json` gives step 2: the head generation (0: no
+/// epoch) and the generation that wrote `run.json`. An unreadable head is that record's
+/// error, not a chain that ends early; an unreadable `run.json` is its own error (65):
+/// whether the chain was rolled back cannot be told without it.
+fn head_and_run_json(
+    view: &StatusView,
+    folder: Option<Folder<'_>>,
+) -> Result<(u64, Option<u64>), RunError> {
     if let Status::Invalid(e) = &view.status {
         return Err(RunError::Lease(e.clone()));
     }
@@ -314,23 +298,39 @@ pub fn rollback_refusal(
         Some(Ok(r)) => r.as_ref().map(|r| r.generation.get()),
         None => None,
     };
-    let event = newest_event(auth)?;
+    Ok((head, run_json))
+}
+
+/// Step 2 of [`judge`]: the facts gathered (`run.json`'s generation, the newest event and
+/// its file, the store read without its owner and its file), the decision lease-core's
+/// (`rollback_evidence`, the one the model checker's actors make too), and the refusal
+/// `CHAIN_BROKEN` (65) naming what showed it.
+pub(crate) fn refuse_evidence(
+    auth: &dyn LeaseAuthority,
+    head: u64,
+    run_json: Option<u64>,
+    event: Option<(u64, String)>,
+    store: Option<&(lease_sqlite::ReadOnlyStore, String)>,
+) -> Result<(), RunError> {
+    let token = match store {
+        Some((s, _)) => Some(s.max_token().map_err(RunError::Store)?),
+        None => None,
+    };
     let newest = event.as_ref().map(|(g, _)| *g);
-    match lease_core::rollback::rollback_evidence(head, run_json, newest, None) {
-        None => Ok(()),
-        Some(ev) => {
-            let named = match (&ev, &event) {
-                (Evidence::Event { .. }, Some((_, file))) => format!(" ({file})"),
-                _ => String::new(),
-            };
-            Err(RunError::Lease(LeaseError::ChainBroken {
-                run: auth.run_id().to_string(),
-                chain: "epoch",
-                at: ev.generation(),
-                detail: format!("{ev}{named}; restore lease/ from a backup"),
-            }))
-        }
-    }
+    let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) else {
+        return Ok(());
+    };
+    let named = match (&ev, store, &event) {
+        (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
+        (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
+        _ => String::new(),
+    };
+    Err(RunError::Lease(LeaseError::ChainBroken {
+        run: auth.run_id().to_string(),
+        chain: "epoch",
+        at: ev.generation(),
+        detail: format!("{ev}{named}; restore lease/ from a backup"),
+    }))
 }
 
 /// The status view of the run's lease, read at wall time `now` (liveness probed when
@@ -349,26 +349,13 @@ pub fn status_view(
 ) -> Result<StatusView, RunError> {
     match auth.status(now, probe) {
         Err(RunError::Fs(FsError::LayoutInvalid { run, path, detail })) => {
-            Ok(invalid_view(LeaseError::LayoutInvalid {
+            Ok(StatusView::invalid(LeaseError::LayoutInvalid {
                 run,
                 path,
                 detail,
             }))
         }
         other => other,
-    }
-}
-
-/// A status view judged `invalid` with `e` (nothing else known).
-fn invalid_view(e: LeaseError) -> StatusView {
-    StatusView {
-        status: Status::Invalid(e),
-        head: None,
-        age_ms: None,
-        mono_age_ms: None,
-        mono_ahead_ms: None,
-        liveness: None,
-        authority_lease: None,
     }
 }
 

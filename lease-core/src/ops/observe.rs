@@ -191,6 +191,20 @@ pub struct StatusView {
 }
 
 impl StatusView {
+    /// A view judged `invalid` with `e`, nothing else known (an unreadable head record,
+    /// or a lease folder whose layout the transport refuses).
+    pub fn invalid(e: LeaseError) -> StatusView {
+        StatusView {
+            status: Status::Invalid(e),
+            head: None,
+            age_ms: None,
+            mono_age_ms: None,
+            mono_ahead_ms: None,
+            liveness: None,
+            authority_lease: None,
+        }
+    }
+
     /// Whether the head is stale: its heartbeat is older than its own `stale_after`, on the
     /// observer's monotonic clock when the beat was stamped on it, else on the observer's
     /// wall clock (advice only: a takeover watches first). A `dead` status may be fresh or
@@ -339,15 +353,7 @@ impl Operation for ReadStatus {
             Step::Done(Err(e)) => {
                 return match e {
                     LeaseError::RecordInvalid { .. } | LeaseError::SchemaUnsupported { .. } => {
-                        Step::Done(Ok(StatusView {
-                            status: Status::Invalid(e),
-                            head: None,
-                            age_ms: None,
-                            mono_age_ms: None,
-                            mono_ahead_ms: None,
-                            liveness: None,
-                            authority_lease: None,
-                        }))
+                        Step::Done(Ok(StatusView::invalid(e)))
                     }
                     e => Step::Done(Err(e)),
                 };

@@ -12,7 +12,7 @@ use crate::authority::LeaseAuthority;
 use crate::error::RunError;
 use lease_core::LeaseOps;
 use lease_core::diagnose::{NamedStore, named_store};
-use lease_core::ops::{Head, Request, Response, Status, StatusView};
+use lease_core::ops::{Head, Request, Response, Status};
 use lease_core::{Dir, FileRef, LeaseError, RunStatus};
 use lease_fs::{FsError, RunDir};
 use lease_sqlite::StoreError;
@@ -77,18 +77,6 @@ pub(crate) fn run_entries(dir: &RunDir) -> Result<(), RunError> {
 /// [`Action`](crate::admission::Action).
 pub use crate::admission::Action as Intent;
 
-/// What [`preflight_lease`] found.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Preflighted {
-    /// The status view it judged (liveness probed for [`Intent::ClaimOrRetireDead`]).
-    pub view: StatusView,
-    /// Whether the log and both chains were verified (false only when the open cannot
-    /// change the owner: the head is held and the intent does not replace it; the claim
-    /// then refuses with 76 without writing).
-    pub verified: bool,
-}
-
 /// The lease half of an open's preflight, on `auth` (the run folder or etcd) with the run
 /// folder `dir` (where `run.json`, command records and the store are) and its held root
 /// `root` (the open holds the owner lock), before the claim: the one admission rule,
@@ -109,18 +97,14 @@ pub fn preflight_lease(
     root: &lease_fs::RealFs,
     run_json: &Result<Option<RunStatus>, LeaseError>,
     intent: Intent,
-) -> Result<Preflighted, RunError> {
+) -> Result<crate::admission::Admitted, RunError> {
     let view = auth.status(wall_now()?, intent == Intent::ClaimOrRetireDead)?;
     let folder = crate::admission::Folder {
         dir,
         run_json,
         store_root: Some(root),
     };
-    let admitted = crate::admission::judge(auth, Some(folder), view, intent)?;
-    Ok(Preflighted {
-        view: admitted.view,
-        verified: admitted.verified,
-    })
+    crate::admission::judge(auth, Some(folder), view, intent)
 }
 
 /// The refusal (`RUN_COMMAND_UNPROVEN`, 76) for the first command record that names a live
@@ -146,42 +130,22 @@ pub(crate) fn first_unproven(dir: &RunDir) -> Result<Option<RunError>, RunError>
 /// not reach (its newest epochs deleted, `lease/` restored from an older copy or emptied).
 /// An owner writes `run.json` only after its epoch is durable, so no crash produces this;
 /// claiming would hand out fencing tokens already given out (the store accepts an equal
-/// token).
+/// token). The `run.json` part of the admission rule's rollback evidence
+/// ([`crate::admission::judge`], which the open asks for the whole of it).
 pub fn chain_reaches(
     auth: &dyn LeaseAuthority,
-    run_json: Option<&RunStatus>,
-) -> Result<(), RunError> {
-    if run_json.is_none() {
-        return Ok(());
-    }
-    let view = auth.status(wall_now()?, false)?;
-    // An unreadable head is that record's error, not a chain that ends early.
-    if let Status::Invalid(e) = view.status {
-        return Err(RunError::Lease(e));
-    }
-    behind(auth, &view, run_json)
-}
-
-/// [`chain_reaches`] on a view already read.
-fn behind(
-    auth: &dyn LeaseAuthority,
-    view: &StatusView,
     run_json: Option<&RunStatus>,
 ) -> Result<(), RunError> {
     let Some(written_by) = run_json.map(|r| r.generation.get()) else {
         return Ok(());
     };
-    let head = view.head.as_ref().map_or(0, |h| h.epoch.generation.get());
-    // The same judgement `status` and `doctor` make (lease-core's one diagnosis).
-    let Some(what) = lease_core::diagnose::chain_behind(written_by, head) else {
-        return Ok(());
-    };
-    Err(RunError::Lease(LeaseError::ChainBroken {
-        run: auth.run_id().to_string(),
-        chain: "epoch",
-        at: written_by,
-        detail: format!("{what}; restore lease/ from a backup"),
-    }))
+    let view = auth.status(wall_now()?, false)?;
+    // An unreadable head is that record's error, not a chain that ends early.
+    if let Status::Invalid(e) = view.status {
+        return Err(RunError::Lease(e));
+    }
+    let head = view.head.as_ref().map_or(0, |h| h.generation().get());
+    crate::admission::refuse_evidence(auth, head, Some(written_by), None, None)
 }
 
 /// `RUN_LAYOUT_INVALID` (65) naming the first heartbeat or cutoff (listed where the lease
