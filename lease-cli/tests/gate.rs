@@ -5,19 +5,7 @@ mod common;
 
 use common::*;
 use rustix::process::Signal;
-use std::path::Path;
 use std::time::Duration;
-
-/// `cp -a` (the test's own copy of a folder: modes and names kept).
-fn copy_tree(from: &Path, to: &Path) {
-    let o = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cp: {}", text(&o.stderr));
-}
 
 /// The rolled-back chain of issue #28, as it was reported: an owner's late append was
 /// answered 75 (`FENCED`, "event 2 does not count"); a later owner ran and appended

@@ -31,22 +31,11 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// The run's name: copies keep it (the run id is the folder's name).
 const NAME: &str = "gate-run";
-
-/// `cp -a from to` (to must not exist).
-fn copy(from: &Path, to: &Path) {
-    let o = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cp: {}", text(&o.stderr));
-}
 
 /// Run `runlease` with `args`, bounded (a hang is a failure of its own).
 fn rl(args: &[String]) -> (i32, String, String) {
@@ -111,14 +100,29 @@ fn run_ok(dir: &Path, extra: &[&str]) {
 
 /// A run whose owner was SIGKILLed with its command: dead (same boot, pid gone, lock free).
 fn kill_owner(dir: &Path, tmp: &Path) {
+    let (owner, cmd_pid) = start_owner(dir, tmp, &[]);
+    kill_both(owner, cmd_pid);
+}
+
+/// An owner of `dir` (with `policy` flags) whose command appends one event and sleeps;
+/// returns once the command runs, with the owner and the command's pid.
+fn start_owner(dir: &Path, tmp: &Path, policy: &[&str]) -> (std::process::Child, u32) {
     let pidfile = tmp.join("cmd.pid");
     let _ = std::fs::remove_file(&pidfile);
     let script = format!(
         r#"runlease append "$RUNLEASE_RUN" --type step >/dev/null; echo $$ > '{}'; exec sleep 1000"#,
         pidfile.display()
     );
-    let mut owner = spawn(&["run", dir.to_str().unwrap(), "--", "sh", "-c", &script]);
+    let mut args = vec!["run", dir.to_str().unwrap()];
+    args.extend(policy);
+    args.extend(["--", "sh", "-c", &script]);
+    let owner = spawn(&args);
     let cmd_pid = read_pid(&pidfile);
+    (owner, cmd_pid)
+}
+
+/// SIGKILL an owner and then its command, and wait until the command is gone.
+fn kill_both(mut owner: std::process::Child, cmd_pid: u32) {
     signal(owner.id(), rustix::process::Signal::KILL);
     let _ = owner.wait();
     signal(cmd_pid, rustix::process::Signal::KILL);
@@ -139,9 +143,9 @@ fn bases(root: &Path) -> Vec<Base> {
     let (b, dir) = base_dir(root, "free");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
+    copy_tree(&dir.join("lease"), &old_lease);
     let old_store = b.join("old-store");
-    copy(&dir.join("store"), &old_store);
+    copy_tree(&dir.join("store"), &old_store);
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     out.push(Base {
         label: "free",
@@ -153,7 +157,7 @@ fn bases(root: &Path) -> Vec<Base> {
     let (b, dir) = base_dir(root, "dead");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
+    copy_tree(&dir.join("lease"), &old_lease);
     kill_owner(&dir, &b);
     out.push(Base {
         label: "dead",
@@ -168,9 +172,9 @@ fn bases(root: &Path) -> Vec<Base> {
     let o = runlease(&["retire", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "retire: {}", text(&o.stderr));
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
+    copy_tree(&dir.join("lease"), &old_lease);
     let old_store = b.join("old-store");
-    copy(&dir.join("store"), &old_store);
+    copy_tree(&dir.join("store"), &old_store);
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     out.push(Base {
         label: "retired",
@@ -182,7 +186,7 @@ fn bases(root: &Path) -> Vec<Base> {
     let (b, dir) = base_dir(root, "dead2");
     kill_owner(&dir, &b);
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
+    copy_tree(&dir.join("lease"), &old_lease);
     run_ok(&dir, &["--retire-dead", "--", "sh", "-c", append_script()]);
     kill_owner(&dir, &b);
     out.push(Base {
@@ -196,24 +200,12 @@ fn bases(root: &Path) -> Vec<Base> {
     let (b, dir) = base_dir(root, "taken");
     run_ok(&dir, &["--", "sh", "-c", append_script()]);
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
-    let pidfile = b.join("cmd.pid");
-    let script = format!(
-        r#"runlease append "$RUNLEASE_RUN" --type step >/dev/null; echo $$ > '{}'; exec sleep 1000"#,
-        pidfile.display()
-    );
-    let mut args = vec!["run", dir.to_str().unwrap()];
-    args.extend(FAST);
-    args.extend(["--", "sh", "-c", &script]);
-    let mut owner = spawn(&args);
-    let cmd_pid = read_pid(&pidfile);
+    copy_tree(&dir.join("lease"), &old_lease);
+    let (owner, cmd_pid) = start_owner(&dir, &b, &FAST);
     signal(owner.id(), rustix::process::Signal::STOP);
     let o = runlease(&["takeover", dir.to_str().unwrap(), "--yes"]);
     assert_eq!(o.status.code(), Some(0), "takeover: {}", text(&o.stderr));
-    signal(owner.id(), rustix::process::Signal::KILL);
-    let _ = owner.wait();
-    signal(cmd_pid, rustix::process::Signal::KILL);
-    wait_gone(cmd_pid, Duration::from_secs(10), "the command");
+    kill_both(owner, cmd_pid);
     out.push(Base {
         label: "taken",
         dir,
@@ -254,7 +246,7 @@ fn bases(root: &Path) -> Vec<Base> {
     let o = runlease(&["init", dir.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "init: {}", text(&o.stderr));
     let old_lease = b.join("old-lease");
-    copy(&dir.join("lease"), &old_lease);
+    copy_tree(&dir.join("lease"), &old_lease);
     run_ok(
         &dir,
         &[
@@ -476,17 +468,17 @@ fn apply(d: &Damage, dir: &Path, base: &Base, outside: &Path) -> bool {
                 (old.join(sub), dir.join("lease").join(sub))
             };
             remove_any(&to);
-            copy(&from, &to);
+            copy_tree(&from, &to);
         }
         Damage::RollbackNoRunJson => {
             let old = base.old_lease.as_ref().unwrap();
             remove_any(&dir.join("lease"));
-            copy(old, &dir.join("lease"));
+            copy_tree(old, &dir.join("lease"));
             remove_any(&dir.join("run.json"));
         }
         Damage::RewindStore => {
             remove_any(&dir.join("store"));
-            copy(base.old_store.as_ref().unwrap(), &dir.join("store"));
+            copy_tree(base.old_store.as_ref().unwrap(), &dir.join("store"));
         }
     }
     true
@@ -527,21 +519,21 @@ fn step_of(st: &Value, d: &str) -> Option<Vec<String>> {
 }
 
 /// Run the writer `args` (naming the run folder `d`) on a fresh copy of `dir`: its exit
-/// code and whether the copy changed.
-fn on_copy(dir: &Path, d: &str, args: &[String], scratch: &Path) -> (i32, bool) {
+/// code, whether the copy changed, and its stderr.
+fn on_copy(dir: &Path, d: &str, args: &[String], scratch: &Path) -> (i32, bool, String) {
     let copy_root = scratch.join("w");
     remove_any(&copy_root);
     std::fs::create_dir(&copy_root).unwrap();
     let wdir = copy_root.join(NAME);
-    copy(dir, &wdir);
+    copy_tree(dir, &wdir);
     let wd = wdir.to_str().unwrap().to_string();
     let args: Vec<String> = args
         .iter()
         .map(|a| if a == d { wd.clone() } else { a.clone() })
         .collect();
     let before = tree_sig(&copy_root);
-    let (code, _, _) = rl(&args);
-    (code, tree_sig(&copy_root) != before)
+    let (code, _, err) = rl(&args);
+    (code, tree_sig(&copy_root) != before, err)
 }
 
 fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
@@ -566,7 +558,7 @@ fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
     if untrusted {
         *fig.by_state.entry("refused 77".into()).or_default() += 1;
         for (name, args) in writers(&d) {
-            let (wcode, wrote) = on_copy(&dir, &d, &args, scratch);
+            let (wcode, wrote, _) = on_copy(&dir, &d, &args, scratch);
             fig.writer_runs += 1;
             if wcode == 0 {
                 fig.disagreements += 1;
@@ -597,20 +589,8 @@ fn judge_case(label: &str, case: &Path, scratch: &Path, fig: &mut Figures) {
         .unwrap_or_default();
     // Every writer on its own copy.
     for (name, args) in writers(&d) {
-        let copy_root = scratch.join("w");
-        remove_any(&copy_root);
-        std::fs::create_dir(&copy_root).unwrap();
-        let wdir = copy_root.join(NAME);
-        copy(&dir, &wdir);
-        let wd = wdir.to_str().unwrap().to_string();
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| if *a == d { wd.clone() } else { a.clone() })
-            .collect();
-        let wbefore = tree_sig(&copy_root);
-        let (wcode, _, werr) = rl(&args);
+        let (wcode, wrote, werr) = on_copy(&dir, &d, &args, scratch);
         fig.writer_runs += 1;
-        let wrote = tree_sig(&copy_root) != wbefore;
         if wcode != 0 && wrote {
             fig.refusals_that_wrote += 1;
             fig.failures.push(format!(
@@ -726,7 +706,7 @@ fn every_next_step_works_and_every_writer_agrees_with_the_admission_rule() {
         let base = &bases[*i];
         let case = tmp.path().join(format!("case-{n}"));
         std::fs::create_dir(&case).unwrap();
-        copy(&base.dir, &case.join(NAME));
+        copy_tree(&base.dir, &case.join(NAME));
         let out_n = outside.join(format!("{n}"));
         std::fs::create_dir(&out_n).unwrap();
         if !apply(d, &case.join(NAME), base, &out_n) {

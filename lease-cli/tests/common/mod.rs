@@ -257,3 +257,15 @@ pub fn mkfifo(p: &Path) {
     )
     .unwrap();
 }
+
+/// `cp -a from to` (`to` must not exist): the test's own copy of a folder, modes, owners
+/// and names kept.
+pub fn copy_tree(from: &Path, to: &Path) {
+    let o = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cp: {}", text(&o.stderr));
+}
