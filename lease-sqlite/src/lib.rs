@@ -13,7 +13,7 @@
 //!   rolls back and is refused with `FENCED` (exit 75); otherwise the highest token is
 //!   raised and the commit proceeds. Check and write are one atomic step, so no interleaving
 //!   can slip an old writer's commit in after a newer writer's.
-//! - **Reads**: [`Store::get`], [`Store::scan_prefix`], [`Store::commits_since`] (with their
+//! - **Reads**: [`Store::get`], [`Store::scan_prefix`] (paged: [`Store::scan_prefix_page`]), [`Store::commits_since`] (paged: [`Store::commits_page_bytes`]; with their
 //!   writes and log entries), [`Store::head`] (the last committed sequence).
 //! - **The seal** (below): checked before anything can commit, by construction.
 //!
@@ -195,6 +195,6 @@ mod vfs;
 pub use error::{STORE_ERROR_CODES, StoreError};
 pub use schema::SCHEMA_VERSION;
 pub use store::{
-    Batch, Commit, CommitGate, Document, Expected, OpenOptions, OpenedStore, ReadOnlyStore, Store,
-    WAL_AUTOCHECKPOINT_PAGES, Write,
+    Batch, Commit, CommitGate, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, OpenedStore,
+    ReadOnlyStore, Store, WAL_AUTOCHECKPOINT_PAGES, Write,
 };

@@ -73,6 +73,21 @@ impl Store {
                 what: "batch",
                 reason,
             })?;
+        for (i, (b, e)) in batches.iter().zip(&encoded).enumerate() {
+            let size = b
+                .log
+                .iter()
+                .fold(e.len(), |n, entry| n.saturating_add(entry.len()));
+            if size > crate::MAX_COMMIT_BYTES {
+                return Err(StoreError::ArgumentInvalid {
+                    what: "batch",
+                    reason: format!(
+                        "batch {i} holds {size} bytes of writes and log entries, above the store's limit of {} per commit; nothing was written",
+                        crate::MAX_COMMIT_BYTES
+                    ),
+                });
+            }
+        }
         if batches.is_empty() {
             return Ok(Vec::new());
         }

@@ -12,7 +12,7 @@ mod types;
 mod validate;
 
 pub use sqlite::WAL_AUTOCHECKPOINT_PAGES;
-pub use types::{Batch, Commit, Document, Expected, OpenOptions, Write};
+pub use types::{Batch, Commit, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, Write};
 
 use crate::error::StoreError;
 use crate::folder::Folder;

@@ -105,8 +105,106 @@ impl $t {
         rows.map_err(|e| sqlite_err(&ctx, "scan", e))
     }
 
+    /// One page of a prefix scan, for serving a listing in bounded pieces (the store
+    /// socket, `runlease store list`): the documents whose key starts with `prefix` and
+    /// is above `after` (all of them from the start when `after` is `None`), in key order
+    /// (byte order of UTF-8), read row by row and stopped at `limit_rows` documents or
+    /// before the document that would take the page's keys and values above
+    /// `limit_bytes`.
+    ///
+    /// A page holds at least one document when any remains, even one above `limit_bytes`
+    /// by itself (a value is at most [`crate::MAX_COMMIT_BYTES`], so a page is at most
+    /// `max(limit_bytes, MAX_COMMIT_BYTES)` of keys and values); a `limit_rows` of 0 is
+    /// taken as 1. The second value is `Some(key)` of the page's last document when more
+    /// documents follow (pass it as `after` for the next page), `None` when the scan is
+    /// complete. Each page is its own read: documents written between pages are seen or
+    /// not according to their key.
+    ///
+    /// ```
+    /// # use lease_core::{Generation, RunId};
+    /// # use lease_sqlite::{Batch, OpenOptions, Store};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let run = RunId::new("demo")?;
+    /// # let opened = Store::open(&run, dir.path().join("run.sqlite"), OpenOptions { create: true, expect: None })?;
+    /// # let mut store = opened.check(&lease_core::seal::Requirements::no_chain())?;
+    /// store.commit(Generation::new(1).unwrap(), &Batch::new().put("a/1", "x").put("a/2", "y").put("b", "z"))?;
+    /// let (page, next) = store.scan_prefix_page("a/", None, 1, 1 << 20)?;
+    /// assert_eq!((page[0].key.as_str(), next.as_deref()), ("a/1", Some("a/1")));
+    /// let (page, next) = store.scan_prefix_page("a/", next.as_deref(), 1, 1 << 20)?;
+    /// assert_eq!((page[0].key.as_str(), next), ("a/2", None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// `STORE_CORRUPT` (65) for a row that does not read as a document (a value above
+    /// [`crate::MAX_COMMIT_BYTES`] included); `STORE_IO` (74) or `STORE_INTERNAL` (70)
+    /// if SQLite fails.
+    pub fn scan_prefix_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit_rows: usize,
+        limit_bytes: usize,
+    ) -> Result<(Vec<Document>, Option<String>), StoreError> {
+        self.inner.usable()?;
+        let ctx = self.inner.ctx();
+        let sq = |e| sqlite_err(&ctx, "scan (page)", e);
+        let limit_rows = limit_rows.max(1);
+        // The lower bound: strictly above `after` when it is at or above `prefix`,
+        // else from `prefix` itself; the upper bound: below the prefix's successor.
+        let (lower, strict) = match after {
+            Some(a) if a >= prefix => (a, true),
+            _ => (prefix, false),
+        };
+        let upper = prefix_successor(prefix);
+        let sql = format!(
+            "SELECT key, value, updated_seq FROM docs WHERE key {} ?1{} ORDER BY key",
+            if strict { ">" } else { ">=" },
+            if upper.is_some() { " AND key < ?2" } else { "" }
+        );
+        let conn = self.inner.conn();
+        let mut st = conn.prepare_cached(&sql).map_err(sq)?;
+        let mut rows = match &upper {
+            Some(u) => st.query(params![lower, u]),
+            None => st.query(params![lower]),
+        }
+        .map_err(sq)?;
+        let mut page: Vec<Document> = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(r) = rows.next().map_err(sq)? {
+            if page.len() >= limit_rows {
+                // One more row exists: the page was cut by the row limit.
+                let next = page.last().map(|d| d.key.clone());
+                return Ok((page, next));
+            }
+            let key: String = r.get(0).map_err(sq)?;
+            let len = match r.get_ref(1).map_err(sq)? {
+                rusqlite::types::ValueRef::Blob(b) => b.len(),
+                other => {
+                    return Err(ctx.corrupt(format!(
+                        "the value of document {key:?} is {:?}, not a BLOB",
+                        other.data_type()
+                    )));
+                }
+            };
+            let size = key.len().saturating_add(len);
+            if !page.is_empty() && bytes.saturating_add(size) > limit_bytes {
+                let next = page.last().map(|d| d.key.clone());
+                return Ok((page, next));
+            }
+            bytes = bytes.saturating_add(size);
+            page.push(Document {
+                key,
+                value: r.get(1).map_err(sq)?,
+                updated_seq: from_i64(r.get(2).map_err(sq)?),
+            });
+        }
+        Ok((page, None))
+    }
+
     /// Every commit with a sequence above `after`, in order, with its writes and log
-    /// entries (`commits_since(0)` is the whole history).
+    /// entries (`commits_since(0)` is the whole history, loaded whole: a reader that
+    /// serves others pages with [`Self::commits_page_bytes`]).
     pub fn commits_since(&self, after: u64) -> Result<Vec<Commit>, StoreError> {
         self.commits_page(after, usize::MAX)
     }
@@ -114,60 +212,81 @@ impl $t {
     /// At most `max` commits with a sequence above `after`, in order (for paging through a
     /// long history without loading it whole).
     pub fn commits_page(&self, after: u64, max: usize) -> Result<Vec<Commit>, StoreError> {
-        self.inner.usable()?;
-        let after = to_i64("after", after)?;
-        let limit = i64::try_from(max).unwrap_or(i64::MAX);
-        self.read_commits(after, limit)
+        self.commits_page_bytes(after, max, usize::MAX)
     }
 
-    fn read_commits(&self, after: i64, limit: i64) -> Result<Vec<Commit>, StoreError> {
+    /// At most `max` commits with a sequence above `after`, in order, read row by row and
+    /// stopped before the commit that would take the page's writes and log entries above
+    /// `max_bytes` (keys, values and entries counted). A page holds at least one commit
+    /// when any remains (a commit is at most [`crate::MAX_COMMIT_BYTES`]); `max` 0 gives
+    /// an empty page. The next page starts after the last commit's `seq`; an empty page
+    /// means the history is read.
+    ///
+    /// # Errors
+    /// `STORE_CORRUPT` (65) for a commit whose writes do not decode; `STORE_IO` (74) or
+    /// `STORE_INTERNAL` (70) if SQLite fails; `ARGUMENT_INVALID` for `after` above
+    /// `i64::MAX`.
+    pub fn commits_page_bytes(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Commit>, StoreError> {
+        self.inner.usable()?;
+        let after = to_i64("after", after)?;
         let ctx = self.inner.ctx();
         let sq = |e| sqlite_err(&ctx, "read commits", e);
         let conn = self.inner.conn();
-        let rows: Vec<(i64, i64, String, Vec<u8>)> = conn
+        let mut st = conn
             .prepare_cached(
-                "SELECT seq, token, committed_at, writes FROM commits WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                "SELECT seq, token, committed_at, writes FROM commits WHERE seq > ?1 ORDER BY seq",
             )
-            .and_then(|mut st| {
-                st.query_map(params![after, limit], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })?
-                .collect()
-            })
             .map_err(sq)?;
-        let mut commits = Vec::with_capacity(rows.len());
-        for (seq, token, committed_at, writes) in rows {
-            let writes = codec::decode(&writes).map_err(|e| {
+        let mut log_st = conn
+            .prepare_cached("SELECT entry FROM log WHERE seq = ?1 ORDER BY idx")
+            .map_err(sq)?;
+        let mut rows = st.query(params![after]).map_err(sq)?;
+        let mut commits: Vec<Commit> = Vec::new();
+        let mut bytes = 0usize;
+        while commits.len() < max {
+            let Some(r) = rows.next().map_err(sq)? else {
+                break;
+            };
+            let seq: i64 = r.get(0).map_err(sq)?;
+            let rusqlite::types::ValueRef::Blob(blob) = r.get_ref(3).map_err(sq)? else {
+                return Err(ctx.corrupt(format!("the writes of commit {seq} are not a BLOB")));
+            };
+            let mut size = blob.len();
+            if !commits.is_empty() && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            let writes = codec::decode(blob).map_err(|e| {
                 ctx.corrupt(format!("the writes of commit {seq} do not decode: {e}"))
             })?;
+            let mut log = Vec::new();
+            let mut entries = log_st.query(params![seq]).map_err(sq)?;
+            while let Some(e) = entries.next().map_err(sq)? {
+                let entry: Vec<u8> = e.get(0).map_err(sq)?;
+                size = size.saturating_add(entry.len());
+                if size > crate::MAX_COMMIT_BYTES {
+                    return Err(ctx.corrupt(format!(
+                        "commit {seq} holds more than {} bytes of writes and log entries",
+                        crate::MAX_COMMIT_BYTES
+                    )));
+                }
+                log.push(entry);
+            }
+            if !commits.is_empty() && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            bytes = bytes.saturating_add(size);
             commits.push(Commit {
                 seq: from_i64(seq),
-                token: from_i64(token),
-                committed_at,
+                token: from_i64(r.get(1).map_err(sq)?),
+                committed_at: r.get(2).map_err(sq)?,
                 writes,
-                log: Vec::new(),
+                log,
             });
-        }
-        let (Some(first), Some(last)) = (commits.first(), commits.last()) else {
-            return Ok(commits);
-        };
-        let (first, last) = (first.seq as i64, last.seq as i64);
-        let index = |commits: &[Commit], seq: i64| {
-            commits.binary_search_by_key(&from_i64(seq), |c| c.seq).ok()
-        };
-        let entries: Vec<(i64, Vec<u8>)> = conn
-            .prepare_cached(
-                "SELECT seq, entry FROM log WHERE seq >= ?1 AND seq <= ?2 ORDER BY seq, idx",
-            )
-            .and_then(|mut st| {
-                st.query_map(params![first, last], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect()
-            })
-            .map_err(sq)?;
-        for (seq, entry) in entries {
-            if let Some(i) = index(&commits, seq) {
-                commits[i].log.push(entry);
-            }
         }
         Ok(commits)
     }

@@ -2,6 +2,14 @@
 
 use lease_core::Identity;
 
+/// The most one commit may hold: its encoded writes (keys and values, 9 bytes of framing
+/// per put) plus its log entries. [`crate::Store::commit`] refuses a larger batch
+/// (`ARGUMENT_INVALID`, nothing written), and a reader refuses a stored value, commit or
+/// log entry above it as `STORE_CORRUPT` (SQLite's `SQLITE_LIMIT_LENGTH` is set to it on
+/// every connection), so no single read of a store holds more than this in memory. The
+/// store socket's 16 MiB frame carries values as hex, so what it can commit is below it.
+pub const MAX_COMMIT_BYTES: usize = 16 << 20;
+
 /// How to open a store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OpenOptions {
