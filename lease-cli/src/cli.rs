@@ -134,11 +134,13 @@ command a killed runlease left running (same boot) is killed. The command runs i
 process group (and cgroup v2 subtree when one can be created) with RUNLEASE_RUN (absolute
 run folder), RUNLEASE_GENERATION (the fencing token) and RUNLEASE_OWNER in its
 environment (and RUNLEASE_AUTHORITY with --authority etcd://...). SIGINT, SIGTERM and
-SIGHUP are forwarded to it. When it exits, whatever it left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
+SIGHUP are forwarded to it; a second SIGINT or SIGTERM, or --kill-after DURATION past the
+first, SIGKILLs the command and everything it started (the run is then released failed).
+When it exits, whatever it left running is stopped (SIGTERM, 2 s, SIGKILL), run.json says done (exit 0) or failed,
 the run is released and runlease exits with the command's code (128+N if signal N killed
 it; 126/127 if the program is not executable / not found, then nothing is claimed).
-`runlease release` from the command (a request on the run's store socket; SIGUSR1 from an
-older runlease) makes runlease release at once (run.json paused) while the command runs on
+`runlease release` from the command (a request on the run's store socket, checked with the
+command's secret; SIGUSR1 releases nothing) makes runlease release at once (run.json paused) while the command runs on
 without the lease. The command reads and writes the run's store through this owner
 (`runlease store`, RUNLEASE_STORE_SOCKET).
 A run held by a live owner is refused (exit 76) with one line naming its host, pid, since
@@ -229,8 +231,8 @@ set for a command run under `runlease run`, or from --generation/--owner; RUN_DI
 to RUNLEASE_RUN. It must name the current, active generation: a superseded, released or
 foreign generation is refused with FENCED (75) and nothing is written.
 Under `runlease run` the request goes to that owner over its store socket (checked with
-the command's secret, so any copy of runlease can ask; without the socket: SIGUSR1 to an
-ancestor running this very binary), which stops heartbeating and releases; the command runs on without the
+the command's secret, so any copy of runlease can ask; without the socket nothing is
+written: RELEASE_NOT_DELIVERED, 76), which stops heartbeating and releases; the command runs on without the
 lease (its later appends exit 75) and `runlease run` still exits with its code. Otherwise
 the release is written directly as that owner; an owner process that still heartbeats is
 fenced at its next heartbeat. Exit 0 once the run is free.
@@ -369,6 +371,11 @@ pub struct RunArgs {
     /// Retire a definitely-dead owner (same boot, process gone, owner lock free) first.
     #[arg(long)]
     pub retire_dead: bool,
+    /// After a SIGINT or SIGTERM is forwarded to the command, SIGKILL the command and
+    /// everything it started if it is still running DURATION later (500ms, 30s, 5m). A
+    /// second SIGINT or SIGTERM does the same at once.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_after: Option<std::time::Duration>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

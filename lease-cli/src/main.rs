@@ -62,6 +62,7 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
                 wait: a.wait,
                 takeover_stale: a.takeover_stale,
                 retire_dead: a.retire_dead,
+                kill_after: a.kill_after,
                 init: a.init,
                 command: a.command,
                 authority: authority.clone(),

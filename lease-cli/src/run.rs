@@ -25,11 +25,15 @@
 //!    stdin is replaced by `/dev/null` in runlease itself before the spawn (the command
 //!    is not in the terminal's foreground group: reading the terminal would stop it). A
 //!    command stopped by SIGTTIN/SIGTTOU anyway is terminated with a message.
-//! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command (through lease-run's
-//!    `Run::command_signaller`: every process the run tracks, proved ours; its group once
-//!    the run was handed over) (before it started
-//!    they abort the open: 128+N, and an open run is released `failed`). A request on
-//!    the store socket (`Run::release_requested`), or SIGUSR1 from an older runlease, is a
+//! 4. SIGINT, SIGTERM and SIGHUP are forwarded to the command; a second SIGINT or SIGTERM,
+//!    or `--kill-after DURATION` past the first, SIGKILLs the command and everything it
+//!    started, and the run is then released `failed` as usual. SIGUSR1 releases nothing
+//!    (any process of this user could send it); it is only kept from terminating the
+//!    owner. Forwarding goes through lease-run's `Run::command_signaller` (every process
+//!    the run tracks, proved ours; its group once the run was handed over). Before the
+//!    command started these signals abort the open: 128+N, and an open run is released
+//!    `failed`. A request on
+//!    the store socket (`Run::release_requested`, checked with the command's secret) is a
 //!    *release request* (from `runlease release` run by the command):
 //!    [`Run::release_detached`] hands the run over (`run.json` `paused`, store sealed, lease
 //!    released) while the command runs on without the lease, untracked (its later
@@ -90,6 +94,9 @@ pub struct RunOpts {
     pub takeover_stale: bool,
     /// `--retire-dead`.
     pub retire_dead: bool,
+    /// `--kill-after`: SIGKILL the command's tree this long after a forwarded SIGINT or
+    /// SIGTERM if it still runs.
+    pub kill_after: Option<std::time::Duration>,
     /// `--init`: make RUN_DIR a run even if it is a non-empty folder or `.`, `..`, `/`.
     pub init: bool,
     /// The command and its arguments.
@@ -118,13 +125,52 @@ enum ChildState {
 /// State shared with the signal thread.
 struct Fwd {
     child: Mutex<ChildState>,
-    /// A release request (SIGUSR1) while the command runs.
-    release: tokio::sync::Notify,
+    /// Whether a SIGINT or SIGTERM was already forwarded to the running command: the next
+    /// one escalates to SIGKILL of its whole tree.
+    stop_forwarded: std::sync::atomic::AtomicBool,
+    /// `--kill-after`.
+    kill_after: Option<std::time::Duration>,
 }
 
 impl Fwd {
     fn set(&self, s: ChildState) {
         *self.child.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+
+    fn state(&self) -> ChildState {
+        self.child.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The name of a signal runlease handles, for its messages.
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        signal_hook::consts::SIGINT => "SIGINT",
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGHUP => "SIGHUP",
+        signal_hook::consts::SIGUSR1 => "SIGUSR1",
+        _ => "a signal",
+    }
+}
+
+/// SIGKILL the command and everything the run tracks of it (its groups, known
+/// descendants and adopted orphans through pidfds, its cgroup through `cgroup.kill`), or
+/// its group once the run was handed over. The command's exit is then seen as usual and
+/// the run released `failed` (signal 9), cleanly.
+fn escalate(state: ChildState, why: &str) {
+    let ChildState::Running(pgid, to) = state else {
+        return;
+    };
+    // Never `eprintln!` on this thread: it panics on a closed stderr.
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!("runlease: {why}: killing the command and everything it started (SIGKILL)\n"),
+    );
+    match to {
+        Some(to) => to.signal(Signal::KILL),
+        None => {
+            let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+        }
     }
 }
 
@@ -237,10 +283,15 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
 
     let fwd = Arc::new(Fwd {
         child: Mutex::new(ChildState::NotStarted),
-        release: tokio::sync::Notify::new(),
+        stop_forwarded: std::sync::atomic::AtomicBool::new(false),
+        kill_after: opts.kill_after,
     });
     // Signals first, so a Ctrl-C while we open is not lost: before the command starts it
-    // aborts the open; after, it is forwarded to the command's group.
+    // aborts the open; after, it is forwarded to the command's group. A second SIGINT or
+    // SIGTERM (or `--kill-after` past the first) SIGKILLs the command's tree. SIGUSR1 is
+    // handled only so that it cannot terminate the owner: it releases nothing (any process
+    // of this user could send it; a release request comes over the store socket, which
+    // checks the command's secret).
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -253,21 +304,54 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         let fwd = Arc::clone(&fwd);
         std::thread::spawn(move || {
             for sig in signals.forever() {
-                let c = fwd.child.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let c = fwd.state();
                 match (sig, c) {
-                    // A release request; only meaningful while the command runs.
-                    (signal_hook::consts::SIGUSR1, ChildState::Running(..)) => {
-                        fwd.release.notify_one();
+                    (signal_hook::consts::SIGUSR1, _) => {
+                        let _ = std::io::Write::write_fmt(
+                            &mut std::io::stderr(),
+                            format_args!(
+                                "runlease: SIGUSR1 ignored: it releases nothing (run `runlease release` inside the command: it asks over the store socket)\n"
+                            ),
+                        );
                     }
-                    (signal_hook::consts::SIGUSR1, _) => {}
-                    (_, ChildState::Running(pgid, to)) => {
-                        if let Some(s) = Signal::from_named_raw(sig) {
+                    (_, c @ ChildState::Running(..)) => {
+                        let stop = sig == signal_hook::consts::SIGINT
+                            || sig == signal_hook::consts::SIGTERM;
+                        if stop && fwd.stop_forwarded.swap(true, Ordering::SeqCst) {
+                            escalate(c, &format!("a second stop signal ({})", signal_name(sig)));
+                            continue;
+                        }
+                        if let (ChildState::Running(pgid, to), Some(s)) =
+                            (&c, Signal::from_named_raw(sig))
+                        {
                             match to {
                                 Some(to) => to.signal(s),
                                 None => {
-                                    let _ = rustix::process::kill_process_group(pgid, s);
+                                    let _ = rustix::process::kill_process_group(*pgid, s);
                                 }
                             }
+                        }
+                        if let (true, Some(after)) = (stop, fwd.kill_after) {
+                            let fwd = Arc::clone(&fwd);
+                            std::thread::spawn(move || {
+                                std::thread::sleep(after);
+                                // Only the same command, still running (not reaped).
+                                let now = fwd.state();
+                                if let (ChildState::Running(p, _), ChildState::Running(q, _)) =
+                                    (&c, &now)
+                                {
+                                    if p == q {
+                                        escalate(
+                                            now,
+                                            &format!(
+                                                "the command still runs {} after {}",
+                                                human_duration(after),
+                                                signal_name(sig)
+                                            ),
+                                        );
+                                    }
+                                }
+                            });
                         }
                     }
                     (_, ChildState::NotStarted) => {
@@ -474,7 +558,6 @@ async fn run_async(
     let ended = tokio::select! {
         r = &mut exit_rx => Ended::Exited(r.unwrap_or(Ok(()))),
         e = run.fenced() => Ended::Fenced(e),
-        () = fwd.release.notified() => Ended::ReleaseRequested,
         () = run.release_requested() => Ended::ReleaseRequested,
     };
     let mut on_request = None;

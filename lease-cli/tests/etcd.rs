@@ -251,7 +251,7 @@ fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
     let dir = tmp.path().join("job");
     let d = dir.to_str().unwrap();
 
-    // `runlease release` inside the command asks its `runlease run` (SIGUSR1), which
+    // `runlease release` inside the command asks its `runlease run` over the store socket, which
     // releases in etcd; the command runs on without the lease.
     let mut args = vec!["--json", "run", d];
     args.extend_from_slice(&FAST);

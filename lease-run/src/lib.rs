@@ -327,10 +327,10 @@
 //! - Terminal handling (foreground process group): not done. Signal forwarding: by
 //!   [`Run::release_on_signals`] (opt-in) and [`Run::command_signaller`]; `runlease run`
 //!   forwards SIGINT, SIGTERM and SIGHUP through the same `CommandSignaller`, from its own
-//!   signal thread (which also takes SIGUSR1 as a hand-over request and keeps a signal
-//!   that arrives before the command starts); it does not call `release_on_signals`
-//!   itself, because it waits for the command to decide (no grace, then a kill) and hands
-//!   the run over on request.
+//!   signal thread (which keeps a signal that arrives before the command starts, and
+//!   escalates a second SIGINT/SIGTERM or `--kill-after` to SIGKILL of the command's tree);
+//!   it does not call `release_on_signals` itself, because it waits for the command to
+//!   decide and hands the run over on a request over the store socket.
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
 //! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
 //!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a

@@ -445,19 +445,18 @@ mod tests {
     }
 }
 
-/// Whether the holder of a lease is the `runlease run` this process runs under, as
-/// `runlease release` asks before it signals anything (PROTOCOL §11.1's rule: signal only
-/// a process you can prove).
+/// Whether the holder of a lease is an owner this process runs under, as `runlease
+/// release` asks before it writes a release (a direct release would fence that owner, which
+/// then kills this very process). Nothing is ever signalled on this judgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnerAncestor {
     /// Not an ancestor of this process on this host and boot with the recorded start time
     /// (or not provable): never signalled.
     No,
-    /// A proper ancestor with the recorded start time, running this very executable: it
-    /// handles SIGUSR1 as a release request.
+    /// A proper ancestor with the recorded start time, running this very executable
+    /// (a `runlease run` this process runs under).
     ThisBinary(u32),
-    /// A proper ancestor with the recorded start time that runs another executable:
-    /// SIGUSR1 could terminate it, so it is not signalled.
+    /// A proper ancestor with the recorded start time that runs another executable.
     OtherBinary(u32),
 }
 
@@ -477,22 +476,6 @@ pub fn owner_ancestor(holder: &lease_core::Holder) -> Result<OwnerAncestor, crat
         (true, true) => OwnerAncestor::ThisBinary(pid),
         (true, false) => OwnerAncestor::OtherBinary(pid),
     })
-}
-
-/// Ask the `runlease run` that [`owner_ancestor`] proved ([`OwnerAncestor::ThisBinary`])
-/// to release: SIGUSR1. Any other judgement signals nothing and is an error.
-pub fn request_release(proved: OwnerAncestor) -> Result<(), crate::RunError> {
-    let OwnerAncestor::ThisBinary(pid) = proved else {
-        return Err(crate::RunError::InvalidArgument(
-            "only a proved runlease ancestor is asked to release".into(),
-        ));
-    };
-    let p = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| crate::RunError::Io(format!("holder pid {pid} out of range")))?;
-    rustix::process::kill_process(p, Signal::USR1)
-        .map_err(|e| crate::RunError::Io(format!("cannot signal the owner (pid {pid}): {e}")))
 }
 
 /// Whether `pid` is a proper ancestor of this process (walks the parent chain).

@@ -31,12 +31,15 @@ pub struct ReleaseOpts {
 ///   else's generation.
 /// * **Under `runlease run`**: inside a command of an owner serving its store for this
 ///   generation, ask over the store socket (issue #20: the owner checks the secret, so any
-///   copy of the binary may ask); else, when the head's holder is this host and boot and an
-///   ancestor of this process running this very binary, send it SIGUSR1. Then wait (`--timeout`) until the head shows the generation released by that owner. The
-///   owner releases from its heartbeat thread, so no heartbeat follows the release; the
-///   command runs on without the lease. If someone else supersedes the generation first:
-///   `FENCED` (75); no answer in time: `RELEASE_TIMEOUT` (75). An ancestor holder that is
-///   not this runlease binary is not signalled (`RELEASE_NOT_DELIVERED`, 76).
+///   copy of the binary may ask). Then wait (`--timeout`) until the head shows the
+///   generation released by that owner. The owner releases from its heartbeat thread, so
+///   no heartbeat follows the release; the command runs on without the lease. If someone
+///   else supersedes the generation first: `FENCED` (75); no answer in time:
+///   `RELEASE_TIMEOUT` (75). Without the socket (the command's environment was cleared),
+///   when the holder is an ancestor of this process on this host and boot, nothing is
+///   written and nothing signalled (`RELEASE_NOT_DELIVERED`, 76): a direct release would
+///   fence that owner, which then kills this very command; and a signal proves nothing
+///   about its sender (issue #29: SIGUSR1 no longer releases).
 /// * **Otherwise** (an owner that claimed without `runlease run` and handed its token to
 ///   this process): release directly, as that owner. If the owner process still
 ///   heartbeats, it is fenced at its next heartbeat (a `runlease run` owner then kills its
@@ -63,45 +66,44 @@ pub fn release(
     } else {
         None
     };
-    // Else lease-run proves the holder is our own `runlease run` (an ancestor on this host
-    // and boot with the recorded start time, so no reused pid) before anything is signalled.
+    // Else, when lease-run proves the holder is an ancestor of this process (on this host
+    // and boot with the recorded start time, so no reused pid), a direct release would
+    // fence it and so kill this very command: refuse, writing and signalling nothing.
     let proved = match via_socket {
         Some(_) => OwnerAncestor::No,
         None => lease_run::procs::owner_ancestor(holder)?,
     };
-    if let OwnerAncestor::OtherBinary(pid) = proved {
-        // SIGUSR1 would terminate a process that does not handle it: only a runlease of
-        // this very binary is asked; a direct release would fence (and so kill) our owner.
+    if let OwnerAncestor::ThisBinary(pid) | OwnerAncestor::OtherBinary(pid) = proved {
+        let how = if matches!(proved, OwnerAncestor::ThisBinary(_)) {
+            "run `runlease release` with the command's own environment (RUNLEASE_STORE_SOCKET and RUNLEASE_INCARNATION, which the owner checks): this process has no store socket for this generation"
+        } else {
+            "ask it to release through its own interface"
+        };
         return Err(CliError::of(
             Code::ReleaseNotDelivered,
             format!(
-                "run {}: generation {generation} is held by pid {pid}, an ancestor of this process that is not this runlease binary; ask it to release through its own interface",
+                "run {}: generation {generation} is held by pid {pid}, an ancestor of this process; a direct release would fence it and kill this command, so nothing was written; {how}",
                 run.run_id(),
             ),
         ));
     }
-    let via_run = via_socket.is_some() || matches!(proved, OwnerAncestor::ThisBinary(_));
-    let released_as = if via_run {
-        match via_socket {
-            Some(mut c) => {
-                // A stopped owner cannot answer: the request is bounded by --timeout too.
-                c.set_timeout(o.timeout);
-                if let Err(e) = c.request_release() {
-                    if e.code() != Code::IoError {
-                        return Err(e.into());
-                    }
-                    return Err(CliError::of(
-                        Code::ReleaseTimeout,
-                        format!(
-                            "run {}: the owner (runlease run, pid {}) did not answer the release request for generation {generation} within {}; it still holds the run",
-                            run.run_id(),
-                            holder.pid,
-                            human_duration(o.timeout)
-                        ),
-                    ));
-                }
+    let via_run = via_socket.is_some();
+    let released_as = if let Some(mut c) = via_socket {
+        // A stopped owner cannot answer: the request is bounded by --timeout too.
+        c.set_timeout(o.timeout);
+        if let Err(e) = c.request_release() {
+            if e.code() != Code::IoError {
+                return Err(e.into());
             }
-            None => lease_run::procs::request_release(proved)?,
+            return Err(CliError::of(
+                Code::ReleaseTimeout,
+                format!(
+                    "run {}: the owner (runlease run, pid {}) did not answer the release request for generation {generation} within {}; it still holds the run",
+                    run.run_id(),
+                    holder.pid,
+                    human_duration(o.timeout)
+                ),
+            ));
         }
         let t = std::time::Instant::now();
         loop {
