@@ -62,6 +62,19 @@ pub enum StoreError {
         /// What is wrong.
         detail: String,
     },
+    /// A store file, its write-ahead log or journal, or its folder is not trusted: owned
+    /// by another uid than the effective one, or writable by group or others (the rule
+    /// lease-fs applies to every record of a run, `RUN_NOT_OWNED`, 77). Nothing was read
+    /// from it by SQLite and nothing was written.
+    #[error("run {run}: store {file}: {detail}")]
+    NotOwned {
+        /// The run.
+        run: String,
+        /// The store file.
+        file: String,
+        /// Which file, its owner and mode, what is wrong and the fix.
+        detail: String,
+    },
     /// The store was created for another run: its SQLite `application_id` (set at creation
     /// from the run id, see the crate docs) is not this run's. It was not changed.
     #[error(
@@ -185,6 +198,7 @@ impl StoreError {
             StoreError::Corrupt { .. } => Code::StoreCorrupt,
             StoreError::Missing { .. } => Code::StoreMissing,
             StoreError::OtherRun { .. } => Code::StoreIdentityMismatch,
+            StoreError::NotOwned { .. } => Code::RunNotOwned,
             StoreError::SchemaUnsupported { .. } => Code::SchemaUnsupported,
             StoreError::Pragma { .. } => Code::StorePragma,
             StoreError::Io { .. } => Code::StoreIo,
@@ -225,4 +239,5 @@ pub const STORE_ERROR_CODES: &[Code] = &[
     Code::StoreIo,
     Code::Fenced,
     Code::StoreBusy,
+    Code::RunNotOwned,
 ];

@@ -73,6 +73,11 @@ impl Folder {
         })
     }
 
+    /// `fstat` of the held folder descriptor itself.
+    pub(crate) fn stat(&self) -> io::Result<Stat> {
+        retry(|| rfs::fstat(&self.fd))
+    }
+
     /// The folder's path, for messages.
     pub(crate) fn display(&self) -> &Path {
         &self.display

@@ -62,6 +62,94 @@ pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Stat) -> Result<(), StoreError> {
     Err(ctx.corrupt(format!("it is {what}")))
 }
 
+/// Permission bits a store file, its side files and its folder must not have: group or
+/// other write (lease-fs's rule for every record and folder of a run, issue #15).
+const FORBIDDEN_MODE: u32 = 0o022;
+
+/// Trust `what` (a store file, its WAL or journal, its folder) only if the effective uid
+/// owns it and neither group nor others may write it (issue #29: a 0666 store owned by
+/// another user was accepted): the rule, wording and code (`RUN_NOT_OWNED`, 77) of
+/// lease-fs's trust check. `uid` and `mode` come from an `fstat` of the descriptor that is
+/// then used (or, for an early look before anything is written, an `lstat` that the
+/// `fstat` repeats); once trusted, only its owner (us) or root can change either.
+pub(crate) fn check_trusted(
+    ctx: &Ctx<'_>,
+    what: &str,
+    uid: u32,
+    mode: u32,
+    is_dir: bool,
+) -> Result<(), StoreError> {
+    let euid = rustix::process::geteuid().as_raw();
+    let perm = mode & 0o7777;
+    if uid == euid && perm & FORBIDDEN_MODE == 0 {
+        return Ok(());
+    }
+    let mut wrong = Vec::new();
+    let mut fix = Vec::new();
+    if uid != euid {
+        wrong.push(format!(
+            "it is owned by uid {uid}, not by uid {euid} that runlease runs as"
+        ));
+        fix.push(format!(
+            "run runlease as uid {uid} (its owner), or `chown {euid}` it if it really belongs to uid {euid}"
+        ));
+    }
+    if perm & FORBIDDEN_MODE != 0 {
+        wrong.push("group or others may write it".to_string());
+        fix.push("`chmod go-w` it".to_string());
+    }
+    Err(StoreError::NotOwned {
+        run: ctx.run.to_string(),
+        file: ctx.file.to_string(),
+        detail: format!(
+            "{what} ({}owner uid {uid}, mode {perm:04o}) is not trusted: {}; runlease trusts only what uid {euid} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
+            if is_dir { "a folder, " } else { "" },
+            wrong.join(" and "),
+            fix.join(", then ")
+        ),
+    })
+}
+
+/// [`check_trusted`] on `lstat`/`fstat` metadata.
+pub(crate) fn check_trusted_stat(ctx: &Ctx<'_>, what: &str, st: &Stat) -> Result<(), StoreError> {
+    let is_dir = folder::kind(st) == FileType::Directory;
+    #[allow(clippy::unnecessary_cast)]
+    check_trusted(ctx, what, st.st_uid as u32, st.st_mode as u32, is_dir)
+}
+
+/// A side file of the store (`side`: its `-wal` or `-journal`, which SQLite opens by name
+/// beside it and reads into the database), when there is one: a regular file
+/// ([`check_wal_kind`]'s rule) that this process owns and nobody else may write, judged
+/// on an `fstat` of the descriptor opened here (`O_NOFOLLOW|O_NONBLOCK`, closed again
+/// before SQLite opens anything: SQLite keeps no lock on these files that closing could
+/// drop). Returns its `lstat`, `None` when there is none.
+pub(crate) fn check_side(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    side: &str,
+) -> Result<Option<Stat>, StoreError> {
+    let Some(st) = dir.lstat(side).map_err(|e| ctx.io("stat", e))? else {
+        return Ok(None);
+    };
+    check_wal_kind(ctx, side, &st)?;
+    let what = format!("its side file {side}");
+    check_trusted_stat(ctx, &what, &st)?;
+    let f = match dir.open_read(side) {
+        Ok(f) => f,
+        // Gone since the lstat (an owner's close removed it): nothing to judge.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ctx.io("open (side file check)", e)),
+    };
+    let m = f.metadata().map_err(|e| ctx.io("fstat", e))?;
+    if !m.file_type().is_file() || (m.dev(), m.ino()) != folder::key(&st) {
+        return Err(ctx.corrupt(format!(
+            "its side file {side} was replaced while it was being opened"
+        )));
+    }
+    check_trusted(ctx, &what, m.uid(), m.mode(), false)?;
+    Ok(Some(st))
+}
+
 /// A write-ahead log beside the store (`wal`, its name, `meta` its `lstat`) must be a
 /// regular file: SQLite would open a FIFO, a directory or a device there and fail with an
 /// I/O error at the first write or at the seal (issue #28: a FIFO at `run.sqlite-wal` made
@@ -76,7 +164,7 @@ pub(crate) fn check_wal_kind(ctx: &Ctx<'_>, wal: &str, meta: &Stat) -> Result<()
         _ => "not a regular file",
     };
     Err(ctx.corrupt(format!(
-        "its write-ahead log {wal} is {what}; move it out of the run by hand (keep a copy)"
+        "its write-ahead log or journal {wal} is {what}; move it out of the run by hand (keep a copy)"
     )))
 }
 
@@ -107,6 +195,9 @@ pub(crate) fn check(
             "the file was replaced while it was being opened (a symlink or another file took its place)",
         ));
     }
+    // Owner and mode on the descriptor itself (issue #29); SQLite then opens the same
+    // inode (the caller re-checks the name's (dev, ino) after SQLite's open).
+    check_trusted(ctx, "the store file", fmeta.uid(), fmeta.mode(), false)?;
     let len = fmeta.len();
     if len == 0 {
         return Err(ctx.corrupt(

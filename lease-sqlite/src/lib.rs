@@ -13,8 +13,9 @@
 //!   rolls back and is refused with `FENCED` (exit 75); otherwise the highest token is
 //!   raised and the commit proceeds. Check and write are one atomic step, so no interleaving
 //!   can slip an old writer's commit in after a newer writer's.
-//! - **Reads**: [`Store::get`], [`Store::scan_prefix`] (paged: [`Store::scan_prefix_page`]), [`Store::commits_since`] (paged: [`Store::commits_page_bytes`]; with their
-//!   writes and log entries), [`Store::head`] (the last committed sequence).
+//! - **Reads**: [`Store::get`], [`Store::scan_prefix`] (paged: [`Store::scan_prefix_page`]),
+//!   [`Store::commits_since`] (with their writes and log entries; paged:
+//!   [`Store::commits_page_bytes`]), [`Store::head`] (the last committed sequence).
 //! - **The seal** (below): checked before anything can commit, by construction.
 //!
 //! ```
@@ -90,6 +91,15 @@
 //! `max_token`), `commits` (`seq`, `token`, `committed_at`, counts, and the commit's puts
 //! and deletes encoded in one BLOB), `docs` (`key`, `value`, `updated_seq`), `log` (`seq`,
 //! `idx`, `entry`).
+//! **Pinned** (issue #29, a store file is data, not code): every open, the owner's and the
+//! read-only one, reads `sqlite_master` (type, name, table, `CREATE` text) before any
+//! statement reads a table, and compares it with exactly the rows the creation makes
+//! (built once per process by running the same DDL in memory): a trigger, view, index or
+//! table a store is not created with, or an altered `CREATE` text, is `STORE_CORRUPT`
+//! naming the object. So nothing in a store file runs: no trigger (one kept
+//! `fence.max_token` at 0 and turned the fencing check off), no view, no generated column
+//! (a 24 KB file whose `docs.value` was a 1 GB `zeroblob` on every read made
+//! `store list` use 2.6 GB).
 //! Any other version, or our tables missing, is refused with `SCHEMA_UNSUPPORTED` (exit 70)
 //! and the file is never altered: the version in the header is read with plain `read(2)`
 //! before SQLite opens the file, and SQLite is asked again (after any WAL replay) before the
@@ -151,13 +161,39 @@
 //! ## Bad input
 //!
 //! A file in the store's place that is not a regular file (directory, symlink), is empty,
-//! is not SQLite, is truncated or fails `PRAGMA quick_check` is `STORE_CORRUPT` (exit 65)
+//! is not SQLite, is truncated, has a schema other than the pinned one or fails
+//! `PRAGMA quick_check` is `STORE_CORRUPT` (exit 65)
 //! naming the file. The store is never recreated over it (a store is created only when no
 //! file exists) and a refused file is left byte for byte as it was. A store file with a
 //! second hard link is refused the same way (SQLite finds the WAL by the name it opened, so
 //! another name would miss acknowledged commits), except a `.tmp-*` name of the same file,
 //! which is what a crash in the middle of creating a store leaves and is removed.
 //! `quick_check` reads every page, so opening takes time linear in the store's size.
+//!
+//! ## Trust, limits and bounded reads
+//!
+//! - **Owner and mode** (lease-fs's rule for every record of a run): the store's folder,
+//!   the store file, and a `-wal` or `-journal` beside it must be owned by the effective
+//!   uid and not writable by group or others; otherwise `RUN_NOT_OWNED` (77), checked
+//!   before SQLite opens anything and judged on an `fstat` of the descriptor opened (the
+//!   folder's held descriptor; the header check's descriptor of the file; a descriptor of
+//!   each side file). The name is re-checked to be that inode after SQLite's open, and only
+//!   its owner (us) or root can change the owner or mode of an inode we trust.
+//! - **Defence in depth on every connection**, set before its first read:
+//!   `SQLITE_DBCONFIG_DEFENSIVE`, `trusted_schema` off, triggers and views disabled
+//!   (`SQLITE_DBCONFIG_ENABLE_TRIGGER`/`_VIEW`), `cell_size_check` on, and
+//!   `sqlite3_limit`s: no string or BLOB above [`MAX_COMMIT_BYTES`] (+4 KiB of record
+//!   framing) is ever built or read (`SQLITE_LIMIT_LENGTH`; a bigger stored value is
+//!   `STORE_CORRUPT`), small SQL, expression depth, columns, VDBE program, no `ATTACH`.
+//! - **Commits are bounded**: one commit holds at most [`MAX_COMMIT_BYTES`] (16 MiB) of
+//!   encoded writes and log entries (`ARGUMENT_INVALID` above it, nothing written).
+//! - **Reads that serve others are paged**: [`Store::scan_prefix_page`] (by key, a row
+//!   and a byte limit) and [`Store::commits_page_bytes`] (a count and a byte limit) read
+//!   row by row and hold at most one page plus one value; [`Store::scan_prefix`] and
+//!   [`Store::commits_since`] still return everything, for an owner reading its own store.
+//!
+//! `tests/hostile_store.rs` builds each hostile shape and measures a child reader's peak
+//! RSS and time.
 //!
 //! ## Reading without being the owner
 //!
@@ -179,7 +215,7 @@
 //! [`StoreError::code`]; [`STORE_ERROR_CODES`] lists this crate's (with the exit code
 //! `runlease` gives each): `ARGUMENT_INVALID` 64 · `STORE_CORRUPT` 65 · `STORE_MISSING` 65 ·
 //! `SCHEMA_UNSUPPORTED` 70 · `STORE_PRAGMA` 70 · `STORE_INTERNAL` 70 · `STORE_IO` 74 ·
-//! `FENCED` 75 · `STORE_BUSY` 75; plus `STORE_BEHIND_SEAL` 65 and `STORE_IDENTITY_MISMATCH`
+//! `FENCED` 75 · `STORE_BUSY` 75 · `RUN_NOT_OWNED` 77; plus `STORE_BEHIND_SEAL` 65 and `STORE_IDENTITY_MISMATCH`
 //! 65 from lease-core.
 #![deny(missing_docs)]
 

@@ -2,7 +2,7 @@
 //! lock and checks, the durability settings, the expected identity.
 
 use super::create::{TempNames, check_single_name, create_store};
-use super::sqlite::{apply_durability, connect, sqlite_err, wal_name};
+use super::sqlite::{apply_durability, connect, journal_name, sqlite_err, wal_name};
 use super::validate::validate;
 use super::{Inner, OpenOptions, OpenedStore, Store};
 use crate::error::StoreError;
@@ -23,10 +23,12 @@ impl Store {
     /// `docs/PROTOCOL.md` §2) for run `run`.
     ///
     /// Checks, in this order, before anything is written: the path is a regular file (not
-    /// a symlink or directory); this process does not already have it open; its header is
-    /// SQLite's with our schema version; SQLite's exclusive lock can be taken; the schema's
-    /// tables and the store identity are there; `PRAGMA quick_check` passes; the durability
-    /// settings read back as set. A missing file is created (whole, then linked into place)
+    /// a symlink or directory); it and its folder (and a `-wal` or `-journal` beside it)
+    /// are owned by the effective uid and not writable by group or others; this process
+    /// does not already have it open; its header is SQLite's with our schema version;
+    /// SQLite's exclusive lock can be taken; the schema is exactly the one a store is
+    /// created with (the pin, see the crate docs) and the store identity is there;
+    /// `PRAGMA quick_check` passes; the durability settings read back as set. A missing file is created (whole, then linked into place)
     /// only if `options.create` is set and no particular store is expected.
     ///
     /// The result can report its identity and head; [`OpenedStore::check_seal`] turns it
@@ -34,8 +36,8 @@ impl Store {
     ///
     /// # Errors
     /// `STORE_CORRUPT` (65), `STORE_MISSING` (65), `STORE_IDENTITY_MISMATCH` (65),
-    /// `SCHEMA_UNSUPPORTED` (70), `STORE_PRAGMA` (70), `STORE_BUSY` (75), `STORE_IO` (74).
-    /// A refused file is left byte for byte as it was.
+    /// `SCHEMA_UNSUPPORTED` (70), `STORE_PRAGMA` (70), `STORE_BUSY` (75), `STORE_IO` (74),
+    /// `RUN_NOT_OWNED` (77). A refused file is left byte for byte as it was.
     pub fn open(
         run: &RunId,
         path: impl AsRef<Path>,
@@ -134,6 +136,9 @@ impl Store {
             }
         };
         header::check_kind(ctx, &meta)?;
+        // Trust (issue #29), before anything can be written: the folder (its descriptor)
+        // and the file (its lstat here; `header::check` repeats it on the descriptor).
+        trusted_folder_and_file(ctx, &dir, &meta)?;
         let key = folder::key(&meta);
         let registration = Registration::take(key).ok_or_else(|| StoreError::Busy {
             run: run_s.clone(),
@@ -145,10 +150,10 @@ impl Store {
         if meta.st_nlink > 1 && created != Some(key) {
             check_single_name(ctx, &dir, name, &meta, TempNames::Remove)?;
         }
-        let wal_meta = lstat(&wal_name(name))?;
-        if let Some(w) = &wal_meta {
-            header::check_wal_kind(ctx, &wal_name(name), w)?;
-        }
+        // The WAL and a rollback journal, which SQLite reads into the database: regular
+        // files, ours, not writable by others (each judged on a descriptor).
+        let wal_meta = header::check_side(ctx, &dir, &wal_name(name))?;
+        header::check_side(ctx, &dir, &journal_name(name))?;
         let wal_len = wal_meta.map(|m| m.st_size);
         header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;
 
@@ -297,4 +302,17 @@ pub(super) fn held_folder(
         });
     }
     Folder::from_fd(dir, dir_path.to_path_buf()).map_err(|e| ctx.io("open (store folder)", e))
+}
+
+/// The trust check of the held folder (`fstat` of its descriptor) and of the store file's
+/// `lstat` (issue #29): owned by the effective uid, not writable by group or others.
+pub(super) fn trusted_folder_and_file(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    meta: &rustix::fs::Stat,
+) -> Result<(), StoreError> {
+    let st = dir.stat().map_err(|e| ctx.io("fstat (store folder)", e))?;
+    let what = format!("its folder {}", dir.display().display());
+    header::check_trusted_stat(ctx, &what, &st)?;
+    header::check_trusted_stat(ctx, "the store file", meta)
 }

@@ -13,8 +13,8 @@
 //! appeared and that the name is still the file it checked.
 
 use super::create::{TempNames, check_single_name};
-use super::open::{held_folder, name_and_parent, open_parent};
-use super::sqlite::{sqlite_err, wal_name};
+use super::open::{held_folder, name_and_parent, open_parent, trusted_folder_and_file};
+use super::sqlite::{harden, journal_name, sqlite_err, wal_name};
 use super::validate::validate;
 use super::{Inner, ReadOnlyStore, Store};
 use crate::error::StoreError;
@@ -111,6 +111,7 @@ fn read_only_in_folder(
         });
     };
     header::check_kind(ctx, &meta)?;
+    trusted_folder_and_file(ctx, &dir, &meta)?;
     let key = folder::key(&meta);
     // One connection per file per process: closing a second descriptor of the file
     // would drop the POSIX locks of this process's owner connection, if it has one.
@@ -125,10 +126,9 @@ fn read_only_in_folder(
     // An empty WAL (an owner killed before its first write since its last checkpoint)
     // holds no frame: the database file alone is the whole store.
     let wal = wal_name(name);
-    if let Some(w) = lstat(&wal)? {
-        header::check_wal_kind(ctx, &wal, &w)?;
-    }
-    if let Some(w) = lstat(&wal)?.filter(|w| w.st_size > 0) {
+    // Judged (kind, owner, mode on a descriptor) even though `immutable` reads neither.
+    header::check_side(ctx, &dir, &journal_name(name))?;
+    if let Some(w) = header::check_side(ctx, &dir, &wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
     header::check(ctx, &dir, name, &meta, true)?;
@@ -145,6 +145,7 @@ fn read_only_in_folder(
         None => Connection::open_with_flags(&uri, flags),
     }
     .map_err(|e| sqlite_err(ctx, "open (read-only)", e))?;
+    harden(&conn).map_err(|e| sqlite_err(ctx, "configure (read-only)", e))?;
     let m = validate(ctx, &conn)?;
     // Still the file checked, and still no WAL (an owner that opened meanwhile: the caller
     // did not keep owners out, and what was read may be stale).

@@ -30,13 +30,74 @@ pub(super) fn wal_name(name: &str) -> String {
     format!("{name}-wal")
 }
 
+/// The rollback journal SQLite would look for beside `name` (a store is in WAL mode and
+/// never makes one; one found there is judged like the WAL).
+pub(super) fn journal_name(name: &str) -> String {
+    format!("{name}-journal")
+}
+
 /// Open a connection to `name` in `dir`: beneath the held folder descriptor through the
 /// [`crate::vfs`] shim (`/proc/self/fd/N/name`), or by path when `/proc` is unavailable.
 pub(super) fn connect(dir: &Folder, name: &str) -> Result<Connection, rusqlite::Error> {
-    match dir.sqlite_target(name) {
+    let conn = match dir.sqlite_target(name) {
         (target, Some(vfs)) => Connection::open_with_flags_and_vfs(target, open_flags(), vfs),
         (target, None) => Connection::open_with_flags(target, open_flags()),
+    }?;
+    harden(&conn)?;
+    Ok(conn)
+}
+
+/// `sqlite3_limit`s of every store connection (issue #29: a store file is data, not
+/// code). The schema pin (`validate`) already refuses every object a store is not created
+/// with; these bound what SQLite will do for a file that gets past it anyway (a bug, or a
+/// damaged page): no string or BLOB above [`crate::MAX_COMMIT_BYTES`] (plus a record's
+/// framing) is ever built, read or bound, and statements stay as small as ours are.
+const LIMITS: &[(rusqlite::limits::Limit, i32)] = {
+    use rusqlite::limits::Limit::*;
+    &[
+        // A commit's encoded writes, a value, a log entry: at most MAX_COMMIT_BYTES; a
+        // docs row adds its key framing and `updated_seq` (well under 4 KiB).
+        (SQLITE_LIMIT_LENGTH, (crate::MAX_COMMIT_BYTES + 4096) as i32),
+        // Our statements are under 1 KiB; the schema's under 1 KiB each.
+        (SQLITE_LIMIT_SQL_LENGTH, 64 * 1024),
+        (SQLITE_LIMIT_COLUMN, 64),
+        (SQLITE_LIMIT_EXPR_DEPTH, 64),
+        (SQLITE_LIMIT_COMPOUND_SELECT, 4),
+        (SQLITE_LIMIT_VDBE_OP, 10_000),
+        (SQLITE_LIMIT_FUNCTION_ARG, 8),
+        (SQLITE_LIMIT_ATTACHED, 0),
+        (SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1024),
+        (SQLITE_LIMIT_VARIABLE_NUMBER, 64),
+        (SQLITE_LIMIT_TRIGGER_DEPTH, 1),
+        (SQLITE_LIMIT_WORKER_THREADS, 0),
+    ]
+};
+
+/// Defence in depth for a store file that is data, not code (issue #29), set on every
+/// connection before its first read: the [`LIMITS`]; `SQLITE_DBCONFIG_DEFENSIVE` (no
+/// `writable_schema`, no direct schema edits); `trusted_schema` off (functions with side
+/// effects are not run from the schema); triggers and views off (a trigger is never fired
+/// and a view never expanded, even one the pin missed); `cell_size_check` on (a damaged
+/// b-tree cell is reported as corrupt before it is used). Touches no file.
+pub(super) fn harden(conn: &Connection) -> Result<(), rusqlite::Error> {
+    use rusqlite::config::DbConfig;
+    for (limit, value) in LIMITS {
+        conn.set_limit(*limit, *value)?;
     }
+    for (config, on) in [
+        (DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true),
+        (DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false),
+        (DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false),
+        (DbConfig::SQLITE_DBCONFIG_ENABLE_VIEW, false),
+    ] {
+        if conn.set_db_config(config, on)? != on {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+                Some(format!("{config:?} did not take (wanted {on})")),
+            ));
+        }
+    }
+    conn.execute_batch("PRAGMA cell_size_check = ON")
 }
 
 /// Classify an SQLite error.
@@ -53,7 +114,9 @@ pub(super) fn sqlite_err(ctx: &Ctx<'_>, op: &'static str, e: rusqlite::Error) ->
                 "another process holds SQLite's exclusive lock on it ({e}); only one process may have a store open"
             ),
         },
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+        // TooBig: a stored string or BLOB above the connection's SQLITE_LIMIT_LENGTH (a
+        // commit never writes one: `MAX_COMMIT_BYTES`).
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt | ErrorCode::TooBig) => {
             ctx.corrupt(format!("{op}: {e}"))
         }
         Some(

@@ -3,7 +3,7 @@
 use super::sqlite::sqlite_err;
 use crate::error::StoreError;
 use crate::header::Ctx;
-use crate::schema::{SCHEMA_VERSION, TABLES};
+use crate::schema::{self, MAX_SCHEMA_ROWS, SCHEMA_VERSION, SchemaObject};
 use lease_core::Identity;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -55,29 +55,12 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     if user_version != i64::from(SCHEMA_VERSION) {
         return Err(ctx.unsupported(user_version.to_string()));
     }
-    let mut present = Vec::new();
-    {
-        let mut st = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .map_err(|e| sq("read schema", e))?;
-        let rows = st
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(|e| sq("read schema", e))?;
-        for r in rows {
-            present.push(r.map_err(|e| sq("read schema", e))?);
-        }
-    }
-    let missing: Vec<&str> = TABLES
-        .iter()
-        .copied()
-        .filter(|t| !present.iter().any(|p| p == t))
-        .collect();
-    if !missing.is_empty() {
-        return Err(ctx.unsupported(format!(
-            "{user_version} without the tables {} (not a runlease store of that version)",
-            missing.join(", ")
-        )));
-    }
+    // The schema pin (issue #29: a store file is data, not code), before any statement
+    // reads a table of ours: the `sqlite_master` rows must be exactly those the creation
+    // made. A trigger (one kept `fence.max_token` at 0, turning the fencing check off),
+    // a view, an index, an extra table or an altered `CREATE` text (a generated column
+    // that builds a huge value on every read) is refused, naming the object.
+    pin_schema(ctx, conn, user_version)?;
     let meta: Option<(String, String, i64)> = conn
         .query_row(
             "SELECT store_id, created_at, schema_version FROM store_meta WHERE singleton = 1",
@@ -140,4 +123,46 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
         created_at,
         app_id,
     })
+}
+
+/// Compare the store's `sqlite_master` (read row by row, at most [`MAX_SCHEMA_ROWS`])
+/// with exactly what [`schema::CREATE_V1`] makes: missing tables are `SCHEMA_UNSUPPORTED`
+/// (not a runlease store of this version), any other difference `STORE_CORRUPT` naming
+/// the object. Reading `sqlite_master` only parses the schema (a malformed one is
+/// `STORE_CORRUPT` from SQLite); nothing in it runs.
+fn pin_schema(ctx: &Ctx<'_>, conn: &Connection, user_version: i64) -> Result<(), StoreError> {
+    let sq = |e| sqlite_err(ctx, "read schema", e);
+    let expected = schema::expected_v1().map_err(|e| StoreError::Internal {
+        run: ctx.run.to_string(),
+        file: ctx.file.to_string(),
+        op: "schema pin",
+        detail: e,
+    })?;
+    let mut st = conn
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")
+        .map_err(sq)?;
+    let mut rows = st.query([]).map_err(sq)?;
+    let mut found = Vec::new();
+    while let Some(r) = rows.next().map_err(sq)? {
+        if found.len() >= MAX_SCHEMA_ROWS {
+            return Err(ctx.corrupt(format!(
+                "its schema has more than {MAX_SCHEMA_ROWS} objects; a version {SCHEMA_VERSION} store has {}",
+                expected.len()
+            )));
+        }
+        found.push(SchemaObject {
+            kind: r.get(0).map_err(sq)?,
+            name: r.get(1).map_err(sq)?,
+            tbl_name: r.get(2).map_err(sq)?,
+            sql: r.get(3).map_err(sq)?,
+        });
+    }
+    match schema::compare(expected, &found) {
+        None => Ok(()),
+        Some(Err(missing)) => Err(ctx.unsupported(format!(
+            "{user_version} without the tables {} (not a runlease store of that version)",
+            missing.join(", ")
+        ))),
+        Some(Ok(why)) => Err(ctx.corrupt(why)),
+    }
 }
