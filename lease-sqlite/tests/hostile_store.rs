@@ -402,3 +402,45 @@ fn a_foreign_or_open_wal_or_journal_or_folder_is_refused() {
     chmod(&tmp.path().join("store"), 0o777);
     refused_by_both(tmp.path(), &path, "RUN_NOT_OWNED", "its folder");
 }
+
+/// A damaged overflow chain: a document's value spread over overflow pages whose last
+/// page points back at the first (a cycle a reader following it would never leave).
+/// `quick_check` walks every chain with a page map, so the open refuses it, bounded.
+#[test]
+fn a_cyclic_overflow_chain_is_refused_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("store/run.sqlite");
+    let mut s = open_store(&path);
+    s.commit(g(1), &Batch::new().put("doc/big", vec![b'Z'; 4 * 4096]))
+        .unwrap();
+    s.close().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = 4096;
+    // Overflow pages: a 4-byte next pointer, then the value's bytes.
+    let overflow: Vec<usize> = (0..bytes.len() / page)
+        .filter(|i| {
+            bytes[i * page + 4..i * page + 68]
+                .iter()
+                .all(|b| *b == b'Z')
+        })
+        .collect();
+    assert!(overflow.len() >= 3, "{overflow:?}");
+    let next = |bytes: &[u8], i: usize| {
+        u32::from_be_bytes(bytes[i * page..i * page + 4].try_into().unwrap())
+    };
+    let last = *overflow.iter().find(|i| next(&bytes, **i) == 0).unwrap();
+    let first = *overflow
+        .iter()
+        .find(|i| {
+            !overflow
+                .iter()
+                .any(|j| next(&bytes, *j) as usize == **i + 1)
+        })
+        .unwrap();
+    bytes[last * page..last * page + 4].copy_from_slice(&(first as u32 + 1).to_be_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    refused_by_both(tmp.path(), &path, "STORE_CORRUPT", "integrity check failed");
+    for owner in [false, true] {
+        assert_eq!(measured(&path, owner).0, "STORE_CORRUPT");
+    }
+}
