@@ -12,6 +12,7 @@ use crate::schema::SCHEMA_VERSION;
 use rustix::fs::{FileType, Stat};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
 const HEADER_LEN: usize = 100;
@@ -75,6 +76,7 @@ const FORBIDDEN_MODE: u32 = 0o022;
 pub(crate) fn check_trusted(
     ctx: &Ctx<'_>,
     what: &str,
+    abs: &Path,
     uid: u32,
     mode: u32,
     is_dir: bool,
@@ -86,24 +88,26 @@ pub(crate) fn check_trusted(
     }
     let mut wrong = Vec::new();
     let mut fix = Vec::new();
+    let q = shell_quote(abs);
     if uid != euid {
         wrong.push(format!(
             "it is owned by uid {uid}, not by uid {euid} that runlease runs as"
         ));
         fix.push(format!(
-            "run runlease as uid {uid} (its owner), or `chown {euid}` it if it really belongs to uid {euid}"
+            "run runlease as uid {uid} (its owner), or `chown {euid} {q}` if it really belongs to uid {euid}"
         ));
     }
     if perm & FORBIDDEN_MODE != 0 {
         wrong.push("group or others may write it".to_string());
-        fix.push("`chmod go-w` it".to_string());
+        fix.push(format!("`chmod go-w {q}`"));
     }
     Err(StoreError::NotOwned {
         run: ctx.run.to_string(),
         file: ctx.file.to_string(),
         detail: format!(
-            "{what} ({}owner uid {uid}, mode {perm:04o}) is not trusted: {}; runlease trusts only what uid {euid} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
-            if is_dir { "a folder, " } else { "" },
+            "{} {what} ({}, owner uid {uid}, mode {perm:04o}) is not trusted: {}; runlease trusts only what uid {euid} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
+            if is_dir { "folder" } else { "file" },
+            abs.display(),
             wrong.join(" and "),
             fix.join(", then ")
         ),
@@ -111,10 +115,28 @@ pub(crate) fn check_trusted(
 }
 
 /// [`check_trusted`] on `lstat`/`fstat` metadata.
-pub(crate) fn check_trusted_stat(ctx: &Ctx<'_>, what: &str, st: &Stat) -> Result<(), StoreError> {
+pub(crate) fn check_trusted_stat(
+    ctx: &Ctx<'_>,
+    what: &str,
+    abs: &Path,
+    st: &Stat,
+) -> Result<(), StoreError> {
     let is_dir = folder::kind(st) == FileType::Directory;
     #[allow(clippy::unnecessary_cast)]
-    check_trusted(ctx, what, st.st_uid as u32, st.st_mode as u32, is_dir)
+    check_trusted(ctx, what, abs, st.st_uid as u32, st.st_mode as u32, is_dir)
+}
+
+/// A path quoted for a shell command in a fix, if it needs it (lease-fs's rule).
+fn shell_quote(p: &Path) -> String {
+    let s = p.display().to_string();
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
+    {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 /// A side file of the store (`side`: its `-wal` or `-journal`, which SQLite opens by name
@@ -132,8 +154,8 @@ pub(crate) fn check_side(
         return Ok(None);
     };
     check_wal_kind(ctx, side, &st)?;
-    let what = format!("its side file {side}");
-    check_trusted_stat(ctx, &what, &st)?;
+    let abs = Path::new(ctx.file).with_file_name(side);
+    check_trusted_stat(ctx, side, &abs, &st)?;
     let f = match dir.open_read(side) {
         Ok(f) => f,
         // Gone since the lstat (an owner's close removed it): nothing to judge.
@@ -146,7 +168,7 @@ pub(crate) fn check_side(
             "its side file {side} was replaced while it was being opened"
         )));
     }
-    check_trusted(ctx, &what, m.uid(), m.mode(), false)?;
+    check_trusted(ctx, side, &abs, m.uid(), m.mode(), false)?;
     Ok(Some(st))
 }
 
@@ -197,7 +219,8 @@ pub(crate) fn check(
     }
     // Owner and mode on the descriptor itself (issue #29); SQLite then opens the same
     // inode (the caller re-checks the name's (dev, ino) after SQLite's open).
-    check_trusted(ctx, "the store file", fmeta.uid(), fmeta.mode(), false)?;
+    let abs = Path::new(ctx.file);
+    check_trusted(ctx, name, abs, fmeta.uid(), fmeta.mode(), false)?;
     let len = fmeta.len();
     if len == 0 {
         return Err(ctx.corrupt(

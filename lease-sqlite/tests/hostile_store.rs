@@ -115,6 +115,7 @@ fn refused_by_both(dir: &Path, path: &Path, code: &str, needle: &str) -> StoreEr
         files,
         "the owner's open changed a file"
     );
+    eprintln!("refused: {err}");
     err
 }
 
@@ -346,7 +347,8 @@ fn a_store_owned_by_another_user_is_refused() {
         return;
     }
     let err = refused_by_both(tmp.path(), &path, "RUN_NOT_OWNED", "owned by uid 65534");
-    assert!(err.to_string().contains("the store file"), "{err}");
+    assert!(err.to_string().contains("file run.sqlite ("), "{err}");
+    assert!(err.to_string().contains("was not read"), "{err}");
     for owner in [false, true] {
         assert_eq!(measured(&path, owner).0, "RUN_NOT_OWNED");
     }
@@ -400,7 +402,7 @@ fn a_foreign_or_open_wal_or_journal_or_folder_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let path = crafted(tmp.path(), "");
     chmod(&tmp.path().join("store"), 0o777);
-    refused_by_both(tmp.path(), &path, "RUN_NOT_OWNED", "its folder");
+    refused_by_both(tmp.path(), &path, "RUN_NOT_OWNED", "folder store (");
 }
 
 /// A damaged overflow chain: a document's value spread over overflow pages whose last

@@ -138,7 +138,7 @@ impl Store {
         header::check_kind(ctx, &meta)?;
         // Trust (issue #29), before anything can be written: the folder (its descriptor)
         // and the file (its lstat here; `header::check` repeats it on the descriptor).
-        trusted_folder_and_file(ctx, &dir, &meta)?;
+        trusted_folder_and_file(ctx, &dir, name, &meta)?;
         let key = folder::key(&meta);
         let registration = Registration::take(key).ok_or_else(|| StoreError::Busy {
             run: run_s.clone(),
@@ -309,10 +309,14 @@ pub(super) fn held_folder(
 pub(super) fn trusted_folder_and_file(
     ctx: &Ctx<'_>,
     dir: &Folder,
+    name: &str,
     meta: &rustix::fs::Stat,
 ) -> Result<(), StoreError> {
     let st = dir.stat().map_err(|e| ctx.io("fstat (store folder)", e))?;
-    let what = format!("its folder {}", dir.display().display());
-    header::check_trusted_stat(ctx, &what, &st)?;
-    header::check_trusted_stat(ctx, "the store file", meta)
+    let folder_name = dir
+        .display()
+        .file_name()
+        .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
+    header::check_trusted_stat(ctx, &folder_name, dir.display(), &st)?;
+    header::check_trusted_stat(ctx, name, Path::new(ctx.file), meta)
 }

@@ -111,7 +111,7 @@ fn read_only_in_folder(
         });
     };
     header::check_kind(ctx, &meta)?;
-    trusted_folder_and_file(ctx, &dir, &meta)?;
+    trusted_folder_and_file(ctx, &dir, name, &meta)?;
     let key = folder::key(&meta);
     // One connection per file per process: closing a second descriptor of the file
     // would drop the POSIX locks of this process's owner connection, if it has one.
