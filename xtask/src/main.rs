@@ -1,9 +1,10 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
 //! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
-//! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss` (see `USAGE`).
+//! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss`, `containment` (see `USAGE`).
 
 mod bench;
+mod containment;
 mod dist;
 mod fuzz;
 mod purity;
@@ -47,6 +48,10 @@ Commands:
   rss [--max-ratio R]
                 peak RSS of `runlease verify`, `events --json`, `doctor --json` at 10,000 and
                 100,000 events; fails when a 100k/10k ratio is above R (default 1.5)
+  containment   issue #29's checks with their figures: processes of a run die with it (with and
+                without a cgroup, as another user too), the stop signals, the store socket under
+                hostile clients (socket-flood line), hostile store files; as root with setpriv
+                every case is required (RUNLEASE_REQUIRE_CONTAINMENT=1)
   help          print this text
 ";
 
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
         },
         Some("rss-probe") => return rss::probe(rest),
         Some("loom") if rest.is_empty() => loom(),
+        Some("containment") if rest.is_empty() => containment::run(),
         Some("loom") => return usage(&format!("unexpected arguments to `loom`: {rest:?}")),
         Some(other) => return usage(&format!("unknown command `{other}`")),
         None => return usage("no command given"),
