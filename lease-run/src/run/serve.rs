@@ -1,10 +1,32 @@
-//! The owner's side of the store socket ([`crate::store_socket`]): the listener, one task
-//! per connection, and the committer that makes group commits.
+//! The owner's side of the store socket ([`crate::store_socket`]): the listener on its own
+//! thread and runtime, the handshake, one task per connection, and the committer that
+//! makes group commits.
+//!
+//! ## Where it runs, and what a connection may cost (issue #29)
+//!
+//! The server runs on a thread of its own (`lease-run-store`) with its own current-thread
+//! tokio runtime (and its own bounded blocking pool for store reads and commits): however
+//! many connections arrive, they cost that thread's time, never the run's runtime, where
+//! the heartbeat task, the self-fence timer and the commands' reaping live. The run's
+//! runtime holds one task for it, a guard: aborting it (as the release and the fence path
+//! abort every task of the run) stops the server's runtime, which closes the listener and
+//! every connection.
+//!
+//! Descriptors: at most [`Limits::authenticated`] authenticated connections (a quarter of
+//! what `RLIMIT_NOFILE` leaves after the descriptors open at start and a reserve of
+//! [`FD_RESERVE`], at most 256) and [`Limits::unauthenticated`] connections still in their
+//! handshake (at most [`crate::store_socket::UNAUTHENTICATED_SLOTS`]); another user's
+//! connection is sent the bare refusal and closed as it is accepted, holding no slot. So
+//! the heartbeat (which opens the beat file) always finds a descriptor. Memory: before
+//! authentication a connection owns one [`MAX_HELLO`]-byte buffer; after it, the request
+//! bodies being read or carried out share a budget of [`REQUEST_BYTES`] (a reader waits
+//! for its turn), and the committer's queue holds at most one request per authenticated
+//! connection.
 //!
 //! ## A commit, in order
 //!
-//! 1. The connection task checks the request (secret, generation, live owner) and queues
-//!    its batch for the committer.
+//! 1. The connection task (authenticated by the handshake, which bound its generation)
+//!    checks the live owner and queues its batch for the committer.
 //! 2. The committer takes every batch queued so far (at most [`MAX_GROUP`]) and commits
 //!    them in one store transaction (`RunStore::commit_group`: one fencing check, one WAL
 //!    fsync, one sequence each); the slot's head is raised to the last sequence.
@@ -25,154 +47,513 @@ use super::heartbeat::beat;
 use super::{Run, RunStore, Shared};
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
-use crate::store_socket::{Answer, MAX_FRAME, Op, Request, VERSION, WireCommit, WireDoc, batch_of};
+use crate::store_socket::{
+    Answer, HANDSHAKE_DEADLINE, Hello, IDLE_TIMEOUT, MAX_ANSWER, MAX_FRAME, MAX_HELLO, Op, Proof,
+    READ_TIMEOUT, Side, UNAUTHENTICATED_SLOTS, VERSION, WireCommit, WireDoc, batch_of, hex, nonce,
+    nonce_of, prove, stranger_refusal, transcript, unhex, verify,
+};
 use lease_core::Code;
-use lease_core::CommandRecord;
 use lease_core::ops::OwnedLease;
 use lease_sqlite::Batch;
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinSet;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::AbortHandle;
+use tokio::time::timeout;
 
 /// The most batches one group commit takes.
 pub const MAX_GROUP: usize = 256;
 
+/// Descriptors left to everything else (the heartbeat, the store, commands' pidfds and
+/// pipes) before the store socket's connections are counted.
+pub const FD_RESERVE: u64 = 128;
+
+/// The request bytes the authenticated connections may hold at once (read, queued or
+/// being committed): four full frames.
+pub const REQUEST_BYTES: usize = 4 * MAX_FRAME;
+
+/// The unit of [`REQUEST_BYTES`]' semaphore.
+const MEM_UNIT: usize = 4096;
+
+/// The most commits one `log` page reads from the store.
+const LOG_PAGE: usize = 1024;
+
+/// What one page of `list` or `log` may hold, in bytes of JSON (the first entry is always
+/// included: a document or commit as large as a request fits in [`MAX_ANSWER`]).
+const PAGE_BYTES: usize = MAX_FRAME;
+
 type Reply = oneshot::Sender<Answer>;
 
-/// What a request's secret is checked against: the digest of this incarnation's secret.
-struct Check {
-    run_id: lease_core::RunId,
-    digest: lease_core::Digest,
+/// How many connections the server holds at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections past the handshake.
+    pub authenticated: usize,
+    /// Connections still in their handshake.
+    pub unauthenticated: usize,
 }
 
-/// Bind the socket (an abstract name with 128 random bits) and start serving; returns the
-/// serving task (aborting it closes the listener and every connection).
+impl Limits {
+    /// The limits for a soft `RLIMIT_NOFILE` of `soft` with `open` descriptors in use:
+    /// a quarter of what is left after [`FD_RESERVE`] (1 to 256) authenticated, a
+    /// sixteenth (1 to [`UNAUTHENTICATED_SLOTS`]) unauthenticated.
+    pub fn of(soft: u64, open: u64) -> Limits {
+        let budget = soft.saturating_sub(open).saturating_sub(FD_RESERVE);
+        let cap = |n: u64, most: usize| usize::try_from(n).unwrap_or(most).clamp(1, most);
+        Limits {
+            authenticated: cap(budget / 4, 256),
+            unauthenticated: cap(budget / 16, UNAUTHENTICATED_SLOTS),
+        }
+    }
+
+    /// This process's limits, now.
+    fn now() -> Limits {
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(1 << 20);
+        let open = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count() as u64);
+        Limits::of(soft, open)
+    }
+}
+
+/// A connection still in its handshake, evictable.
+struct Slot {
+    id: u64,
+    /// It has sent its whole hello (a silent one is evicted first).
+    spoke: Arc<AtomicBool>,
+    task: AbortHandle,
+}
+
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    slots: VecDeque<Slot>,
+}
+
+/// What every connection task shares.
+struct Ctx {
+    shared: Arc<Shared>,
+    /// The abstract name (no `@`), bound into every proof.
+    name: String,
+    /// The run folder's `(st_dev, st_ino)`, said in the welcome.
+    root: (u64, u64),
+    limits: Limits,
+    pending: Mutex<Pending>,
+    /// An unauthenticated slot was freed.
+    freed: tokio::sync::Notify,
+    authenticated: Arc<Semaphore>,
+    request_bytes: Arc<Semaphore>,
+    tx: mpsc::Sender<(Batch, Reply)>,
+}
+
+impl Ctx {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Removes its connection from the unauthenticated slots when dropped (handshake done,
+/// failed, or the task aborted).
+struct Unslot {
+    ctx: Arc<Ctx>,
+    id: u64,
+}
+
+impl Drop for Unslot {
+    fn drop(&mut self) {
+        let mut p = self.ctx.pending();
+        if let Some(i) = p.slots.iter().position(|s| s.id == self.id) {
+            p.slots.remove(i);
+        }
+        drop(p);
+        self.ctx.freed.notify_one();
+    }
+}
+
+/// Bind the socket (an abstract name with 128 random bits) and start serving on a thread
+/// of its own; returns the guard task on the caller's runtime (aborting it stops the
+/// server: the listener and every connection are closed).
 pub(super) fn start(
     auth: Arc<dyn LeaseAuthority>,
     shared: Arc<Shared>,
     lease: OwnedLease,
+    path: &std::path::Path,
 ) -> Result<tokio::task::JoinHandle<()>, RunError> {
     use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::fs::MetadataExt;
+    let run = shared.run.clone();
+    let io = |what: &str, e: &dyn std::fmt::Display| {
+        RunError::Io(format!("run {run}: store socket: {what}: {e}"))
+    };
+    let root = std::fs::metadata(path)
+        .map(|m| (m.dev(), m.ino()))
+        .map_err(|e| io("the run folder", &e))?;
     let name = format!(
         "runlease-store-{:016x}{:016x}",
         super::open::random_u64()?,
         super::open::random_u64()?
     );
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .map_err(|e| RunError::Io(format!("run {}: store socket name: {e}", shared.run)))?;
+        .map_err(|e| io("its name", &e))?;
     let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| {
-            RunError::Io(format!(
-                "run {}: cannot listen on the store socket @{name}: {e}",
-                shared.run
-            ))
-        })?;
-    let listener = UnixListener::from_std(std_listener)
-        .map_err(|e| RunError::Io(format!("run {}: store socket: {e}", shared.run)))?;
+        .map_err(|e| io(&format!("cannot listen on @{name}"), &e))?;
+    let limits = Limits::now();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(8)
+        .thread_name("lease-run-store-io")
+        .build()
+        .map_err(|e| io("its runtime", &e))?;
+    let listener = {
+        let _in = rt.enter();
+        UnixListener::from_std(std_listener).map_err(|e| io("its listener", &e))?
+    };
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (tx, rx) = mpsc::channel(limits.authenticated);
+    let ctx = Arc::new(Ctx {
+        shared: shared.clone(),
+        name: name.clone(),
+        root,
+        limits,
+        pending: Mutex::new(Pending::default()),
+        freed: tokio::sync::Notify::new(),
+        authenticated: Arc::new(Semaphore::new(limits.authenticated)),
+        request_bytes: Arc::new(Semaphore::new(REQUEST_BYTES / MEM_UNIT)),
+        tx,
+    });
+    std::thread::Builder::new()
+        .name("lease-run-store".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let committer = tokio::spawn(committer(rx, auth, ctx.shared.clone(), lease));
+                tokio::select! {
+                    () = serve(listener, ctx) => {}
+                    _ = stop_rx => {}
+                }
+                committer.abort();
+            });
+            rt.shutdown_timeout(Duration::from_secs(5));
+        })
+        .map_err(|e| io("cannot start its thread", &e))?;
     let _ = shared.store_socket.set(format!("@{name}"));
-    Ok(tokio::spawn(serve(listener, auth, shared, lease)))
+    Ok(tokio::spawn(async move {
+        // Held until this task is aborted (or its runtime ends): then the server stops.
+        let _stop = stop_tx;
+        std::future::pending::<()>().await;
+    }))
 }
 
-async fn serve(
-    listener: UnixListener,
-    auth: Arc<dyn LeaseAuthority>,
-    shared: Arc<Shared>,
-    lease: OwnedLease,
-) {
-    let (tx, rx) = mpsc::unbounded_channel::<(Batch, Reply)>();
-    // Every task lives in this set: aborting `serve` drops it, which aborts them all.
-    let mut tasks = JoinSet::new();
-    let check = Arc::new(Check {
-        digest: CommandRecord::incarnation_digest(
-            &lease.run_id,
-            shared.generation,
-            &shared.incarnation,
-        ),
-        run_id: lease.run_id.clone(),
-    });
-    tasks.spawn(committer(rx, auth, shared.clone(), lease));
+async fn serve(listener: UnixListener, ctx: Arc<Ctx>) {
     let me = rustix::process::geteuid().as_raw();
+    // Another user's process is sent only this, and closed (it cannot have been given
+    // the secret by us; it learns nothing, not even whose socket this is).
+    let mut stranger = Vec::new();
+    let _ = crate::store_socket::write_frame(
+        &mut stranger,
+        &serde_json::to_vec(&stranger_refusal("not this socket's user")).unwrap_or_default(),
+    );
     loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    // Another user's process is not answered at all (it cannot have been
-                    // given the secret by us; refusing here costs it nothing to learn).
-                    let uid = stream.peer_cred().map(|c| c.uid());
-                    match uid {
-                        Ok(uid) if uid == me || uid == 0 => {
-                            tasks.spawn(connection(stream, shared.clone(), check.clone(), tx.clone()));
-                        }
-                        _ => {
-                            let a = Answer::refused(
-                                Code::StoreRequestRefused,
-                                format!("run {}: the store socket answers only its owner's user (uid {me})", shared.run),
-                            );
-                            tasks.spawn(async move {
-                                let mut s = stream;
-                                let _ = send(&mut s, &a).await;
-                            });
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(run = %shared.run, error = %e, "store socket accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-            Some(_) = tasks.join_next() => {}
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // EMFILE and the like: the limits keep this rare; wait instead of spinning.
+                tracing::warn!(run = %ctx.shared.run, error = %e, "store socket accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        match stream.peer_cred().map(|c| c.uid()) {
+            Ok(uid) if uid == me || uid == 0 => {
+                make_room(&ctx).await;
+                admit(&ctx, stream);
+            }
+            _ => {
+                // Never waits: what does not fit in the socket's buffer is not sent.
+                let _ = stream.try_write(&stranger);
+            }
         }
     }
 }
 
+/// Make room for one more connection in the unauthenticated slots: when they are all
+/// taken, let the connection tasks read what already arrived (a command's hello is there
+/// as soon as it connected), then evict the oldest that has not sent a whole hello; if
+/// every one has, wait until one finishes its handshake or its deadline.
+async fn make_room(ctx: &Arc<Ctx>) {
+    loop {
+        if ctx.pending().slots.len() < ctx.limits.unauthenticated {
+            return;
+        }
+        tokio::task::yield_now().await;
+        {
+            let mut p = ctx.pending();
+            if p.slots.len() < ctx.limits.unauthenticated {
+                return;
+            }
+            if let Some(i) = p
+                .slots
+                .iter()
+                .position(|s| !s.spoke.load(Ordering::Relaxed))
+                && let Some(victim) = p.slots.remove(i)
+            {
+                victim.task.abort();
+                return;
+            }
+        }
+        tokio::select! {
+            () = ctx.freed.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
+/// Give a new connection an unauthenticated slot (room was made).
+fn admit(ctx: &Arc<Ctx>, stream: UnixStream) {
+    let spoke = Arc::new(AtomicBool::new(false));
+    let id = {
+        let mut p = ctx.pending();
+        p.next += 1;
+        p.next
+    };
+    // A current-thread runtime: the task cannot run (and remove its slot) before the slot
+    // is recorded below.
+    let task = tokio::spawn(connection(stream, ctx.clone(), id, spoke.clone()));
+    ctx.pending().slots.push_back(Slot {
+        id,
+        spoke,
+        task: task.abort_handle(),
+    });
+}
+
+/// Send a small frame without waiting (a refusal to a peer that may not read).
+fn try_send(s: &UnixStream, a: &Answer) {
+    let mut buf = Vec::new();
+    if let Ok(body) = serde_json::to_vec(a)
+        && crate::store_socket::write_frame(&mut buf, &body).is_ok()
+    {
+        let _ = s.try_write(&buf);
+    }
+}
+
 async fn send(s: &mut UnixStream, a: &Answer) -> std::io::Result<()> {
-    let body = serde_json::to_vec(a).map_err(std::io::Error::other)?;
+    let mut body = serde_json::to_vec(a).map_err(std::io::Error::other)?;
+    if body.len() > MAX_ANSWER {
+        // One document or commit larger than a request can carry (written by the owner's
+        // library API): said, not sent cut.
+        let r = Answer::refused(
+            Code::ArgumentInvalid,
+            format!(
+                "the answer of {} bytes is over the store socket's limit of {MAX_ANSWER} (one document or commit larger than a request can carry); read it with the run's library API or once the run is released",
+                body.len()
+            ),
+        );
+        body = serde_json::to_vec(&r).map_err(std::io::Error::other)?;
+    }
     // The frame as the client reads it (one definition of the format), then sent whole.
     let mut buf = Vec::with_capacity(4 + body.len());
     crate::store_socket::write_frame(&mut buf, &body)?;
     s.write_all(&buf).await
 }
 
-/// Serve one connection: requests in order until the peer closes it (or sends a frame
-/// that is too long, which ends the connection after a refusal).
-async fn connection(
-    mut s: UnixStream,
-    shared: Arc<Shared>,
-    check: Arc<Check>,
-    tx: mpsc::UnboundedSender<(Batch, Reply)>,
-) {
+/// Read one pre-authentication frame into `buf`; a longer one than [`MAX_HELLO`] is
+/// refused unread. `Err(None)`: the peer closed or failed (nothing to say).
+async fn read_small<'a>(
+    s: &mut UnixStream,
+    buf: &'a mut [u8; MAX_HELLO],
+) -> Result<&'a [u8], Option<Answer>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.map_err(|_| None)?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_HELLO {
+        return Err(Some(stranger_refusal(&format!(
+            "a frame of {n} bytes before authentication (at most {MAX_HELLO})"
+        ))));
+    }
+    let body = &mut buf[..n];
+    s.read_exact(body).await.map_err(|_| None)?;
+    Ok(body)
+}
+
+/// The handshake, owner's side (module docs of [`crate::store_socket`]); returns the
+/// generation the authenticated client claims.
+async fn handshake(
+    s: &mut UnixStream,
+    ctx: &Ctx,
+    spoke: &AtomicBool,
+) -> Result<u64, Option<Answer>> {
+    let not_hello = || Some(stranger_refusal("not a store hello"));
+    let mut buf = [0u8; MAX_HELLO];
+    /// The version alone, to say so when it is another protocol's first frame.
+    #[derive(serde::Deserialize)]
+    struct Versioned {
+        v: u32,
+    }
+    let hello: Hello = {
+        let frame = read_small(s, &mut buf).await?;
+        match serde_json::from_slice::<Versioned>(frame) {
+            Ok(Versioned { v }) if v != VERSION => {
+                return Err(Some(stranger_refusal(&format!(
+                    "store protocol version {v} is not spoken here (version {VERSION})"
+                ))));
+            }
+            _ => serde_json::from_slice(frame).map_err(|_| not_hello())?,
+        }
+    };
+    let cn = nonce_of(&hello.nonce).ok_or_else(not_hello)?;
+    // A whole, well-formed hello: no longer evicted before the silent ones.
+    spoke.store(true, Ordering::Relaxed);
+    let sn = nonce().map_err(|_| None)?;
+    let key = &ctx.shared.incarnation;
+    let g = hello.generation;
+    let challenge = crate::store_socket::Challenge {
+        v: VERSION,
+        nonce: hex(&sn),
+        proof: hex(&prove(
+            key,
+            &transcript(Side::Server, &ctx.name, &cn, &sn, g),
+        )),
+    };
+    let body = serde_json::to_vec(&challenge).map_err(|_| None)?;
+    let mut frame = Vec::new();
+    crate::store_socket::write_frame(&mut frame, &body).map_err(|_| None)?;
+    s.write_all(&frame).await.map_err(|_| None)?;
+    let refused = || Some(stranger_refusal("not authenticated"));
+    let proof: Proof = {
+        let frame = read_small(s, &mut buf).await?;
+        serde_json::from_slice(frame).map_err(|_| refused())?
+    };
+    let t = transcript(Side::Client, &ctx.name, &cn, &sn, g);
+    match unhex(&proof.proof) {
+        Some(p) if verify(key, &t, &p) => Ok(g),
+        _ => Err(refused()),
+    }
+}
+
+/// Serve one connection: the handshake within [`HANDSHAKE_DEADLINE`], then requests in
+/// order until the peer closes it, idles past [`IDLE_TIMEOUT`], or sends a frame that is
+/// too long (refused, then closed).
+async fn connection(mut s: UnixStream, ctx: Arc<Ctx>, id: u64, spoke: Arc<AtomicBool>) {
+    let slot = Unslot {
+        ctx: ctx.clone(),
+        id,
+    };
+    let generation = match timeout(HANDSHAKE_DEADLINE, handshake(&mut s, &ctx, &spoke)).await {
+        Ok(Ok(g)) => g,
+        Ok(Err(refusal)) => {
+            if let Some(r) = refusal {
+                try_send(&s, &r);
+            }
+            return;
+        }
+        Err(_) => {
+            try_send(
+                &s,
+                &stranger_refusal(&format!(
+                    "the handshake did not finish within {} ms",
+                    HANDSHAKE_DEADLINE.as_millis()
+                )),
+            );
+            return;
+        }
+    };
+    drop(slot);
+    let shared = &ctx.shared;
+    let run = &shared.run;
+    let Ok(_permit) = ctx.authenticated.clone().try_acquire_owned() else {
+        try_send(
+            &s,
+            &Answer::refused(
+                Code::StoreRequestRefused,
+                format!(
+                    "run {run}: the store socket already serves {} connections (its limit, from the descriptor limit): close one and try again; nothing was requested",
+                    ctx.limits.authenticated
+                ),
+            ),
+        );
+        return;
+    };
+    let welcome = if generation != shared.generation.get() {
+        Answer::refused(
+            Code::Fenced,
+            format!(
+                "run {run}: the command is of generation {generation}, but this owner is generation {}",
+                shared.generation
+            ),
+        )
+    } else if let Err(e) = shared.check_live() {
+        refusal(&e)
+    } else {
+        Answer {
+            ok: true,
+            run: Some(run.clone()),
+            root: Some(ctx.root),
+            generation: Some(shared.generation.get()),
+            ..Answer::default()
+        }
+    };
+    let welcomed = welcome.ok;
+    if !matches!(
+        timeout(READ_TIMEOUT, send(&mut s, &welcome)).await,
+        Ok(Ok(()))
+    ) || !welcomed
+    {
+        return;
+    }
+    requests(s, &ctx).await;
+}
+
+/// The requests of an authenticated connection.
+async fn requests(mut s: UnixStream, ctx: &Arc<Ctx>) {
+    let run = &ctx.shared.run;
     loop {
         let mut len = [0u8; 4];
-        if s.read_exact(&mut len).await.is_err() {
+        if !matches!(
+            timeout(IDLE_TIMEOUT, s.read_exact(&mut len)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
         let n = u32::from_be_bytes(len) as usize;
         if n > MAX_FRAME {
             let a = Answer::refused(
                 Code::ArgumentInvalid,
-                format!(
-                    "run {}: a request of {n} bytes (at most {MAX_FRAME})",
-                    shared.run
-                ),
+                format!("run {run}: a request of {n} bytes (at most {MAX_FRAME})"),
             );
-            let _ = send(&mut s, &a).await;
+            let _ = timeout(READ_TIMEOUT, send(&mut s, &a)).await;
             return;
         }
+        let units = u32::try_from(n.div_ceil(MEM_UNIT).max(1)).unwrap_or(u32::MAX);
+        let Ok(_bytes) = ctx.request_bytes.clone().acquire_many_owned(units).await else {
+            return;
+        };
         let mut body = vec![0u8; n];
-        if s.read_exact(&mut body).await.is_err() {
+        if !matches!(
+            timeout(READ_TIMEOUT, s.read_exact(&mut body)).await,
+            Ok(Ok(_))
+        ) {
             return;
         }
-        let answer = match serde_json::from_slice::<Request>(&body) {
+        let answer = match serde_json::from_slice::<Op>(&body) {
             Err(e) => Answer::refused(
                 Code::ArgumentInvalid,
-                format!("run {}: not a store request: {e}", shared.run),
+                format!("run {run}: not a store request: {e}"),
             ),
-            Ok(req) => handle(req, &shared, &check, &tx).await,
+            Ok(op) => {
+                drop(body);
+                handle(op, ctx).await
+            }
         };
-        if send(&mut s, &answer).await.is_err() {
+        if !matches!(
+            timeout(READ_TIMEOUT, send(&mut s, &answer)).await,
+            Ok(Ok(()))
+        ) {
             return;
         }
     }
@@ -191,51 +572,17 @@ fn refusal(e: &RunError) -> Answer {
     }
 }
 
-/// Check a request, then carry it out.
-async fn handle(
-    req: Request,
-    shared: &Arc<Shared>,
-    check: &Check,
-    tx: &mpsc::UnboundedSender<(Batch, Reply)>,
-) -> Answer {
+/// Carry out an authenticated request.
+async fn handle(op: Op, ctx: &Arc<Ctx>) -> Answer {
+    let shared = &ctx.shared;
     let run = &shared.run;
-    if req.v != VERSION {
-        return Answer::refused(
-            Code::ArgumentInvalid,
-            format!(
-                "run {run}: store protocol version {} (this owner speaks {VERSION})",
-                req.v
-            ),
-        );
-    }
-    // The secret first: nothing about the store is said to a stranger.
-    if CommandRecord::incarnation_digest(&check.run_id, shared.generation, &req.secret)
-        != check.digest
-    {
-        return Answer::refused(
-            Code::StoreRequestRefused,
-            format!(
-                "run {run}: the request's incarnation secret is not this owner's: only the commands of generation {} may use its store",
-                shared.generation
-            ),
-        );
-    }
-    if req.generation != shared.generation.get() {
-        return Answer::refused(
-            Code::Fenced,
-            format!(
-                "run {run}: the request is stamped generation {}, but this owner is generation {}",
-                req.generation, shared.generation
-            ),
-        );
-    }
     if let Err(e) = shared.check_live() {
         return refusal(&e);
     }
     let store = RunStore {
         shared: shared.clone(),
     };
-    match req.op {
+    match op {
         Op::Commit { writes, log } => {
             let batch = match batch_of(&writes, &log) {
                 Ok(b) => b,
@@ -243,8 +590,9 @@ async fn handle(
                     return Answer::refused(Code::ArgumentInvalid, format!("run {run}: {e}"));
                 }
             };
+            drop((writes, log));
             let (reply, answer) = oneshot::channel();
-            if tx.send((batch, reply)).is_err() {
+            if ctx.tx.send((batch, reply)).await.is_err() {
                 return refusal(&RunError::Released { run: run.clone() });
             }
             answer
@@ -270,31 +618,74 @@ async fn handle(
     }
 }
 
+/// Counts the bytes written to it.
+struct Count(usize);
+
+impl std::io::Write for Count {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len();
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `v` as JSON, plus its separator.
+fn encoded_len<T: serde::Serialize>(v: &T) -> usize {
+    let mut c = Count(1);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// Take entries while the page stays under [`PAGE_BYTES`] (the first always) and under
+/// `limit`; whether some were left.
+fn page<T: serde::Serialize>(items: impl Iterator<Item = T>, limit: usize) -> (Vec<T>, bool) {
+    let mut out = Vec::new();
+    let mut bytes = 0usize;
+    for item in items {
+        let n = encoded_len(&item);
+        if out.len() >= limit || (!out.is_empty() && bytes + n > PAGE_BYTES) {
+            return (out, true);
+        }
+        bytes += n;
+        out.push(item);
+    }
+    (out, false)
+}
+
 fn read_op(store: &RunStore, op: Op) -> Result<Answer, RunError> {
     let mut a = Answer {
         ok: true,
         ..Answer::default()
     };
+    let count = |n: Option<u64>| n.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
     match op {
         Op::Get { key } => a.doc = store.get(&key)?.as_ref().map(WireDoc::of),
-        Op::List { prefix } => {
-            a.docs = Some(
-                store
-                    .scan_prefix(&prefix)?
-                    .iter()
-                    .map(WireDoc::of)
-                    .collect(),
-            );
+        Op::List {
+            prefix,
+            after,
+            limit,
+        } => {
+            // The store has no paged scan yet: the page is cut from the whole prefix
+            // scan, bounded by bytes (the answer, not the owner's memory, is bounded).
+            let docs = store.scan_prefix(&prefix)?;
+            let start = after.map_or(0, |k| {
+                docs.partition_point(|d| d.key.as_str() <= k.as_str())
+            });
+            let (docs, more) = page(docs[start..].iter().map(WireDoc::of), count(limit));
+            a.docs = Some(docs);
+            a.more = Some(more);
         }
         Op::Log { since, max } => {
-            let max = max.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX));
-            a.commits = Some(
-                store
-                    .commits_page(since, max)?
-                    .iter()
-                    .map(WireCommit::of)
-                    .collect(),
-            );
+            let want = count(max).min(LOG_PAGE);
+            let commits = store.commits_page(since, want)?;
+            let fetched = commits.len();
+            let (commits, cut) = page(commits.iter().map(WireCommit::of), want);
+            // More may follow if the page was cut, or if the store gave all it was asked
+            // for and the caller asked for more than one page holds.
+            a.more = Some(cut || (fetched == want && want < count(max)));
+            a.commits = Some(commits);
         }
         Op::Head => a.head = Some(store.head()?),
         Op::Commit { .. } | Op::Release => {
@@ -306,7 +697,7 @@ fn read_op(store: &RunStore, op: Op) -> Result<Answer, RunError> {
 
 /// The committer: group commits (see the module docs).
 async fn committer(
-    mut rx: mpsc::UnboundedReceiver<(Batch, Reply)>,
+    mut rx: mpsc::Receiver<(Batch, Reply)>,
     auth: Arc<dyn LeaseAuthority>,
     shared: Arc<Shared>,
     lease: OwnedLease,
@@ -374,5 +765,27 @@ impl Run {
     /// decides (`runlease run` releases with `Run::release_detached`).
     pub async fn release_requested(&self) {
         self.shared.release_request.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_limits_leave_descriptors_for_everything_else() {
+        let l = |authenticated, unauthenticated| Limits {
+            authenticated,
+            unauthenticated,
+        };
+        assert_eq!(Limits::of(1024, 20), l(219, 16));
+        assert_eq!(Limits::of(200, 10), l(15, 3));
+        assert_eq!(Limits::of(100, 50), l(1, 1), "a tiny limit still serves one");
+        assert_eq!(Limits::of(1 << 20, 20), l(256, 16));
+        for soft in [256u64, 1024, 4096, 65_536] {
+            let x = Limits::of(soft, 30);
+            let used = (x.authenticated + x.unauthenticated) as u64;
+            assert!(used + 30 + FD_RESERVE <= soft, "{soft}: {x:?}");
+        }
     }
 }
