@@ -49,7 +49,9 @@ enum Source {
 
 /// Whether this process is a command of the owner of the run at `dir`, serving its store:
 /// `RUNLEASE_STORE_SOCKET` is set and `RUNLEASE_RUN` is the same folder (device and inode;
-/// a command may name its run by any path).
+/// a command may name its run by any path). Whether the socket's owner serves that folder
+/// is proved when connecting: `StoreClient::from_env` refuses (64, both runs named) an
+/// environment whose `RUNLEASE_RUN` names another run than its socket serves.
 pub(crate) fn served_here(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let (Some(_), Some(run)) = (
@@ -85,23 +87,56 @@ impl Source {
         })
     }
 
-    fn scan_prefix(&mut self, prefix: &str) -> Result<Vec<Document>, CliError> {
-        Ok(match self {
-            Source::Served(c) => c.scan_prefix(prefix)?,
-            Source::Local(r) => r
-                .store()
-                .scan_prefix(prefix)
-                .map_err(lease_run::RunError::from)?,
-        })
+    /// Every document under `prefix`, in key order, to `each` until it returns false:
+    /// through the socket a page at a time (the whole answer may be larger than a frame).
+    fn each_doc(
+        &mut self,
+        prefix: &str,
+        mut each: impl FnMut(&Document) -> bool,
+    ) -> Result<(), CliError> {
+        match self {
+            Source::Served(c) => {
+                let mut after: Option<String> = None;
+                loop {
+                    let (page, more) = c.scan_prefix_page(prefix, after.as_deref(), None)?;
+                    for d in &page {
+                        if !each(d) {
+                            return Ok(());
+                        }
+                    }
+                    after = page.last().map(|d| d.key.clone());
+                    if !more {
+                        return Ok(());
+                    }
+                }
+            }
+            Source::Local(r) => {
+                for d in r
+                    .store()
+                    .scan_prefix(prefix)
+                    .map_err(lease_run::RunError::from)?
+                {
+                    if !each(&d) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
-    fn commits_page(&mut self, after: u64, max: usize) -> Result<Vec<Commit>, CliError> {
+    /// The commits after `after`, at most `max`, and whether more may follow.
+    fn commits_page(&mut self, after: u64, max: usize) -> Result<(Vec<Commit>, bool), CliError> {
         Ok(match self {
-            Source::Served(c) => c.commits_since(after, Some(max as u64))?,
-            Source::Local(r) => r
-                .store()
-                .commits_page(after, max)
-                .map_err(lease_run::RunError::from)?,
+            Source::Served(c) => c.commits_page(after, Some(max as u64))?,
+            Source::Local(r) => {
+                let page = r
+                    .store()
+                    .commits_page(after, max)
+                    .map_err(lease_run::RunError::from)?;
+                let more = page.len() == max;
+                (page, more)
+            }
         })
     }
 }
@@ -210,16 +245,13 @@ pub fn store_list(
 ) -> Result<i32, CliError> {
     let mut r = source(dir, authority)?;
     let run = dir.display().to_string();
-    for d in r.scan_prefix(prefix)? {
-        let shown = if out.json {
-            out.json_line(&doc_json(&run, &d))
+    r.each_doc(prefix, |d| {
+        if out.json {
+            out.json_line(&doc_json(&run, d))
         } else {
             out.line(&format!("{}\t{}", d.key, String::from_utf8_lossy(&d.value)))
-        };
-        if !shown {
-            break;
         }
-    }
+    })?;
     Ok(0)
 }
 
@@ -283,7 +315,7 @@ pub fn store_log(
     let run = dir.display().to_string();
     let mut after = since;
     loop {
-        let page = r.commits_page(after, PAGE)?;
+        let (page, more) = r.commits_page(after, PAGE)?;
         for c in &page {
             let shown = if out.json {
                 out.json_line(&commit_json(&run, c))
@@ -295,7 +327,7 @@ pub fn store_log(
             }
             after = c.seq;
         }
-        if page.len() < PAGE {
+        if !more || page.is_empty() {
             return Ok(0);
         }
     }
