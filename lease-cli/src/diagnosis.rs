@@ -141,6 +141,23 @@ pub fn render_next_as(next: &Next, dir: &Path, authority: Option<&str>, q: Quoti
         Next::PowerLossOrRestoreEvents => "after a power loss this is expected (an event that was never acknowledged vanished; PROTOCOL.md §13); otherwise the log's tail was deleted: restore events/ from a backup".into(),
         Next::StopOrRemoveRecord => "stop the named process yourself if it is this run's old command, or remove the record if it is not (runlease never signals a process it cannot prove it started); `runlease run` refuses the run until then".into(),
         Next::MoveStrays => "move them out of the run folder by hand (every reader ignores them)".into(),
+        // Paths are data: each quoted as a word, so the commands are safe to paste.
+        Next::InspectCgroup { path: cg } => {
+            let procs_file = quote_word(&format!("{cg}/cgroup.procs"), q);
+            let cg = quote_word(cg, q);
+            format!(
+                "nothing is refused over it, and runlease never signals or removes it. If it is a leftover of this run, as its owner (or root): list its processes (cat -- {procs_file}), stop them yourself, then remove it (rmdir -- {cg}, which fails while it has members); otherwise leave it"
+            )
+        }
+        Next::MoveCommandRecordsAside => {
+            let commands = dir.join(lease_core::Dir::Commands.path());
+            let aside = std::path::PathBuf::from(format!("{}.commands-aside", dir.display()));
+            format!(
+                "check that no command of the run still runs (ps -eo pid,args), then move the records out of the run (mv -- {} {}); `runlease run` refuses the run until then",
+                quote_word(&commands.display().to_string(), q),
+                quote_word(&aside.display().to_string(), q)
+            )
+        }
         Next::RepairFirst(then) => format!(
             "repair the error finding(s) first (takeover and retire refuse until then), then: {}",
             render_next_as(then, dir, authority, q)
@@ -255,6 +272,26 @@ pub fn render_detail(f: &Finding, view: &StatusView) -> String {
             open.retired,
             lease_core::FileRef::Cutoff(open.retired).path(),
             open.retired
+        ),
+        Subject::CgroupLeftAlone(cg) => format!(
+            "cgroup {} (owned by uid {}, generation {} by its name, {} member(s){}) is named like this run's, but {}: it is not proved this run's own, so it is left alone",
+            cg.path,
+            cg.uid,
+            cg.generation,
+            cg.members.len(),
+            if cg.members.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    cg.members
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
+            cg.why
         ),
         Subject::StrayNames(names) => format!(
             "{} name(s) no reader uses: {}",

@@ -87,6 +87,7 @@ codes! {
     RunCommandsSurvive = "RUN_COMMANDS_SURVIVE",
     RunCommandUnproven = "RUN_COMMAND_UNPROVEN",
     RunCommandNotPermitted = "RUN_COMMAND_NOT_PERMITTED",
+    RunCommandRecordsOverLimit = "RUN_COMMAND_RECORDS_OVER_LIMIT",
     StepTimeout = "STEP_TIMEOUT",
     RunReleased = "RUN_RELEASED",
     SpawnFailed = "SPAWN_FAILED",

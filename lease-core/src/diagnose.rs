@@ -89,6 +89,30 @@ pub enum CommandFacts {
         /// The error's code and message, naming the file.
         message: String,
     },
+    /// More records than runlease judges (`RUN_COMMAND_RECORDS_OVER_LIMIT`, issue #29):
+    /// none was read.
+    OverLimit {
+        /// The refusal's code and message (`CODE: message`), naming the folder.
+        message: String,
+    },
+}
+
+/// A directory named like one of the run's cgroups (`runlease-<key>-<generation>`, below
+/// the observer's own cgroup) that runlease does not prove it created (issue #29: another
+/// uid's, or an identity no command record names), so never signals or removes: gathered
+/// by lease-run (`audit_cgroups`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLeftAlone {
+    /// Its path (absolute).
+    pub path: String,
+    /// The generation its name says.
+    pub generation: u64,
+    /// The uid that owns it.
+    pub uid: u32,
+    /// Its member pids when looked at.
+    pub members: Vec<u32>,
+    /// Why it is not proved the run's.
+    pub why: String,
 }
 
 /// Everything a diagnosis looks at. Build it with [`Facts::of_view`] and set what was
@@ -103,6 +127,9 @@ pub struct Facts {
     pub verify: VerifyFacts,
     /// The command records' audit.
     pub commands: CommandFacts,
+    /// Directories named like the run's cgroups that runlease leaves alone (empty: none,
+    /// or not looked at).
+    pub cgroups_left_alone: Vec<CgroupLeftAlone>,
     /// Whether the store file exists (`None`: not looked at).
     pub store_present: Option<bool>,
     /// Our temp files (`.tmp-*`, regular files of ours) in the run's folders: total, and
@@ -135,6 +162,7 @@ impl Facts {
             run_json: RunJsonFacts::Absent,
             verify: VerifyFacts::NotChecked,
             commands: CommandFacts::NotChecked,
+            cgroups_left_alone: Vec::new(),
             store_present: None,
             temp_files: (0, 0),
             stray_names: Vec::new(),
@@ -192,6 +220,12 @@ pub enum FindingCode {
     /// A file or folder in the run is not owned by the user runlease runs as, or is open
     /// to others (`RUN_NOT_OWNED`): every writer refuses the run (77) until it is fixed.
     NotOwned,
+    /// A cgroup named like the run's is not proved its own (another uid's, or an identity
+    /// no command record names): runlease never signals or removes it, and no open is
+    /// refused over it (issue #29).
+    CgroupNotProven,
+    /// More command records than runlease judges (`RUN_COMMAND_RECORDS_OVER_LIMIT`).
+    CommandRecordsOverLimit,
 }
 
 impl FindingCode {
@@ -216,6 +250,8 @@ impl FindingCode {
             FindingCode::FolderForeign => "RUN_FOLDER_FOREIGN",
             FindingCode::OpenCutoff => "OPEN_CUTOFF",
             FindingCode::NotOwned => "RUN_NOT_OWNED",
+            FindingCode::CgroupNotProven => "CGROUP_NOT_PROVEN",
+            FindingCode::CommandRecordsOverLimit => "RUN_COMMAND_RECORDS_OVER_LIMIT",
         }
     }
 }
@@ -300,6 +336,8 @@ pub enum Subject {
     StrayNames(Vec<String>),
     /// An open cutoff ([`Facts::open_cutoff`]).
     OpenCutoff(OpenCutoff),
+    /// A cgroup named like the run's that runlease leaves alone.
+    CgroupLeftAlone(CgroupLeftAlone),
 }
 
 /// A cutoff that is due but was never written: the head epoch `by` superseded generation
@@ -397,6 +435,14 @@ pub enum Next {
     /// Stop the named process yourself if it is the run's old command, or remove the
     /// record if it is not.
     StopOrRemoveRecord,
+    /// A cgroup runlease leaves alone (`path`): if it is the run's leftover, stop its
+    /// processes and remove it by hand; otherwise leave it. Nothing refuses the run.
+    InspectCgroup {
+        /// The cgroup's directory.
+        path: String,
+    },
+    /// Check that no command of the run still runs, then move `commands/` out of the run.
+    MoveCommandRecordsAside,
     /// Move the stray names out by hand.
     MoveStrays,
     /// Repair the error findings first (replacements refuse until then), then this.
@@ -744,6 +790,22 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
             Subject::Message(message.clone()),
             Next::RepairCommandRecord,
         ),
+        CommandFacts::OverLimit { message } => push(
+            FindingCode::CommandRecordsOverLimit,
+            Severity::Error,
+            Subject::Message(message.clone()),
+            Next::MoveCommandRecordsAside,
+        ),
+    }
+    for cg in &facts.cgroups_left_alone {
+        push(
+            FindingCode::CgroupNotProven,
+            Severity::Warning,
+            Subject::CgroupLeftAlone(cg.clone()),
+            Next::InspectCgroup {
+                path: cg.path.clone(),
+            },
+        );
     }
     if let (Some(h), Some(false)) = (&view.head, facts.store_present) {
         if let Some(named) = named_store(&h.epoch) {
@@ -831,6 +893,10 @@ pub fn diagnose(facts: &Facts) -> Vec<Finding> {
                 | Code::StoreMissing
                 | Code::StoreCorrupt) => (FindingCode::StoreRefused(c), Next::RestoreStore),
                 Code::RunNotOwned => (FindingCode::NotOwned, Next::RepairRecord),
+                Code::RunCommandRecordsOverLimit => (
+                    FindingCode::CommandRecordsOverLimit,
+                    Next::MoveCommandRecordsAside,
+                ),
                 _ => (FindingCode::InvalidRecord, Next::RepairRecord),
             };
             let dup = matches!(code, FindingCode::StoreRefused(_)) && store_reported;

@@ -323,3 +323,45 @@ fn an_open_cutoff_is_reported_with_the_change_of_owner_that_finalizes_it() {
         .unwrap();
     assert_eq!(open.next, Next::RepairFirst(Box::new(Next::Claim)));
 }
+
+/// Issue #29: a cgroup named like the run's that runlease leaves alone is a warning with a
+/// step of its own (never "nothing to do", never a claim refused over it); more command
+/// records than runlease judges is an error whose step moves them aside, also when only
+/// the admission rule's refusal reports it (`status`).
+#[test]
+fn a_cgroup_left_alone_is_named_and_too_many_records_are_an_error() {
+    let mut disk = MemDisk::new();
+    let lease = claim(&mut disk, "a", 10, 0).unwrap();
+    release(&mut disk, &lease, 10).unwrap();
+    let mut facts = Facts::of_view(status(&mut disk, 20));
+    facts.cgroups_left_alone = vec![CgroupLeftAlone {
+        path: "/sys/fs/cgroup/runlease-0123456789abcdef-1".into(),
+        generation: 1,
+        uid: 65534,
+        members: vec![42],
+        why: "it belongs to uid 65534, not to this owner's uid 0".into(),
+    }];
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["CGROUP_NOT_PROVEN"]);
+    assert_eq!(f[0].severity, Severity::Warning);
+    assert_eq!(
+        f[0].next,
+        Next::InspectCgroup {
+            path: "/sys/fs/cgroup/runlease-0123456789abcdef-1".into()
+        }
+    );
+    // Nothing refuses the run over it: the next step is still the claim.
+    assert_eq!(next_step(&facts), Next::Claim);
+
+    facts.cgroups_left_alone.clear();
+    let message = "RUN_COMMAND_RECORDS_OVER_LIMIT: run a: commands holds 5000".to_string();
+    facts.claim_refusal = Some((Code::RunCommandRecordsOverLimit, message.clone()));
+    let f = diagnose(&facts);
+    assert_eq!(codes(&f), ["RUN_COMMAND_RECORDS_OVER_LIMIT"]);
+    assert_eq!(f[0].next, Next::MoveCommandRecordsAside);
+    assert_eq!(f[0].severity, Severity::Error);
+    assert_eq!(next_step(&facts), Next::DoctorBeforeRun);
+    // Reported once when the audit says it too.
+    facts.commands = CommandFacts::OverLimit { message };
+    assert_eq!(codes(&diagnose(&facts)), ["RUN_COMMAND_RECORDS_OVER_LIMIT"]);
+}
