@@ -195,6 +195,7 @@ fn decode_records_seeds(root: &Path) {
             g2,
             "fuzz-secret",
         )),
+        cgroup: Some(lease_core::CommandCgroup { id: 4242, uid: 1000 }),
     })
     .expect("command");
     let seeds: [(&str, Vec<u8>); 8] = [

@@ -559,6 +559,29 @@ pub struct CommandRecord {
     /// be proved ours and are left alone and reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incarnation: Option<Digest>,
+    /// The cgroup v2 directory the owner created for its commands and moved this one into
+    /// before its program started ([`CommandCgroup`]): the only evidence a later owner
+    /// accepts that a leftover cgroup is this run's to kill and remove (PROTOCOL §11.1).
+    /// **Absent when `None`** (never `null`): no cgroup (none could be created), or a
+    /// record written before it existed; a cgroup named like the run's is then never
+    /// killed or removed, only reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CommandCgroup>,
+}
+
+/// The identity of the cgroup v2 directory an owner created for its commands, as it was
+/// when the owner created it: the kernel's cgroup id (on cgroup2 the directory's inode
+/// number, unique for the boot) and the uid that owns the directory. A later owner acts on
+/// a leftover cgroup (`cgroup.kill`, `rmdir`) only when a directory below its own cgroup,
+/// named like the run's for the record's generation, has exactly this id and owner, and
+/// that owner is its own effective uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandCgroup {
+    /// The cgroup id (the directory's inode number on cgroup2).
+    pub id: u64,
+    /// The uid that owns the directory.
+    pub uid: u32,
 }
 
 impl CommandRecord {
@@ -594,6 +617,10 @@ impl Record for CommandRecord {
         }
         if self.argv.is_empty() || self.argv[0].is_empty() {
             return Err("argv must be non-empty with a non-empty program".into());
+        }
+        if self.cgroup.is_some_and(|c| c.id <= 1) {
+            // 0 is no inode; 1 is the root cgroup, which no owner creates.
+            return Err("cgroup.id must be > 1 (a cgroup the owner created)".into());
         }
         Ok(())
     }

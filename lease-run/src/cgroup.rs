@@ -2,9 +2,8 @@
 //!
 //! Each incarnation (generation) of a run gets its own cgroup v2 directory
 //! `runlease-<key>-<generation>`, created below the owner's own cgroup (the `0::` line of
-//! `/proc/self/cgroup`, under the cgroup2 mount found in `/proc/self/mountinfo`). `<key>` is 16 hex digits of SHA-256 over the run's root path
-//! and run id, so the next incarnation of the same run, wherever it lives in the cgroup
-//! tree, recognizes the leftovers of a killed one.
+//! `/proc/self/cgroup`, under the cgroup2 mount found in `/proc/self/mountinfo`). `<key>` is
+//! 16 hex digits of SHA-256 over the run's root path and run id.
 //!
 //! Every command is moved into it while its spawn gate is stopped (before the program
 //! starts), and everything it starts is born inside it: setsid, setpgid and double forks
@@ -12,12 +11,26 @@
 //! member, including ones forked meanwhile); membership is `cgroup.procs` (exited members
 //! leave it at once, zombies included).
 //!
+//! **Whose it is (issue #29).** A name proves nothing: anyone allowed to create a
+//! directory in the cgroup tree (root, or the owner of a delegated subtree) can name one
+//! `runlease-<key>-<generation>`. So every command record carries the identity of the
+//! directory the owner created ([`identity`]: the cgroup id, which on cgroup2 is the
+//! directory's inode number, and its owning uid; [`lease_core::CommandCgroup`]), and a
+//! later owner acts on a leftover (`cgroup.kill`, `rmdir`) only when it is [`Verdict::Ours`]:
+//! a directory directly below the later owner's *own* cgroup, named like the run's for a
+//! recorded older generation, whose id and owner are exactly those the record of that
+//! generation names, and whose owner is the later owner's effective uid ([`judge`]).
+//! Nothing else in the cgroup tree is looked at; anything named like the run's that is not
+//! ours is [`Verdict::NotOurs`], reported (`doctor`'s `CGROUP_NOT_PROVEN`) and never
+//! signalled or removed. [`Cgroup::create`] never adopts a directory that already exists.
+//!
 //! If the directory cannot be created (no cgroup2 mount, no write permission: an
 //! unprivileged owner without a delegated subtree), [`Cgroup::create`] reports why and
 //! the run falls back to process groups, sessions, the child subreaper and /proc scans.
 
-use lease_core::Digest;
+use lease_core::{CommandCgroup, Digest};
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The name prefix of every run cgroup.
@@ -73,18 +86,24 @@ fn parse_name(name: &str) -> Option<(&str, u64)> {
 pub struct CgroupUnavailable(pub String);
 
 impl Cgroup {
-    /// Create `runlease-<key>-<generation>` below this process's own cgroup. An existing
-    /// directory of that name (a crashed attempt of this very generation) is reused.
+    /// Create `runlease-<key>-<generation>` below this process's own cgroup. A directory
+    /// that already exists under that name is never adopted (issue #29: it may be anyone's;
+    /// no generation is claimed twice, so no crashed attempt of this one left it): the run
+    /// then goes without a cgroup, and the directory is left as it is.
     pub fn create(key: &str, generation: u64) -> Result<Cgroup, CgroupUnavailable> {
         let no = |why: String| CgroupUnavailable(why);
-        let mount = mount_point().ok_or_else(|| no("no cgroup2 file system is mounted".into()))?;
-        let own =
-            cgroup_of("self").ok_or_else(|| no("this process has no cgroup v2 path".into()))?;
-        let parent = mount.join(own.trim_start_matches('/'));
+        let parent = own_dir().ok_or_else(|| {
+            no("no cgroup2 file system is mounted, or this process has no cgroup v2 path".into())
+        })?;
         let path = parent.join(format!("{PREFIX}{key}-{generation}"));
         match std::fs::create_dir(&path) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(no(format!(
+                    "{} already exists and this owner did not create it: left alone",
+                    path.display()
+                )));
+            }
             Err(e) => return Err(no(format!("cannot create {}: {e}", path.display()))),
         }
         if !path.join("cgroup.procs").exists() {
@@ -141,16 +160,29 @@ impl Cgroup {
         pids_in(&self.path)
     }
 
-    /// SIGKILL every member (`cgroup.kill`; on kernels before 5.14, each listed pid).
+    /// SIGKILL every member (`cgroup.kill`; on kernels before 5.14, each listed pid that
+    /// is still a member once held by a pidfd, [`Cgroup::member`]).
     pub fn kill(&self) {
         if std::fs::write(self.path.join("cgroup.kill"), "1").is_err() {
             for pid in self.pids() {
-                // Through a pidfd confirmed to be the member just listed.
-                if let Some(h) = crate::procs::Held::current(pid) {
+                if let Some(h) = self.member(pid) {
                     let _ = h.signal(rustix::process::Signal::KILL);
                 }
             }
         }
+    }
+
+    /// `pid`, held by a pidfd and confirmed to be a member of this cgroup *after* the
+    /// pidfd was opened (its `/proc/<pid>/cgroup` names this directory, then the pidfd
+    /// shows it has not exited): a pid listed in `cgroup.procs` and reused by a process
+    /// elsewhere before the pidfd was opened is not held. `None` otherwise.
+    pub fn member(&self, pid: u32) -> Option<crate::procs::Held> {
+        let h = crate::procs::Held::current(pid)?;
+        let mount = mount_point()?;
+        let rel = self.path.strip_prefix(&mount).ok()?;
+        let cg = cgroup_of(&pid.to_string())?;
+        let inside = Path::new(cg.trim_start_matches('/')).starts_with(rel);
+        (inside && !h.exited()).then_some(h)
     }
 
     /// Remove the directory (only possible once it has no members; best effort).
@@ -182,7 +214,8 @@ impl Cgroup {
 /// incarnation's leftovers by the next open. (cgroup v2 forbids renaming a directory.)
 /// Each member is moved by writing its pid to the parent's `cgroup.procs`, repeated until
 /// the directory is empty (a member forking meanwhile) or 100 rounds passed. Best effort:
-/// members left behind are logged at `warn` (the next open of the run kills them).
+/// members left behind are logged at `warn` (the release removes their records, so the next
+/// open never kills them: it reports the directory, `CGROUP_NOT_PROVEN`).
 pub fn detach(dir: &Path) {
     let Some(parent) = dir.parent() else { return };
     for _ in 0..100 {
@@ -198,7 +231,7 @@ pub fn detach(dir: &Path) {
     }
     tracing::warn!(
         cgroup = %dir.display(),
-        "cannot move every detached command out of the run's cgroup: the next open of the run kills the rest"
+        "cannot move every detached command out of the run's cgroup: they stay in it (the next open of the run reports it, never kills them)"
     );
 }
 
@@ -209,48 +242,131 @@ pub(crate) fn pids_in(dir: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The cgroups of older incarnations (generation below `ours`) of the run with `key` that
-/// still hold processes anywhere in the cgroup tree (found through `/proc/*/cgroup`), plus
-/// empty ones beside this process's own cgroup (left by a clean exit or a crash).
-pub fn leftovers(key: &str, ours: u64) -> Vec<Cgroup> {
-    let Some(mount) = mount_point() else {
+/// This process's own cgroup directory (the cgroup2 mount joined with the `0::` path of
+/// `/proc/self/cgroup`): where its runs' cgroups are created, and the only place a later
+/// owner looks for leftovers. `None` without a cgroup2 mount or path.
+pub fn own_dir() -> Option<PathBuf> {
+    let mount = mount_point()?;
+    let own = cgroup_of("self")?;
+    Some(mount.join(own.trim_start_matches('/')))
+}
+
+/// The identity of the directory at `dir` ([`CommandCgroup`]: its inode number, which on
+/// cgroup2 is the cgroup id, and its owning uid), read without following a symlink.
+pub fn identity(dir: &Path) -> io::Result<CommandCgroup> {
+    let m = std::fs::symlink_metadata(dir)?;
+    if !m.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(CommandCgroup {
+        id: m.ino(),
+        uid: m.uid(),
+    })
+}
+
+/// A directory named like one of a run's cgroups of an older generation, directly below
+/// this owner's cgroup, as it was looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    /// Its path.
+    pub path: PathBuf,
+    /// The generation its name says.
+    pub generation: u64,
+    /// Its identity when it was looked at.
+    pub identity: CommandCgroup,
+}
+
+/// The directories directly below `parent` named `runlease-<key>-<g>` with `g < ours`:
+/// one listing of `parent` and an `lstat` of each match, whatever the number of processes
+/// or of other cgroups in the tree. Unreadable entries are skipped.
+pub fn named_below(parent: &Path, key: &str, ours: u64) -> Vec<Named> {
+    let Ok(dir) = std::fs::read_dir(parent) else {
         return Vec::new();
     };
-    let mut found: Vec<PathBuf> = Vec::new();
-    let mine = |name: &str| parse_name(name).is_some_and(|(k, g)| k == key && g < ours);
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
+    let mut out: Vec<Named> = dir
+        .flatten()
+        .filter_map(|e| {
             let name = e.file_name();
-            let Some(pid) = name
-                .to_str()
-                .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                continue;
-            };
-            let Some(cg) = cgroup_of(pid) else { continue };
-            let comps: Vec<&str> = cg.split('/').collect();
-            // The run's cgroup, or the one above a nested cgroup a command made.
-            for i in (0..comps.len()).rev() {
-                if mine(comps[i]) {
-                    let p = mount.join(comps[..=i].join("/").trim_start_matches('/'));
-                    if !found.contains(&p) {
-                        found.push(p);
-                    }
-                    break;
-                }
+            let (k, g) = parse_name(name.to_str()?)?;
+            if k != key || g >= ours {
+                return None;
             }
-        }
+            let path = e.path();
+            let identity = identity(&path).ok()?;
+            Some(Named {
+                path,
+                generation: g,
+                identity,
+            })
+        })
+        .collect();
+    out.sort_by_key(|n| n.generation);
+    out
+}
+
+/// Whose a [`Named`] directory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A command record of its generation names exactly its identity, and it belongs to
+    /// this process's effective uid: this run created it, and it may be killed and removed.
+    Ours,
+    /// Anything else: left alone (never signalled, never removed), and reported.
+    NotOurs {
+        /// Why it is not proved ours.
+        why: String,
+    },
+}
+
+/// Judge `named` against the cgroup identities the command records of this boot name
+/// (`recorded`: generation and identity), for an owner of effective uid `euid` (see the
+/// module docs).
+pub fn judge(named: &Named, recorded: &[(u64, CommandCgroup)], euid: u32) -> Verdict {
+    let id = named.identity;
+    if id.uid != euid {
+        return Verdict::NotOurs {
+            why: format!(
+                "it belongs to uid {}, not to this owner's uid {euid}",
+                id.uid
+            ),
+        };
     }
-    if let Some(own) = cgroup_of("self") {
-        if let Ok(dir) = std::fs::read_dir(mount.join(own.trim_start_matches('/'))) {
-            for e in dir.flatten() {
-                if e.file_name().to_str().is_some_and(mine) && !found.contains(&e.path()) {
-                    found.push(e.path());
-                }
-            }
-        }
+    let of_gen: Vec<&CommandCgroup> = recorded
+        .iter()
+        .filter(|(g, _)| *g == named.generation)
+        .map(|(_, c)| c)
+        .collect();
+    if of_gen.iter().any(|c| **c == id) {
+        return Verdict::Ours;
     }
-    found.into_iter().map(|path| Cgroup { path }).collect()
+    Verdict::NotOurs {
+        why: if of_gen.is_empty() {
+            format!(
+                "no command record of generation {} names a cgroup (its records are gone, or were written without one)",
+                named.generation
+            )
+        } else {
+            format!(
+                "its cgroup id {} is not the one generation {}'s command records name ({})",
+                id.id,
+                named.generation,
+                of_gen
+                    .iter()
+                    .map(|c| c.id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    }
+}
+
+/// Whether `named`'s directory still has the identity it was judged with (checked again
+/// right before each `cgroup.kill` and the `rmdir`: only this uid or root can replace a
+/// directory below this owner's cgroup, and it is not acted on if one did).
+pub fn unchanged(named: &Named) -> bool {
+    identity(&named.path).is_ok_and(|i| i == named.identity)
 }
 
 #[cfg(test)]
@@ -269,5 +385,27 @@ mod tests {
         let k = run_key(Path::new("/a/b"), "b");
         assert_eq!(k.len(), 16);
         assert_ne!(k, run_key(Path::new("/a/c"), "c"));
+    }
+
+    /// Issue #29: only a directory whose id and owner a record of its generation names, and
+    /// whose owner is this uid, is ours; a name, another uid (even named by a record), or
+    /// an identity no record of that generation names is not.
+    #[test]
+    fn only_the_recorded_identity_of_this_uid_is_ours() {
+        let id = |id, uid| CommandCgroup { id, uid };
+        let named = Named {
+            path: PathBuf::from("/sys/fs/cgroup/x/runlease-0123456789abcdef-3"),
+            generation: 3,
+            identity: id(77, 1000),
+        };
+        assert_eq!(judge(&named, &[(3, id(77, 1000))], 1000), Verdict::Ours);
+        let not = |v: Verdict| match v {
+            Verdict::NotOurs { why } => why,
+            Verdict::Ours => panic!("judged ours"),
+        };
+        assert!(not(judge(&named, &[(3, id(77, 1000))], 0)).contains("uid 1000"));
+        assert!(not(judge(&named, &[(3, id(78, 1000))], 1000)).contains("78"));
+        assert!(not(judge(&named, &[(2, id(77, 1000))], 1000)).contains("no command record"));
+        assert!(not(judge(&named, &[], 1000)).contains("no command record"));
     }
 }

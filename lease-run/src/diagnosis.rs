@@ -18,7 +18,14 @@ pub const TEMP_MIN_AGE_SECS: u64 = 60;
 /// at wall time `now` with liveness probed. A data error (a broken chain, an unreadable
 /// record, an unprovable command) is a fact; anything else (I/O, a folder that is not
 /// ours) is the error.
+///
+/// Every judgement of the command records in it (its own and the admission rule's) shares
+/// one scan of `/proc` ([`crate::one_proc_scan`], issue #29).
 pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
+    crate::one_proc_scan(|| gather_facts_once(dir, now))
+}
+
+fn gather_facts_once(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
     let view = crate::admission::status_view(&crate::admission::BorrowedFolder(dir), now, true)?;
     let mut facts = Facts::of_view(view);
     let (temps, not_removable) = count_temp_files(&**dir.fs());
@@ -53,6 +60,10 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
             let message = refusal.code().prefixed(&refusal);
             CommandFacts::Unproven { message }
         }
+        // More records than runlease judges (issue #29): none was read.
+        Err(e) if e.code() == Code::RunCommandRecordsOverLimit => CommandFacts::OverLimit {
+            message: e.code().prefixed(&e),
+        },
         // Bad data in a record (not I/O, not a folder that is not ours): a finding.
         Err(e)
             if matches!(
@@ -62,6 +73,40 @@ pub fn gather_facts(dir: &RunDir, now: Timestamp) -> Result<Facts, RunError> {
         {
             let message = e.code().prefixed(&e);
             CommandFacts::Invalid { message }
+        }
+        Err(e) => return Err(e),
+    };
+    // Directories named like the run's cgroups that the next open leaves alone (issue #29):
+    // reported, never touched. A live owner's own (the head's generation) is not judged:
+    // its records may not be written yet. Not looked at past the record limit.
+    let live_gen = match facts.view.status {
+        lease_core::ops::Status::Active | lease_core::ops::Status::Stale => {
+            facts.view.head.as_ref().map(|h| h.generation().get())
+        }
+        _ => None,
+    };
+    facts.cgroups_left_alone = match crate::audit_cgroups(dir, live_gen) {
+        Ok(found) => found
+            .into_iter()
+            .map(|c| lease_core::diagnose::CgroupLeftAlone {
+                path: c.path.display().to_string(),
+                generation: c.generation,
+                uid: c.uid,
+                members: c.members,
+                why: c.why,
+            })
+            .collect(),
+        // A record that cannot be read is reported above (the open refuses over it).
+        Err(e)
+            if matches!(
+                e.code(),
+                Code::RecordInvalid
+                    | Code::RunLayoutInvalid
+                    | Code::ChainBroken
+                    | Code::RunCommandRecordsOverLimit
+            ) =>
+        {
+            Vec::new()
         }
         Err(e) => return Err(e),
     };
@@ -172,6 +217,7 @@ fn as_finding(e: RunError) -> Result<(Code, String), RunError> {
             | Code::EventLogGap
             | Code::RunLayoutInvalid
             | Code::RunCommandUnproven
+            | Code::RunCommandRecordsOverLimit
             | Code::RunNotOwned
             | Code::StoreBehindSeal
             | Code::StoreIdentityMismatch

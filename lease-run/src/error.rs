@@ -70,6 +70,23 @@ pub enum RunError {
         /// What is missing.
         why: String,
     },
+    /// The run folder holds more command records than runlease judges (issue #29:
+    /// forged records made every judgement cost records × processes). Refused before any
+    /// record is read, so the refusal costs one listing of `commands/`; nothing signalled,
+    /// nothing written.
+    #[error(
+        "run {run}: {dir} holds {count} command records, more than the {limit} runlease judges (a run leaves one per command still running when its owner was killed); nothing was signalled or written. Check that no command of the run still runs (runlease doctor names what it can), move the records out of {dir} by hand, then run again"
+    )]
+    CommandRecordsOverLimit {
+        /// The run.
+        run: String,
+        /// The folder, relative to the run folder (`commands`).
+        dir: String,
+        /// How many records it holds.
+        count: usize,
+        /// The limit ([`crate::MAX_COMMAND_RECORDS`]).
+        limit: usize,
+    },
     /// A process this run proved it started could not be signalled (`EPERM`): it is
     /// alive and not ours to kill any more (it changed its credentials).
     #[error(
@@ -149,6 +166,7 @@ impl RunError {
             RunError::CommandsSurvive { .. } => Code::RunCommandsSurvive,
             RunError::CommandUnproven { .. } => Code::RunCommandUnproven,
             RunError::NotPermitted { .. } => Code::RunCommandNotPermitted,
+            RunError::CommandRecordsOverLimit { .. } => Code::RunCommandRecordsOverLimit,
             RunError::Fenced { .. } => Code::Fenced,
             RunError::StepTimeout { .. } => Code::StepTimeout,
             RunError::Released { .. } => Code::RunReleased,
@@ -195,6 +213,7 @@ pub const RUN_ERROR_CODES: &[Code] = &[
     Code::RunCommandsSurvive,
     Code::RunCommandUnproven,
     Code::RunCommandNotPermitted,
+    Code::RunCommandRecordsOverLimit,
     Code::StepTimeout,
     Code::RunReleased,
     Code::SpawnFailed,
@@ -266,6 +285,12 @@ mod tests {
                 pid: 2,
                 generation: 1,
                 detail: "d".into(),
+            },
+            RunError::CommandRecordsOverLimit {
+                run: run(),
+                dir: "commands".into(),
+                count: 1025,
+                limit: 1024,
             },
             RunError::StepTimeout {
                 run: run(),

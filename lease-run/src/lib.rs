@@ -385,6 +385,10 @@ pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
 pub use run::{
+    CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan,
+};
+#[cfg(not(loom))]
+pub use run::{
     Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, HeartbeatFailure,
     HeartbeatWarnings, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore,
     Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, new_owner_id,

@@ -260,6 +260,7 @@ fn command_record(path: &Path, g: u64, pid: u32) -> Vec<u8> {
         argv: vec!["true".into()],
         started_at: now_ts(),
         incarnation: None,
+        cgroup: None,
     })
     .unwrap()
 }

@@ -75,6 +75,7 @@ fn forge(path: &Path, pid: u32, pgid: u32, start: u64, incarnation: Option<&str>
         argv: vec!["sleep".into(), "60".into()],
         started_at: now_ts(),
         incarnation: incarnation.map(|s| CommandRecord::incarnation_digest(&run_id, g1, s)),
+        cgroup: None,
     };
     let f = FileRef::Command {
         generation: g1,

@@ -112,8 +112,14 @@ pub fn status(
     for (i, dir) in dirs.iter().enumerate() {
         match read_status(dir, authority) {
             Ok((run, view)) => {
-                let unproven = run.folder.as_deref().map(unproven_commands);
-                let facts = run.folder_facts(&view);
+                // The records shown and the admission rule's judgement of them share one
+                // scan of /proc (issue #29).
+                let (unproven, facts) = lease_run::one_proc_scan(|| {
+                    (
+                        run.folder.as_deref().map(unproven_commands),
+                        run.folder_facts(&view),
+                    )
+                });
                 let not_a_run = not_a_run(&run, &facts);
                 if out.json {
                     let url = authority.url();

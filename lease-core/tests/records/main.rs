@@ -142,6 +142,8 @@ proptest! {
             .filter(|p| !(s.version == HeartbeatRecord::VERSION && p == &["mono"]))
             // Also optional, omitted when absent (records from before issue #15).
             .filter(|p| !(s.version == CommandRecord::VERSION && p == &["incarnation"]))
+            // And (issue #29) the command record's `cgroup` (its own fields are required).
+            .filter(|p| !(s.version == CommandRecord::VERSION && p == &["cgroup"]))
             // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
             .filter(|p| !(s.version == EpochRecord::VERSION && p == &["cutoff_hash"]))
             .filter(|p| !(s.version == Checkpoint::VERSION && p == &["through_hash"]))
@@ -866,6 +868,7 @@ fn command_incarnation_is_absent_when_empty_and_never_null() {
         argv: vec!["x".into()],
         started_at: Timestamp::from_unix_millis(0).unwrap(),
         incarnation: None,
+        cgroup: None,
     };
     let bytes = encode(&rec).unwrap();
     let text = String::from_utf8(bytes.clone()).unwrap();
@@ -888,6 +891,27 @@ fn command_incarnation_is_absent_when_empty_and_never_null() {
         decode::<CommandRecord>(&encode(&with).unwrap()).unwrap(),
         with
     );
+    // Issue #29: the cgroup identity, absent when `None` (checked above: no `cgroup` key
+    // in `text`), round-trips; `null` is not canonical; id 0 (no inode) and 1 (the root
+    // cgroup) are refused.
+    assert!(!text.contains("cgroup"), "{text}");
+    let cg = CommandRecord {
+        cgroup: Some(lease_core::CommandCgroup { id: 9, uid: 1000 }),
+        ..rec.clone()
+    };
+    let cg_text = String::from_utf8(encode(&cg).unwrap()).unwrap();
+    assert!(
+        cg_text.contains("\"cgroup\":{\"id\":9,\"uid\":1000}"),
+        "{cg_text}"
+    );
+    assert_eq!(decode::<CommandRecord>(cg_text.as_bytes()).unwrap(), cg);
+    let null = text.replacen("\"pgid\"", "\"cgroup\":null,\"pgid\"", 1);
+    assert!(decode::<CommandRecord>(null.as_bytes()).is_err(), "{null}");
+    for bad in ["0", "1"] {
+        let t = cg_text.replacen("\"id\":9", &format!("\"id\":{bad}"), 1);
+        let e = decode::<CommandRecord>(t.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains("cgroup.id"), "{e}");
+    }
     // The digest is bound to the run and the generation.
     assert_ne!(
         CommandRecord::incarnation_digest(&rec.run_id, rec.generation, "s"),

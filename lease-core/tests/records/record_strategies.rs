@@ -331,9 +331,14 @@ pub(crate) fn command_record() -> impl Strategy<Value = CommandRecord> {
         identity(),
         vec(text(24), 1..6),
         timestamp(),
+        // The cgroup id is never 0 (no inode) or 1 (the root cgroup).
+        proptest::option::of(
+            (2u64..=u64::MAX, proptest::num::u32::ANY)
+                .prop_map(|(id, uid)| lease_core::CommandCgroup { id, uid }),
+        ),
     )
         .prop_map(
-            |(run_id, g, pid, incarnation, start_time, boot_id, mut argv, started_at)| {
+            |(run_id, g, pid, incarnation, start_time, boot_id, mut argv, started_at, cgroup)| {
                 if argv[0].is_empty() {
                     argv[0].push('x');
                 }
@@ -347,6 +352,7 @@ pub(crate) fn command_record() -> impl Strategy<Value = CommandRecord> {
                     argv,
                     started_at,
                     incarnation,
+                    cgroup,
                 }
             },
         )

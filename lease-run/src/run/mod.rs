@@ -29,7 +29,10 @@ pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
 pub use preflight::{chain_reaches, preflight};
 pub(crate) use preflight::{list_layout, listed, store_named, strays_above};
-pub use reap::{CommandAudit, CommandState, audit_commands};
+pub use reap::{
+    CgroupAudit, CommandAudit, CommandState, MAX_COMMAND_RECORDS, audit_cgroups, audit_commands,
+    one_proc_scan,
+};
 pub use release::FinalStatus;
 pub use signals::{CommandSignaller, Served};
 pub use spawn::{Command, RunCommand};

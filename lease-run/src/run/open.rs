@@ -909,8 +909,10 @@ async fn commands(
             StepName::Commands,
             deadline + 2 * (grace + kill_wait),
             move || {
-                reap_or_refuse(&dir, gen_, grace, kill_wait)?;
-                reap_cgroups(dir.run_id().as_str(), &key, gen_, grace, kill_wait)
+                // The cgroups first: their identities are in the records that reaping
+                // removes (issue #29).
+                reap_cgroups(&dir, &key, gen_, grace, kill_wait)?;
+                reap_or_refuse(&dir, gen_, grace, kill_wait)
             },
         ),
     )

@@ -103,29 +103,136 @@ pub struct CommandAudit {
     pub state: CommandState,
 }
 
+/// The most command records a judgement of a run reads (issue #29). A run leaves one
+/// record per command still running when its owner was killed; a folder holding more was
+/// filled by hand, and judging it would cost time in proportion to its size (5,000 forged
+/// records made `status` take 28 s and every open fail with `STEP_TIMEOUT`). Past it, every
+/// judgement (the open's preflight, its reaping, `status`, `doctor`) refuses with
+/// `RUN_COMMAND_RECORDS_OVER_LIMIT` (65) after one listing of `commands/`, before reading
+/// any record.
+pub const MAX_COMMAND_RECORDS: usize = 1024;
+
+/// The process table as one judgement of the command records sees it: one scan of
+/// `/proc`, indexed by pid. Judging any number of records against it costs one lookup per
+/// record and one digest per record and carrier of a secret, never records × processes
+/// reads.
+pub(crate) struct ProcIndex {
+    by_pid: std::collections::BTreeMap<u32, procs::ProcInfo>,
+}
+
+impl ProcIndex {
+    fn scan() -> ProcIndex {
+        ProcIndex {
+            by_pid: procs::scan().into_iter().map(|p| (p.pid, p)).collect(),
+        }
+    }
+
+    /// The live (not exited) process with `pid` and `start_time`, as a one-element slice
+    /// for [`Prover::leader`].
+    fn leader(&self, pid: u32, start_time: u64) -> Vec<procs::ProcInfo> {
+        self.by_pid
+            .get(&pid)
+            .filter(|q| q.start_time == start_time && !q.zombie)
+            .into_iter()
+            .copied()
+            .collect()
+    }
+
+    /// The live processes of this effective uid whose environment sets
+    /// [`INCARNATION_VAR`], with its value: one `status` and one `environ` read per process
+    /// of this uid, once per judgement.
+    fn carriers(&self) -> Vec<(procs::ProcInfo, String)> {
+        let euid = procs::euid();
+        self.by_pid
+            .values()
+            .filter(|q| !q.zombie)
+            .filter(|q| procs::uids_of(q.pid) == Some((euid, euid)))
+            .filter_map(|q| match procs::env_var(q.pid, INCARNATION_VAR) {
+                procs::EnvVar::Set(v) => Some((*q, v)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+thread_local! {
+    /// The scan shared by the judgements inside [`one_proc_scan`] on this thread.
+    static SHARED_SCAN: std::cell::RefCell<Option<std::rc::Rc<std::cell::OnceCell<std::rc::Rc<ProcIndex>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with every judgement of command records inside it (on this thread) sharing one
+/// scan of `/proc`, taken at the first judgement that needs it: for a read-only operation
+/// that judges the records more than once (`status`: the records it shows and the
+/// admission rule's; `doctor`: its facts and the admission rule's). Reaping never uses it:
+/// what it signals is judged on a fresh scan. Nested calls share the outer scan.
+pub fn one_proc_scan<T>(f: impl FnOnce() -> T) -> T {
+    let outer = SHARED_SCAN.with(|s| s.borrow().is_some());
+    if outer {
+        return f();
+    }
+    SHARED_SCAN.with(|s| *s.borrow_mut() = Some(Default::default()));
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            SHARED_SCAN.with(|s| *s.borrow_mut() = None);
+        }
+    }
+    let _reset = Reset;
+    f()
+}
+
+/// The process index for one judgement: the shared scan inside [`one_proc_scan`], else a
+/// fresh one.
+fn proc_index() -> std::rc::Rc<ProcIndex> {
+    let shared = SHARED_SCAN.with(|s| s.borrow().clone());
+    match shared {
+        Some(cell) => cell
+            .get_or_init(|| std::rc::Rc::new(ProcIndex::scan()))
+            .clone(),
+        None => std::rc::Rc::new(ProcIndex::scan()),
+    }
+}
+
 /// Judge every command record of `dir` like the next open would (PROTOCOL §11.1), reading
 /// `/proc` only: nothing is signalled or written. An unreadable or misnamed record is an
-/// error, as it is for the open.
+/// error, as it is for the open; so is a folder of more than [`MAX_COMMAND_RECORDS`]
+/// (`RUN_COMMAND_RECORDS_OVER_LIMIT`).
+///
+/// Cost (issue #29): one listing of `commands/`, one read per record (at most
+/// [`MAX_COMMAND_RECORDS`]), one scan of `/proc` however many records there are
+/// ([`ProcIndex`]; shared with the other judgements of the operation inside
+/// [`one_proc_scan`]); beyond its `stat`, a process is read only if it is a record's live
+/// leader, or (once) to find the carriers of an incarnation secret.
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
     // The process table is read once, and only if a record of this boot needs judging: a
     // run with no command records (every clean release leaves none) costs no /proc scan.
-    let mut procs: Option<Vec<procs::ProcInfo>> = None;
+    let mut index: Option<std::rc::Rc<ProcIndex>> = None;
+    let mut carriers: Option<Vec<(procs::ProcInfo, String)>> = None;
     let mut out = Vec::new();
     for (p, rec) in command_records(dir)? {
         let (generation, pid) = (rec.generation, rec.pid);
         let state = if rec.boot_id.as_str() != boot {
             CommandState::Gone
         } else {
-            let procs = procs.get_or_insert_with(procs::scan);
+            let index = index.get_or_insert_with(proc_index);
             let mut prover = Prover::new(&rec);
-            match prover.leader(&rec, procs) {
+            match prover.leader(&rec, &index.leader(rec.pid, rec.start_time)) {
                 Err(why) => CommandState::Unproven { why },
                 Ok(()) => {
-                    let proved: Vec<u32> = procs
+                    // What runs of it, for the report: the carriers of a secret whose
+                    // digest is the record's, each confirmed by the prover.
+                    let carriers = carriers.get_or_insert_with(|| index.carriers());
+                    let proved: Vec<u32> = carriers
                         .iter()
-                        .filter(|q| prover.check(q).is_ok())
-                        .map(|q| q.pid)
+                        .filter(|(q, secret)| {
+                            rec.incarnation.as_ref().is_some_and(|d| {
+                                CommandRecord::incarnation_digest(&rec.run_id, generation, secret)
+                                    == *d
+                            }) && prover.check(q).is_ok()
+                        })
+                        .map(|(q, _)| q.pid)
                         .collect();
                     if proved.is_empty() {
                         CommandState::Gone
@@ -148,17 +255,32 @@ pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
 
 /// Every command record of `dir` (its path and content), validated: decoded strictly and
 /// matching its name. A record removed meanwhile (its command ended) is skipped; an
-/// unreadable or misnamed one is the error, naming the file.
-fn command_records(dir: &RunDir) -> Result<Vec<(String, CommandRecord)>, RunError> {
+/// unreadable or misnamed one is the error, naming the file. More than
+/// [`MAX_COMMAND_RECORDS`] named like records is `RUN_COMMAND_RECORDS_OVER_LIMIT` (65),
+/// before any is read.
+pub(crate) fn command_records(dir: &RunDir) -> Result<Vec<(String, CommandRecord)>, RunError> {
     let run = dir.run_id().as_str();
     let io = |op: &'static str, p: &str, e| FsError::io(run, op, p, e);
     let names = dir
         .fs()
         .list(Dir::Commands.path())
         .map_err(|e| io("list", Dir::Commands.path(), e))?;
+    let files: Vec<FileRef> = names
+        .iter()
+        .filter_map(|n| Dir::Commands.parse_name(n))
+        .filter(|f| matches!(f, FileRef::Command { .. }))
+        .collect();
+    if files.len() > MAX_COMMAND_RECORDS {
+        return Err(RunError::CommandRecordsOverLimit {
+            run: run.to_string(),
+            dir: Dir::Commands.path().to_string(),
+            count: files.len(),
+            limit: MAX_COMMAND_RECORDS,
+        });
+    }
     let mut out = Vec::new();
-    for n in names {
-        let Some(f @ FileRef::Command { generation, pid }) = Dir::Commands.parse_name(&n) else {
+    for f in files {
+        let FileRef::Command { generation, pid } = f else {
             continue;
         };
         let p = f.path();
@@ -318,46 +440,110 @@ fn stop_proven(
     }
 }
 
+/// The cgroup identities (generation, identity, recorded start time) that the command
+/// records of `dir` written on this boot name, for [`crate::cgroup::judge`].
+pub(crate) fn recorded_cgroups(
+    records: &[(String, CommandRecord)],
+    boot: &str,
+) -> Vec<(u64, lease_core::CommandCgroup, u64)> {
+    records
+        .iter()
+        .filter(|(_, r)| r.boot_id.as_str() == boot)
+        .filter_map(|(_, r)| r.cgroup.map(|c| (r.generation.get(), c, r.start_time)))
+        .collect()
+}
+
 /// Kill what older incarnations of this run left in their cgroups (descendants that left
-/// their process group and session escape the records; they cannot leave a cgroup):
-/// SIGTERM to each member, `grace`, `cgroup.kill`, up to `kill_wait`; a member that
-/// survives refuses the open (`RUN_COMMANDS_SURVIVE`, 76). Emptied directories are removed.
+/// their process group and session, or dropped their environment, escape the records;
+/// they cannot leave a cgroup), and remove the emptied directories. Called before
+/// [`reap_or_refuse`] (which removes the records naming the cgroups).
+///
+/// Only [`crate::cgroup::Verdict::Ours`] is touched (issue #29): a directory directly below
+/// this owner's own cgroup, named `runlease-<key>-<g>` for an older generation `g`, with the
+/// id and owner a command record of `g` (this boot) names, owned by this effective uid.
+/// Anything else named like it is logged at `warn`, reported by `doctor`
+/// (`CGROUP_NOT_PROVEN`) and never signalled or removed; it never refuses the open.
+///
+/// In a cgroup of ours: SIGTERM to each member held by a pidfd and confirmed a member
+/// after the open ([`crate::cgroup::Cgroup::member`]), of this uid and started no earlier
+/// than the recorded command; `grace`; then `cgroup.kill`, up to `kill_wait`; a member that
+/// survives refuses the open (`RUN_COMMANDS_SURVIVE`, 76). `cgroup.kill` is the proof for
+/// the members it kills: the kernel kills exactly the members at that moment, and a
+/// directory this run created, owned by this uid, admits only processes born inside it
+/// (our commands' descendants) or moved in by this uid or root. Its identity is checked
+/// again right before each `cgroup.kill` and the `rmdir`.
 pub(super) fn reap_cgroups(
-    run: &str,
+    dir: &RunDir,
     key: &str,
     ours: Generation,
     grace: Duration,
     kill_wait: Duration,
 ) -> Result<(), RunError> {
-    for cg in crate::cgroup::leftovers(key, ours.get()) {
+    let run = dir.run_id().as_str();
+    let Some(parent) = crate::cgroup::own_dir() else {
+        return Ok(());
+    };
+    let named = crate::cgroup::named_below(&parent, key, ours.get());
+    if named.is_empty() {
+        return Ok(());
+    }
+    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let recorded = recorded_cgroups(&command_records(dir)?, &boot);
+    let idents: Vec<(u64, lease_core::CommandCgroup)> =
+        recorded.iter().map(|(g, c, _)| (*g, *c)).collect();
+    let euid = procs::euid();
+    for n in named {
+        if let crate::cgroup::Verdict::NotOurs { why } = crate::cgroup::judge(&n, &idents, euid) {
+            tracing::warn!(
+                run,
+                cgroup = %n.path.display(),
+                %why,
+                "a cgroup named like this run's is not proved its own: left alone (never signalled or removed)"
+            );
+            continue;
+        }
+        let cg = crate::cgroup::Cgroup::at(n.path.clone());
+        let started_no_earlier = recorded
+            .iter()
+            .filter(|(g, c, _)| *g == n.generation && *c == n.identity)
+            .map(|(_, _, st)| *st)
+            .min()
+            .unwrap_or(u64::MAX);
+        let live = || -> Vec<u32> {
+            cg.pids()
+                .into_iter()
+                .filter(|p| !matches!(procs::state_of(*p), None | Some('Z') | Some('X')))
+                .collect()
+        };
         let gone = |within: Duration, kill: bool| {
             let end = Instant::now() + within;
             loop {
-                let live: Vec<u32> = cg
-                    .pids()
-                    .into_iter()
-                    .filter(|p| !matches!(procs::state_of(*p), None | Some('Z') | Some('X')))
-                    .collect();
-                if live.is_empty() {
+                let l = live();
+                if l.is_empty() {
                     return None;
                 }
                 if Instant::now() >= end {
-                    return live.first().copied();
+                    return l.first().copied();
                 }
-                if kill {
+                if kill && crate::cgroup::unchanged(&n) {
                     cg.kill();
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
         };
         for pid in cg.pids() {
-            // Through a pidfd confirmed to be the member just listed.
-            if let Some(h) = procs::Held::current(pid) {
-                let _ = h.signal(Signal::TERM);
+            if let Some(h) = cg.member(pid) {
+                let ours = h.start_time >= started_no_earlier
+                    && procs::uids_of(pid).is_some_and(|(_, e)| e == euid);
+                if ours {
+                    let _ = h.signal(Signal::TERM);
+                }
             }
         }
         let survivor = gone(grace, false).and_then(|_| {
-            cg.kill();
+            if crate::cgroup::unchanged(&n) {
+                cg.kill();
+            }
             gone(kill_wait, true)
         });
         if let Some(pid) = survivor {
@@ -365,16 +551,69 @@ pub(super) fn reap_cgroups(
                 run: run.to_string(),
                 pid,
                 pgid: 0,
-                generation: cg
-                    .path()
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.rsplit('-').next())
-                    .and_then(|g| g.parse().ok())
-                    .unwrap_or(0),
+                generation: n.generation,
             });
         }
-        cg.remove_within(Duration::from_secs(1));
+        if crate::cgroup::unchanged(&n) {
+            cg.remove_within(Duration::from_secs(1));
+        }
     }
     Ok(())
+}
+
+/// A directory named like one of this run's cgroups that runlease leaves alone (issue #29):
+/// not proved its own ([`crate::cgroup::Verdict::NotOurs`]), so never signalled or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupAudit {
+    /// Its path.
+    pub path: std::path::PathBuf,
+    /// The generation its name says.
+    pub generation: u64,
+    /// The uid that owns it.
+    pub uid: u32,
+    /// Its members now (`cgroup.procs`).
+    pub members: Vec<u32>,
+    /// Why it is not proved this run's.
+    pub why: String,
+}
+
+/// The directories named like this run's cgroups (`runlease-<key>-<g>`, `<key>` from the
+/// run folder's absolute path and run id) directly below this process's own cgroup that
+/// the next open would leave alone ([`reap_cgroups`]'s judgement, read-only), except
+/// generation `skip` (a live owner's own). One listing of this cgroup and of `commands/`;
+/// nothing signalled or written. Empty without a cgroup2 mount.
+pub fn audit_cgroups(dir: &RunDir, skip: Option<u64>) -> Result<Vec<CgroupAudit>, RunError> {
+    let Some(parent) = crate::cgroup::own_dir() else {
+        return Ok(Vec::new());
+    };
+    let root = dir
+        .real_fs()
+        .map(|f| f.root_path().to_path_buf())
+        .unwrap_or_else(|| dir.root().to_path_buf());
+    let key = crate::cgroup::run_key(&root, dir.run_id().as_str());
+    let named = crate::cgroup::named_below(&parent, &key, u64::MAX);
+    if named.is_empty() {
+        return Ok(Vec::new());
+    }
+    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let idents: Vec<(u64, lease_core::CommandCgroup)> =
+        recorded_cgroups(&command_records(dir)?, &boot)
+            .into_iter()
+            .map(|(g, c, _)| (g, c))
+            .collect();
+    let euid = procs::euid();
+    Ok(named
+        .into_iter()
+        .filter(|n| Some(n.generation) != skip)
+        .filter_map(|n| match crate::cgroup::judge(&n, &idents, euid) {
+            crate::cgroup::Verdict::Ours => None,
+            crate::cgroup::Verdict::NotOurs { why } => Some(CgroupAudit {
+                members: crate::cgroup::pids_in(&n.path),
+                path: n.path,
+                generation: n.generation,
+                uid: n.identity.uid,
+                why,
+            }),
+        })
+        .collect())
 }

@@ -480,6 +480,13 @@ impl Run {
                     argv: argv2,
                     started_at: wall_now()?,
                     incarnation: Some(incarnation),
+                    // The cgroup it was just moved into, as this owner created it: what a
+                    // later owner checks before it kills or removes a leftover (issue #29).
+                    cgroup: cgroup
+                        .as_deref()
+                        .map(crate::cgroup::identity)
+                        .transpose()
+                        .map_err(|e| RunError::Io(format!("the run's cgroup: {e}")))?,
                 };
                 let f = FileRef::Command {
                     generation: lease.generation,
