@@ -280,13 +280,20 @@
 //! it does with process groups, sessions or forks. A kill writes `cgroup.kill` (the kernel
 //! kills every member, including ones forked meanwhile) besides the signals below; a member
 //! counts as alive until it leaves `cgroup.procs`. The release removes the emptied
-//! directory. The next open finds a killed incarnation's cgroups through `/proc/*/cgroup`
-//! (wherever in the tree they are) and kills their members: TERM, grace, `cgroup.kill`;
-//! a survivor refuses the open (76). **What can still escape then:** only a process
-//! privileged enough to move itself to another cgroup (root, or an owner of a delegated
-//! subtree) or to signal-proof itself; and processes in a cgroup subtree another tool
-//! manages under ours. An empty directory left by a crashed owner stays until the next
-//! open of the same run (on this cgroup tree) removes it.
+//! directory. Each command record names the directory's identity (cgroup id and owning
+//! uid, [`lease_core::CommandCgroup`]); the next open looks only directly below its own
+//! cgroup and kills and removes a killed incarnation's directory only when a record of
+//! that generation names exactly its identity and it belongs to the open's own uid
+//! (issue #29; [`cgroup`]'s "Whose it is"): TERM to the members it proves (pidfd,
+//! membership, uid, start time), grace, `cgroup.kill`; a survivor refuses the open (76).
+//! A directory named like the run's but not proved its own (another uid's, an identity no
+//! record names) is never signalled or removed, and refuses nothing: `doctor` reports it
+//! (`CGROUP_NOT_PROVEN`). **What can still escape then:** only a process privileged enough
+//! to move itself to another cgroup (root, or an owner of a delegated subtree) or to
+//! signal-proof itself; processes in a cgroup subtree another tool manages under ours; and
+//! a killed incarnation's cgroup when the next owner runs in another cgroup (it is not
+//! looked for there). An empty directory left without a record (a crash between the
+//! release's removal of the directory and of the records) is reported, not removed.
 //!
 //! **Without one** (no cgroup2 mount, or no permission to create a directory below our
 //! cgroup: usual for an unprivileged owner without systemd delegation; the reason is logged
