@@ -201,7 +201,7 @@ fn proc_index() -> std::rc::Rc<ProcIndex> {
 ///
 /// Cost (issue #29): one listing of `commands/`, one read per record (at most
 /// [`MAX_COMMAND_RECORDS`]), one scan of `/proc` however many records there are
-/// ([`ProcIndex`]; shared with the other judgements of the operation inside
+/// (an index of the process table; shared with the other judgements of the operation inside
 /// [`one_proc_scan`]); beyond its `stat`, a process is read only if it is a record's live
 /// leader, or (once) to find the carriers of an incarnation secret.
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
@@ -579,7 +579,7 @@ pub struct CgroupAudit {
 
 /// The directories named like this run's cgroups (`runlease-<key>-<g>`, `<key>` from the
 /// run folder's absolute path and run id) directly below this process's own cgroup that
-/// the next open would leave alone ([`reap_cgroups`]'s judgement, read-only), except
+/// the next open would leave alone (the open's judgement, read-only), except
 /// generation `skip` (a live owner's own). One listing of this cgroup and of `commands/`;
 /// nothing signalled or written. Empty without a cgroup2 mount.
 pub fn audit_cgroups(dir: &RunDir, skip: Option<u64>) -> Result<Vec<CgroupAudit>, RunError> {
