@@ -279,9 +279,11 @@ Example:
 Codes: OK, ORPHAN_TEMP_FILES, STALE_OWNER, DEAD_OWNER, INVALID_RECORD, BROKEN_CHAIN,
 STRAY_NAMES, STRAY_EPOCHS, FUTURE_HEARTBEAT, HEARTBEAT_STAMP_AHEAD, TORN_HEARTBEAT,
 EVENT_LOG_SHORT, STORE_MISSING, RUN_FOLDER_FOREIGN, RUN_NOT_OWNED,
-STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN, OPEN_CUTOFF
+STORE_BEHIND_SEAL, STORE_IDENTITY_MISMATCH, STORE_CORRUPT, COMMAND_UNPROVEN,
+RUN_COMMAND_RECORDS_OVER_LIMIT, CGROUP_NOT_PROVEN, OPEN_CUTOFF
 (and TEMP_FILES_REMOVED with --clean-temp). Exit 65 when a finding is an error (INVALID_RECORD,
-BROKEN_CHAIN, RUN_NOT_OWNED, STORE_*, COMMAND_UNPROVEN), else 0. Doctor evaluates, read-only,
+BROKEN_CHAIN, RUN_NOT_OWNED, STORE_*, COMMAND_UNPROVEN, RUN_COMMAND_RECORDS_OVER_LIMIT),
+else 0. Doctor evaluates, read-only,
 the admission rule that run, retire and takeover call before they write: what it reports
 as an error, they refuse. Of a free, dead or stale run it reads the store without
 writing anything (SQLite immutable: no lock, no -shm, no WAL replay) and judges it
