@@ -188,6 +188,28 @@ fn a_stray_named_like_the_next_heartbeat_is_refused_before_the_claim() {
     assert_eq!(json_lines(&o)[0]["generation"], 3);
 }
 
+/// Wait until the run's command is recorded, so an owner stopped or killed next is one
+/// whose command record names its cgroup: stopped or killed before, it leaves the run's
+/// cgroup with no record naming it, which doctor reports (`CGROUP_NOT_PROVEN`, issue #29).
+fn wait_recorded(dir: &std::path::Path, active: &serde_json::Value) {
+    let g = active["generation"].as_u64().unwrap();
+    let prefix = format!("{g:020}-");
+    let recorded = || {
+        std::fs::read_dir(dir.join("commands")).is_ok_and(|r| {
+            r.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        })
+    };
+    let t = std::time::Instant::now();
+    while !recorded() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the command was never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// `takeover` of a stopped owner and `retire` of a killed one: afterwards run.json says
 /// `failed` as the replacing generation (never `running` for the old one); status shows it
 /// with state free, doctor finds nothing to repair, and the next `run` proceeds.
@@ -201,7 +223,8 @@ fn takeover_and_retire_leave_run_json_following_the_chain() {
 
     // Takeover of a stopped owner.
     let mut owner = spawn(&args);
-    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let active = wait_for_state(&dir, "active", Duration::from_secs(10));
+    wait_recorded(&dir, &active);
     signal(owner.id(), Signal::STOP);
     wait_for_state(&dir, "stale", Duration::from_secs(10));
     let o = runlease(&["takeover", "--json", "--yes", d]);
@@ -239,7 +262,8 @@ fn takeover_and_retire_leave_run_json_following_the_chain() {
 
     // Retirement of a killed owner.
     let mut owner = spawn(&args);
-    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let active = wait_for_state(&dir, "active", Duration::from_secs(10));
+    wait_recorded(&dir, &active);
     signal(owner.id(), Signal::KILL);
     wait_exit(&mut owner, Duration::from_secs(10));
     wait_for_state(&dir, "dead", Duration::from_secs(10));
@@ -275,7 +299,8 @@ fn a_crash_before_run_json_was_rewritten_is_explained_and_the_next_run_proceeds(
     args.extend(FAST);
     args.extend(["--", "sleep", "30"]);
     let mut owner = spawn(&args);
-    wait_for_state(&dir, "active", Duration::from_secs(10));
+    let active = wait_for_state(&dir, "active", Duration::from_secs(10));
+    wait_recorded(&dir, &active);
     signal(owner.id(), Signal::KILL);
     wait_exit(&mut owner, Duration::from_secs(10));
     wait_for_state(&dir, "dead", Duration::from_secs(10));
