@@ -391,9 +391,7 @@ pub use error::{RUN_ERROR_CODES, RunError};
 pub use lease_etcd::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
-pub use run::{
-    CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan,
-};
+pub use run::{CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan};
 #[cfg(not(loom))]
 pub use run::{
     Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, HeartbeatFailure,
