@@ -196,6 +196,7 @@ fn decode_records_seeds(root: &Path) {
             "fuzz-secret",
         )),
         cgroup: Some(lease_core::CommandCgroup { id: 4242, uid: 1000 }),
+        mark: None,
     })
     .expect("command");
     let seeds: [(&str, Vec<u8>); 8] = [

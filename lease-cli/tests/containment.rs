@@ -166,6 +166,7 @@ fn records_forge(dir: &Path, g: u64, pid: u32, cgroup: Option<lease_core::Comman
         started_at: lease_core::Timestamp::from_unix_millis(1_796_169_600_000).unwrap(),
         incarnation: None,
         cgroup,
+        mark: None,
     };
     let f = lease_core::FileRef::Command { generation: g, pid }.path();
     std::fs::create_dir_all(dir.join("commands")).unwrap();

@@ -305,6 +305,7 @@ fn a_forged_command_record_naming_a_bystander_is_refused_before_claiming_and_nev
         started_at: lease_core::Timestamp::from_unix_millis(1_796_169_600_000).unwrap(),
         incarnation: None,
         cgroup: None,
+        mark: None,
     };
     let f = lease_core::FileRef::Command {
         generation: g1,

@@ -83,9 +83,9 @@ pub use ids::{Digest, Generation, Identity, InvalidValue, RunId, Sequence};
 pub use layout::{Dir, FileRef};
 pub use policy::{HeartbeatDurability, TimingPolicy, lapse_reason, must_self_fence};
 pub use records::{
-    Checkpoint, CommandCgroup, CommandRecord, EpochRecord, EpochState, Event, HeartbeatRecord,
-    Holder, MonoStamp, Observation, RetireReason, RetiredOwner, RetirementRecord, RunState,
-    RunStatus, Seal, TakeoverIntent, TakeoverMode,
+    Checkpoint, CommandCgroup, CommandMark, CommandRecord, EpochRecord, EpochState, Event,
+    HeartbeatRecord, Holder, MonoStamp, Observation, RetireReason, RetiredOwner, RetirementRecord,
+    RunState, RunStatus, Seal, TakeoverIntent, TakeoverMode,
 };
 pub use time::Timestamp;
 pub use transport::{LeaseOps, TailHint, Transport};

@@ -567,6 +567,58 @@ pub struct CommandRecord {
     /// killed or removed, only reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CommandCgroup>,
+    /// The incarnation's mark ([`CommandMark`]): a sealed memfd every command inherits as
+    /// a descriptor, which survives `env -i`, `setsid` and `nohup`; a later owner accepts a
+    /// process that holds this very object as proved ours (PROTOCOL §11.1). **Absent when
+    /// `None`** (never `null`): a record written before it existed, whose processes are
+    /// proved by the environment secret only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<CommandMark>,
+}
+
+/// The identity of an owner incarnation's mark: an anonymous memory file
+/// (`memfd_create`) named [`CommandMark::name_for`] the incarnation digest, holding
+/// [`CommandMark::content`] (the run, the generation and that digest) and sealed against
+/// any change, that each of the incarnation's commands inherits as a descriptor. A later
+/// owner proves a process by finding, among its open descriptors, one whose link names
+/// this memfd and whose `(st_dev, st_ino)` and sealed content are these: only a process
+/// descended from the owner's commands (or handed the descriptor by one) holds it, so
+/// writing a record cannot make an unrelated process carry it. The content binds the
+/// object to this run and generation, so an inode number reused or wrapped around, or a
+/// mark copied from another run's record, never matches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandMark {
+    /// The memfd's name, [`CommandMark::name_for`] the record's incarnation digest.
+    pub name: String,
+    /// Its `st_dev`.
+    pub dev: u64,
+    /// Its `st_ino`.
+    pub ino: u64,
+}
+
+impl CommandMark {
+    /// What every mark's name starts with.
+    pub const PREFIX: &'static str = "runlease-inc-";
+
+    /// The memfd name of the incarnation whose digest is `digest`: [`CommandMark::PREFIX`]
+    /// and the digest's first 16 hex digits.
+    pub fn name_for(digest: &Digest) -> String {
+        let hex = digest.as_str();
+        format!("{}{}", Self::PREFIX, hex.get(..16).unwrap_or(hex))
+    }
+
+    /// The sealed content of the mark of `run`'s owner at `generation` whose incarnation
+    /// digest is `digest`.
+    pub fn content(run: &RunId, generation: Generation, digest: &Digest) -> Vec<u8> {
+        format!(
+            "runlease/mark/1\n{}\n{}\n{}\n",
+            run.as_str(),
+            generation.get(),
+            digest.as_str()
+        )
+        .into_bytes()
+    }
 }
 
 /// The identity of the cgroup v2 directory an owner created for its commands, as it was
@@ -621,6 +673,14 @@ impl Record for CommandRecord {
         if self.cgroup.is_some_and(|c| c.id <= 1) {
             // 0 is no inode; 1 is the root cgroup, which no owner creates.
             return Err("cgroup.id must be > 1 (a cgroup the owner created)".into());
+        }
+        if let Some(m) = &self.mark {
+            // The mark's content is bound to the incarnation digest: no digest, no mark.
+            match &self.incarnation {
+                Some(d) if m.name == CommandMark::name_for(d) => {}
+                Some(_) => return Err("mark.name is not the incarnation digest's".into()),
+                None => return Err("a mark needs an incarnation digest".into()),
+            }
         }
         Ok(())
     }

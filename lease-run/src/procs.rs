@@ -1,5 +1,30 @@
 //! Processes on this host, read from `/proc`: the clock, process groups, sessions and the
 //! descendants of the run's commands; and signals to them.
+//!
+//! ## What the kill reaches without a cgroup (issue #29)
+//!
+//! At a normal end, at release and on a fence, the owner kills everything [`Tracked`]
+//! counts as the run's and reports "gone" only once none of it is left: the commands'
+//! groups and sessions, their descendants by parent chain, every orphan reparented to the
+//! owner as child subreaper (adopted through a pidfd taken while it is our child, even after
+//! its parent and the command leader exited), and every process of this uid holding the
+//! incarnation's [`Mark`] or carrying its secret, wherever it was reparented. After a crash
+//! of the owner, the next owner proves a leftover by the same mark or secret
+//! (`run::reap`, PROTOCOL §11.1): the mark is a descriptor, so `env -i`, `setsid`,
+//! `nohup` and double forks keep it.
+//!
+//! **What can still escape without a cgroup:** a descendant that closes the mark's
+//! descriptor (a daemon that closes every descriptor) **and** clears its environment **and**
+//! is reparented to another subreaper than the owner (or the owner is gone: after a crash
+//! only the mark and the secret prove); a descendant that execs a setuid or otherwise
+//! privileged program (another uid, or not dumpable: `/proc/<pid>/fd` and `environ` cannot
+//! be read, and it may not be signalled); a process in another pid namespace (not in our
+//! `/proc`); one started by something outside the run's tree that a command asked for it
+//! (`systemd-run`, `at`, a D-Bus activation). **How to close it:** run the owner where it
+//! may create a cgroup v2 directory, e.g. with systemd's user-manager delegation,
+//! `systemd-run --user --scope -p Delegate=yes runlease run ...`: every descendant is then
+//! born in the run's cgroup and `cgroup.kill` ends it whatever it does (see
+//! [`crate::cgroup`]).
 
 use rustix::process::{Pid, Signal};
 use std::collections::{BTreeMap, BTreeSet};
@@ -155,6 +180,15 @@ impl Held {
         (!held.exited()).then_some(held)
     }
 
+    /// [`Held::open`] for a child of this process: after the pidfd is open, `/proc` must
+    /// still show this process as its parent and `start_time` as its start time. A child
+    /// of ours cannot have its pid reused until we reap it, so the pidfd is that child.
+    pub fn child(pid: u32, start_time: u64) -> Option<Held> {
+        let held = Held::open(pid, start_time)?;
+        let info = proc_info(pid)?;
+        (info.ppid == std::process::id() && info.start_time == start_time).then_some(held)
+    }
+
     /// [`Held::open`] with the start time `/proc` shows for `pid` now: for a pid just
     /// listed by the kernel (a cgroup's members), where the open confirms that the process
     /// is still the one listed.
@@ -244,8 +278,208 @@ pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// The lowest descriptor number [`Mark::create`] moves the mark to (the lowest free one at
+/// or above it, when the soft `RLIMIT_NOFILE` allows; otherwise wherever `memfd_create` put
+/// it): far above what programs use, below the usual soft limit of 1024. Its number in each
+/// command is [`MARK_FD_VAR`].
+pub const MARK_FD_MIN: i32 = 1000;
+
+/// The variable that tells a command which descriptor holds its incarnation's mark (a
+/// daemon that closes its descriptors can keep it, so a later owner still proves it).
+pub const MARK_FD_VAR: &str = "RUNLEASE_INCARNATION_FD";
+
+/// Serializes the moments a mark is inheritable (see [`Mark::inheritable`]): two runs of
+/// one process never hand each other's mark to a command.
+static MARK_SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// An owner incarnation's mark (PROTOCOL §11.1, [`lease_core::CommandMark`]): a sealed
+/// memfd named after the incarnation digest, holding the run, the generation and that
+/// digest, kept open by the owner (close-on-exec) and inherited by each command at
+/// [`MARK_FD_MIN`] or above. It survives `env -i`, `setsid`, `nohup` and double forks; a
+/// process loses it only by closing the descriptor.
+#[derive(Debug)]
+pub struct Mark {
+    fd: rustix::fd::OwnedFd,
+    /// Its identity, as command records hold it.
+    pub id: lease_core::CommandMark,
+    content: Vec<u8>,
+}
+
+impl Mark {
+    /// Create the mark of `run`'s owner at `generation` whose incarnation digest is
+    /// `digest`: `memfd_create(name, CLOEXEC|ALLOW_SEALING)`, the content written, sealed
+    /// (`SHRINK|GROW|WRITE|SEAL`: nobody, not even its holders, can change it), moved to
+    /// [`MARK_FD_MIN`] or above, and its `(st_dev, st_ino)` read.
+    pub fn create(
+        run: &lease_core::RunId,
+        generation: lease_core::Generation,
+        digest: &lease_core::Digest,
+    ) -> std::io::Result<Mark> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        use std::io::Write;
+        let name = lease_core::CommandMark::name_for(digest);
+        let content = lease_core::CommandMark::content(run, generation, digest);
+        let fd = rustix::fs::memfd_create(
+            name.as_str(),
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(&content)?;
+        let fd = rustix::fd::OwnedFd::from(file);
+        rustix::fs::fcntl_add_seals(
+            &fd,
+            SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+        )?;
+        let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        let fd = if soft > u64::try_from(MARK_FD_MIN).unwrap_or(0) + 16 {
+            rustix::io::fcntl_dupfd_cloexec(&fd, MARK_FD_MIN).unwrap_or(fd)
+        } else {
+            fd
+        };
+        let st = rustix::fs::fstat(&fd)?;
+        Ok(Mark {
+            fd,
+            id: lease_core::CommandMark {
+                name,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            },
+            content,
+        })
+    }
+
+    /// Its descriptor number in this process, the same in every command
+    /// ([`MARK_FD_VAR`]).
+    pub fn fd_number(&self) -> i32 {
+        use rustix::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Run `spawn` with the mark inheritable (close-on-exec cleared, then set again), under
+    /// a process-wide lock that every run's spawns take, so a command of another run of
+    /// this process never inherits it. **Limit:** a child that the embedding program
+    /// spawns itself at that very moment, from another thread, inherits it too; a later
+    /// owner of this run would then count that child as one of this incarnation's.
+    pub fn inheritable<T>(&self, spawn: impl FnOnce() -> T) -> T {
+        use rustix::io::{FdFlags, fcntl_setfd};
+        let _one = MARK_SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+        let shared = fcntl_setfd(&self.fd, FdFlags::empty()).is_ok();
+        let out = spawn();
+        if shared {
+            // If this fails the descriptor stays inheritable: the owner's later children
+            // would carry the mark; better to say so than to hide it.
+            if let Err(e) = fcntl_setfd(&self.fd, FdFlags::CLOEXEC) {
+                tracing::warn!(error = %e, "the incarnation mark stays inheritable");
+            }
+        }
+        out
+    }
+
+    /// Whether `pid` holds this very mark (see [`holds_mark`]).
+    pub fn held_by(&self, pid: u32) -> bool {
+        holds_mark(pid, &self.id, &self.content)
+    }
+}
+
+/// Whether process `pid` holds, among its open descriptors, the mark `mark` with sealed
+/// content `content` (PROTOCOL §11.1): a descriptor whose link reads
+/// `/memfd:<name> (deleted)`, whose `stat` (through the link) has the recorded
+/// `(st_dev, st_ino)`, and which, opened read-only, is the same object, sealed against
+/// writes, shrinking and growth, and holds exactly `content`. Needs the right to read
+/// `/proc/<pid>/fd` (same uid and dumpable, or privilege); otherwise `false`.
+pub fn holds_mark(pid: u32, mark: &lease_core::CommandMark, content: &[u8]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let want = format!("/memfd:{} (deleted)", mark.name);
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    for e in dir.flatten() {
+        let path = e.path();
+        match std::fs::read_link(&path) {
+            Ok(link) if link.as_os_str() == want.as_str() => {}
+            _ => continue,
+        }
+        match std::fs::metadata(&path) {
+            Ok(md) if (md.dev(), md.ino()) == (mark.dev, mark.ino) => {}
+            _ => continue,
+        }
+        if mark_content_is(&path, mark, content) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Open the descriptor `path` (`/proc/<pid>/fd/<n>`) read-only and check it is the mark:
+/// same `(st_dev, st_ino)`, sealed, `content` exactly.
+fn mark_content_is(path: &std::path::Path, mark: &lease_core::CommandMark, content: &[u8]) -> bool {
+    use rustix::fs::SealFlags;
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let Ok(st) = rustix::fs::fstat(&file) else {
+        return false;
+    };
+    if (st.st_dev, st.st_ino) != (mark.dev, mark.ino) {
+        return false;
+    }
+    let sealed = SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE;
+    if !rustix::fs::fcntl_get_seals(&file).is_ok_and(|s| s.contains(sealed)) {
+        return false;
+    }
+    let mut got = Vec::with_capacity(content.len() + 1);
+    let limit = u64::try_from(content.len() + 1).unwrap_or(u64::MAX);
+    if file.take(limit).read_to_end(&mut got).is_err() {
+        return false;
+    }
+    got == content
+}
+
+/// Whether `pid` holds a descriptor of *some* runlease incarnation's mark (a memfd named
+/// `runlease-inc-…`) other than `ours`: a process of another run (of this process or of
+/// another owner) that this run must not adopt.
+fn holds_other_mark(pid: u32, ours: Option<&lease_core::CommandMark>) -> bool {
+    let prefix = format!("/memfd:{}", lease_core::CommandMark::PREFIX);
+    let own = ours.map(|m| format!("/memfd:{} (deleted)", m.name));
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        std::fs::read_link(e.path()).is_ok_and(|l| {
+            let l = l.to_string_lossy();
+            l.starts_with(&prefix) && own.as_deref() != Some(&*l)
+        })
+    })
+}
+
 /// What the run tracks of its commands: their process groups and every descendant seen
 /// so far (pid with its start time, so a reused pid is never signalled).
+///
+/// What counts as the run's (each as (pid, start time), and every signal through a pidfd
+/// confirmed to be that process, [`Held`]):
+///
+/// - every command leader and every member of a recorded group or session while its
+///   leader exists (the number cannot have been reused), afterwards only a member that
+///   carries the incarnation's secret or mark;
+/// - every child of a process already counted (parent chain, to a fixpoint);
+/// - with [`Tracked::adopt_children`] (the owner is a child subreaper,
+///   `OpenOptions::subreaper`): every child of the owner process that started no
+///   earlier than the run's first command, is not in the owner's own process group, and
+///   carries no other incarnation's secret or mark. That is every orphan reparented to
+///   the owner from a command's tree (confirmed by a pidfd opened while it is our child:
+///   its ppid is still us and its start time the scan's; a child of ours cannot be
+///   reused until we reap it). **The rule for an embedding program:** a child it spawns
+///   itself in the owner's process group (the default of `std` and `tokio`) is never
+///   counted; one it spawns in a new group or session while a run is open counts as
+///   the run's and is killed (and, once a zombie, reaped) with its commands: turn
+///   `subreaper` off in such a program, or start such children through `Run::command`.
+///   `runlease run` spawns nothing else;
+/// - every process of this uid, started no earlier than the first command, that holds
+///   the incarnation's mark or carries its secret in its environment (the sweep): what
+///   left the tree by reparenting to another subreaper still counts.
 #[derive(Debug, Default, Clone)]
 pub struct Tracked {
     /// Recorded process groups (each command's pid = pgid).
@@ -259,6 +493,20 @@ pub struct Tracked {
     /// a process found only by its group or session after that group's leader is gone is
     /// tracked only if it carries it (the group number may have been reused).
     pub secret: Option<String>,
+    /// The incarnation's mark, created at the first spawn (`None` if memfds are not
+    /// available: then the secret alone proves).
+    pub mark: Option<std::sync::Arc<Mark>>,
+    /// Command leaders (pid, start time): each is a tokio `Child` that its `RunCommand`
+    /// reaps, so the watchdog never reaps one.
+    pub leaders: BTreeSet<(u32, u64)>,
+    /// The start time of the run's first command (clock ticks after boot): nothing that
+    /// started earlier is adopted or swept; `None` until a command is spawned.
+    pub since: Option<u64>,
+    /// Adopt the owner's children (see the type's docs); set at spawn from
+    /// `OpenOptions::subreaper`.
+    pub adopt_children: bool,
+    /// Processes the sweep judged not ours (pid, start time): each is judged once.
+    pub(crate) not_ours: BTreeSet<(u32, u64)>,
 }
 
 /// The environment variable that carries an incarnation's secret to its commands.
@@ -266,12 +514,15 @@ pub const INCARNATION_VAR: &str = "RUNLEASE_INCARNATION";
 
 impl Tracked {
     /// Refresh from a scan: add every process whose group or session is a recorded group,
-    /// or whose parent is a known descendant (to a fixpoint); forget known pids that are gone
-    /// or reused, and groups with no process left at all (not even a zombie, so the number
-    /// could be reused).
+    /// whose parent is a known descendant, that is an adoptable child of the owner, or
+    /// that the sweep proves (see the type's docs), to a fixpoint; forget known pids that
+    /// are gone or reused, and groups with no process left at all (not even a zombie, so
+    /// the number could be reused).
     pub fn refresh(&mut self, procs: &[ProcInfo]) {
-        self.known
-            .retain(|pid, st| procs.iter().any(|p| p.pid == *pid && p.start_time == *st));
+        let present = |pid: u32, st: u64| procs.iter().any(|p| p.pid == pid && p.start_time == st);
+        self.known.retain(|pid, st| present(*pid, *st));
+        self.leaders.retain(|(pid, st)| present(*pid, *st));
+        self.not_ours.retain(|(pid, st)| present(*pid, *st));
         if let Some(cg) = &self.cgroup {
             for pid in crate::cgroup::pids_in(cg) {
                 if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
@@ -279,21 +530,11 @@ impl Tracked {
                 }
             }
         }
-        loop {
-            let mut added = false;
-            for p in procs {
-                if self.known.contains_key(&p.pid) {
-                    continue;
-                }
-                let member = self.known.contains_key(&p.ppid) || self.group_member(p, procs);
-                if member {
-                    self.known.insert(p.pid, p.start_time);
-                    added = true;
-                }
-            }
-            if !added {
-                break;
-            }
+        let me = std::process::id();
+        let own_group = procs.iter().find(|p| p.pid == me).map(|p| p.pgrp);
+        self.descend(procs, me, own_group);
+        if self.sweep(procs) {
+            self.descend(procs, me, own_group);
         }
         let groups: Vec<u32> = self.groups.iter().copied().collect();
         for g in groups {
@@ -304,6 +545,115 @@ impl Tracked {
                 self.groups.remove(&g);
             }
         }
+    }
+
+    /// Forget every process: the commands were handed over (`Run::release_detached`);
+    /// nothing is adopted or swept any more.
+    pub fn forget_all(&mut self) {
+        self.groups.clear();
+        self.known.clear();
+        self.leaders.clear();
+        self.since = None;
+        self.adopt_children = false;
+    }
+
+    /// Add group members, children of known processes and adoptable children of the
+    /// owner, to a fixpoint.
+    fn descend(&mut self, procs: &[ProcInfo], me: u32, own_group: Option<u32>) {
+        loop {
+            let mut added = false;
+            for p in procs {
+                if self.known.contains_key(&p.pid) {
+                    continue;
+                }
+                let member = self.known.contains_key(&p.ppid)
+                    || self.group_member(p, procs)
+                    || self.adoptable(p, me, own_group);
+                if member {
+                    self.known.insert(p.pid, p.start_time);
+                    added = true;
+                }
+            }
+            if !added {
+                break;
+            }
+        }
+    }
+
+    /// Whether `p` is a child of the owner (`me`) that the run adopts (the type's docs):
+    /// confirmed, for a live one, through a pidfd opened while it is our child.
+    fn adoptable(&self, p: &ProcInfo, me: u32, own_group: Option<u32>) -> bool {
+        if !self.adopt_children
+            || p.ppid != me
+            || p.pid == me
+            || own_group == Some(p.pgrp)
+            || self.since.is_none_or(|s| p.start_time < s)
+        {
+            return false;
+        }
+        if p.zombie {
+            // Our unreaped child: its number cannot be reused until we reap it; nothing
+            // is signalled, it is only reaped.
+            return true;
+        }
+        if Held::child(p.pid, p.start_time).is_none() {
+            return false;
+        }
+        // Ours by proof (a nested run's command may carry an outer run's mark besides
+        // ours); otherwise any other incarnation's evidence makes it another run's.
+        let env = env_var(p.pid, INCARNATION_VAR);
+        let our_secret = matches!((&env, &self.secret), (EnvVar::Set(v), Some(s)) if v == s);
+        if our_secret || self.mark.as_ref().is_some_and(|m| m.held_by(p.pid)) {
+            return true;
+        }
+        !matches!(env, EnvVar::Set(_))
+            && !holds_other_mark(p.pid, self.mark.as_ref().map(|m| &m.id))
+    }
+
+    /// The sweep: every live process of this uid started no earlier than the first command
+    /// that holds the mark or carries the secret. Returns whether it added any.
+    fn sweep(&mut self, procs: &[ProcInfo]) -> bool {
+        let Some(since) = self.since else {
+            return false;
+        };
+        let uid = euid();
+        let mut added = false;
+        for p in procs {
+            let key = (p.pid, p.start_time);
+            if p.zombie
+                || p.start_time < since
+                || self.known.contains_key(&p.pid)
+                || self.not_ours.contains(&key)
+            {
+                continue;
+            }
+            if self.proves(p.pid, uid) {
+                self.known.insert(p.pid, p.start_time);
+                added = true;
+            } else {
+                self.not_ours.insert(key);
+            }
+        }
+        added
+    }
+
+    /// Whether `pid` runs as `uid` (real and effective) and holds the mark or carries the
+    /// secret.
+    fn proves(&self, pid: u32, uid: u32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        // The owner of /proc/<pid> is its effective uid (when dumpable): a cheap first cut.
+        if !std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid) {
+            return false;
+        }
+        if uids_of(pid) != Some((uid, uid)) {
+            return false;
+        }
+        if let Some(s) = &self.secret {
+            if env_var(pid, INCARNATION_VAR) == EnvVar::Set(s.clone()) {
+                return true;
+            }
+        }
+        self.mark.as_ref().is_some_and(|m| m.held_by(pid))
     }
 
     /// Whether group (or session) `g`'s leader, our command, still exists with its
@@ -317,7 +667,7 @@ impl Tracked {
 
     /// Whether `p` is a member of a recorded group or session that counts as ours: while
     /// that group's leader is pinned, or (after it is gone) when `p` carries the
-    /// incarnation's secret.
+    /// incarnation's secret or mark.
     fn group_member(&self, p: &ProcInfo, procs: &[ProcInfo]) -> bool {
         let in_group = self.groups.contains(&p.pgrp);
         let in_session = self.groups.contains(&p.session);
@@ -331,6 +681,13 @@ impl Tracked {
                 .secret
                 .as_deref()
                 .is_some_and(|s| env_var(p.pid, INCARNATION_VAR) == EnvVar::Set(s.to_string()))
+            || self.mark.as_ref().is_some_and(|m| m.held_by(p.pid))
+    }
+
+    /// Whether `pid` is one of the command leaders (whatever its start time): a tokio
+    /// `Child`, reaped only by its `RunCommand`.
+    pub fn is_leader(&self, pid: u32) -> bool {
+        self.leaders.iter().any(|(l, _)| *l == pid)
     }
 
     /// SIGKILL (or `sig`) every recorded group and every known descendant that still has

@@ -261,6 +261,7 @@ fn command_record(path: &Path, g: u64, pid: u32) -> Vec<u8> {
         started_at: now_ts(),
         incarnation: None,
         cgroup: None,
+        mark: None,
     })
     .unwrap()
 }

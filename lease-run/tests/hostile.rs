@@ -76,6 +76,7 @@ fn forge(path: &Path, pid: u32, pgid: u32, start: u64, incarnation: Option<&str>
         started_at: now_ts(),
         incarnation: incarnation.map(|s| CommandRecord::incarnation_digest(&run_id, g1, s)),
         cgroup: None,
+        mark: None,
     };
     let f = FileRef::Command {
         generation: g1,

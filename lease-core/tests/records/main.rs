@@ -144,6 +144,8 @@ proptest! {
             .filter(|p| !(s.version == CommandRecord::VERSION && p == &["incarnation"]))
             // And (issue #29) the command record's `cgroup` (its own fields are required).
             .filter(|p| !(s.version == CommandRecord::VERSION && p == &["cgroup"]))
+            // And (issue #29) its `mark` (its own fields are required).
+            .filter(|p| !(s.version == CommandRecord::VERSION && p == &["mark"]))
             // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
             .filter(|p| !(s.version == EpochRecord::VERSION && p == &["cutoff_hash"]))
             .filter(|p| !(s.version == Checkpoint::VERSION && p == &["through_hash"]))
@@ -869,6 +871,7 @@ fn command_incarnation_is_absent_when_empty_and_never_null() {
         started_at: Timestamp::from_unix_millis(0).unwrap(),
         incarnation: None,
         cgroup: None,
+        mark: None,
     };
     let bytes = encode(&rec).unwrap();
     let text = String::from_utf8(bytes.clone()).unwrap();
@@ -912,6 +915,42 @@ fn command_incarnation_is_absent_when_empty_and_never_null() {
         let e = decode::<CommandRecord>(t.as_bytes()).unwrap_err();
         assert!(e.to_string().contains("cgroup.id"), "{e}");
     }
+    // Issue #29: the mark, absent when `None` (no `mark` key in `text`), round-trips
+    // beside a digest and only named after it; without a digest, or named otherwise, it is
+    // refused; its content is bound to the run, the generation and the digest.
+    assert!(!text.contains("\"mark\""), "{text}");
+    let digest = CommandRecord::incarnation_digest(&rec.run_id, rec.generation, "s");
+    let marked = CommandRecord {
+        incarnation: Some(digest.clone()),
+        mark: Some(lease_core::CommandMark {
+            name: lease_core::CommandMark::name_for(&digest),
+            dev: 1,
+            ino: 4_294_967_295,
+        }),
+        ..rec.clone()
+    };
+    assert!(lease_core::CommandMark::name_for(&digest).starts_with("runlease-inc-"));
+    assert_eq!(lease_core::CommandMark::name_for(&digest).len(), 13 + 16);
+    let marked_bytes = encode(&marked).unwrap();
+    assert_eq!(decode::<CommandRecord>(&marked_bytes).unwrap(), marked);
+    let no_digest = CommandRecord {
+        incarnation: None,
+        ..marked.clone()
+    };
+    assert!(
+        encode(&no_digest).is_err()
+            || decode::<CommandRecord>(&encode(&no_digest).unwrap()).is_err()
+    );
+    let marked_text = String::from_utf8(marked_bytes).unwrap();
+    let renamed = marked_text.replacen("runlease-inc-", "runlease-inx-", 1);
+    let e = decode::<CommandRecord>(renamed.as_bytes()).unwrap_err();
+    assert!(e.to_string().contains("mark.name"), "{e}");
+    let null = text.replacen("\"pgid\"", "\"mark\":null,\"pgid\"", 1);
+    assert!(decode::<CommandRecord>(null.as_bytes()).is_err(), "{null}");
+    assert_ne!(
+        lease_core::CommandMark::content(&rec.run_id, rec.generation, &digest),
+        lease_core::CommandMark::content(&RunId::new("q").unwrap(), rec.generation, &digest)
+    );
     // The digest is bound to the run and the generation.
     assert_ne!(
         CommandRecord::incarnation_digest(&rec.run_id, rec.generation, "s"),

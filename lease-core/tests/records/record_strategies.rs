@@ -342,6 +342,14 @@ pub(crate) fn command_record() -> impl Strategy<Value = CommandRecord> {
                 if argv[0].is_empty() {
                     argv[0].push('x');
                 }
+                // The mark (issue #29) exists only with a digest, named after it.
+                let mark = incarnation.as_ref().filter(|_| pid % 2 == 0).map(|d| {
+                    lease_core::CommandMark {
+                        name: lease_core::CommandMark::name_for(d),
+                        dev: start_time,
+                        ino: u64::from(pid),
+                    }
+                });
                 CommandRecord {
                     run_id,
                     generation: generation(g),
@@ -353,6 +361,7 @@ pub(crate) fn command_record() -> impl Strategy<Value = CommandRecord> {
                     started_at,
                     incarnation,
                     cgroup,
+                    mark,
                 }
             },
         )

@@ -47,6 +47,19 @@ pub struct OpenOptions {
     pub exit_on_fence: bool,
     /// Make this process a child subreaper (`PR_SET_CHILD_SUBREAPER`, process-wide) at the
     /// `heartbeat` step, so orphaned descendants are reparented to it (default true).
+    ///
+    /// With it, the run **adopts the owner process's children**: every child of this
+    /// process that started no earlier than the run's first command, is not in this
+    /// process's own process group and carries no other run incarnation's secret or mark
+    /// counts as one of the run's (an orphan reparented from a command's tree), and is
+    /// killed with the commands at release and on a fence, and reaped once a zombie
+    /// ([`crate::procs::Tracked`]). A child that the embedding program spawns itself in
+    /// this process's group (the default of `std` and `tokio`) is never counted; one it
+    /// spawns in a new group or session while a run is open is, and its exit status is
+    /// then taken by the run: such a program should set this to false (a double-forked
+    /// descendant is then reparented to init or another subreaper, and found only by the
+    /// incarnation's mark or secret) or start those children with [`Run::command`].
+    /// `runlease run` spawns nothing else.
     pub subreaper: bool,
     /// Put the commands in a cgroup v2 directory of their own when one can be created
     /// below this process's cgroup (default true); otherwise, or when false, they are

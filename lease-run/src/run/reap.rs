@@ -12,15 +12,27 @@ use std::time::{Duration, Instant};
 
 /// Reap or refuse the commands recorded by older generations (owner lock held).
 ///
-/// PROTOCOL §11.1: a process is signalled only once it is proved to be one that the
+/// PROTOCOL §11.1: a process is signalled only once it is proved to be one that a
 /// recording incarnation started: same boot, the same real and effective uid as this
-/// process, started no earlier than the recorded command, and carrying in its environment
-/// the secret whose digest the record holds ([`CommandRecord::incarnation_digest`]); from
-/// that check to every signal it is held by a pidfd ([`procs::Held`]), so a reused pid is
-/// never hit. The record's pid and group select nothing to kill: they only name a leader
-/// that is alive but unprovable, which refuses the open (`RUN_COMMAND_UNPROVEN`) and is
-/// left alone. A descendant that dropped its environment cannot be found and is not
-/// signalled (a cgroup, when the run had one, still catches it: `reap_cgroups`).
+/// process, started no earlier than the recorded command, and either carrying in its
+/// environment the secret whose digest the record holds ([`CommandRecord::incarnation_digest`])
+/// or holding among its descriptors the incarnation's mark the record names
+/// ([`CommandRecord::mark`], [`procs::holds_mark`]: this proof survives `env -i`, `setsid`
+/// and `nohup`). From that check to every signal it is held by a pidfd ([`procs::Held`]),
+/// so a reused pid is never hit. The record's pid and group select nothing to kill: they
+/// only name a leader that is alive but unprovable, which refuses the open
+/// (`RUN_COMMAND_UNPROVEN`) and is left alone. A descendant that both dropped its
+/// environment and closed the mark's descriptor cannot be found and is not signalled (a
+/// cgroup, when the run had one, still catches it: `reap_cgroups`).
+///
+/// One scan of `/proc` judges the leaders of all the records (this boot's), before anything
+/// is signalled: one unproven leader refuses the open with nothing signalled. Then one stop
+/// loop stops every process proved for any of the records, rescanning every 10 ms (so what
+/// they fork meanwhile is caught too); each process is judged once (pid and start time).
+/// Order of writes: the records are removed only once every proved process is gone, one
+/// after the other, each durably (`primitives::remove` syncs `commands/`); a crash in
+/// between leaves records whose processes are gone, which the next open judges gone and
+/// removes.
 pub(super) fn reap_or_refuse(
     dir: &RunDir,
     ours: Generation,
@@ -30,44 +42,52 @@ pub(super) fn reap_or_refuse(
     let run = dir.run_id().as_str().to_string();
     let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
-    for (p, rec) in command_records(dir)? {
-        let generation = rec.generation;
-        if generation >= ours {
-            continue;
-        }
-        if rec.boot_id.as_str() == boot {
-            let mut prover = Prover::new(&rec);
-            if let Err(why) = prover.leader(&rec, &procs::scan()) {
+    let older: Vec<(String, CommandRecord)> = command_records(dir)?
+        .into_iter()
+        .filter(|(_, r)| r.generation < ours)
+        .collect();
+    // Another boot's records: their processes died with that boot.
+    let this_boot: Vec<&(String, CommandRecord)> = older
+        .iter()
+        .filter(|(_, r)| r.boot_id.as_str() == boot)
+        .collect();
+    if !this_boot.is_empty() {
+        let recs: Vec<&CommandRecord> = this_boot.iter().map(|(_, r)| r).collect();
+        let mut prover = Prover::for_records(&recs);
+        let procs = procs::scan();
+        for (p, rec) in &this_boot {
+            if let Err(why) = prover.leader(rec, &procs) {
                 return Err(RunError::CommandUnproven {
                     run: run.clone(),
-                    file: p,
+                    file: p.clone(),
                     pid: rec.pid,
                     start_time: rec.start_time,
                     why,
                 });
             }
-            match stop_proven(&mut prover, grace, kill_wait) {
-                Ok(()) => {}
-                Err(StopFailed::Survives(pid)) => {
-                    return Err(RunError::CommandsSurvive {
-                        run: run.clone(),
-                        pid,
-                        pgid: rec.pgid,
-                        generation: generation.get(),
-                    });
-                }
-                Err(StopFailed::NotPermitted(pid, e)) => {
-                    return Err(RunError::NotPermitted {
-                        run: run.clone(),
-                        pid,
-                        generation: generation.get(),
-                        detail: e.to_string(),
-                    });
-                }
+        }
+        match stop_proven(&mut prover, procs, grace, kill_wait) {
+            Ok(()) => {}
+            Err(StopFailed::Survives(pid, i)) => {
+                return Err(RunError::CommandsSurvive {
+                    run: run.clone(),
+                    pid,
+                    pgid: recs[i].pgid,
+                    generation: recs[i].generation.get(),
+                });
+            }
+            Err(StopFailed::NotPermitted(pid, i, e)) => {
+                return Err(RunError::NotPermitted {
+                    run: run.clone(),
+                    pid,
+                    generation: recs[i].generation.get(),
+                    detail: e.to_string(),
+                });
             }
         }
-        // Another boot: its processes died with that boot.
-        primitives::remove(&**dir.fs(), &p, true).map_err(|e| io("remove", &p, e))?;
+    }
+    for (p, _) in &older {
+        primitives::remove(&**dir.fs(), p, true).map_err(|e| io("remove", p, e))?;
     }
     Ok(())
 }
@@ -304,24 +324,50 @@ pub(crate) fn command_records(dir: &RunDir) -> Result<Vec<(String, CommandRecord
     Ok(out)
 }
 
-/// Decides, once per process (pid and start time), whether it is proved to be one that the
-/// incarnation of a command record started (see [`reap_or_refuse`]).
-struct Prover {
+/// What one command record lets a [`Prover`] accept.
+struct Claim {
     run: lease_core::RunId,
     generation: Generation,
     digest: Option<lease_core::Digest>,
+    /// The mark and its sealed content ([`lease_core::CommandMark::content`]).
+    mark: Option<(lease_core::CommandMark, Vec<u8>)>,
     started_no_earlier: u64,
+}
+
+/// Decides, once per process (pid and start time), whether it is proved to be one that the
+/// incarnation of one of its command records started (see [`reap_or_refuse`]); when it is,
+/// which record.
+struct Prover {
+    claims: Vec<Claim>,
     euid: u32,
-    seen: std::collections::BTreeMap<(u32, u64), Result<(), String>>,
+    seen: std::collections::BTreeMap<(u32, u64), Result<usize, String>>,
 }
 
 impl Prover {
     fn new(rec: &CommandRecord) -> Prover {
+        Prover::for_records(&[rec])
+    }
+
+    /// A prover for several records at once (one judgement per process, however many).
+    fn for_records(recs: &[&CommandRecord]) -> Prover {
+        let claims = recs
+            .iter()
+            .map(|rec| Claim {
+                run: rec.run_id.clone(),
+                generation: rec.generation,
+                digest: rec.incarnation.clone(),
+                mark: match (&rec.mark, &rec.incarnation) {
+                    (Some(m), Some(d)) => Some((
+                        m.clone(),
+                        lease_core::CommandMark::content(&rec.run_id, rec.generation, d),
+                    )),
+                    _ => None,
+                },
+                started_no_earlier: rec.start_time,
+            })
+            .collect();
         Prover {
-            run: rec.run_id.clone(),
-            generation: rec.generation,
-            digest: rec.incarnation.clone(),
-            started_no_earlier: rec.start_time,
+            claims,
             euid: procs::euid(),
             seen: std::collections::BTreeMap::new(),
         }
@@ -342,29 +388,37 @@ impl Prover {
 
     /// `Ok` when `q` is proved ours; otherwise what is missing (for messages).
     fn check(&mut self, q: &procs::ProcInfo) -> Result<(), String> {
+        self.which(q).map(|_| ())
+    }
+
+    /// The index of the record `q` is proved to belong to; otherwise what is missing.
+    fn which(&mut self, q: &procs::ProcInfo) -> Result<usize, String> {
         if q.zombie {
             return Err("it has exited".into());
-        }
-        if q.start_time < self.started_no_earlier {
-            return Err("it started before the recorded command".into());
         }
         let key = (q.pid, q.start_time);
         if let Some(r) = self.seen.get(&key) {
             return r.clone();
         }
-        let r = self.decide(q.pid);
+        let r = self.decide(q);
         self.seen.insert(key, r.clone());
         r
     }
 
-    fn decide(&self, pid: u32) -> Result<(), String> {
-        let Some(digest) = &self.digest else {
+    fn decide(&self, q: &procs::ProcInfo) -> Result<usize, String> {
+        let candidates: Vec<usize> = (0..self.claims.len())
+            .filter(|i| q.start_time >= self.claims[*i].started_no_earlier)
+            .collect();
+        let Some(first) = candidates.first().map(|i| &self.claims[*i]) else {
+            return Err("it started before the recorded command".into());
+        };
+        if candidates.iter().all(|i| self.claims[*i].digest.is_none()) {
             return Err(
                 "its record was written by a runlease without process proof (no incarnation digest)"
                     .into(),
             );
-        };
-        match procs::uids_of(pid) {
+        }
+        match procs::uids_of(q.pid) {
             Some((r, e)) if r == self.euid && e == self.euid => {}
             Some((r, e)) => {
                 return Err(format!(
@@ -374,55 +428,82 @@ impl Prover {
             }
             None => return Err("its /proc/PID/status cannot be read".into()),
         }
-        match procs::env_var(pid, INCARNATION_VAR) {
-            procs::EnvVar::Set(v)
-                if CommandRecord::incarnation_digest(&self.run, self.generation, &v) == *digest =>
-            {
-                Ok(())
+        let env = procs::env_var(q.pid, INCARNATION_VAR);
+        if let procs::EnvVar::Set(v) = &env {
+            for i in &candidates {
+                let c = &self.claims[*i];
+                let digest = CommandRecord::incarnation_digest(&c.run, c.generation, v);
+                if c.digest.as_ref() == Some(&digest) {
+                    return Ok(*i);
+                }
             }
-            procs::EnvVar::Set(_) => Err(format!(
-                "its {INCARNATION_VAR} is not the secret of generation {}",
-                self.generation
-            )),
-            procs::EnvVar::Unset => Err(format!(
-                "it does not carry generation {}'s {INCARNATION_VAR} secret in its environment",
-                self.generation
-            )),
-            procs::EnvVar::Unreadable => Err("its environment cannot be read".into()),
         }
+        // The mark: one look at the descriptors per distinct mark.
+        let mut looked: Vec<&lease_core::CommandMark> = Vec::new();
+        for i in &candidates {
+            if let Some((m, content)) = &self.claims[*i].mark {
+                if looked.contains(&m) {
+                    continue;
+                }
+                looked.push(m);
+                if procs::holds_mark(q.pid, m, content) {
+                    return Ok(*i);
+                }
+            }
+        }
+        let g = first.generation;
+        let no_mark = if looked.is_empty() {
+            String::new()
+        } else {
+            format!(", and holds no descriptor of generation {g}'s mark")
+        };
+        Err(match env {
+            procs::EnvVar::Set(_) => {
+                format!("its {INCARNATION_VAR} is not the secret of generation {g}{no_mark}")
+            }
+            procs::EnvVar::Unset => format!(
+                "it does not carry generation {g}'s {INCARNATION_VAR} secret in its environment{no_mark}"
+            ),
+            procs::EnvVar::Unreadable => format!("its environment cannot be read{no_mark}"),
+        })
     }
 }
 
 enum StopFailed {
-    Survives(u32),
-    NotPermitted(u32, std::io::Error),
+    /// A survivor, and the index of the record it was proved for.
+    Survives(u32, usize),
+    NotPermitted(u32, usize, std::io::Error),
 }
 
-/// Stop every process `prover` proves ours, found afresh by a scan every 10 ms (so what
-/// they fork meanwhile is caught too): SIGTERM once each, SIGKILL after `grace`, through
-/// pidfds; done when none is left, or the first survivor after `grace + kill_wait`.
+/// Stop every process `prover` proves ours, found afresh by a scan every 10 ms (the first
+/// loop uses `first`, the scan the leaders were judged on), so what they fork meanwhile is
+/// caught too: SIGTERM once each, SIGKILL after `grace`, through pidfds; done when none is
+/// left, or the first survivor after `grace + kill_wait`.
 fn stop_proven(
     prover: &mut Prover,
+    first: Vec<procs::ProcInfo>,
     grace: Duration,
     kill_wait: Duration,
 ) -> Result<(), StopFailed> {
     let kill_at = Instant::now() + grace;
     let end = kill_at + kill_wait;
     let mut termed = std::collections::BTreeSet::new();
+    let mut scan = Some(first);
     loop {
-        let live: Vec<procs::Held> = procs::scan()
+        let procs = scan.take().unwrap_or_else(procs::scan);
+        let live: Vec<(procs::Held, usize)> = procs
             .iter()
-            .filter(|q| prover.check(q).is_ok())
-            .filter_map(|q| procs::Held::open(q.pid, q.start_time))
+            .filter_map(|q| prover.which(q).ok().map(|i| (q, i)))
+            .filter_map(|(q, i)| procs::Held::open(q.pid, q.start_time).map(|h| (h, i)))
             .collect();
-        let Some(first) = live.first() else {
+        let Some((first, i)) = live.first() else {
             return Ok(());
         };
         let now = Instant::now();
         if now >= end {
-            return Err(StopFailed::Survives(first.pid));
+            return Err(StopFailed::Survives(first.pid, *i));
         }
-        for h in &live {
+        for (h, i) in &live {
             let sig = if now >= kill_at {
                 Signal::KILL
             } else if termed.insert((h.pid, h.start_time)) {
@@ -432,7 +513,7 @@ fn stop_proven(
             };
             if let Err(e) = h.signal(sig) {
                 if e.raw_os_error() == Some(rustix::io::Errno::PERM.raw_os_error()) {
-                    return Err(StopFailed::NotPermitted(h.pid, e));
+                    return Err(StopFailed::NotPermitted(h.pid, *i, e));
                 }
             }
         }

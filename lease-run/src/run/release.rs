@@ -161,8 +161,7 @@ impl Run {
                     if detach {
                         let cg = {
                             let mut t = sh.tracked();
-                            t.groups.clear();
-                            t.known.clear();
+                            t.forget_all();
                             t.cgroup.take()
                         };
                         if let Some(cg) = cg {

@@ -403,20 +403,53 @@ impl Run {
             Some(name) => cmd.env(crate::store_socket::SOCKET_VAR, name),
             None => cmd.env_remove(crate::store_socket::SOCKET_VAR),
         };
+        let incarnation = CommandRecord::incarnation_digest(
+            &self.lease.run_id,
+            self.lease.generation,
+            &self.shared.incarnation,
+        );
+        // The incarnation's mark (PROTOCOL §11.1), created at the first spawn: every
+        // command inherits it as a descriptor, the proof a later owner accepts after
+        // `env -i`. No memfd (an old kernel, a seccomp filter): the secret alone proves.
+        let mark = {
+            let mut t = self.shared.tracked();
+            if t.mark.is_none() {
+                match procs::Mark::create(&self.lease.run_id, self.lease.generation, &incarnation) {
+                    Ok(m) => t.mark = Some(Arc::new(m)),
+                    Err(e) => tracing::warn!(
+                        run = %run,
+                        error = %e,
+                        "no incarnation mark (memfd): commands are proved by their environment only"
+                    ),
+                }
+            }
+            t.mark.clone()
+        };
+        match &mark {
+            Some(m) => cmd.env(procs::MARK_FD_VAR, m.fd_number().to_string()),
+            None => cmd.env_remove(procs::MARK_FD_VAR),
+        };
         // Start and track in one critical section of the tracking lock, so the watchdog
         // never takes a snapshot without the group (`fence::fence_tick`).
+        let adopt = self.opts.subreaper;
         let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
-            let child = cmd
-                .spawn()
-                .map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
+            let spawned = match &mark {
+                Some(m) => m.inheritable(|| cmd.spawn()),
+                None => cmd.spawn(),
+            };
+            let child = spawned.map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
             let pid = child
                 .id()
                 .ok_or_else(|| spawn_err("the child has no pid".into()))?;
             t.groups.insert(pid);
+            t.adopt_children = adopt;
             // The leader's start time at once (it is our unreaped child, its pid cannot be
-            // reused yet): its group counts as ours exactly while it exists (`procs`).
+            // reused yet): its group counts as ours exactly while it exists (`procs`);
+            // nothing that started before the first command is ever adopted or swept.
             if let Ok(Some(st)) = probe::process_start_time(pid) {
                 t.known.insert(pid, st);
+                t.leaders.insert((pid, st));
+                t.since = Some(t.since.map_or(st, |s| s.min(st)));
             }
             Ok::<_, RunError>((child, pid))
         })?;
@@ -425,11 +458,7 @@ impl Run {
         let mut unstarted = KillGateOnDrop(Some(pid));
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv);
-        let incarnation = CommandRecord::incarnation_digest(
-            &lease.run_id,
-            lease.generation,
-            &self.shared.incarnation,
-        );
+        let mark_id = mark.as_ref().map(|m| m.id.clone());
         let cgroup = self.shared.tracked().cgroup.clone();
         let recorded = blocking(
             &run,
@@ -487,6 +516,9 @@ impl Run {
                         .map(crate::cgroup::identity)
                         .transpose()
                         .map_err(|e| RunError::Io(format!("the run's cgroup: {e}")))?,
+                    // The mark it inherited: what a later owner finds among the descriptors
+                    // of its descendants, whatever they did to their environment.
+                    mark: mark_id,
                 };
                 let f = FileRef::Command {
                     generation: lease.generation,

@@ -70,7 +70,10 @@ impl Tracking for Tracked {
     type Scan = Vec<procs::ProcInfo>;
 
     fn scan(&self) -> Self::Scan {
-        if self.groups.is_empty() && self.known.is_empty() {
+        // Until the first command, nothing can be ours. From then on every tick scans,
+        // even when nothing is tracked: an orphan whose parent and leader exited between
+        // two scans is reparented to this subreaper and must be adopted then.
+        if self.groups.is_empty() && self.known.is_empty() && self.since.is_none() {
             Vec::new()
         } else {
             procs::scan()
@@ -88,12 +91,19 @@ impl Tracking for Tracked {
     }
 }
 
-/// Reap zombie orphans reparented to this (subreaper) process that are tracked descendants
-/// but not a command leader (those belong to tokio's `Child`).
+/// Reap the zombies of adopted orphans: children of this (subreaper) process that the
+/// refresh just counted as the run's (`known`, which takes in a zombie child of ours only by
+/// the adoption rule of [`Tracked`]), never a command leader (a tokio `Child`, reaped by its
+/// `RunCommand`; any pid a leader had is skipped). Its pid cannot have been reused: a child
+/// is ours until reaped, and this runs under the tracking lock right after the scan.
 fn reap_orphans(t: &Tracked, procs: &[procs::ProcInfo]) {
     let me = std::process::id();
     for p in procs {
-        if p.zombie && p.ppid == me && !t.groups.contains(&p.pid) && t.known.contains_key(&p.pid) {
+        if p.zombie
+            && p.ppid == me
+            && !t.is_leader(p.pid)
+            && t.known.get(&p.pid) == Some(&p.start_time)
+        {
             if let Some(pid) = rustix::process::Pid::from_raw(i32::try_from(p.pid).unwrap_or(0)) {
                 let _ = rustix::process::waitid(
                     rustix::process::WaitId::Pid(pid),

@@ -167,6 +167,7 @@ fn a_recorded_command_that_cannot_be_killed_refuses_the_open_76_and_its_record_i
                 FROZEN_SECRET,
             )),
             cgroup: None,
+            mark: None,
         };
         let f = FileRef::Command {
             generation: Generation::new(1).unwrap(),
