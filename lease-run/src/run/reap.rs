@@ -134,8 +134,8 @@ pub const MAX_COMMAND_RECORDS: usize = 1024;
 
 /// The process table as one judgement of the command records sees it: one scan of
 /// `/proc`, indexed by pid. Judging any number of records against it costs one lookup per
-/// record and one digest per record and carrier of a secret, never records × processes
-/// reads.
+/// record and one proof per process (a [`Prover`] for all the records at once), never
+/// records × processes reads.
 pub(crate) struct ProcIndex {
     by_pid: std::collections::BTreeMap<u32, procs::ProcInfo>,
 }
@@ -155,22 +155,6 @@ impl ProcIndex {
             .filter(|q| q.start_time == start_time && !q.zombie)
             .into_iter()
             .copied()
-            .collect()
-    }
-
-    /// The live processes of this effective uid whose environment sets
-    /// [`INCARNATION_VAR`], with its value: one `status` and one `environ` read per process
-    /// of this uid, once per judgement.
-    fn carriers(&self) -> Vec<(procs::ProcInfo, String)> {
-        let euid = procs::euid();
-        self.by_pid
-            .values()
-            .filter(|q| !q.zombie)
-            .filter(|q| procs::uids_of(q.pid) == Some((euid, euid)))
-            .filter_map(|q| match procs::env_var(q.pid, INCARNATION_VAR) {
-                procs::EnvVar::Set(v) => Some((*q, v)),
-                _ => None,
-            })
             .collect()
     }
 }
@@ -222,50 +206,50 @@ fn proc_index() -> std::rc::Rc<ProcIndex> {
 /// Cost (issue #29): one listing of `commands/`, one read per record (at most
 /// [`MAX_COMMAND_RECORDS`]), one scan of `/proc` however many records there are
 /// (an index of the process table; shared with the other judgements of the operation inside
-/// [`one_proc_scan`]); beyond its `stat`, a process is read only if it is a record's live
-/// leader, or (once) to find the carriers of an incarnation secret.
+/// [`one_proc_scan`]), and one proof per process for all the records at once, as reaping
+/// judges them (a process started before every record costs nothing beyond its `stat`).
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
     let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let records = command_records(dir)?;
+    let this_boot: Vec<&CommandRecord> = records
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.boot_id.as_str() == boot)
+        .collect();
     // The process table is read once, and only if a record of this boot needs judging: a
     // run with no command records (every clean release leaves none) costs no /proc scan.
-    let mut index: Option<std::rc::Rc<ProcIndex>> = None;
-    let mut carriers: Option<Vec<(procs::ProcInfo, String)>> = None;
+    // One prover for all of them, as reaping judges them: each process judged once.
+    let mut judged = None;
+    let mut proved: std::collections::BTreeMap<usize, Vec<u32>> = Default::default();
+    if !this_boot.is_empty() {
+        let index = proc_index();
+        let mut prover = Prover::for_records(&this_boot);
+        for q in index.by_pid.values() {
+            if let Ok(i) = prover.which(q) {
+                proved.entry(i).or_default().push(q.pid);
+            }
+        }
+        judged = Some((index, prover));
+    }
     let mut out = Vec::new();
-    for (p, rec) in command_records(dir)? {
-        let (generation, pid) = (rec.generation, rec.pid);
-        let state = if rec.boot_id.as_str() != boot {
-            CommandState::Gone
-        } else {
-            let index = index.get_or_insert_with(proc_index);
-            let mut prover = Prover::new(&rec);
-            match prover.leader(&rec, &index.leader(rec.pid, rec.start_time)) {
-                Err(why) => CommandState::Unproven { why },
-                Ok(()) => {
-                    // What runs of it, for the report: the carriers of a secret whose
-                    // digest is the record's, each confirmed by the prover.
-                    let carriers = carriers.get_or_insert_with(|| index.carriers());
-                    let proved: Vec<u32> = carriers
-                        .iter()
-                        .filter(|(q, secret)| {
-                            rec.incarnation.as_ref().is_some_and(|d| {
-                                CommandRecord::incarnation_digest(&rec.run_id, generation, secret)
-                                    == *d
-                            }) && prover.check(q).is_ok()
-                        })
-                        .map(|(q, _)| q.pid)
-                        .collect();
-                    if proved.is_empty() {
-                        CommandState::Gone
-                    } else {
-                        CommandState::Proved(proved)
-                    }
+    let mut i = 0;
+    for (p, rec) in &records {
+        let state = match &mut judged {
+            Some((index, prover)) if rec.boot_id.as_str() == boot => {
+                let mine = proved.remove(&i).unwrap_or_default();
+                i += 1;
+                match prover.leader(rec, &index.leader(rec.pid, rec.start_time)) {
+                    Err(why) => CommandState::Unproven { why },
+                    Ok(()) if mine.is_empty() => CommandState::Gone,
+                    Ok(()) => CommandState::Proved(mine),
                 }
             }
+            _ => CommandState::Gone,
         };
         out.push(CommandAudit {
-            file: p,
-            generation,
-            pid,
+            file: p.clone(),
+            generation: rec.generation,
+            pid: rec.pid,
             start_time: rec.start_time,
             state,
         });
@@ -344,10 +328,6 @@ struct Prover {
 }
 
 impl Prover {
-    fn new(rec: &CommandRecord) -> Prover {
-        Prover::for_records(&[rec])
-    }
-
     /// A prover for several records at once (one judgement per process, however many).
     fn for_records(recs: &[&CommandRecord]) -> Prover {
         let claims = recs
