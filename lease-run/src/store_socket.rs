@@ -41,7 +41,7 @@
 //! both, before any request.
 //!
 //! Besides the proof, the owner answers only its own user (or root): another user's
-//! connection (`SO_PEERCRED`) is sent the bare refusal and closed at once. The client
+//! connection (`SO_PEERCRED`) is closed at once, without a word. The client
 //! checks the other way round too: the listener must belong to its own user (or root).
 //!
 //! ## Limits (what a connection can cost the owner)
@@ -50,10 +50,12 @@
 //!   unread); the whole handshake within [`HANDSHAKE_DEADLINE`]; nothing allocated but a
 //!   [`MAX_HELLO`]-byte buffer; at most [`UNAUTHENTICATED_SLOTS`] such connections at once
 //!   (fewer if the descriptor limit is low). A new connection over that number evicts the
-//!   oldest one that has not sent a whole, well-formed hello (a command sends its hello as
-//!   it connects), so a flood of silent or garbage connections cycles out and cannot lock a
-//!   command out; if every slot holds a connection that did, nothing more is accepted until
-//!   one finishes its handshake or its deadline.
+//!   oldest one that has not sent a whole, well-formed hello, taken from the process
+//!   (`SO_PEERCRED` pid) that holds the most slots: a flood of silent or garbage
+//!   connections cycles out among its own, and a command (one connection, its hello sent
+//!   as it connects) is not locked out; if every slot holds a connection that did speak,
+//!   nothing more is accepted until one finishes its handshake or its deadline. A client
+//!   whose connection is closed before the challenge tries twice more (nothing was asked).
 //! - After it: frames of at most [`MAX_FRAME`] bytes, each read within [`READ_TIMEOUT`]
 //!   once its length arrived; a connection idle for [`IDLE_TIMEOUT`] is closed (the client
 //!   reconnects before its next request when it finds it closed); at most a number of
@@ -915,13 +917,49 @@ fn answer_or_refusal(run: &str, a: Answer) -> Result<Answer, RunError> {
     })
 }
 
-/// Connect to `socket`, check its listener's user, and do the handshake (module docs).
+/// Connect to `socket`, check its listener's user, and do the handshake (module docs). A
+/// connection the owner closed before answering the hello (it evicts connections that
+/// have not spoken when its unauthenticated slots are full) is tried again, twice: nothing
+/// was requested on it.
 fn open(
     socket: &str,
     run: &str,
     generation: u64,
     secret: &str,
 ) -> Result<(UnixStream, ServedRun), RunError> {
+    let mut attempt = 0u64;
+    loop {
+        match open_once(socket, run, generation, secret) {
+            Err(Attempt::Closed(_)) if attempt < 2 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+            }
+            Err(Attempt::Closed(e) | Attempt::Failed(e)) => return Err(e),
+            Ok(x) => return Ok(x),
+        }
+    }
+}
+
+/// Why one connection attempt failed.
+enum Attempt {
+    /// Closed by the owner before it answered the hello: worth another attempt.
+    Closed(RunError),
+    /// Anything else.
+    Failed(RunError),
+}
+
+impl From<RunError> for Attempt {
+    fn from(e: RunError) -> Attempt {
+        Attempt::Failed(e)
+    }
+}
+
+fn open_once(
+    socket: &str,
+    run: &str,
+    generation: u64,
+    secret: &str,
+) -> Result<(UnixStream, ServedRun), Attempt> {
     use std::os::linux::net::SocketAddrExt;
     let name = abstract_name(socket).ok_or_else(|| {
         RunError::InvalidArgument(format!(
@@ -951,7 +989,7 @@ fn open(
         ))
     })?;
     if peer.uid != me && !peer.uid.is_root() {
-        return Err(RunError::Served {
+        return Err(Attempt::Failed(RunError::Served {
             run: run.to_string(),
             code: Code::StoreRequestRefused,
             message: format!(
@@ -959,7 +997,7 @@ fn open(
                 peer.uid.as_raw(),
                 me.as_raw()
             ),
-        });
+        }));
     }
     let _ = stream.set_read_timeout(Some(CLIENT_HANDSHAKE_TIMEOUT));
     let _ = stream.set_write_timeout(Some(CLIENT_HANDSHAKE_TIMEOUT));
@@ -981,31 +1019,39 @@ fn open(
         generation,
     })
     .map_err(|e| failed("hello", &e))?;
-    write_frame(&mut stream, &hello).map_err(|e| failed("hello", &e))?;
+    write_frame(&mut stream, &hello).map_err(|e| Attempt::Closed(failed("hello", &e)))?;
     // 2. the owner's proof, checked before this side proves anything
     let frame = match read_frame_limited(&mut stream, MAX_HELLO) {
         Ok(Some(f)) => f,
-        Ok(None) => return Err(failed("challenge", &"the socket closed the connection")),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            return Err(refused(format!(
-                "answered the hello with an oversized frame ({e}): not a runlease owner"
+        Ok(None) => {
+            return Err(Attempt::Closed(failed(
+                "challenge",
+                &"the socket closed the connection",
             )));
         }
-        Err(e) => return Err(failed("challenge", &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(Attempt::Failed(refused(format!(
+                "did not prove it knows this run's incarnation secret: it answered the hello with an oversized frame ({e}); it is not this run's owner"
+            ))));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+            return Err(Attempt::Closed(failed("challenge", &e)));
+        }
+        Err(e) => return Err(failed("challenge", &e).into()),
     };
     if let Ok(a) = serde_json::from_slice::<Answer>(&frame)
         && !a.ok
         && a.code.is_some()
     {
         // Unauthenticated: its code is not trusted, its reason is shown.
-        return Err(refused(format!(
+        return Err(Attempt::Failed(refused(format!(
             "refused the handshake ({})",
             a.message.as_deref().unwrap_or("no reason given")
-        )));
+        ))));
     }
     let ch: Challenge = serde_json::from_slice(&frame).map_err(|e| {
         refused(format!(
-            "answered the hello with something that is not a challenge ({e}): not a runlease owner"
+            "did not prove it knows this run's incarnation secret: its answer to the hello is not a challenge ({e}); it is not this run's owner"
         ))
     })?;
     let sn = nonce_of(&ch.nonce);
@@ -1019,9 +1065,9 @@ fn open(
         _ => false,
     };
     let Some(sn) = sn.filter(|_| proved) else {
-        return Err(refused(
+        return Err(Attempt::Failed(refused(
             "did not prove it knows this run's incarnation secret: it is not this run's owner (an impostor holding the name, or an owner of another incarnation)".into(),
-        ));
+        )));
     };
     // 3. this side's proof
     let mine = serde_json::to_vec(&Proof {
@@ -1044,7 +1090,12 @@ fn open(
             root,
             generation,
         },
-        _ => return Err(failed("welcome", &"it lacks the run, root or generation")),
+        _ => {
+            return Err(Attempt::Failed(failed(
+                "welcome",
+                &"it lacks the run, root or generation",
+            )));
+        }
     };
     Ok((stream, served))
 }

@@ -4,19 +4,22 @@
 //!
 //! ## Where it runs, and what a connection may cost (issue #29)
 //!
-//! The server runs on a thread of its own (`lease-run-store`) with its own current-thread
-//! tokio runtime (and its own bounded blocking pool for store reads and commits): however
-//! many connections arrive, they cost that thread's time, never the run's runtime, where
-//! the heartbeat task, the self-fence timer and the commands' reaping live. The run's
-//! runtime holds one task for it, a guard: aborting it (as the release and the fence path
-//! abort every task of the run) stops the server's runtime, which closes the listener and
-//! every connection.
+//! The server runs on two threads of its own, each with its own current-thread tokio
+//! runtime and bounded blocking pool: `lease-run-store`, the doorway (accept, the
+//! handshakes, the refusals), and `lease-run-store-served`, the authenticated connections'
+//! requests and the committer (a connection moves there once its welcome is sent).
+//! However many connections arrive, they cost the doorway's time: never the run's runtime,
+//! where the heartbeat task, the self-fence timer and the commands' reaping live, and not
+//! the requests of the commands already in. The run's runtime holds one task for the
+//! server, a guard: aborting it (as the release and the fence path abort every task of the
+//! run) stops both runtimes, which closes the listener and every connection.
 //!
 //! Descriptors: at most [`Limits::authenticated`] authenticated connections (a quarter of
 //! what `RLIMIT_NOFILE` leaves after the descriptors open at start and a reserve of
 //! [`FD_RESERVE`], at most 256) and [`Limits::unauthenticated`] connections still in their
 //! handshake (at most [`crate::store_socket::UNAUTHENTICATED_SLOTS`]); another user's
-//! connection is sent the bare refusal and closed as it is accepted, holding no slot. So
+//! connection is closed as it is accepted, holding no slot, and so is one whose first
+//! frame already announces more than [`MAX_HELLO`] bytes (after the bare refusal). So
 //! the heartbeat (which opens the beat file) always finds a descriptor. Memory: before
 //! authentication a connection owns one [`MAX_HELLO`]-byte buffer; after it, the request
 //! bodies being read or carried out share a budget of [`REQUEST_BYTES`] (a reader waits
@@ -123,6 +126,8 @@ impl Limits {
 /// A connection still in its handshake, evictable.
 struct Slot {
     id: u64,
+    /// The connecting process (`SO_PEERCRED`), to evict from whoever holds the most.
+    pid: Option<i32>,
     /// It has sent its whole hello (a silent one is evicted first).
     spoke: Arc<AtomicBool>,
     task: AbortHandle,
@@ -148,6 +153,8 @@ struct Ctx {
     authenticated: Arc<Semaphore>,
     request_bytes: Arc<Semaphore>,
     tx: mpsc::Sender<(Batch, Reply)>,
+    /// The runtime of the authenticated connections and the committer.
+    served: tokio::runtime::Handle,
 }
 
 impl Ctx {
@@ -205,17 +212,27 @@ pub(super) fn start(
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| io(&format!("cannot listen on @{name}"), &e))?;
     let limits = Limits::now();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .max_blocking_threads(8)
-        .thread_name("lease-run-store-io")
-        .build()
-        .map_err(|e| io("its runtime", &e))?;
+    // Two threads, each with a current-thread runtime: the doorway (accept, handshakes,
+    // refusals: what a flood costs) and the authenticated requests with the committer (so
+    // a flood delays a command's handshake at most, never its requests).
+    let runtime = |thread: &str| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(8)
+            .thread_name(thread)
+            .build()
+            .map_err(|e| io("its runtime", &e))
+    };
+    let (door, served) = (
+        runtime("lease-run-store-io")?,
+        runtime("lease-run-store-io")?,
+    );
     let listener = {
-        let _in = rt.enter();
+        let _in = door.enter();
         UnixListener::from_std(std_listener).map_err(|e| io("its listener", &e))?
     };
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // Dropped by the guard task: both threads see their receiver end, and stop.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let (tx, rx) = mpsc::channel(limits.authenticated);
     let ctx = Arc::new(Ctx {
         shared: shared.clone(),
@@ -227,19 +244,32 @@ pub(super) fn start(
         authenticated: Arc::new(Semaphore::new(limits.authenticated)),
         request_bytes: Arc::new(Semaphore::new(REQUEST_BYTES / MEM_UNIT)),
         tx,
+        served: served.handle().clone(),
     });
+    let mut stop = stop_rx.clone();
+    let sh = ctx.shared.clone();
+    std::thread::Builder::new()
+        .name("lease-run-store-served".into())
+        .spawn(move || {
+            served.block_on(async move {
+                let committer = tokio::spawn(committer(rx, auth, sh, lease));
+                let _ = stop.changed().await;
+                committer.abort();
+            });
+            served.shutdown_timeout(Duration::from_secs(5));
+        })
+        .map_err(|e| io("cannot start its thread", &e))?;
+    let mut stop = stop_rx;
     std::thread::Builder::new()
         .name("lease-run-store".into())
         .spawn(move || {
-            rt.block_on(async move {
-                let committer = tokio::spawn(committer(rx, auth, ctx.shared.clone(), lease));
+            door.block_on(async move {
                 tokio::select! {
                     () = serve(listener, ctx) => {}
-                    _ = stop_rx => {}
+                    _ = stop.changed() => {}
                 }
-                committer.abort();
             });
-            rt.shutdown_timeout(Duration::from_secs(5));
+            door.shutdown_timeout(Duration::from_secs(5));
         })
         .map_err(|e| io("cannot start its thread", &e))?;
     let _ = shared.store_socket.set(format!("@{name}"));
@@ -252,13 +282,6 @@ pub(super) fn start(
 
 async fn serve(listener: UnixListener, ctx: Arc<Ctx>) {
     let me = rustix::process::geteuid().as_raw();
-    // Another user's process is sent only this, and closed (it cannot have been given
-    // the secret by us; it learns nothing, not even whose socket this is).
-    let mut stranger = Vec::new();
-    let _ = crate::store_socket::write_frame(
-        &mut stranger,
-        &serde_json::to_vec(&stranger_refusal("not this socket's user")).unwrap_or_default(),
-    );
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -269,23 +292,49 @@ async fn serve(listener: UnixListener, ctx: Arc<Ctx>) {
                 continue;
             }
         };
-        match stream.peer_cred().map(|c| c.uid()) {
-            Ok(uid) if uid == me || uid == 0 => {
+        // One connection at a time, then everyone else's turn: a burst of connections
+        // does not queue ahead of the handshakes already under way.
+        tokio::task::yield_now().await;
+        match stream.peer_cred().map(|c| (c.uid(), c.pid())) {
+            Ok((uid, pid)) if uid == me || uid == 0 => {
+                if let Some(refusal) = oversized_at_once(&stream) {
+                    // Garbage already there: refused without a task or a slot.
+                    let _ = stream.try_write(&refusal);
+                    continue;
+                }
                 make_room(&ctx).await;
-                admit(&ctx, stream);
+                admit(&ctx, stream, pid);
             }
-            _ => {
-                // Never waits: what does not fit in the socket's buffer is not sent.
-                let _ = stream.try_write(&stranger);
-            }
+            // Another user's process: closed as it is accepted, without a word (it cannot
+            // have been given the secret by us; it learns nothing, not even whose socket
+            // this is; a runlease client refuses another user's socket before writing).
+            _ => drop(stream),
         }
     }
 }
 
+/// The refusal frame for a connection whose first frame is already there and announces
+/// more than [`MAX_HELLO`] bytes (what an HTTP request or random bytes look like).
+fn oversized_at_once(stream: &UnixStream) -> Option<Vec<u8>> {
+    use rustix::net::{RecvFlags, recv};
+    let mut len = [0u8; 4];
+    let (_, n) = recv(stream, &mut len[..], RecvFlags::PEEK | RecvFlags::DONTWAIT).ok()?;
+    let announced = u32::from_be_bytes(len) as usize;
+    if n < 4 || announced <= MAX_HELLO {
+        return None;
+    }
+    let refusal = stranger_refusal(&format!(
+        "a frame of {announced} bytes before authentication (at most {MAX_HELLO})"
+    ));
+    let mut frame = Vec::new();
+    crate::store_socket::write_frame(&mut frame, &serde_json::to_vec(&refusal).ok()?).ok()?;
+    Some(frame)
+}
+
 /// Make room for one more connection in the unauthenticated slots: when they are all
 /// taken, let the connection tasks read what already arrived (a command's hello is there
-/// as soon as it connected), then evict the oldest that has not sent a whole hello; if
-/// every one has, wait until one finishes its handshake or its deadline.
+/// as soon as it connected), then evict one that has not sent a whole hello ([`victim`]);
+/// if every one has, wait until one finishes its handshake or its deadline.
 async fn make_room(ctx: &Arc<Ctx>) {
     loop {
         if ctx.pending().slots.len() < ctx.limits.unauthenticated {
@@ -297,13 +346,10 @@ async fn make_room(ctx: &Arc<Ctx>) {
             if p.slots.len() < ctx.limits.unauthenticated {
                 return;
             }
-            if let Some(i) = p
-                .slots
-                .iter()
-                .position(|s| !s.spoke.load(Ordering::Relaxed))
-                && let Some(victim) = p.slots.remove(i)
+            if let Some(i) = victim(&p.slots)
+                && let Some(v) = p.slots.remove(i)
             {
-                victim.task.abort();
+                v.task.abort();
                 return;
             }
         }
@@ -314,8 +360,25 @@ async fn make_room(ctx: &Arc<Ctx>) {
     }
 }
 
+/// The slot to evict: the oldest that has not sent a whole hello, of the process that
+/// holds the most slots (a flood comes from few processes, a command is one connection of
+/// its own); `None` when every one has spoken.
+fn victim(slots: &VecDeque<Slot>) -> Option<usize> {
+    let silent = |s: &Slot| !s.spoke.load(Ordering::Relaxed);
+    let held = |pid: Option<i32>| slots.iter().filter(|s| s.pid == pid).count();
+    // The first of the greediest: `max_by_key` keeps the last maximum, so go backwards.
+    let greediest = slots
+        .iter()
+        .rev()
+        .filter(|s| silent(s))
+        .map(|s| (held(s.pid), s.pid))
+        .max_by_key(|(n, _)| *n)?
+        .1;
+    slots.iter().position(|s| s.pid == greediest && silent(s))
+}
+
 /// Give a new connection an unauthenticated slot (room was made).
-fn admit(ctx: &Arc<Ctx>, stream: UnixStream) {
+fn admit(ctx: &Arc<Ctx>, stream: UnixStream, pid: Option<i32>) {
     let spoke = Arc::new(AtomicBool::new(false));
     let id = {
         let mut p = ctx.pending();
@@ -327,6 +390,7 @@ fn admit(ctx: &Arc<Ctx>, stream: UnixStream) {
     let task = tokio::spawn(connection(stream, ctx.clone(), id, spoke.clone()));
     ctx.pending().slots.push_back(Slot {
         id,
+        pid,
         spoke,
         task: task.abort_handle(),
     });
@@ -466,7 +530,7 @@ async fn connection(mut s: UnixStream, ctx: Arc<Ctx>, id: u64, spoke: Arc<Atomic
     drop(slot);
     let shared = &ctx.shared;
     let run = &shared.run;
-    let Ok(_permit) = ctx.authenticated.clone().try_acquire_owned() else {
+    let Ok(permit) = ctx.authenticated.clone().try_acquire_owned() else {
         try_send(
             &s,
             &Answer::refused(
@@ -506,7 +570,17 @@ async fn connection(mut s: UnixStream, ctx: Arc<Ctx>, id: u64, spoke: Arc<Atomic
     {
         return;
     }
-    requests(s, &ctx).await;
+    // To the other runtime: its requests never wait behind the doorway's work.
+    let Ok(std) = s.into_std() else {
+        return;
+    };
+    let c = ctx.clone();
+    ctx.served.spawn(async move {
+        let _permit = permit;
+        if let Ok(s) = UnixStream::from_std(std) {
+            requests(s, &c).await;
+        }
+    });
 }
 
 /// The requests of an authenticated connection.
@@ -780,7 +854,11 @@ mod tests {
         };
         assert_eq!(Limits::of(1024, 20), l(219, 16));
         assert_eq!(Limits::of(200, 10), l(15, 3));
-        assert_eq!(Limits::of(100, 50), l(1, 1), "a tiny limit still serves one");
+        assert_eq!(
+            Limits::of(100, 50),
+            l(1, 1),
+            "a tiny limit still serves one"
+        );
         assert_eq!(Limits::of(1 << 20, 20), l(256, 16));
         for soft in [256u64, 1024, 4096, 65_536] {
             let x = Limits::of(soft, 30);
