@@ -94,7 +94,7 @@ impl Tracking for Tracked {
 /// Reap the zombies of adopted orphans: children of this (subreaper) process that the
 /// refresh just counted as the run's (`known`, which takes in a zombie child of ours only by
 /// the adoption rule of [`Tracked`]), never a command leader (a tokio `Child`, reaped by its
-/// `RunCommand`; any pid a leader had is skipped). Its pid cannot have been reused: a child
+/// `RunCommand`; any pid a leader or a recorded group had is skipped). Its pid cannot have been reused: a child
 /// is ours until reaped, and this runs under the tracking lock right after the scan.
 fn reap_orphans(t: &Tracked, procs: &[procs::ProcInfo]) {
     let me = std::process::id();
@@ -102,6 +102,7 @@ fn reap_orphans(t: &Tracked, procs: &[procs::ProcInfo]) {
         if p.zombie
             && p.ppid == me
             && !t.is_leader(p.pid)
+            && !t.groups.contains(&p.pid)
             && t.known.get(&p.pid) == Some(&p.start_time)
         {
             if let Some(pid) = rustix::process::Pid::from_raw(i32::try_from(p.pid).unwrap_or(0)) {
