@@ -8,11 +8,15 @@ mod common;
 
 use common::*;
 use std::os::linux::net::SocketAddrExt;
+use std::path::Path;
 use std::time::Duration;
 
-/// An impostor (this user, no secret) bound to a name, answering every frame as protocol 1
-/// answered a commit; returns the name and what it received.
-fn impostor() -> (String, std::thread::JoinHandle<Vec<u8>>) {
+/// An impostor (this user, no secret) bound to a name: it plays the whole protocol but for
+/// the proof it cannot make (a made-up challenge, then a welcome naming `run`, then
+/// protocol 1's answer to a commit, `committed #424242`, to anything); returns the name
+/// and what it received.
+fn impostor(run: &Path) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    use std::os::unix::fs::MetadataExt;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -20,19 +24,36 @@ fn impostor() -> (String, std::thread::JoinHandle<Vec<u8>>) {
     let name = format!("runlease-store-impostor{}x{nanos}", std::process::id());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let listener = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+    let m = std::fs::metadata(run).unwrap();
+    let answers = [
+        format!(
+            r#"{{"v":2,"nonce":"{}","proof":"{}"}}"#,
+            "11".repeat(32),
+            "22".repeat(32)
+        ),
+        format!(
+            r#"{{"ok":true,"run":{:?},"root":[{},{}],"generation":1}}"#,
+            run.display().to_string(),
+            m.dev(),
+            m.ino()
+        ),
+        r#"{"ok":true,"seq":424242,"generation":1}"#.to_string(),
+    ];
     let t = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 65536];
-        let answer = br#"{"ok":true,"seq":424242,"generation":1}"#;
+        let mut i = 0;
         while let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
             if n == 0 {
                 break;
             }
             got.extend_from_slice(&buf[..n]);
-            let mut f = u32::try_from(answer.len()).unwrap().to_be_bytes().to_vec();
-            f.extend_from_slice(answer);
+            let a = answers[i.min(2)].as_bytes();
+            i += 1;
+            let mut f = u32::try_from(a.len()).unwrap().to_be_bytes().to_vec();
+            f.extend_from_slice(a);
             if std::io::Write::write_all(&mut s, &f).is_err() {
                 break;
             }
@@ -48,7 +69,7 @@ fn an_impostor_holding_the_socket_name_is_refused_and_sent_nothing_secret() {
     let run = dir.join("job");
     std::fs::create_dir_all(&run).unwrap();
     let d = run.to_str().unwrap();
-    let (socket, fake) = impostor();
+    let (socket, fake) = impostor(&run);
     let secret = "5ec2e75ec2e75ec2e75ec2e75ec2e7aa";
     let o = cmd(&["store", "put", d, "the-key", "the-value"])
         .env("RUNLEASE_STORE_SOCKET", &socket)

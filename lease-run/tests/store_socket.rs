@@ -398,8 +398,10 @@ fn before_authentication_frames_are_tiny_and_refusals_name_nothing() {
         let sock = socket.clone();
         let answers = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            // 1. a 16 MiB frame: only its length is sent.
+            // 1. a 16 MiB frame: only its length is sent, after a pause (so the connection
+            //    task reads it, not the check at accept that 2. meets).
             let mut s = raw(&sock);
+            std::thread::sleep(Duration::from_millis(200));
             std::io::Write::write_all(&mut s, &u32::try_from(MAX_FRAME).unwrap().to_be_bytes())
                 .unwrap();
             out.push(frame(&mut s, MAX_HELLO).unwrap());
