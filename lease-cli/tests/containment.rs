@@ -21,7 +21,10 @@ fn cgroup_test_parent(test: &str) -> Option<std::path::PathBuf> {
         match lease_run::cgroup::own_dir() {
             None => Some("no cgroup2 mount (or no cgroup v2 path)".to_string()),
             Some(p) => {
-                let probe = p.join(format!("runlease-probe-{}", std::process::id()));
+                // One name per call: the tests of this file run in parallel in one process.
+                static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let probe = p.join(format!("runlease-probe-{}-{n}", std::process::id()));
                 match std::fs::create_dir(&probe) {
                     Ok(()) => {
                         let _ = std::fs::remove_dir(&probe);
