@@ -17,7 +17,7 @@ use lease_core::{
     TakeoverIntent, TakeoverMode, TimingPolicy, encode,
 };
 use lease_run::Batch;
-use lease_run::store_socket::{MAX_FRAME, Op, Request, VERSION, commit_op, write_frame};
+use lease_run::store_socket::{MAX_FRAME, Op, Request, commit_op, write_frame};
 use runlease_fuzz::fixtures::{LiveMode, holder, id, run_id, t};
 use runlease_fuzz::folder::{Entry, Folder, Name, Persist};
 use std::path::Path;
@@ -471,15 +471,11 @@ fn transitions_seeds(root: &Path) {
     }
 }
 
-/// A request of generation 3 as the client writes it.
+/// A request as the client writes it after the handshake (protocol 2: the operation
+/// alone, no secret and no generation).
 fn request(op: Op) -> Vec<u8> {
-    serde_json::to_vec(&Request {
-        v: VERSION,
-        secret: "fuzz-secret".into(),
-        generation: 3,
-        op,
-    })
-    .expect("request")
+    let req: Request = op;
+    serde_json::to_vec(&req).expect("request")
 }
 
 fn store_wire_seeds(root: &Path) {
@@ -507,6 +503,8 @@ fn store_wire_seeds(root: &Path) {
             "list",
             request(Op::List {
                 prefix: "step/".into(),
+                after: Some("step/1".into()),
+                limit: Some(100),
             }),
         ),
         (

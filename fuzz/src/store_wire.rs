@@ -16,12 +16,15 @@
 //!   hex of even length, and the writes and log are the input's with their hex lowercased.
 //! - Hex: `unhex` accepts exactly the strings of even length made of ASCII hex digits (of
 //!   either case), and `hex` of what it gives is the lowercased input; `unhex(hex(b)) == b`.
+//! - Handshake: a [`Hello`], [`Challenge`] or [`Proof`] (the frames before authentication)
+//!   never panics the parser; a hello or proof that parses round-trips; a nonce is taken
+//!   only at exactly [`NONCE_LEN`] bytes.
 //! - Answers: an [`Answer`] (what the client reads from the owner) never panics the parser,
 //!   and one that parses serializes to bytes that parse again.
 
 use lease_run::store_socket::{
-    Answer, MAX_FRAME, Op, Request, WireWrite, batch_of, commit_op, hex, read_frame, unhex,
-    write_frame,
+    Answer, Challenge, Hello, MAX_FRAME, NONCE_LEN, Op, Proof, Request, WireWrite, batch_of,
+    commit_op, hex, nonce_of, read_frame, unhex, write_frame,
 };
 use std::io::ErrorKind;
 
@@ -99,7 +102,7 @@ fn frames(data: &[u8]) {
 }
 
 /// A commit's writes and log, through `batch_of`, the wire and back.
-fn commit(req: &Request, writes: &[WireWrite], log: &[String]) {
+fn commit(writes: &[WireWrite], log: &[String]) {
     let batch = match batch_of(writes, log) {
         Ok(b) => b,
         Err(e) => {
@@ -111,12 +114,7 @@ fn commit(req: &Request, writes: &[WireWrite], log: &[String]) {
             return;
         }
     };
-    let sent = Request {
-        v: req.v,
-        secret: req.secret.clone(),
-        generation: req.generation,
-        op: commit_op(&batch),
-    };
+    let sent: Request = commit_op(&batch);
     let bytes = serde_json::to_vec(&sent).expect("a commit request serializes");
     let back: Request = match serde_json::from_slice(&bytes) {
         Ok(r) => r,
@@ -128,11 +126,11 @@ fn commit(req: &Request, writes: &[WireWrite], log: &[String]) {
     let Op::Commit {
         writes: wire_writes,
         log: wire_log,
-    } = back.op
+    } = back
     else {
         panic!(
             "a commit request parses as another op: {:?}\n{}",
-            back.op,
+            back,
             String::from_utf8_lossy(&bytes)
         );
     };
@@ -191,9 +189,32 @@ fn request(data: &[u8]) {
         String::from_utf8_lossy(&bytes),
         String::from_utf8_lossy(&bytes2)
     );
-    if let Op::Commit { writes, log } = &req.op {
-        commit(&req, writes, log);
+    if let Op::Commit { writes, log } = &req {
+        commit(writes, log);
     }
+}
+
+/// The input as each handshake frame (what the owner reads before authentication, from
+/// anyone of its user): parsing never panics, a frame that parses round-trips, and a nonce
+/// is accepted only at its exact length.
+fn handshake(data: &[u8]) {
+    if let Ok(h) = serde_json::from_slice::<Hello>(data) {
+        let back: Hello = serde_json::from_slice(&serde_json::to_vec(&h).expect("hello"))
+            .expect("a hello as written parses");
+        assert_eq!(
+            (back.v, back.generation, &back.nonce),
+            (h.v, h.generation, &h.nonce)
+        );
+        if let Some(n) = nonce_of(&h.nonce) {
+            assert_eq!(n.len(), NONCE_LEN, "a nonce of another length");
+        }
+    }
+    if let Ok(p) = serde_json::from_slice::<Proof>(data) {
+        let back: Proof = serde_json::from_slice(&serde_json::to_vec(&p).expect("proof"))
+            .expect("a proof as written parses");
+        assert_eq!(back.proof, p.proof);
+    }
+    let _ = serde_json::from_slice::<Challenge>(data);
 }
 
 /// The input as an answer's JSON (what the client reads).
@@ -232,6 +253,7 @@ fn hex_text(data: &[u8]) {
 /// The check of the `store_wire` target.
 pub fn check(data: &[u8]) {
     frames(data);
+    handshake(data);
     request(data);
     answer(data);
     hex_text(data);
