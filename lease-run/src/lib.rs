@@ -299,19 +299,25 @@
 //! cgroup: usual for an unprivileged owner without systemd delegation; the reason is logged
 //! at `info`): tracked are every recorded process group; every process whose session id
 //! equals a recorded group (a command that itself called `setsid`); every descendant seen by
-//! a watchdog scan of `/proc` (by parent pid, remembered with its start time), scanned every
-//! 100 ms while commands are tracked. The owner is made a child subreaper
-//! (`PR_SET_CHILD_SUBREAPER`, [`OpenOptions::subreaper`], process-wide) so double-forked
-//! orphans are reparented to it instead of init. **What can still escape:** a descendant
-//! that leaves the group and session (setsid / setpgid) and whose parent chain is broken
-//! (double fork) *before* any 100 ms scan saw it; after a crash of the owner, any
-//! descendant outside its command's group and session (the next open knows only the
-//! records); any process in another pid namespace or otherwise invisible in our `/proc`;
-//! processes we may not signal (setuid helpers: EPERM); a descendant of another run in the
-//! same owner process is never confused with ours, but with the subreaper it is reparented
-//! to the shared owner process. A process found only by its group or session counts as
-//! ours while that group's leader exists with its recorded start time (the number cannot
-//! have been reused), afterwards only if it carries the incarnation's secret.
+//! a watchdog scan of `/proc` (by parent pid, remembered with its start time, every 100 ms
+//! from the first spawn on); every orphan reparented to the owner, a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`, [`OpenOptions::subreaper`], process-wide), confirmed by a
+//! pidfd while it is our child (issue #29: a double-forked `setsid` daemon no longer
+//! escapes between two scans); and every process of our uid that holds the incarnation's
+//! *mark* (a sealed memfd inherited at fd ≥ 1000, `RUNLEASE_INCARNATION_FD`) or carries
+//! its secret. After a crash of the owner the next open proves the same way (secret or
+//! mark, PROTOCOL §11.1), so `env -i`, `setsid` and `nohup` do not hide a process either.
+//! **What can still escape:** a descendant that clears its environment **and** closes the
+//! mark's descriptor **and** is reparented to another subreaper (or outlives a crashed
+//! owner); any process in another pid namespace or otherwise invisible in our `/proc`;
+//! processes we may not signal or read (setuid helpers, non-dumpable: EPERM); work started
+//! on the command's behalf by another service. Close these with a cgroup: as an
+//! unprivileged user, `systemd-run --user --scope -p Delegate=yes runlease run ...`. With
+//! `subreaper` on, a child the embedding program itself spawns in a new process group while
+//! a run is open counts as the run's (turn `subreaper` off, or spawn through
+//! [`Run::command`]). A process found only by its group or session counts as ours while
+//! that group's leader exists with its recorded start time (the number cannot have been
+//! reused), afterwards only if it carries the incarnation's secret or mark.
 //!
 //! In both cases every signal to one process goes through a pidfd opened and re-checked
 //! (start time, not exited) first, a group is signalled whole only while its leader is
@@ -327,8 +333,8 @@
 //!   finishes after the undo, the store stays open in this process until it exits.
 //! - The heartbeat updates the lease beat only; `run.json`'s `heartbeat_at` is written at
 //!   `running` and status changes, not on every beat.
-//! - Orphaned descendants reparented to the subreaper owner are reaped only when they are
-//!   tracked descendants of a command; other orphan zombies stay until the owner exits.
+//! - Orphan zombies reparented to the owner are reaped by the watchdog only when they are
+//!   the run's (adopted or tracked); another orphan's zombie stays until the owner exits.
 //! - Release after surviving commands: returns `RUN_COMMANDS_SURVIVE` without releasing the
 //!   lease; the watchdog SIGKILLs them once the lease lapses.
 //! - Terminal handling (foreground process group): not done. Signal forwarding: by
@@ -341,8 +347,7 @@
 //! - Exit 75 on fence is only via [`OpenOptions::exit_on_fence`] (no `onFenced` callback).
 //! - Not covered by tests yet: a `FENCED` heartbeat after a live takeover (the tests fence
 //!   by the deadline: a paused owner resumed after a takeover, suspended heartbeats, a
-//!   blocked runtime), the `STEP_TIMEOUT` deadlines, the subreaper/setsid sweep for
-//!   double-forked daemons without a cgroup.
+//!   blocked runtime), the `STEP_TIMEOUT` deadlines.
 //! - Invalid options ([`OpenOptions::validate`], before anything is touched): a relative
 //!   path, zero deadlines, `stale_after − self_fence_after` below [`MIN_FENCE_MARGIN`],
 //!   `retire_dead` with `takeover`; the timing policy's own rules are enforced by
