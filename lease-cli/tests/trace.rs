@@ -53,6 +53,13 @@ fn quoted(line: &str) -> Vec<String> {
     out
 }
 
+/// Whether an strace line is a `readlink`/`readlinkat` call (after strace's pid column).
+fn is_readlink(line: &str) -> bool {
+    line.split_whitespace()
+        .find(|w| !w.chars().all(|c| c.is_ascii_digit()))
+        .is_some_and(|w| w.starts_with("readlink(") || w.starts_with("readlinkat("))
+}
+
 /// Run `runlease args` under strace; returns its output and every traced line that names
 /// a path below `root`.
 fn traced(root: &Path, args: &[&str]) -> (Output, Vec<String>) {
@@ -83,7 +90,18 @@ fn traced_via(root: &Path, wrapper: &[&str], args: &[&str]) -> (Output, Vec<Stri
     let trace = std::fs::read_to_string(log.path()).unwrap();
     let bad = trace
         .lines()
-        .filter(|l| quoted(l).iter().any(|s| s.starts_with(&below)))
+        .filter(|l| {
+            let q = quoted(l);
+            // readlink's second string is what the link says, not a path the call
+            // resolves: the mark check (PROTOCOL §11.1) reads `/proc/<pid>/fd/*` links,
+            // some of which name files of the run.
+            let named = if is_readlink(l) {
+                &q[..q.len().min(1)]
+            } else {
+                &q[..]
+            };
+            named.iter().any(|s| s.starts_with(&below))
+        })
         .map(str::to_string)
         .collect();
     (out, bad)
