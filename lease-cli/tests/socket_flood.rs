@@ -25,8 +25,10 @@ use std::time::{Duration, Instant};
 
 /// Connections each flooder holds open.
 const PER_FLOODER: usize = 64;
-/// Commits measured in each phase.
-const COMMITS: usize = 60;
+/// Commits measured in each phase (idle, flooded), over all rounds.
+const COMMITS: usize = 80;
+/// Idle and flooded rounds, alternating.
+const ROUNDS: usize = 4;
 
 /// The flooder, when this test binary is started as one (`FLOOD_SOCKET` set): holds
 /// `PER_FLOODER` connections to the socket, half silent, half having sent garbage,
@@ -213,20 +215,27 @@ done"#,
     let socket = std::fs::read_to_string(&sock).unwrap().trim().to_string();
     collect(&lat, "warmup", 5, owner_pid);
 
-    std::fs::write(&phase, "idle").unwrap();
-    let rss_idle = collect(&lat, "idle", COMMITS, owner_pid);
-
-    children.0.push(flooder(&exe, &socket, false));
-    children.0.push(flooder(&exe, &socket, true));
-    std::thread::sleep(Duration::from_millis(500));
-    std::fs::write(&phase, "flood").unwrap();
-    let rss_flood = collect(&lat, "flood", COMMITS, owner_pid);
-    // The flood was there all along (its processes still running).
-    for f in &mut children.0 {
-        assert!(
-            f.try_wait().unwrap().is_none(),
-            "a flooder or the burner ended early"
-        );
+    // Idle and flooded rounds alternate, so a change of the machine's other load (a
+    // build next door) weighs on both phases alike.
+    let (mut rss_idle, mut rss_flood) = (0, 0);
+    for round in 1..=ROUNDS {
+        std::fs::write(&phase, "idle").unwrap();
+        rss_idle = rss_idle.max(collect(&lat, "idle", round * COMMITS / ROUNDS, owner_pid));
+        let mut floods = Reaped(vec![
+            flooder(&exe, &socket, false),
+            flooder(&exe, &socket, true),
+        ]);
+        std::thread::sleep(Duration::from_millis(300));
+        std::fs::write(&phase, "flood").unwrap();
+        rss_flood = rss_flood.max(collect(&lat, "flood", round * COMMITS / ROUNDS, owner_pid));
+        // The flood was there all along (its processes still running).
+        for f in &mut floods.0 {
+            assert!(f.try_wait().unwrap().is_none(), "a flooder ended early");
+        }
+        drop(floods);
+    }
+    for c in &mut children.0 {
+        assert!(c.try_wait().unwrap().is_none(), "the burner ended early");
     }
 
     std::fs::write(&stop, "").unwrap();
