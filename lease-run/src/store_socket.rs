@@ -106,9 +106,11 @@ pub const SOCKET_VAR: &str = "RUNLEASE_STORE_SOCKET";
 /// refused, never read.
 pub const MAX_FRAME: usize = 16 << 20;
 
-/// The largest answer frame: [`MAX_FRAME`] and room for the fields an answer adds around
-/// one commit or document as large as a request can carry.
-pub const MAX_ANSWER: usize = MAX_FRAME + (64 << 10);
+/// The largest answer frame, read only from an authenticated owner: one document or commit
+/// as large as the store takes (`lease_sqlite::MAX_COMMIT_BYTES`, 16 MiB, as hex: twice
+/// that) with room for the fields around it. A `list` or `log` page is cut at about
+/// [`MAX_FRAME`] unless its one item is larger.
+pub const MAX_ANSWER: usize = 2 * MAX_FRAME + (64 << 10);
 
 /// The largest frame before the handshake is done (hello, challenge, proof, refusals).
 pub const MAX_HELLO: usize = 512;

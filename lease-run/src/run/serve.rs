@@ -85,6 +85,9 @@ const MEM_UNIT: usize = 4096;
 /// The most commits one `log` page reads from the store.
 const LOG_PAGE: usize = 1024;
 
+/// The most documents one `list` page reads from the store.
+const LIST_PAGE: usize = 10_000;
+
 /// What one page of `list` or `log` may hold, in bytes of JSON (the first entry is always
 /// included: a document or commit as large as a request fits in [`MAX_ANSWER`]).
 const PAGE_BYTES: usize = MAX_FRAME;
@@ -741,24 +744,22 @@ fn read_op(store: &RunStore, op: Op) -> Result<Answer, RunError> {
             after,
             limit,
         } => {
-            // The store has no paged scan yet: the page is cut from the whole prefix
-            // scan, bounded by bytes (the answer, not the owner's memory, is bounded).
-            let docs = store.scan_prefix(&prefix)?;
-            let start = after.map_or(0, |k| {
-                docs.partition_point(|d| d.key.as_str() <= k.as_str())
-            });
-            let (docs, more) = page(docs[start..].iter().map(WireDoc::of), count(limit));
+            // The store reads one page row by row (values count once; as hex they count
+            // twice), then the page is cut again by its size as JSON.
+            let rows = count(limit).min(LIST_PAGE);
+            let (docs, next) =
+                store.scan_prefix_page(&prefix, after.as_deref(), rows, PAGE_BYTES / 2)?;
+            let (docs, cut) = page(docs.iter().map(WireDoc::of), rows);
+            a.more = Some(cut || next.is_some());
             a.docs = Some(docs);
-            a.more = Some(more);
         }
         Op::Log { since, max } => {
             let want = count(max).min(LOG_PAGE);
-            let commits = store.commits_page(since, want)?;
-            let fetched = commits.len();
-            let (commits, cut) = page(commits.iter().map(WireCommit::of), want);
-            // More may follow if the page was cut, or if the store gave all it was asked
-            // for and the caller asked for more than one page holds.
-            a.more = Some(cut || (fetched == want && want < count(max)));
+            let commits = store.commits_page_bytes(since, want, PAGE_BYTES / 2)?;
+            let (commits, _) = page(commits.iter().map(WireCommit::of), want);
+            // The store cannot say whether it stopped for bytes or at the end: a page with
+            // commits says more may follow (until the caller's `max`); an empty one ends.
+            a.more = Some(!commits.is_empty() && commits.len() < count(max));
             a.commits = Some(commits);
         }
         Op::Head => a.head = Some(store.head()?),

@@ -89,6 +89,31 @@ impl RunStore {
         self.with(|_, s| s.commits_page(after, max))
     }
 
+    /// One page of the documents under `prefix` after `after`, at most `limit_rows`
+    /// documents and about `limit_bytes` of keys and values (at least one document when
+    /// any remains), and the key to continue after when more follow (see
+    /// `lease_sqlite::Store::scan_prefix_page`).
+    pub fn scan_prefix_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit_rows: usize,
+        limit_bytes: usize,
+    ) -> Result<(Vec<Document>, Option<String>), RunError> {
+        self.with(|_, s| s.scan_prefix_page(prefix, after, limit_rows, limit_bytes))
+    }
+
+    /// At most `max` commits after `after` and about `max_bytes` of their writes and log
+    /// entries (at least one when any remains; see `lease_sqlite::Store::commits_page_bytes`).
+    pub fn commits_page_bytes(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Commit>, RunError> {
+        self.with(|_, s| s.commits_page_bytes(after, max, max_bytes))
+    }
+
     /// The document at `key`, if any.
     pub fn get(&self, key: &str) -> Result<Option<Document>, RunError> {
         self.with(|_, s| s.get(key))
