@@ -839,7 +839,12 @@ async fn heartbeat(
         }
         // The store server first: a failure to bind fails the open before any task runs.
         let server = if serve_store {
-            Some(super::serve::start(dir.clone(), sh.clone(), l.clone(), path)?)
+            Some(super::serve::start(
+                dir.clone(),
+                sh.clone(),
+                l.clone(),
+                path,
+            )?)
         } else {
             None
         };
