@@ -627,6 +627,14 @@ impl StoreClient {
     /// owner serves another folder than `RUNLEASE_RUN` names (`ARGUMENT_INVALID`: the
     /// environment mixes two runs; both are named, nothing is requested).
     pub fn from_env() -> Result<Option<StoreClient>, RunError> {
+        StoreClient::from_env_within(CLIENT_HANDSHAKE_TIMEOUT)
+    }
+
+    /// [`StoreClient::from_env`], with the handshake bounded by `handshake` instead of the
+    /// default 30 s (`runlease release --timeout`: a stopped owner cannot answer, and the
+    /// caller's own deadline must hold from the first byte). Past it the error is an I/O
+    /// error saying nothing was requested.
+    pub fn from_env_within(handshake: Duration) -> Result<Option<StoreClient>, RunError> {
         let Some(socket) = std::env::var_os(SOCKET_VAR) else {
             return Ok(None);
         };
@@ -645,7 +653,8 @@ impl StoreClient {
         let socket = socket
             .to_str()
             .ok_or_else(|| RunError::InvalidArgument(format!("{SOCKET_VAR} is not UTF-8")))?;
-        let client = StoreClient::connect(socket, &run, generation, &secret)?;
+        let (stream, served) = open(socket, &run, generation, &secret, handshake)?;
+        let client = StoreClient::of_stream(socket, &run, generation, &secret, stream, served);
         client.check_serves(std::path::Path::new(&run))?;
         Ok(Some(client))
     }
@@ -678,10 +687,24 @@ impl StoreClient {
         generation: u64,
         secret: &str,
     ) -> Result<StoreClient, RunError> {
-        let (stream, served) = open(socket, run, generation, secret)?;
+        let (stream, served) = open(socket, run, generation, secret, CLIENT_HANDSHAKE_TIMEOUT)?;
+        Ok(StoreClient::of_stream(
+            socket, run, generation, secret, stream, served,
+        ))
+    }
+
+    /// A client on a connection whose handshake is done, with the default request timeout.
+    fn of_stream(
+        socket: &str,
+        run: &str,
+        generation: u64,
+        secret: &str,
+        stream: UnixStream,
+        served: ServedRun,
+    ) -> StoreClient {
         let _ = stream.set_read_timeout(Some(DEFAULT_TIMEOUT));
         let _ = stream.set_write_timeout(Some(DEFAULT_TIMEOUT));
-        Ok(StoreClient {
+        StoreClient {
             run: run.to_string(),
             socket: socket.to_string(),
             secret: secret.to_string(),
@@ -689,7 +712,7 @@ impl StoreClient {
             served,
             timeout_ms: std::sync::atomic::AtomicU64::new(millis(DEFAULT_TIMEOUT)),
             stream,
-        })
+        }
     }
 
     /// Bound how long one request waits for its answer (default 300 s); a request past it
@@ -728,9 +751,15 @@ impl StoreClient {
             Err(e) => e != rustix::io::Errno::AGAIN,
         };
         if closed {
-            let (stream, served) = open(&self.socket, &self.run, self.generation, &self.secret)?;
             let t =
                 Duration::from_millis(self.timeout_ms.load(std::sync::atomic::Ordering::Relaxed));
+            let (stream, served) = open(
+                &self.socket,
+                &self.run,
+                self.generation,
+                &self.secret,
+                t.min(CLIENT_HANDSHAKE_TIMEOUT),
+            )?;
             let _ = stream.set_read_timeout(Some(t));
             let _ = stream.set_write_timeout(Some(t));
             self.stream = stream;
@@ -928,10 +957,11 @@ fn open(
     run: &str,
     generation: u64,
     secret: &str,
+    handshake: Duration,
 ) -> Result<(UnixStream, ServedRun), RunError> {
     let mut attempt = 0u64;
     loop {
-        match open_once(socket, run, generation, secret) {
+        match open_once(socket, run, generation, secret, handshake) {
             Err(Attempt::Closed(_)) if attempt < 2 => {
                 attempt += 1;
                 std::thread::sleep(Duration::from_millis(20 * attempt));
@@ -961,6 +991,7 @@ fn open_once(
     run: &str,
     generation: u64,
     secret: &str,
+    handshake: Duration,
 ) -> Result<(UnixStream, ServedRun), Attempt> {
     use std::os::linux::net::SocketAddrExt;
     let name = abstract_name(socket).ok_or_else(|| {
@@ -1001,8 +1032,9 @@ fn open_once(
             ),
         }));
     }
-    let _ = stream.set_read_timeout(Some(CLIENT_HANDSHAKE_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(CLIENT_HANDSHAKE_TIMEOUT));
+    let handshake = handshake.max(Duration::from_millis(1));
+    let _ = stream.set_read_timeout(Some(handshake));
+    let _ = stream.set_write_timeout(Some(handshake));
     let failed = |what: &str, e: &dyn std::fmt::Display| {
         RunError::Io(format!(
             "run {run}: the store socket {socket} failed during the handshake ({what}: {e}); nothing was requested"

@@ -59,9 +59,23 @@ pub fn release(
     // the store socket (the owner checks the secret, so this works whatever binary either
     // side is, e.g. after an in-place upgrade).
     let via_socket = if crate::ops::store::served_here(dir) {
-        match lease_run::store_socket::StoreClient::from_env()? {
-            Some(c) if c.generation() == generation.get() => Some(c),
-            _ => None,
+        // The handshake too is bounded by --timeout: a stopped owner cannot answer it.
+        match lease_run::store_socket::StoreClient::from_env_within(o.timeout) {
+            Ok(Some(c)) if c.generation() == generation.get() => Some(c),
+            Ok(_) => None,
+            Err(e) if e.code() == Code::IoError => {
+                return Err(CliError::of(
+                    Code::ReleaseTimeout,
+                    format!(
+                        "run {}: the owner (runlease run, pid {}) did not answer on its store socket within {} ({}); nothing was requested and it still holds the run",
+                        run.run_id(),
+                        holder.pid,
+                        human_duration(o.timeout),
+                        e
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
         }
     } else {
         None
