@@ -328,6 +328,10 @@ fn a_decompression_bomb_is_refused_small_and_fast() {
 /// `chown` (we are root in CI; skipped with a note otherwise).
 fn chown(path: &Path, uid: u32) -> bool {
     if rustix::process::geteuid().as_raw() != 0 {
+        assert!(
+            std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
+            "RUNLEASE_REQUIRE_CONTAINMENT=1 but not root: the foreign-owner case cannot run"
+        );
         eprintln!("not root: the foreign-owner case is skipped");
         return false;
     }

@@ -8,7 +8,7 @@
 //! - the stop signals (`lease-cli/tests/escalation.rs`);
 //! - the store socket: mutual authentication, an impostor server, hostile clients, and
 //!   the flood figures `socket-flood: conns=N owner_fenced=0 rss_ratio=R latency_ratio=L`
-//!   (`lease-cli/tests/socket_*.rs`, `lease-run/tests/store_socket.rs`);
+//!   (`lease-cli/tests/socket_{auth,flood}.rs`, `lease-run/tests/{store_socket,socket_cap}.rs`);
 //! - hostile store files (`lease-sqlite/tests/hostile_store.rs`).
 //!
 //! What the machine can do decides what is required: as root with `setpriv` every case
@@ -42,7 +42,11 @@ fn proc_euid() -> Option<u32> {
 
 /// The test targets, by package.
 const TARGETS: &[(&str, &[&str])] = &[
-    ("lease-cli", &["containment", "escalation"]),
+    (
+        "lease-cli",
+        &["containment", "escalation", "socket_auth", "socket_flood"],
+    ),
+    ("lease-run", &["store_socket", "socket_cap"]),
     ("lease-sqlite", &["hostile_store"]),
 ];
 
