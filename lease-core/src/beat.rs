@@ -68,6 +68,10 @@ pub enum SlotError {
 /// The byte offset of the slot that beat `seq` is written to (odd and even sequences
 /// alternate).
 pub fn slot_offset(seq: u64) -> u64 {
+    // mutant beat_one_slot: every beat overwrites the same slot (§4, §9 heartbeat).
+    if crate::mutant::mutant("beat_one_slot") {
+        return 0;
+    }
     (seq % SLOTS as u64) * SLOT_BYTES as u64
 }
 
@@ -132,6 +136,10 @@ fn decode_slot(slot: &[u8]) -> Option<(u64, &[u8])> {
         return None;
     }
     let payload = &slot[HEADER_BYTES..HEADER_BYTES + len];
+    // mutant beat_checksum_ignored: a torn slot is read as whole (§4, §9 heartbeat).
+    if crate::mutant::mutant("beat_checksum_ignored") {
+        return Some((seq, payload));
+    }
     (checksum(&slot[..20], payload)[..] == slot[20..HEADER_BYTES]).then_some((seq, payload))
 }
 

@@ -67,6 +67,7 @@ pub mod ghost;
 pub mod ids;
 pub mod layout;
 pub mod mem;
+pub mod mutant;
 pub mod ops;
 pub mod policy;
 pub mod records;

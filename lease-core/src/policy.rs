@@ -189,6 +189,11 @@ impl<'de> Deserialize<'de> for TimingPolicy {
 /// as "no time passed" (never fences spuriously, never un-fences: callers keep the fence
 /// sticky).
 pub fn must_self_fence(policy: &TimingPolicy, last_ok_started: Duration, now: Duration) -> bool {
+    // mutant self_fence_late: the deadline pushed one heartbeat past self_fence_after (§7.11).
+    if crate::mutant::mutant("self_fence_late") {
+        return now.saturating_sub(last_ok_started)
+            > policy.self_fence_after() + policy.heartbeat();
+    }
     now.saturating_sub(last_ok_started) > policy.self_fence_after()
 }
 

@@ -108,6 +108,10 @@ pub fn rollback_evidence(
     newest_event_generation: Option<u64>,
     store_max_token: Option<u64>,
 ) -> Option<Evidence> {
+    // mutant rollback_evidence_ignored: no fact above the head is evidence (§7.14 step 2).
+    if crate::mutant::mutant("rollback_evidence_ignored") {
+        return None;
+    }
     if let Some(written_by) = run_json_generation.filter(|&g| g > head) {
         return Some(Evidence::RunJson { written_by, head });
     }

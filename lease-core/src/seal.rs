@@ -27,14 +27,18 @@ pub fn check_seal(
     store: &StoreState,
 ) -> Result<(), LeaseError> {
     if let Some(seal) = seal {
-        if seal.store_id.as_str() != store.store_id {
+        // mutant seal_identity_ignored: the seal's store id is not compared (§7.12).
+        if seal.store_id.as_str() != store.store_id
+            && !crate::mutant::mutant("seal_identity_ignored")
+        {
             return Err(LeaseError::StoreIdentityMismatch {
                 run: run.to_string(),
                 sealed: seal.store_id.to_string(),
                 found: store.store_id.clone(),
             });
         }
-        if store.head < seal.sequence {
+        // mutant seal_sequence_ignored: a store behind its seal passes (§7.12).
+        if store.head < seal.sequence && !crate::mutant::mutant("seal_sequence_ignored") {
             return Err(LeaseError::StoreBehindSeal {
                 run: run.to_string(),
                 store_id: store.store_id.clone(),
@@ -46,7 +50,8 @@ pub fn check_seal(
         }
     }
     if let Some((required, generation)) = floor {
-        if store.head < required {
+        // mutant floor_check_skipped: a store behind the chain's floor passes (§7.12).
+        if store.head < required && !crate::mutant::mutant("floor_check_skipped") {
             return Err(LeaseError::StoreBehindSeal {
                 run: run.to_string(),
                 store_id: store.store_id.clone(),

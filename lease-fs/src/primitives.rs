@@ -240,7 +240,12 @@ impl PrimOp {
             },
             PrimState::Link => match fs.link(&self.tmp, &self.path) {
                 Ok(()) => {
-                    self.st = PrimState::FsyncDir;
+                    // mutant create_skips_dir_fsync: `Created` before the folder fsync (§5.2, §9).
+                    self.st = if lease_core::mutant::mutant("create_skips_dir_fsync") {
+                        PrimState::UnlinkTemp
+                    } else {
+                        PrimState::FsyncDir
+                    };
                     None
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

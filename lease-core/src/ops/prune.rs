@@ -214,6 +214,14 @@ impl Operation for Prune {
                     let floor = head
                         .get()
                         .checked_sub(self.p.keep - 1)
+                        // mutant prune_floor_one_too_high: the floor may reach the head (§7.10, I2).
+                        .map(|f| {
+                            if crate::mutant::mutant("prune_floor_one_too_high") {
+                                f + 1
+                            } else {
+                                f
+                            }
+                        })
                         .and_then(Generation::new)
                         .filter(|f| *f > old_floor);
                     let Some(floor) = floor else {

@@ -113,6 +113,10 @@ impl Shared {
     }
 
     fn lapsed(&self, now_ns: u64) -> bool {
+        // mutant watchdog_never_lapses: the run's watchdog never self-fences (§7.11, §10).
+        if lease_core::mutant::mutant("watchdog_never_lapses") {
+            return false;
+        }
         must_self_fence(
             &self.policy,
             Duration::from_nanos(self.core.beat_ns()),

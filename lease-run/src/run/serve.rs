@@ -546,7 +546,10 @@ async fn connection(mut s: UnixStream, ctx: Arc<Ctx>, id: u64, spoke: Arc<Atomic
         );
         return;
     };
-    let welcome = if generation != shared.generation.get() {
+    // mutant socket_generation_stamp_ignored: an older generation's command is served (I3, §11.2).
+    let welcome = if generation != shared.generation.get()
+        && !lease_core::mutant::mutant("socket_generation_stamp_ignored")
+    {
         Answer::refused(
             Code::Fenced,
             format!(

@@ -111,7 +111,8 @@ impl Store {
                 )
                 .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
                 .map_err(|e| ("read fence", e))?;
-            if tok < max {
+            // mutant store_fencing_token_ignored: a lower token commits (I3).
+            if tok < max && !lease_core::mutant::mutant("store_fencing_token_ignored") {
                 // Dropping `tx` rolls back; nothing was written.
                 return Ok(Err(max));
             }
@@ -176,7 +177,8 @@ impl Store {
                 tx.query_row("SELECT max_token FROM fence WHERE singleton = 1", [], |r| {
                     r.get(0)
                 })?;
-            if tok < max {
+            // mutant store_seal_fencing_ignored: a fenced generation seals (I3, §7.3).
+            if tok < max && !lease_core::mutant::mutant("store_seal_fencing_ignored") {
                 return Ok(Err(max));
             }
             if tok > max {

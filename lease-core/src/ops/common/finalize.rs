@@ -261,6 +261,12 @@ impl Operation for Finalize {
                         Step::Done(Err(e)) => return Step::Done(Err(e)),
                         Step::Done(Ok(v)) => v,
                     };
+                    // mutant cutoff_one_too_high: the cutoff counts one event past the tail (I4, I13).
+                    let tail = if crate::mutant::mutant("cutoff_one_too_high") {
+                        tail + 1
+                    } else {
+                        tail
+                    };
                     let rec = RetirementRecord {
                         run_id: self.run.clone(),
                         generation: self.generation,

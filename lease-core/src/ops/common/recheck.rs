@@ -30,6 +30,12 @@ impl Operation for Recheck {
         match input {
             Some(Response::Listing(l)) => {
                 let top = epochs_of(l).last().copied();
+                // mutant recheck_ignores_higher: a higher generation goes unseen (R4, I1).
+                let top = if crate::mutant::mutant("recheck_ignores_higher") {
+                    None
+                } else {
+                    top
+                };
                 Step::Done(Ok(top.filter(|&t| t > self.mine)))
             }
             other => Step::Done(Err(violation("Listing", &other))),

@@ -152,6 +152,13 @@ impl Operation for Claim {
                         let g = b.1.generation;
                         self.st = ClaimState::Recheck(b, Recheck::new(g));
                     }
+                    // mutant claim_already_exists_wins: a lost create taken as won (§7.1 step 5, I1).
+                    Some(Response::AlreadyExists)
+                        if crate::mutant::mutant("claim_already_exists_wins") =>
+                    {
+                        let g = b.1.generation;
+                        self.st = ClaimState::Recheck(b, Recheck::new(g));
+                    }
                     Some(Response::AlreadyExists) => {
                         // Another claimer won this generation: observe again, so the refusal
                         // names the winner (or, if it already released, claim the next one).

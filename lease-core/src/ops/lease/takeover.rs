@@ -39,6 +39,10 @@ impl Expectation {
 
     /// What differs between this expectation and `head` (`None`: it matches exactly).
     pub fn mismatch(&self, head: &Head) -> Option<String> {
+        // mutant expectation_ignored: the exact observation is never compared (§7.4 JUDGE, I6).
+        if crate::mutant::mutant("expectation_ignored") {
+            return None;
+        }
         if let Some(g) = self.generation {
             if g != head.generation() {
                 return Some(format!(
@@ -201,7 +205,8 @@ impl Takeover {
         }
         let stale_after_ms = head.epoch.policy.stale_after_ms();
         let watched_ms = self.p.trigger.watched_ms();
-        if watched_ms > stale_after_ms {
+        // mutant watch_ignored: a takeover without watching the owner stale (§7.4 step 3).
+        if watched_ms > stale_after_ms || crate::mutant::mutant("watch_ignored") {
             return Ok(());
         }
         Err(LeaseError::TakeoverActiveRefused {
@@ -314,7 +319,14 @@ impl Operation for Takeover {
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     }
-                    if let Err(e) = self.judge(&run, &head) {
+                    // mutant takeover_skip_reread_judge: step 6's JUDGE of the re-read beat ignored (I6).
+                    if let Err(e) = self.judge(&run, &head).or_else(|e| {
+                        if crate::mutant::mutant("takeover_skip_reread_judge") {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    }) {
                         return Step::Done(Err(e));
                     }
                     // The epoch records what was judged: the beat just re-read (equal to
@@ -373,7 +385,9 @@ impl Operation for Takeover {
                     let (head, rec, hash, create) = *b;
                     let took_ms = t1.saturating_sub(t0) / 1_000_000;
                     let budget_ms = head.epoch.policy.heartbeat_ms() / 2;
-                    if took_ms > budget_ms {
+                    // mutant takeover_clock_bound_skipped: a stalled look is committed (§7.4 step 7, OQ-5).
+                    if took_ms > budget_ms && !crate::mutant::mutant("takeover_clock_bound_skipped")
+                    {
                         return Step::Done(Err(race(
                             &run,
                             format!(
