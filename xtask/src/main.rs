@@ -1,12 +1,13 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
 //! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
-//! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss`, `containment` (see `USAGE`).
+//! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss`, `containment`, `mutants [--only NAME]` (see `USAGE`).
 
 mod bench;
 mod containment;
 mod dist;
 mod fuzz;
+mod mutants;
 mod purity;
 mod rss;
 mod torture;
@@ -52,6 +53,11 @@ Commands:
                 without a cgroup, as another user too), the stop signals, the store socket under
                 hostile clients (socket-flood line), hostile store files; as root with setpriv
                 every case is required (RUNLEASE_REQUIRE_CONTAINMENT=1)
+  mutants [--only NAME]...
+                issue #30's curated protocol mutants (xtask/src/mutants.rs), each planted once behind
+                the `mutants` feature and switched on by RUNLEASE_MUTANT=NAME: one build, a baseline
+                (every listed check passes unmutated), then per mutant its checks in order until one
+                fails (killed); prints `mutants: N killed=K survived=S`, fails if any survived
   help          print this text
 ";
 
@@ -105,6 +111,10 @@ fn main() -> ExitCode {
         Some("rss-probe") => return rss::probe(rest),
         Some("loom") if rest.is_empty() => loom(),
         Some("containment") if rest.is_empty() => containment::run(),
+        Some("mutants") => match mutants::parse_args(rest) {
+            Ok(only) => mutants::run(&only),
+            Err(reason) => return usage(&reason),
+        },
         Some("loom") => return usage(&format!("unexpected arguments to `loom`: {rest:?}")),
         Some(other) => return usage(&format!("unknown command `{other}`")),
         None => return usage("no command given"),
