@@ -381,9 +381,14 @@ fn follow_world_in(mut w: World, schedule: &[&str]) -> Result<(Vec<String>, Worl
                 }
                 None => line.starts_with(want),
             });
+            // A schedule that no longer matches the step structure is out of date (the
+            // operations' steps changed), not a violation: say so, and never report it
+            // as a trace that the caller might take for a counterexample.
             let Some((mut next, line, power)) = pick else {
-                trace.push(format!("(no successor matching {want})"));
-                return Err(trace);
+                panic!(
+                    "schedule out of date: no step matches {want:?} after {} steps; the steps so far: {trace:#?}",
+                    trace.len()
+                );
             };
             trace.push(line.clone());
             if line.starts_with("VIOLATION") {
@@ -806,4 +811,27 @@ fn model_schedule_known_limit_a_taker_dead_before_run_json_leaves_no_evidence() 
         ),
         "{trace}"
     );
+}
+
+/// The model's own OQ-5 check fires on a history that violates it (issue #30: checkers
+/// that prove they can fail): a beat of the replaced generation that started after the
+/// taker's last look and succeeded, unreported; and passes when it is reported, or when
+/// the beat started before the look.
+#[test]
+fn model_check_no_unseen_beat_can_fail() {
+    use world::check_no_unseen_beat;
+    let beats = [(1, 50)];
+    assert!(check_no_unseen_beat(&beats, 1, Some(40), Some(60), false).is_err());
+    assert!(check_no_unseen_beat(&beats, 1, Some(40), Some(60), true).is_ok());
+    assert!(check_no_unseen_beat(&beats, 1, Some(50), Some(60), false).is_ok());
+    assert!(check_no_unseen_beat(&beats, 2, Some(40), Some(60), false).is_ok());
+    assert!(check_no_unseen_beat(&beats, 1, None, Some(60), false).is_err());
+}
+
+/// A schedule that no longer matches the step structure says it is out of date, and is
+/// never reported as a violation (issue #30).
+#[test]
+#[should_panic(expected = "schedule out of date:")]
+fn model_schedule_out_of_date_is_not_a_violation() {
+    let _ = follow(&config_named("OQ-5"), &["a0 starts Claim", "no such step"]);
 }
