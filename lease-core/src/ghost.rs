@@ -22,9 +22,9 @@
 //! |---|---|
 //! | I1 one owner per generation | [`Ghost::finish`]: a generation is granted to one actor, above every grant completed before the operation started, increasing per actor |
 //! | I2 generations never decrease | [`Ghost::observe_head`]; [`Ghost::check_granted_epochs`] (a granted epoch survives power loss) |
-//! | I4 nothing past a cutoff counts | [`within_cutoffs`] (a reader's answer against its own cutoffs); [`Ghost::check_decisions`] (every cutoff and checkpoint on disk against what each writer was told, so a cutoff decided a second time over a rolled-back chain is seen) |
+//! | I4 nothing past a cutoff counts | [`Ghost::check_within_cutoffs`] (no event linked after its generation's cutoff was linked counts: the ghost's record of the order of links, not the cutoff's value); [`within_cutoffs`] (a reader's answer against its own cutoffs, blind to a cutoff written wrong); [`Ghost::check_decisions`] (every cutoff and checkpoint on disk against what each writer was told, so a cutoff decided a second time over a rolled-back chain is seen) |
 //! | I5 acknowledged appends count | [`Ghost::check_acknowledged`] |
-//! | I6 takeover only over the observed owner | [`check_takeover_retired`], [`Ghost::check_epoch_created`] |
+//! | I6 takeover only over the observed owner | [`check_takeover_retired`] (owner, generation, and the beat time and count the new epoch records as judged, against the taker's expectation [`OpGhost::observed`]), [`Ghost::check_epoch_created`] |
 //! | I7 an invalid record blocks ownership changes | [`Ghost::finish`], [`Ghost::check_no_new_epoch`] |
 //! | I8 a superseded heartbeat or release never succeeds | [`Ghost::finish`] (with [`OpGhost::head_at_start`]); [`Ghost::check_epoch_created`] (a release supersedes only its own generation) |
 //! | I9 an append's answer is its event's authority | [`Ghost::check_refused`]; [`Ghost::check_late`] (an event linked after a newer grant never counts) |
@@ -34,7 +34,8 @@
 //! | I13 the counted history is generation-monotone | [`generation_monotone`] |
 //!
 //! Who checks what (each checker kept exactly the checks it had before the ghost was
-//! shared; the hooks are called at the same points):
+//! shared; the hooks are called at the same points; issue #30 added the link order behind
+//! [`Ghost::check_within_cutoffs`] and the beat comparison of [`check_takeover_retired`]):
 //!
 //! | check | proptest | model checker | fuzzer |
 //! |---|---|---|---|
@@ -44,6 +45,7 @@
 //! | [`Ghost::check_acknowledged`], [`Ghost::check_refused`], [`within_cutoffs`] | at the end | every state | at the end |
 //! | [`generation_monotone`] | at the end | every state | no |
 //! | [`Ghost::on_linked`] / [`Ghost::check_late`] | no | every state | no |
+//! | [`Ghost::on_cutoff_linked`] / [`Ghost::check_within_cutoffs`] (in [`Ghost::check_log`], [`Ghost::check_read`]) | no (checks nothing without links) | every state, as a reader finishes | no (checks nothing without links) |
 //! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
 //! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
 //! | [`Ghost::check_read`], [`stable_judgements`] | no | as a reader ([`OpKind::Read`]) finishes | no |
@@ -154,6 +156,16 @@ pub struct Ghost {
     pub writer: BTreeMap<u64, u64>,
     /// `lease/` was restored from an older copy ([`Ghost::rollback`]).
     pub rolled_back: bool,
+    /// Every event the ghost saw linked (only tracked through [`Ghost::on_linked`]):
+    /// sequence -> (its writer's generation, the link's place in [`Ghost::links`]).
+    pub linked: BTreeMap<u64, (u64, u64)>,
+    /// Every cutoff the ghost saw linked (only tracked through [`Ghost::on_cutoff_linked`]):
+    /// generation -> the link's place in [`Ghost::links`] (the latest, if a power loss
+    /// dropped an earlier one).
+    pub cutoff_linked: BTreeMap<u64, u64>,
+    /// The number of links the ghost saw: the order of [`Ghost::linked`] and
+    /// [`Ghost::cutoff_linked`].
+    pub links: u64,
 }
 
 impl Ghost {
@@ -222,13 +234,61 @@ impl Ghost {
     /// Operation `op`, of an actor holding generation `mine` (0: none), was answered
     /// `resp`: an event it linked while a higher generation had already been granted is
     /// fenced and must never count.
+    ///
+    /// Every link is also recorded, in order, in [`Ghost::linked`]: the facts
+    /// [`Ghost::check_within_cutoffs`] judges a reader by.
     pub fn on_linked(&mut self, op: &OpGhost, resp: &Response, mine: u64) {
-        if let (OpKind::Append, Response::Created, Some(s)) = (op.kind, resp, op.created_event)
-            && mine < self.max_granted
-        {
-            self.late.insert(s);
-            self.writer.insert(s, mine);
+        if let (OpKind::Append, Response::Created, Some(s)) = (op.kind, resp, op.created_event) {
+            self.links += 1;
+            self.linked.insert(s, (mine, self.links));
+            if mine < self.max_granted {
+                self.late.insert(s);
+                self.writer.insert(s, mine);
+            }
         }
+    }
+
+    /// The cutoff of generation `g` became visible on disk (its link): no event of `g`
+    /// linked after this may ever count (I4).
+    pub fn on_cutoff_linked(&mut self, g: u64) {
+        self.links += 1;
+        self.cutoff_linked.insert(g, self.links);
+    }
+
+    /// A power loss: forget the links it undid (`cutoff_survived(g)`: generation `g`'s
+    /// cutoff is still on disk; `event_survived(s)`: event `s` is). A cutoff linked but
+    /// never made durable may be decided again, through later events, and that is sound.
+    pub fn power_loss(
+        &mut self,
+        cutoff_survived: impl Fn(u64) -> bool,
+        event_survived: impl Fn(u64) -> bool,
+    ) {
+        self.cutoff_linked.retain(|&g, _| cutoff_survived(g));
+        self.linked.retain(|&s, _| event_survived(s));
+    }
+
+    /// No event counts that its writer linked after its generation's cutoff was linked
+    /// (I4), judged from the ghost's own record of the order of links
+    /// ([`Ghost::on_linked`], [`Ghost::on_cutoff_linked`]), never from the cutoff values a
+    /// reader used: a cutoff decided too high (one past the log's end) lets a zombie's
+    /// later event count by the reader's rule, and this still sees it. Checks nothing for a
+    /// checker that does not report links.
+    pub fn check_within_cutoffs(&self, view: &EventLogView) -> Result<(), Violation> {
+        for e in view.events.iter().filter(|e| e.standing.counts()) {
+            let (s, g) = (e.event.sequence.get(), e.event.generation.get());
+            if !view.chain.cutoffs.contains_key(&e.event.generation) {
+                continue;
+            }
+            if let (Some(&(w, at)), Some(&cut)) = (self.linked.get(&s), self.cutoff_linked.get(&g))
+                && w == g
+                && at > cut
+            {
+                return Err(format!(
+                    "event {s} of generation {g} counts, but it was linked after generation {g}'s cutoff was (I4)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Operation `op` of the actor labelled `actor`, holding generation `mine` (0: none),
@@ -455,6 +515,7 @@ impl Ghost {
         self.check_refused(&counted)?;
         self.check_late(&counted)?;
         generation_monotone(view)?;
+        self.check_within_cutoffs(view)?;
         within_cutoffs(view)
     }
 
@@ -477,6 +538,7 @@ impl Ghost {
         self.check_refused(&counted)?;
         self.check_late(&counted)?;
         generation_monotone(view)?;
+        self.check_within_cutoffs(view)?;
         within_cutoffs(view)
     }
 
@@ -612,7 +674,10 @@ pub fn generation_monotone(view: &EventLogView) -> Result<(), Violation> {
     Ok(())
 }
 
-/// No event of a superseded generation past its cutoff counts (I4).
+/// No event of a superseded generation past its cutoff counts (I4), by the reader's own
+/// cutoffs (`view.chain.cutoffs`): a consistency check of the reader's answer with itself,
+/// blind to a cutoff written wrong; [`Ghost::check_within_cutoffs`] judges from the
+/// ghost's facts.
 pub fn within_cutoffs(view: &EventLogView) -> Result<(), Violation> {
     for e in &view.events {
         if let Some(&c) = view.chain.cutoffs.get(&e.event.generation)
@@ -657,17 +722,47 @@ pub fn status_valid(status: &Status) -> Result<(), Violation> {
 }
 
 /// A takeover that returned generation `new`'s lease retired exactly the owner it
-/// observed (I6): `record` is epoch `new` as read back.
+/// observed, at exactly the beat it observed (I6): `record` is epoch `new` as read back.
+///
+/// Judged against the ghost's own record of the takeover ([`OpGhost::observed`], the
+/// expectation the taker was started with), never against the takeover's judgement: the
+/// retired owner's generation and id, and the beat time and count its epoch records as
+/// judged (`retired.observed`), must all equal what the taker expected. An owner whose
+/// beat landed after the taker's look and that the takeover replaced anyway (a takeover
+/// that skipped its re-read's judgement, §7.4 step 6) leaves a beat in the new epoch the
+/// taker never expected.
 pub fn check_takeover_retired(op: &OpGhost, record: Option<&EpochRecord>) -> Result<(), Violation> {
     let Some(exp) = &op.observed else {
         return Err("a takeover without an observation".into());
     };
-    let matches = record
-        .and_then(|r| r.retired.as_ref())
-        .is_some_and(|r| r.owner_id == exp.owner_id && Some(r.generation) == exp.generation);
-    if !matches {
+    let Some(r) = record.and_then(|r| r.retired.as_ref()) else {
+        return Err(format!(
+            "a takeover's epoch retired no owner (expected {exp:?}, epoch {record:?})"
+        ));
+    };
+    if r.owner_id != exp.owner_id || Some(r.generation) != exp.generation {
         return Err(format!(
             "took over an owner other than the one observed ({exp:?} vs {record:?})"
+        ));
+    }
+    let Some(seen) = &r.observed else {
+        return Err(format!(
+            "a takeover's epoch records no observation of generation {} (I6)",
+            r.generation
+        ));
+    };
+    if seen.heartbeat_at != exp.heartbeat_at
+        || exp
+            .heartbeat_count
+            .is_some_and(|c| c != seen.heartbeat_count)
+    {
+        return Err(format!(
+            "took over generation {} at beat #{} ({}), but the taker expected beat {:?} ({}): the owner beat after the taker's look and was replaced anyway (I6)",
+            r.generation,
+            seen.heartbeat_count,
+            seen.heartbeat_at,
+            exp.heartbeat_count,
+            exp.heartbeat_at
         ));
     }
     Ok(())

@@ -256,8 +256,10 @@ impl World {
 
     /// What `check` depends on besides the head bookkeeping.
     pub(crate) fn check_key(&self) -> u128 {
+        // Every ghost field `check_state` reads: a cached "ok" must not hide, say, a
+        // granted generation that lost its epoch.
         hash128(&format!(
-            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}",
+            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}",
             self.fs.fingerprint(),
             self.now,
             self.boot,
@@ -266,7 +268,11 @@ impl World {
             self.ghost.late,
             self.corrupted(),
             self.ghost.writer,
-            self.ghost.rolled_back
+            self.ghost.rolled_back,
+            self.ghost.granted,
+            self.ghost.epochs_at_corruption,
+            self.ghost.linked,
+            self.ghost.cutoff_linked
         ))
     }
 
@@ -556,6 +562,12 @@ impl World {
                 if is_event && !was_linked && prim.linked() {
                     self.ghost.on_linked(g, &Response::Created, mine);
                 }
+                if !was_linked
+                    && prim.linked()
+                    && let Some(c) = cutoff_of(&path)
+                {
+                    self.ghost.on_cutoff_linked(c);
+                }
                 if let Some(Ok(o)) = &r {
                     self.ghost
                         .on_response(g, is_event, &prim_response(kind, *o));
@@ -623,6 +635,11 @@ impl World {
                         // create's answer when it comes.
                         if event_create && prim.linked() {
                             self.ghost.on_linked(&ghost, &Response::Created, mine);
+                        }
+                        if prim.linked()
+                            && let Some(c) = cutoff_of(&path)
+                        {
+                            self.ghost.on_cutoff_linked(c);
                         }
                         match r {
                             None => a.exec = Some((prim, path)),
@@ -869,6 +886,18 @@ impl World {
     pub(crate) fn power_loss(&mut self, tear: bool) -> String {
         self.power_losses_left -= 1;
         self.fs.recover(tear);
+        // Links the power loss undid are no longer facts about the disk.
+        let fs = &self.fs;
+        self.ghost.power_loss(
+            |g| {
+                Generation::new(g)
+                    .is_some_and(|g| fs.exists(&FileRef::Cutoff(g).path()).unwrap_or(false))
+            },
+            |s| {
+                Sequence::new(s)
+                    .is_some_and(|s| fs.exists(&FileRef::Event(s).path()).unwrap_or(false))
+            },
+        );
         self.boot += 1;
         for a in &mut self.actors {
             a.incarnation += 1;
@@ -1251,6 +1280,18 @@ pub(crate) fn world(c: &Config) -> World {
         copies_left: c.copies,
         rollbacks_left: c.rollbacks,
         lease_copy: None,
+    }
+}
+
+/// The generation of the cutoff at `path`, if it is one.
+fn cutoff_of(path: &str) -> Option<u64> {
+    let (dir, name) = path.rsplit_once('/')?;
+    if dir != Dir::Cutoffs.path() {
+        return None;
+    }
+    match Dir::Cutoffs.parse_name(name)? {
+        FileRef::Cutoff(g) => Some(g.get()),
+        _ => None,
     }
 }
 
