@@ -75,6 +75,7 @@ pub mod rollback;
 pub mod seal;
 pub mod time;
 pub mod transport;
+pub mod trust;
 pub mod watch;
 
 pub use canonical::{Record, decode, decode_for, encode};

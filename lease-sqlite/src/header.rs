@@ -63,16 +63,13 @@ pub(crate) fn check_kind(ctx: &Ctx<'_>, meta: &Stat) -> Result<(), StoreError> {
     Err(ctx.corrupt(format!("it is {what}")))
 }
 
-/// Permission bits a store file, its side files and its folder must not have: group or
-/// other write (lease-fs's rule for every record and folder of a run, issue #15).
-const FORBIDDEN_MODE: u32 = 0o022;
-
 /// Trust `what` (a store file, its WAL or journal, its folder) only if the effective uid
 /// owns it and neither group nor others may write it (issue #29: a 0666 store owned by
-/// another user was accepted): the rule, wording and code (`RUN_NOT_OWNED`, 77) of
-/// lease-fs's trust check. `uid` and `mode` come from an `fstat` of the descriptor that is
-/// then used (or, for an early look before anything is written, an `lstat` that the
-/// `fstat` repeats); once trusted, only its owner (us) or root can change either.
+/// another user was accepted): the rule and wording of every run file
+/// (`lease_core::trust`, as lease-fs judges them), code `RUN_NOT_OWNED` (77). `uid` and
+/// `mode` come from an `fstat` of the descriptor that is then used (or, for an early look
+/// before anything is written, an `lstat` that the `fstat` repeats); once trusted, only its
+/// owner (us) or root can change either.
 pub(crate) fn check_trusted(
     ctx: &Ctx<'_>,
     what: &str,
@@ -83,34 +80,21 @@ pub(crate) fn check_trusted(
 ) -> Result<(), StoreError> {
     let euid = rustix::process::geteuid().as_raw();
     let perm = mode & 0o7777;
-    if uid == euid && perm & FORBIDDEN_MODE == 0 {
+    if lease_core::trust::trusted(uid, perm, euid) {
         return Ok(());
-    }
-    let mut wrong = Vec::new();
-    let mut fix = Vec::new();
-    let q = shell_quote(abs);
-    if uid != euid {
-        wrong.push(format!(
-            "it is owned by uid {uid}, not by uid {euid} that runlease runs as"
-        ));
-        fix.push(format!(
-            "run runlease as uid {uid} (its owner), or `chown {euid} {q}` if it really belongs to uid {euid}"
-        ));
-    }
-    if perm & FORBIDDEN_MODE != 0 {
-        wrong.push("group or others may write it".to_string());
-        fix.push(format!("`chmod go-w {q}`"));
     }
     Err(StoreError::NotOwned {
         run: ctx.run.to_string(),
         file: ctx.file.to_string(),
-        detail: format!(
-            "{} {what} ({}, owner uid {uid}, mode {perm:04o}) is not trusted: {}; runlease trusts only what uid {euid} owns and nobody else can change, so it was not read and nothing was written; fix: {}",
-            if is_dir { "folder" } else { "file" },
-            abs.display(),
-            wrong.join(" and "),
-            fix.join(", then ")
-        ),
+        detail: lease_core::trust::NotOwned {
+            path: what.to_string(),
+            abs: abs.to_path_buf(),
+            uid,
+            mode: perm,
+            euid,
+            is_dir,
+        }
+        .describe(),
     })
 }
 
@@ -124,19 +108,6 @@ pub(crate) fn check_trusted_stat(
     let is_dir = folder::kind(st) == FileType::Directory;
     #[allow(clippy::unnecessary_cast)]
     check_trusted(ctx, what, abs, st.st_uid as u32, st.st_mode as u32, is_dir)
-}
-
-/// A path quoted for a shell command in a fix, if it needs it (lease-fs's rule).
-fn shell_quote(p: &Path) -> String {
-    let s = p.display().to_string();
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c))
-    {
-        s
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }
 
 /// A side file of the store (`side`: its `-wal` or `-journal`, which SQLite opens by name
