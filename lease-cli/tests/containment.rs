@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -171,15 +171,7 @@ fn records_forge(dir: &Path, g: u64, pid: u32, cgroup: Option<lease_core::Comman
         cgroup,
         mark: None,
     };
-    let f = lease_core::FileRef::Command { generation: g, pid }.path();
-    std::fs::create_dir_all(dir.join("commands")).unwrap();
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dir.join(&f))
-        .unwrap();
-    std::io::Write::write_all(&mut file, &lease_core::encode(&rec).unwrap()).unwrap();
+    plant_command_record(dir, &rec);
 }
 
 /// The name `runlease-<key>-` of the run at `dir`'s cgroups, learned from a command's own
@@ -579,14 +571,8 @@ impl NcNobody {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(&self.bin)
-            .args(args)
-            .env_remove("RUNLEASE_RUN")
-            .env_remove("RUNLEASE_GENERATION")
-            .env_remove("RUNLEASE_OWNER")
-            .env_remove("RUNLEASE_AUTHORITY")
-            .env_remove("RUNLEASE_STORE_SOCKET")
-            .env_remove("RUNLEASE_INCARNATION")
-            .env_remove("RUNLEASE_INCARNATION_FD")
+            .args(args);
+        scrub_owner_env(&mut c)
             .env("HOME", &self.home)
             .env("PATH", format!("{}:/usr/bin:/bin", self.home.display()))
             .current_dir(&self.home)
@@ -876,20 +862,7 @@ fn no_cgroup_a_forged_record_never_gets_an_unrelated_process_signalled() {
                 ino: 1,
             }),
         };
-        let f = nb.dir.join(
-            lease_core::FileRef::Command {
-                generation: g,
-                pid: leader,
-            }
-            .path(),
-        );
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&f)
-            .unwrap();
-        std::io::Write::write_all(&mut file, &lease_core::encode(&rec).unwrap()).unwrap();
+        let f = plant_command_record(&nb.dir, &rec);
         std::os::unix::fs::chown(&f, Some(NC_NOBODY), Some(NC_NOBODY)).unwrap();
         f
     };

@@ -281,7 +281,6 @@ fn payloads_with_duplicate_keys_or_inexact_numbers_are_refused_and_append_nothin
 /// record and the process, never signals it; `doctor` reports it as COMMAND_UNPROVEN.
 #[test]
 fn a_forged_command_record_naming_a_bystander_is_refused_before_claiming_and_never_signalled() {
-    use std::os::unix::fs::OpenOptionsExt as _;
     use std::os::unix::process::CommandExt as _;
     let (_tmp, dir) = scratch();
     let d = dir.to_str().unwrap();
@@ -312,14 +311,7 @@ fn a_forged_command_record_naming_a_bystander_is_refused_before_claiming_and_nev
         pid,
     }
     .path();
-    std::fs::create_dir_all(dir.join("commands")).unwrap();
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(dir.join(&f))
-        .unwrap();
-    std::io::Write::write_all(&mut file, &lease_core::encode(&rec).unwrap()).unwrap();
+    plant_command_record(&dir, &rec);
     let before = tree(&dir);
     for args in [
         vec!["run", d, "--", "true"],

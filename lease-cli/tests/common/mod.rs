@@ -38,16 +38,49 @@ pub fn cmd_under(wrapper: &[&str], args: &[&str]) -> Command {
         }
         None => Command::new(BIN),
     };
-    c.args(args)
-        .env_remove("RUNLEASE_RUN")
-        .env_remove("RUNLEASE_GENERATION")
-        .env_remove("RUNLEASE_OWNER")
-        .env_remove("RUNLEASE_AUTHORITY")
-        .env_remove("RUNLEASE_STORE_SOCKET")
-        .env_remove("RUNLEASE_INCARNATION")
+    scrub_owner_env(c.args(args))
         .env("PATH", path_with_binary())
         .stdin(Stdio::null());
     c
+}
+
+/// Remove every variable an owner gives its commands (token, socket, secret, mark), so a
+/// test run under `runlease run` does not act as that owner's command.
+pub fn scrub_owner_env(c: &mut Command) -> &mut Command {
+    for var in [
+        "RUNLEASE_RUN",
+        "RUNLEASE_GENERATION",
+        "RUNLEASE_OWNER",
+        "RUNLEASE_AUTHORITY",
+        "RUNLEASE_STORE_SOCKET",
+        "RUNLEASE_INCARNATION",
+        "RUNLEASE_INCARNATION_FD",
+    ] {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// Write `rec` as its command record in the run folder `dir` (`commands/` made if
+/// missing), exclusively and 0600 as runlease writes one; returns its path.
+pub fn plant_command_record(dir: &Path, rec: &lease_core::CommandRecord) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = dir.join(
+        lease_core::FileRef::Command {
+            generation: rec.generation,
+            pid: rec.pid,
+        }
+        .path(),
+    );
+    std::fs::create_dir_all(dir.join("commands")).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&f)
+        .unwrap();
+    std::io::Write::write_all(&mut file, &lease_core::encode(rec).unwrap()).unwrap();
+    f
 }
 
 /// Run `runlease` to completion.
