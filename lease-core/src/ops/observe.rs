@@ -194,8 +194,13 @@ impl StatusView {
     /// A view judged `invalid` with `e`, nothing else known (an unreadable head record,
     /// or a lease folder whose layout the transport refuses).
     pub fn invalid(e: LeaseError) -> StatusView {
+        StatusView::only(Status::Invalid(e))
+    }
+
+    /// A view that knows `status` and nothing else (no head, ages, liveness or lease).
+    fn only(status: Status) -> StatusView {
         StatusView {
-            status: Status::Invalid(e),
+            status,
             head: None,
             age_ms: None,
             mono_age_ms: None,
@@ -361,15 +366,7 @@ impl Operation for ReadStatus {
             Step::Done(Ok(o)) => o,
         };
         let Some(head) = observed.head else {
-            return Step::Done(Ok(StatusView {
-                status: Status::Free,
-                head: None,
-                age_ms: None,
-                mono_age_ms: None,
-                mono_ahead_ms: None,
-                liveness: None,
-                authority_lease: None,
-            }));
+            return Step::Done(Ok(StatusView::only(Status::Free)));
         };
         if !head.is_active() {
             return Step::Done(Ok(StatusView {
