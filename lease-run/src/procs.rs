@@ -519,7 +519,10 @@ impl Tracked {
     /// are gone or reused, and groups with no process left at all (not even a zombie, so
     /// the number could be reused).
     pub fn refresh(&mut self, procs: &[ProcInfo]) {
-        let present = |pid: u32, st: u64| procs.iter().any(|p| p.pid == pid && p.start_time == st);
+        // One index of the scan: `not_ours` can hold every process of the host started
+        // since the first command, and this runs on the watchdog's 100 ms tick.
+        let seen: BTreeSet<(u32, u64)> = procs.iter().map(|p| (p.pid, p.start_time)).collect();
+        let present = |pid: u32, st: u64| seen.contains(&(pid, st));
         self.known.retain(|pid, st| present(*pid, *st));
         self.leaders.retain(|(pid, st)| present(*pid, *st));
         self.not_ours.retain(|(pid, st)| present(*pid, *st));
