@@ -392,14 +392,9 @@ impl Mark {
 pub fn holds_mark(pid: u32, mark: &lease_core::CommandMark, content: &[u8]) -> bool {
     use std::os::unix::fs::MetadataExt;
     let want = format!("/memfd:{} (deleted)", mark.name);
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    for e in dir.flatten() {
-        let path = e.path();
-        match std::fs::read_link(&path) {
-            Ok(link) if link.as_os_str() == want.as_str() => {}
-            _ => continue,
+    for (path, link) in fd_links(pid) {
+        if link.as_os_str() != want.as_str() {
+            continue;
         }
         match std::fs::metadata(&path) {
             Ok(md) if (md.dev(), md.ino()) == (mark.dev, mark.ino) => {}
@@ -444,15 +439,24 @@ fn mark_content_is(path: &std::path::Path, mark: &lease_core::CommandMark, conte
 fn holds_other_mark(pid: u32, ours: Option<&lease_core::CommandMark>) -> bool {
     let prefix = format!("/memfd:{}", lease_core::CommandMark::PREFIX);
     let own = ours.map(|m| format!("/memfd:{} (deleted)", m.name));
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        std::fs::read_link(e.path()).is_ok_and(|l| {
-            let l = l.to_string_lossy();
-            l.starts_with(&prefix) && own.as_deref() != Some(&*l)
-        })
+    fd_links(pid).any(|(_, l)| {
+        let l = l.to_string_lossy();
+        l.starts_with(&prefix) && own.as_deref() != Some(&*l)
     })
+}
+
+/// Each open descriptor of `pid` (`/proc/<pid>/fd/<n>`) with what its link says, read
+/// lazily; nothing when the folder cannot be read (another uid, not dumpable, gone), and
+/// a descriptor whose link cannot be read is skipped.
+fn fd_links(pid: u32) -> impl Iterator<Item = (std::path::PathBuf, std::path::PathBuf)> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            std::fs::read_link(&path).ok().map(|link| (path, link))
+        })
 }
 
 /// What the run tracks of its commands: their process groups and every descendant seen
