@@ -338,3 +338,137 @@ impl Operation for Finalize {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::Digest;
+    use crate::records::Checkpoint;
+
+    fn g(n: u64) -> Generation {
+        Generation::new(n).unwrap()
+    }
+
+    /// FINALIZE(3, superseded by 4) by a fixed actor; eager unless `lazy`.
+    fn finalize(lazy: bool) -> Finalize {
+        let run = RunId::new("r").unwrap();
+        let f = Finalize::new(
+            run,
+            g(3),
+            Identity::new("owner").unwrap(),
+            g(4),
+            Identity::new("finalizer").unwrap(),
+            Timestamp::EPOCH,
+        );
+        if lazy { f.lazy() } else { f }
+    }
+
+    fn io<T: std::fmt::Debug>(s: Step<T>) -> Request {
+        match s {
+            Step::Io(r) => r,
+            other => panic!("expected a request, got {other:?}"),
+        }
+    }
+
+    fn done<T: std::fmt::Debug>(s: Step<T>) -> Result<T, LeaseError> {
+        match s {
+            Step::Done(r) => r,
+            other => panic!("expected the end, got {other:?}"),
+        }
+    }
+
+    fn record(events_through: u64) -> RetirementRecord {
+        RetirementRecord {
+            run_id: RunId::new("r").unwrap(),
+            generation: g(3),
+            owner_id: Identity::new("owner").unwrap(),
+            superseded_by: g(4),
+            events_through,
+            finalized_at: Timestamp::EPOCH,
+            finalized_by: Identity::new("finalizer").unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_cut_describes_its_cutoff_or_its_checkpoint() {
+        assert_eq!(
+            Cut::Record(record(7)).describe(),
+            "superseded by generation 4; cutoff 7"
+        );
+        let cp = Checkpoint {
+            run_id: RunId::new("r").unwrap(),
+            floor_generation: g(5),
+            floor_epoch_hash: Digest::of(b"epoch 5"),
+            through_sequence: 9,
+            through_hash: None,
+            not_authoritative: vec![],
+            created_at: Timestamp::EPOCH,
+            created_by: Identity::new("pruner").unwrap(),
+        };
+        assert_eq!(
+            Cut::Compacted(cp).describe(),
+            "compacted below checkpoint floor 5 (through sequence 9)"
+        );
+    }
+
+    /// The eager finalizer created the superseding epoch itself: it takes the tail at once
+    /// and creates the cutoff, with no read of the cutoff first and no fsync of
+    /// `lease/epochs/` (the lazy path's SYNC).
+    #[test]
+    fn eager_finalize_takes_the_tail_and_creates_at_once() {
+        let mut f = finalize(false);
+        assert_eq!(
+            io(f.next(None)),
+            Request::Exists(FileRef::Event(crate::ids::Sequence::FIRST))
+        );
+        match io(f.next(Some(Response::Exists(false)))) {
+            Request::CreateExclusive(FileRef::Cutoff(c), _) => assert_eq!(c, g(3)),
+            other => panic!("expected the cutoff's create, got {other:?}"),
+        }
+        assert_eq!(
+            done(f.next(Some(Response::Created))).unwrap(),
+            Cut::Record(record(0))
+        );
+    }
+
+    /// A checkpoint whose floor is not above the generation does not fold its cutoff: the
+    /// lazy finalizer goes on to ask whether epoch `g + 2` exists, never reads it.
+    #[test]
+    fn a_checkpoint_at_or_below_the_generation_does_not_fold_its_cutoff() {
+        for floor in [1, 3] {
+            let mut f = finalize(true);
+            assert_eq!(io(f.next(None)), Request::Read(FileRef::Cutoff(g(3))));
+            assert_eq!(
+                io(f.next(Some(Response::Content(None)))),
+                Request::List(Dir::Checkpoints)
+            );
+            assert_eq!(
+                io(f.next(Some(Response::Listing(vec![FileRef::Checkpoint(g(floor))])))),
+                Request::Exists(FileRef::Epoch(g(5))),
+                "checkpoint floor {floor}"
+            );
+        }
+    }
+
+    /// The cutoff another finalizer created (`AlreadyExists`) is gone when read and no
+    /// checkpoint folds it: `RECORD_INVALID`, never a second create.
+    #[test]
+    fn a_cutoff_that_vanished_after_already_exists_is_invalid_not_recreated() {
+        let mut f = finalize(false);
+        io(f.next(None));
+        io(f.next(Some(Response::Exists(false))));
+        assert_eq!(
+            io(f.next(Some(Response::AlreadyExists))),
+            Request::Read(FileRef::Cutoff(g(3)))
+        );
+        assert_eq!(
+            io(f.next(Some(Response::Content(None)))),
+            Request::List(Dir::Checkpoints)
+        );
+        let e = done(f.next(Some(Response::Listing(vec![])))).unwrap_err();
+        assert!(
+            matches!(e, LeaseError::RecordInvalid { .. }),
+            "expected RECORD_INVALID, got {e:?}"
+        );
+    }
+}
