@@ -1,0 +1,181 @@
+//! Tests written for the mutants the one-off `cargo mutants` run of issue #30 found
+//! missed: each pins a behaviour no other test checked. The step machines are driven by
+//! small scripted drivers, so each test sets up exactly the answers that matter.
+
+use lease_core::ops::*;
+use lease_core::*;
+
+fn id(s: &str) -> Identity {
+    Identity::new(s).unwrap()
+}
+
+fn run_id() -> RunId {
+    RunId::new("run-1").unwrap()
+}
+
+fn holder(pid: u32) -> Holder {
+    Holder {
+        host: id("host-a"),
+        boot_id: id("boot-a"),
+        pid,
+        start_time: 1000 + u64::from(pid),
+    }
+}
+
+fn t(ms: u64) -> Timestamp {
+    Timestamp::from_unix_millis(1_796_169_600_000 + ms).unwrap()
+}
+
+fn claim_op() -> Claim {
+    Claim::new(ClaimParams {
+        run_id: run_id(),
+        owner_id: id("claimer"),
+        holder: holder(7),
+        policy: TimingPolicy::default(),
+        now: t(0),
+        store_floor: None,
+    })
+}
+
+/// Drive a claim of a run whose listing of `lease/epochs/` is always empty, except that
+/// the first `lost_creates` creates of epoch 1 lose (`AlreadyExists`) and the first
+/// `lost_rechecks` RECHECKs after a won create list a generation above it. Gives up (the
+/// outer `Err`) after 200 requests, so a claim that never stops retrying fails the test
+/// instead of hanging it.
+fn claim_racing(lost_creates: u32, lost_rechecks: u32) -> Result<OwnedLease, LeaseError> {
+    let (mut creates, mut rechecks, mut requests) = (lost_creates, lost_rechecks, 0u32);
+    let mut after_create = false;
+    drive(&mut claim_op(), |req| {
+        requests += 1;
+        if requests > 200 {
+            return Err(format!("still retrying after {requests} requests"));
+        }
+        Ok(match req {
+            Request::List(Dir::Epochs) if after_create => {
+                after_create = false;
+                if rechecks > 0 {
+                    rechecks -= 1;
+                    let two = Generation::new(2).unwrap();
+                    Response::Listing(vec![FileRef::Epoch(Generation::FIRST), FileRef::Epoch(two)])
+                } else {
+                    Response::Listing(vec![])
+                }
+            }
+            Request::List(_) => Response::Listing(vec![]),
+            Request::CreateExclusive(FileRef::Epoch(_), _) if creates > 0 => {
+                creates -= 1;
+                Response::AlreadyExists
+            }
+            Request::CreateExclusive(FileRef::Epoch(_), _) => {
+                after_create = true;
+                Response::Created
+            }
+            other => return Err(format!("unexpected request {other:?}")),
+        })
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_claim_retries_eight_lost_create_races_and_gives_up_on_the_ninth() {
+    assert_eq!(claim_racing(0, 0).unwrap().generation, Generation::FIRST);
+    assert_eq!(claim_racing(8, 0).unwrap().generation, Generation::FIRST);
+    let e = claim_racing(9, 0).unwrap_err();
+    assert!(
+        matches!(e, LeaseError::TakeoverRace { .. }),
+        "expected TAKEOVER_RACE, got {e:?}"
+    );
+    assert!(e.to_string().contains("lost 8 claim races"), "{e}");
+}
+
+#[test]
+fn a_claim_retries_eight_lost_rechecks_and_gives_up_on_the_ninth() {
+    assert_eq!(claim_racing(0, 8).unwrap().generation, Generation::FIRST);
+    let e = claim_racing(0, 9).unwrap_err();
+    assert!(
+        matches!(e, LeaseError::TakeoverRace { .. }),
+        "expected TAKEOVER_RACE, got {e:?}"
+    );
+}
+
+fn held() -> Box<HeldBy> {
+    Box::new(HeldBy {
+        generation: Generation::FIRST,
+        owner_id: "owner".into(),
+        host: "host-a".into(),
+        pid: 7,
+        since: t(0),
+        heartbeat_at: t(0),
+        heartbeat_count: 0,
+    })
+}
+
+#[test]
+fn refine_claim_refusal_names_a_dead_holder_and_only_a_dead_one() {
+    let active = || LeaseError::RunAlreadyActive {
+        run: "run-1".into(),
+        held: held(),
+    };
+    let stale = || LeaseError::RunStaleRequiresTakeover {
+        run: "run-1".into(),
+        held: held(),
+        age_ms: 60_000,
+        stale_after_ms: 30_000,
+    };
+    for refusal in [active(), stale()] {
+        assert_eq!(refine_claim_refusal(refusal.clone(), || false), refusal);
+        match refine_claim_refusal(refusal, || true) {
+            LeaseError::RunDeadRequiresRetirement { run, held: h } => {
+                assert_eq!((run.as_str(), h), ("run-1", held()));
+            }
+            other => panic!("expected RUN_DEAD_REQUIRES_RETIREMENT, got {other:?}"),
+        }
+    }
+    // Any other error is returned as it is, and the holder is not even asked about.
+    let fenced = LeaseError::Fenced {
+        run: "run-1".into(),
+        generation: Generation::FIRST,
+        detail: "superseded".into(),
+    };
+    let e = refine_claim_refusal(fenced.clone(), || panic!("asked about a holder"));
+    assert_eq!(e, fenced);
+}
+
+fn claim_as(owner: &str, pid: u32) -> Claim {
+    Claim::new(ClaimParams {
+        run_id: run_id(),
+        owner_id: id(owner),
+        holder: holder(pid),
+        policy: TimingPolicy::default(),
+        now: t(0),
+        store_floor: None,
+    })
+}
+
+fn alive(h: &Holder) -> LivenessEvidence {
+    LivenessEvidence {
+        observer_boot_id: id("boot-a"),
+        process: ProcessState::Running {
+            start_time: h.start_time,
+        },
+        owner_lock: LockEvidence::Held,
+        lease: AuthorityLease::NotKept,
+    }
+}
+
+/// ADOPTION (PROTOCOL §7.0): a claim retried by the very process whose earlier attempt
+/// created the head (same owner id and holder) gets that lease back; the same owner id in
+/// another process, or another owner in the same process, is refused.
+#[test]
+fn a_retried_claim_adopts_its_own_epoch_and_only_its_own() {
+    let mut d = lease_core::mem::MemDisk::new();
+    let first = d.run(&mut claim_as("a", 1), &alive).unwrap();
+    assert_eq!(d.run(&mut claim_as("a", 1), &alive).unwrap(), first);
+    for (owner, pid) in [("a", 2), ("b", 1)] {
+        let e = d.run(&mut claim_as(owner, pid), &alive).unwrap_err();
+        assert!(
+            matches!(e, LeaseError::RunAlreadyActive { .. }),
+            "{owner}/{pid}: expected RUN_ALREADY_ACTIVE, got {e:?}"
+        );
+    }
+}
