@@ -179,3 +179,115 @@ fn a_retried_claim_adopts_its_own_epoch_and_only_its_own() {
         );
     }
 }
+
+fn lease_of(owner: &str) -> OwnedLease {
+    OwnedLease {
+        run_id: run_id(),
+        generation: Generation::FIRST,
+        owner_id: id(owner),
+        holder: holder(1),
+        policy: TimingPolicy::default(),
+        epoch_hash: Digest::of(b"epoch 1"),
+    }
+}
+
+/// The answer to a heartbeat's write must be `Done`: anything else is a protocol
+/// violation, never taken as the start of RECHECK.
+#[test]
+fn a_heartbeat_refuses_a_wrong_answer_to_its_write() {
+    for wrong in [Response::Created, Response::Listing(vec![])] {
+        let mut hb = Heartbeat::new(&lease_of("a"), t(1), 1).unwrap();
+        assert!(matches!(hb.next(None), Step::Io(Request::WriteBeat { .. })));
+        match hb.next(Some(wrong.clone())) {
+            Step::Done(Err(LeaseError::ProtocolViolation { .. })) => {}
+            other => panic!("{wrong:?}: expected PROTOCOL_VIOLATION, got {other:?}"),
+        }
+    }
+}
+
+/// A release by a lease whose epoch hash is not the head's (same generation) changes
+/// nothing and reports `CHAIN_BROKEN`.
+#[test]
+fn a_release_with_another_epoch_hash_is_chain_broken_and_changes_nothing() {
+    let mut d = lease_core::mem::MemDisk::new();
+    let lease = d.run(&mut claim_as("a", 1), &alive).unwrap();
+    let forged = OwnedLease {
+        epoch_hash: Digest::of(b"not the head"),
+        ..lease.clone()
+    };
+    let mut release = |l: &OwnedLease| {
+        d.run(
+            &mut Release::new(ReleaseParams {
+                lease: l.clone(),
+                now: t(2),
+                seal: None,
+            }),
+            &alive,
+        )
+    };
+    let e = release(&forged).unwrap_err();
+    assert!(
+        matches!(e, LeaseError::ChainBroken { .. }),
+        "expected CHAIN_BROKEN, got {e:?}"
+    );
+    // Nothing changed: the real lease still releases generation 1 into generation 2.
+    assert_eq!(release(&lease).unwrap(), Generation::new(2).unwrap());
+}
+
+/// A takeover of a beatless owner "a" by "b"; with `beat_between`, "a" writes its first
+/// beat after the takeover's commit and before its step-11 read of that beat.
+fn takeover_of_a(beat_between: bool) -> (OwnedLease, Option<Preempted>) {
+    let mut d = lease_core::mem::MemDisk::new();
+    let old = d.run(&mut claim_as("a", 1), &alive).unwrap();
+    let view = d
+        .run(&mut StatusView::read(run_id(), t(0), false), &alive)
+        .unwrap();
+    let policy = TimingPolicy::default();
+    let mut op = Takeover::new(TakeoverParams {
+        run_id: run_id(),
+        owner_id: id("b"),
+        holder: holder(2),
+        policy,
+        now: t(1),
+        expect: Expectation::of(view.head.as_ref().unwrap()),
+        trigger: TakeoverTrigger::Operator {
+            watched_unchanged_ms: policy.stale_after_ms() + 1,
+        },
+    });
+    let mut committed = false;
+    let lease = drive(&mut op, |req| {
+        if matches!(req, Request::CreateExclusive(FileRef::Epoch(g), _) if g.get() == 2) {
+            committed = true;
+        }
+        if beat_between && committed && req == Request::Read(FileRef::Beat(Generation::FIRST)) {
+            // Its heartbeat's RECHECK fences it, but the beat is written.
+            let e = d
+                .run(&mut Heartbeat::new(&old, t(2), 1).unwrap(), &alive)
+                .unwrap_err();
+            assert!(matches!(e, LeaseError::Fenced { .. }), "{e:?}");
+        }
+        Ok::<_, std::convert::Infallible>(d.perform(req, &alive))
+    })
+    .unwrap()
+    .unwrap();
+    (lease, op.preempted().cloned())
+}
+
+/// PROTOCOL §7.4 step 11 (OQ-5): a takeover reports the owner it may have replaced while
+/// live (the owner's beat changed after the commit), with that owner's self-fence bound;
+/// and reports nothing when the beat did not change.
+#[test]
+fn a_takeover_reports_an_owner_that_beat_after_its_commit() {
+    let (lease, none) = takeover_of_a(false);
+    assert_eq!(lease.generation, Generation::new(2).unwrap());
+    assert_eq!(none, None);
+    let (_, some) = takeover_of_a(true);
+    assert_eq!(
+        some,
+        Some(Preempted {
+            generation: Generation::FIRST,
+            owner_id: id("a"),
+            self_fence_after_ms: TimingPolicy::default().self_fence_after_ms(),
+        })
+    );
+}
