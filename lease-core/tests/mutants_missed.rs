@@ -234,13 +234,18 @@ fn a_release_with_another_epoch_hash_is_chain_broken_and_changes_nothing() {
     assert_eq!(release(&lease).unwrap(), Generation::new(2).unwrap());
 }
 
-/// A takeover of a beatless owner "a" by "b"; with `beat_between`, "a" writes its first
-/// beat after the takeover's commit and before its step-11 read of that beat.
-fn takeover_of_a(beat_between: bool) -> (OwnedLease, Option<Preempted>) {
+/// A takeover of owner "a" (which beat `beats_before` times, 0 or 1, before it was
+/// observed) by "b"; with `beat_between`, "a" writes its next beat after the takeover's
+/// commit and before its step-11 read of that beat.
+fn takeover_of_a(beats_before: u64, beat_between: bool) -> (OwnedLease, Option<Preempted>) {
     let mut d = lease_core::mem::MemDisk::new();
     let old = d.run(&mut claim_as("a", 1), &alive).unwrap();
+    for n in 1..=beats_before {
+        d.run(&mut Heartbeat::new(&old, t(n), n).unwrap(), &alive)
+            .unwrap();
+    }
     let view = d
-        .run(&mut StatusView::read(run_id(), t(0), false), &alive)
+        .run(&mut StatusView::read(run_id(), t(5), false), &alive)
         .unwrap();
     let policy = TimingPolicy::default();
     let mut op = Takeover::new(TakeoverParams {
@@ -248,7 +253,7 @@ fn takeover_of_a(beat_between: bool) -> (OwnedLease, Option<Preempted>) {
         owner_id: id("b"),
         holder: holder(2),
         policy,
-        now: t(1),
+        now: t(6),
         expect: Expectation::of(view.head.as_ref().unwrap()),
         trigger: TakeoverTrigger::Operator {
             watched_unchanged_ms: policy.stale_after_ms() + 1,
@@ -261,8 +266,9 @@ fn takeover_of_a(beat_between: bool) -> (OwnedLease, Option<Preempted>) {
         }
         if beat_between && committed && req == Request::Read(FileRef::Beat(Generation::FIRST)) {
             // Its heartbeat's RECHECK fences it, but the beat is written.
+            let n = beats_before + 1;
             let e = d
-                .run(&mut Heartbeat::new(&old, t(2), 1).unwrap(), &alive)
+                .run(&mut Heartbeat::new(&old, t(7), n).unwrap(), &alive)
                 .unwrap_err();
             assert!(matches!(e, LeaseError::Fenced { .. }), "{e:?}");
         }
@@ -270,24 +276,26 @@ fn takeover_of_a(beat_between: bool) -> (OwnedLease, Option<Preempted>) {
     })
     .unwrap()
     .unwrap();
+    assert_eq!(lease.generation, Generation::new(2).unwrap());
     (lease, op.preempted().cloned())
 }
 
 /// PROTOCOL §7.4 step 11 (OQ-5): a takeover reports the owner it may have replaced while
 /// live (the owner's beat changed after the commit), with that owner's self-fence bound;
-/// and reports nothing when the beat did not change.
+/// and reports nothing when the beat did not change (absent or the same beat).
 #[test]
 fn a_takeover_reports_an_owner_that_beat_after_its_commit() {
-    let (lease, none) = takeover_of_a(false);
-    assert_eq!(lease.generation, Generation::new(2).unwrap());
-    assert_eq!(none, None);
-    let (_, some) = takeover_of_a(true);
-    assert_eq!(
-        some,
-        Some(Preempted {
-            generation: Generation::FIRST,
-            owner_id: id("a"),
-            self_fence_after_ms: TimingPolicy::default().self_fence_after_ms(),
-        })
-    );
+    let replaced = Preempted {
+        generation: Generation::FIRST,
+        owner_id: id("a"),
+        self_fence_after_ms: TimingPolicy::default().self_fence_after_ms(),
+    };
+    for beats_before in [0, 1] {
+        assert_eq!(takeover_of_a(beats_before, false).1, None, "{beats_before}");
+        assert_eq!(
+            takeover_of_a(beats_before, true).1,
+            Some(replaced.clone()),
+            "{beats_before}"
+        );
+    }
 }
