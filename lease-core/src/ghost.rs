@@ -60,6 +60,8 @@
 //! view of the log, `verify`, the head's watermark or the granted epochs, which the
 //! rollback itself breaks.
 
+pub mod driver;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ops::{
@@ -151,6 +153,12 @@ pub struct Ghost {
     pub corrupted: BTreeSet<FileRef>,
     /// The number of epochs when the last record was corrupted.
     pub epochs_at_corruption: usize,
+    /// The head (as last observed) when the last record was corrupted.
+    pub head_at_corruption: u64,
+    /// A record was ever corrupted by hand (even if no longer invalid: an operation that
+    /// read it before the owner's next beat or release repaired it may still answer that
+    /// the run is damaged).
+    pub ever_corrupted: bool,
     /// The generation that wrote each event in `acked`, `refused` and `late` (sequence ->
     /// generation), for [`Ghost::check_decisions`].
     pub writer: BTreeMap<u64, u64>,
@@ -166,6 +174,9 @@ pub struct Ghost {
     /// The number of links the ghost saw: the order of [`Ghost::linked`] and
     /// [`Ghost::cutoff_linked`].
     pub links: u64,
+    /// Generation -> the count of its newest heartbeat acknowledged as durable
+    /// ([`Ghost::on_durable_beat`]): a power loss never takes it back (PROTOCOL §5.3).
+    pub durable_beats: BTreeMap<u64, u64>,
 }
 
 impl Ghost {
@@ -199,8 +210,14 @@ impl Ghost {
     /// The checker hand-corrupted `target` (between operations); `epochs`: the number of
     /// epochs on disk.
     pub fn corrupt(&mut self, target: FileRef, epochs: usize) {
+        if let FileRef::Beat(g) = target {
+            // Its beats are gone by hand, not by a power loss.
+            self.durable_beats.remove(&g.get());
+        }
         self.corrupted.insert(target);
+        self.ever_corrupted = true;
         self.epochs_at_corruption = epochs;
+        self.head_at_corruption = self.max_head;
     }
 
     /// Operation `op` is about to perform `req`.
@@ -213,6 +230,10 @@ impl Ghost {
             // release does not read it); the released generation's heartbeat is never
             // read again.
             self.corrupted.retain(|f| !matches!(f, FileRef::Beat(_)));
+        }
+        if let Request::Remove(FileRef::Beat(g), _) = req {
+            // A released or pruned heartbeat file: its beats are no longer facts on disk.
+            self.durable_beats.remove(&g.get());
         }
         if let Request::WriteBeat { file, .. } = req {
             // The live owner's next heartbeat makes its own (hand-corrupted) heartbeat file
@@ -248,6 +269,46 @@ impl Ghost {
         }
     }
 
+    /// Heartbeat `count` of generation `g` was acknowledged and was written durably
+    /// (`Durability::Fsync`): from now on the heartbeat file holds it or a newer beat,
+    /// whatever a power loss or a torn write does (PROTOCOL §5.3 `durable`).
+    pub fn on_durable_beat(&mut self, g: u64, count: u64) {
+        let c = self.durable_beats.entry(g).or_default();
+        *c = (*c).max(count);
+    }
+
+    /// Every heartbeat acknowledged as durable is still on disk ([`Ghost::on_durable_beat`]):
+    /// `read(g)` is generation `g`'s heartbeat file now, and its newest valid slot must
+    /// hold that beat or a newer one. A hand-corrupted heartbeat file is not judged.
+    pub fn check_durable_beats(
+        &self,
+        read: impl Fn(u64) -> Option<Vec<u8>>,
+    ) -> Result<(), Violation> {
+        for (&g, &n) in &self.durable_beats {
+            let beat = Generation::new(g).map(FileRef::Beat);
+            if beat.is_some_and(|f| self.corrupted.contains(&f)) {
+                continue;
+            }
+            let bytes = read(g);
+            let count = bytes
+                .as_deref()
+                .and_then(crate::beat::newest_record)
+                .and_then(|r| crate::decode::<crate::HeartbeatRecord>(r).ok())
+                .map(|r| r.count);
+            if count.is_none_or(|c| c < n) {
+                return Err(format!(
+                    "heartbeat {n} of generation {g} was acknowledged as durable, but the heartbeat file now holds {} (PROTOCOL §5.3)",
+                    match (count, bytes) {
+                        (Some(c), _) => format!("beat {c}"),
+                        (None, Some(_)) => "no valid beat".into(),
+                        (None, None) => "nothing (it is gone)".into(),
+                    }
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The cutoff of generation `g` became visible on disk (its link): no event of `g`
     /// linked after this may ever count (I4).
     pub fn on_cutoff_linked(&mut self, g: u64) {
@@ -256,7 +317,8 @@ impl Ghost {
     }
 
     /// A power loss: forget the links it undid (`cutoff_survived(g)`: generation `g`'s
-    /// cutoff is still on disk; `event_survived(s)`: event `s` is). A cutoff linked but
+    /// cutoff is still on disk; `event_survived(s)`: event `s` is), and the late events
+    /// among them. A cutoff linked but
     /// never made durable may be decided again, through later events, and that is sound.
     pub fn power_loss(
         &mut self,
@@ -265,6 +327,21 @@ impl Ghost {
     ) {
         self.cutoff_linked.retain(|&g, _| cutoff_survived(g));
         self.linked.retain(|&s, _| event_survived(s));
+        // A late event whose link was undone is gone: its sequence may be written again,
+        // by a writer that is not late. (Acknowledged and refused events were created
+        // durably before their answer; they survive.)
+        let lost: Vec<u64> = self
+            .late
+            .iter()
+            .copied()
+            .filter(|&s| !event_survived(s))
+            .collect();
+        for s in lost {
+            self.late.remove(&s);
+            if !self.acked.contains(&s) && !self.refused.contains(&s) {
+                self.writer.remove(&s);
+            }
+        }
     }
 
     /// No event counts that its writer linked after its generation's cutoff was linked
@@ -394,9 +471,14 @@ impl Ghost {
         Ok(())
     }
 
-    /// While a record is invalid, no epoch appears (I7): `epochs` is the number on disk.
+    /// While a record is invalid, no epoch appears (I7): `epochs` is the number on disk,
+    /// never more than when the record was corrupted, and the head (as last observed,
+    /// [`Ghost::observe_head`]) never above the head then. Fewer is fine: a prune may
+    /// remove epochs below its floor while a heartbeat record it does not read is invalid.
     pub fn check_no_new_epoch(&self, epochs: usize) -> Result<(), Violation> {
-        if self.is_corrupted() && epochs != self.epochs_at_corruption {
+        if self.is_corrupted()
+            && (epochs > self.epochs_at_corruption || self.max_head > self.head_at_corruption)
+        {
             return Err("a new epoch appeared after an invalid record".into());
         }
         Ok(())

@@ -144,9 +144,14 @@ fn observe_head_never_goes_down_except_after_power_loss() {
 fn no_new_epoch_after_an_invalid_record() {
     let mut gh = Ghost::new();
     assert!(gh.check_no_new_epoch(5).is_ok());
+    gh.observe_head(Some(2), false).unwrap();
     gh.corrupt(FileRef::Beat(g(1)), 2);
     assert!(gh.check_no_new_epoch(2).is_ok());
     assert!(gh.check_no_new_epoch(3).is_err());
+    // A prune removed epoch 1: fewer is fine; a new head is not, whatever the count.
+    assert!(gh.check_no_new_epoch(1).is_ok());
+    gh.observe_head(Some(3), false).unwrap();
+    assert!(gh.check_no_new_epoch(1).is_err());
 }
 
 #[test]
@@ -414,4 +419,77 @@ fn takeover_retired_exactly_what_the_taker_expected() {
     let mut blind = e2;
     blind.retired.as_mut().unwrap().observed = None;
     assert!(check_takeover_retired(&o, Some(&blind)).is_err());
+}
+
+// --- check_durable_beats (PROTOCOL §5.3), power loss and late events (I9) ---
+
+/// A heartbeat file holding beat `count` of generation 1 of `rec`'s owner.
+fn beat_file(count: u64) -> Vec<u8> {
+    let rec = HeartbeatRecord {
+        run_id: run_id(),
+        generation: g(1),
+        owner_id: id("owner-a"),
+        heartbeat_at: t(count),
+        count,
+        store_head: None,
+        mono: None,
+    };
+    lease_core::beat::fresh_file(count, &encode(&rec).unwrap()).unwrap()
+}
+
+#[test]
+fn durable_beats_are_never_lost() {
+    let mut gh = Ghost::new();
+    assert!(
+        gh.check_durable_beats(|_| None).is_ok(),
+        "nothing acknowledged yet"
+    );
+    gh.on_durable_beat(1, 2);
+    assert!(gh.check_durable_beats(|_| Some(beat_file(2))).is_ok());
+    assert!(gh.check_durable_beats(|_| Some(beat_file(3))).is_ok());
+    let older = gh.check_durable_beats(|_| Some(beat_file(1)));
+    assert!(older.unwrap_err().contains("beat 1"));
+    let torn = gh.check_durable_beats(|_| Some(vec![0; 64]));
+    assert!(torn.unwrap_err().contains("no valid beat"));
+    let gone = gh.check_durable_beats(|_| None);
+    assert!(gone.unwrap_err().contains("gone"));
+}
+
+#[test]
+fn durable_beats_are_not_judged_once_removed_or_corrupted_by_hand() {
+    let mut gh = Ghost::new();
+    gh.on_durable_beat(1, 2);
+    let mut o = op(&gh, OpKind::Release);
+    gh.on_request(
+        &mut o,
+        &Request::Remove(FileRef::Beat(g(1)), Durability::NoFsync),
+    );
+    assert!(gh.check_durable_beats(|_| None).is_ok());
+    gh.on_durable_beat(1, 3);
+    gh.corrupt(FileRef::Beat(g(1)), 1);
+    assert!(gh.check_durable_beats(|_| None).is_ok());
+}
+
+#[test]
+fn a_late_event_undone_by_power_loss_is_forgotten() {
+    let mut gh = Ghost::new();
+    let c = op(&gh, OpKind::Claim);
+    gh.finish(&c, "b", 0, Ok(Told::Granted(g(2)))).unwrap();
+    let mut a = op(&gh, OpKind::Append);
+    gh.on_request(
+        &mut a,
+        &Request::CreateExclusive(FileRef::Event(Sequence::new(4).unwrap()), vec![]),
+    );
+    gh.on_linked(&a, &Response::Created, 1);
+    let four: BTreeSet<u64> = [4].into();
+    assert!(
+        gh.check_late(&four).is_err(),
+        "linked by generation 1 after 2 was granted"
+    );
+    // The power loss kept it: still late.
+    gh.power_loss(|_| true, |_| true);
+    assert!(gh.check_late(&four).is_err());
+    // It undid the link: sequence 4 may be written again, by anyone.
+    gh.power_loss(|_| true, |s| s != 4);
+    assert!(gh.check_late(&four).is_ok());
 }
