@@ -100,6 +100,19 @@ const MODEL_BEAT_VS_TAKER: Check = Check {
     ],
 };
 
+/// The model checker's configuration of an owner beating durably (fdatasync in place)
+/// against a taker, with a power loss tearing the write in flight (issue #30; seconds).
+const MODEL_DURABLE_BEATS: Check = Check {
+    package: "lease-fs",
+    release: true,
+    target: Target::Test("model_check"),
+    filter: Some("model_check_the_protocol"),
+    env: &[
+        ("RUNLEASE_MODEL", "ci"),
+        ("RUNLEASE_MODEL_ONLY", "owner beating durably in place"),
+    ],
+};
+
 /// lease-fs's model checker's replayed schedules only (release, seconds).
 const MODEL_SCHEDULES: Check = Check {
     package: "lease-fs",
@@ -203,6 +216,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         checks: &[
             lib("lease-core", "beat"),
             test("lease-fs", "crash", "heartbeat"),
+            MODEL_DURABLE_BEATS,
         ],
         expected_survivor_until: None,
     },
@@ -213,6 +227,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         checks: &[
             lib("lease-core", "beat"),
             test("lease-fs", "crash", "heartbeat"),
+            MODEL_DURABLE_BEATS,
         ],
         expected_survivor_until: None,
     },

@@ -48,6 +48,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             name: "2 actors, every interleaving: claim/append/release vs retire/claim, power loss with tear",
@@ -64,6 +66,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             name: "3 actors, preemption-bounded: owner vs two takers (one crashes), zombie append",
@@ -81,6 +85,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             name: "3 actors, preemption-bounded: owner, retirer and claimer with a power loss",
@@ -98,6 +104,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // Issue #14's class (an answer resting on a record that a power loss can take
@@ -118,6 +126,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // OQ-5: the taker may stall anywhere (time jumps between any two of its calls)
@@ -137,6 +147,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // Issue #19: heartbeats after the first are written in place into one of two
@@ -159,6 +171,31 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
+        },
+        Config {
+            // Issue #30: the same under the `durable` policy, where every beat after the
+            // first is fdatasynced in place: a power loss anywhere, tearing the write in
+            // flight, must leave every acknowledged beat (the other slot keeps it), and a
+            // taker must still judge the run valid (I10).
+            name: "2 actors, every interleaving: owner beating durably in place vs a taker, power loss with tear",
+            actors: vec![
+                ('a', vec![(Claim, 1), (Heartbeat, 3)], 0),
+                ('b', vec![(Takeover, 1)], 0),
+            ],
+            power_losses: 1,
+            time_jumps: 1,
+            corrupt: 0,
+            preemptions: None,
+            max_states: cap(60_000.0),
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
+            durable_beats: true,
+            // 128 of a slot's 2,048 bytes: the header and part of the record.
+            tear: Some((1, 16)),
         },
         Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",
@@ -175,6 +212,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // OQ-15: a finalizing reader racing a prune. The owner claims, appends,
@@ -200,6 +239,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 0,
             rollbacks: 0,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // Issue #28: lease/ restored from a copy taken at an earlier state (between
@@ -228,6 +269,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 1,
             rollbacks: 1,
+            durable_beats: false,
+            tear: None,
         },
         Config {
             // The same with a second taker after the rollback: a takeover of the restored
@@ -248,6 +291,8 @@ fn configs(mode: &str) -> Vec<Config> {
             rollback_check: true,
             copies: 1,
             rollbacks: 1,
+            durable_beats: false,
+            tear: None,
         },
     ]
 }

@@ -1,15 +1,14 @@
 //! The transition system: the world (simulated file system, actors, ghost), its
 //! successors at system-call granularity, and the invariants checked in every state.
 
+use lease_core::ghost::driver::{
+    self, AnyOp, Ended, Next, Out, Site, build, check_reader, evidence, takeover_plan,
+};
 use lease_core::ghost::{
-    Ghost, OpGhost, OpKind as Kind, Told, check_takeover_retired, cutoffs_have_successors,
-    simulated_evidence, stable_judgements, status_valid,
+    Ghost, OpGhost, OpKind as Kind, check_takeover_retired, cutoffs_have_successors, status_valid,
 };
 use lease_core::ops::{
-    Append, AppendParams, Claim, ClaimParams, EventLogView, Expectation, Heartbeat,
-    LivenessEvidence, Operation, OwnedLease, Prune, PruneParams, ReadEvents, Release,
-    ReleaseParams, Request, Response, Retire, RetireParams, StatusView, Step, Takeover,
-    TakeoverParams, TakeoverTrigger, Verify,
+    LivenessEvidence, Operation, ReadEvents, Request, Response, StatusView, Step, Verify,
 };
 use lease_core::*;
 use lease_fs::fs::Fs;
@@ -35,39 +34,18 @@ pub(crate) type LeaseCopy = Arc<BTreeMap<String, Vec<u8>>>;
 /// `run.json`, the run layer's record (PROTOCOL §4).
 pub(crate) const RUN_JSON: &str = "run.json";
 
-pub(crate) fn t(ms: u64) -> Timestamp {
-    Timestamp::from_unix_millis(1_796_169_600_000 + ms).unwrap()
-}
+pub(crate) use lease_core::ghost::driver::{at as t, run_id};
 
 pub(crate) fn id(s: &str) -> Identity {
     Identity::new(s).unwrap()
 }
 
-pub(crate) fn run_id() -> RunId {
-    RunId::new("model").unwrap()
-}
-
-#[derive(Clone, Debug)]
-pub(crate) enum AnyOp {
-    Claim(Claim),
-    Heartbeat(Heartbeat),
-    Append(Append),
-    Takeover(Takeover),
-    Retire(Retire),
-    Release(Release),
-    Prune(Prune),
-    /// A finalizing reader of the log (PROTOCOL §7.9), racing the others (OQ-15).
-    Read(ReadEvents),
-}
-
+/// An actor: the shared driver's ([`driver::Actor`]: name, incarnation, lease, beats, the
+/// operation in flight and its pending answer) and what this checker adds to run it one
+/// system call at a time.
 #[derive(Clone, Debug)]
 pub(crate) struct Actor {
-    pub(crate) name: char,
-    pub(crate) incarnation: u32,
-    pub(crate) lease: Option<OwnedLease>,
-    pub(crate) beats: u64,
-    pub(crate) op: Option<(AnyOp, OpGhost)>,
-    pub(crate) input: Option<Response>,
+    pub(crate) core: driver::Actor,
     /// The operation's next request, computed but not yet executed.
     pub(crate) pending: Option<Request>,
     pub(crate) exec: Option<(PrimOp, String)>,
@@ -97,24 +75,23 @@ pub(crate) enum RunJsonWrite {
     Write(u64, PrimOp),
 }
 
+impl std::ops::Deref for Actor {
+    type Target = driver::Actor;
+    fn deref(&self) -> &driver::Actor {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Actor {
+    fn deref_mut(&mut self) -> &mut driver::Actor {
+        &mut self.core
+    }
+}
+
 impl Actor {
     /// In the middle of an operation (or of the `run.json` write that follows one).
     pub(crate) fn busy(&self) -> bool {
         self.op.is_some() || self.run_json.is_some()
-    }
-    pub(crate) fn pid(&self) -> u32 {
-        1000 + u32::from(self.name as u8) * 100 + self.incarnation
-    }
-    pub(crate) fn owner(&self) -> Identity {
-        id(&format!("{}{}", self.name, self.incarnation))
-    }
-    pub(crate) fn holder(&self, boot: u32) -> Holder {
-        Holder {
-            host: id("host"),
-            boot_id: id(&format!("boot-{boot}")),
-            pid: self.pid(),
-            start_time: 1,
-        }
     }
     pub(crate) fn tmp(&self, dir: &str) -> String {
         let name = format!(".tmp-{}{}", self.name, self.incarnation);
@@ -154,21 +131,22 @@ pub(crate) struct World {
     pub(crate) copies_left: u8,
     pub(crate) rollbacks_left: u8,
     pub(crate) lease_copy: Option<(LeaseCopy, u128)>,
+    /// The policy claims and takeovers write ([`Config::durable_beats`]).
+    pub(crate) policy: TimingPolicy,
 }
 
-/// Liveness as the world knows it: a holder is dead iff it ran on this boot and no live
-/// actor incarnation has its pid (each live owner holds its kernel lock).
+/// Liveness as the world knows it: a holder is up iff it ran on this boot and a live
+/// actor incarnation has its pid and start time (each live owner holds its kernel lock):
+/// the driver's [`evidence`].
 pub(crate) struct WorldLiveness {
     boot: u32,
-    live_pids: BTreeSet<u32>,
+    live: BTreeSet<(u32, u64)>,
     now_ms: u64,
 }
 
 impl Liveness for WorldLiveness {
     fn probe(&self, h: &Holder) -> LivenessEvidence {
-        let up =
-            self.live_pids.contains(&h.pid) && h.boot_id.as_str() == format!("boot-{}", self.boot);
-        simulated_evidence(id(&format!("boot-{}", self.boot)), h, up)
+        evidence(self.boot, &self.live, h)
     }
 
     /// The world's clock (ms, moved only by time jumps), as every actor's monotonic clock.
@@ -179,41 +157,21 @@ impl Liveness for WorldLiveness {
     /// The world's clock is one clock per boot: beats are stamped with it, and a taker on
     /// the same boot ages a stamped beat on it (PROTOCOL §10, the same-clock rule).
     fn clock_domain(&self) -> Option<lease_core::Identity> {
-        Some(id(&format!("boot-{}", self.boot)))
+        Some(driver::boot_id(self.boot))
     }
 }
 
 pub(crate) const POLICY_STALE_MS: u64 = 20_000;
 
 impl World {
-    /// How long a taker of this world has watched `h` unchanged: a beat stamped on this
-    /// boot's clock is aged by lease-core's own watch from its stamp (the same-clock rule,
-    /// so the model runs the stamps the heartbeats wrote); any other head as if the taker
-    /// began watching when its beat was written (`simulated_watch`).
-    pub(crate) fn watched(&self, h: &lease_core::ops::Head) -> u64 {
-        let live = self.liveness();
-        let clock = live.clock_domain();
-        let stamped = h
-            .beat
-            .as_ref()
-            .and_then(|b| b.mono.as_ref())
-            .is_some_and(|m| Some(&m.clock) == clock.as_ref());
-        if !stamped {
-            return lease_core::ghost::simulated_watch(&Expectation::of(h), t(self.now));
-        }
-        let mut watch = lease_core::watch::StaleWatch::on_clock(clock);
-        match watch.observe(h, live.monotonic_ns()) {
-            lease_core::watch::Verdict::TakeOver { watched }
-            | lease_core::watch::Verdict::Watching { watched, .. } => {
-                u64::try_from(watched.as_millis()).unwrap_or(u64::MAX)
-            }
-        }
-    }
-
     pub(crate) fn liveness(&self) -> WorldLiveness {
         WorldLiveness {
             boot: self.boot,
-            live_pids: self.actors.iter().map(Actor::pid).collect(),
+            live: self
+                .actors
+                .iter()
+                .map(|a| (a.pid(), a.start_time()))
+                .collect(),
             now_ms: self.now,
         }
     }
@@ -259,7 +217,7 @@ impl World {
         // Every ghost field `check_state` reads: a cached "ok" must not hide, say, a
         // granted generation that lost its epoch.
         hash128(&format!(
-            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{:?}|{:?}",
+            "{}|{}|{}|{:?}|{:?}|{:?}|{:?}|{:?}|{}|{:?}|{}|{}|{:?}|{:?}|{:?}",
             self.fs.fingerprint(),
             self.now,
             self.boot,
@@ -271,8 +229,10 @@ impl World {
             self.ghost.rolled_back,
             self.ghost.granted,
             self.ghost.epochs_at_corruption,
+            self.ghost.head_at_corruption,
             self.ghost.linked,
-            self.ghost.cutoff_linked
+            self.ghost.cutoff_linked,
+            self.ghost.durable_beats
         ))
     }
 
@@ -433,83 +393,25 @@ impl World {
     }
 
     pub(crate) fn start(&mut self, i: usize, kind: Kind) -> Option<String> {
-        let boot = self.boot;
-        let now = t(self.now);
         let head = self.head();
         let a = &self.actors[i];
         if a.op.is_some() || a.budget.get(&kind).copied().unwrap_or(0) == 0 {
             return None;
         }
-        let policy = TimingPolicy::default();
-        let mut observed = None;
-        let op = match (kind, a.lease.clone()) {
-            (Kind::Claim, None) => AnyOp::Claim(Claim::new(ClaimParams {
-                run_id: run_id(),
-                owner_id: a.owner(),
-                holder: a.holder(boot),
-                policy,
-                now,
-                store_floor: None,
-            })),
-            (Kind::Heartbeat, Some(l)) => AnyOp::Heartbeat(
-                Heartbeat::new(&l, now, a.beats + 1)
-                    .unwrap()
-                    .on_clock(self.liveness().clock_domain()),
-            ),
-            (Kind::Append, Some(l)) => AnyOp::Append(Append::new(
-                &l,
-                AppendParams {
-                    event_type: id("e"),
-                    payload: serde_json::json!(a.name.to_string()),
-                    now,
-                    tail_hint: None,
-                },
-            )),
-            (Kind::Release, Some(l)) => AnyOp::Release(Release::new(ReleaseParams {
-                lease: l,
-                now,
-                seal: None,
-            })),
+        let plan = match (kind, &a.lease) {
             (Kind::Takeover, None) => {
-                let view = self
-                    .observe(&mut StatusView::read(run_id(), now, false))
-                    .ok()?;
-                let h = view.head?;
-                if !h.is_active() {
-                    return None;
-                }
-                let exp = Expectation::of(&h);
-                let a = &self.actors[i];
-                observed = Some(exp.clone());
-                AnyOp::Takeover(Takeover::new(TakeoverParams {
-                    run_id: run_id(),
-                    owner_id: a.owner(),
-                    holder: a.holder(boot),
-                    policy,
-                    now,
-                    expect: exp,
-                    trigger: TakeoverTrigger::Operator {
-                        watched_unchanged_ms: self.watched(&h),
-                    },
-                }))
+                let view = self.observe(&mut StatusView::read(run_id(), t(self.now), false));
+                Some(takeover_plan(view, self.boot, self.now)?)
             }
-            (Kind::Retire, None) => AnyOp::Retire(Retire::new(RetireParams {
-                run_id: run_id(),
-                owner_id: a.owner(),
-                holder: a.holder(boot),
-                policy,
-                now,
-                expect: None,
-            })),
-            (Kind::Prune, _) => AnyOp::Prune(Prune::new(PruneParams {
-                run_id: run_id(),
-                keep: 2,
-                by: a.owner(),
-                now,
-            })),
-            (Kind::Read, _) => AnyOp::Read(ReadEvents::new(run_id(), Some((a.owner(), now)))),
-            _ => return None,
+            _ => None,
         };
+        let observed = plan.as_ref().map(|(e, _)| e.clone());
+        let site = Site {
+            now: self.now,
+            boot: self.boot,
+            policy: self.policy,
+        };
+        let op = build(kind, &self.actors[i], &site, plan)?;
         // The admission rule's rollback evidence, before anything is written (issue #28).
         if self.rollback_check && matches!(kind, Kind::Claim | Kind::Takeover | Kind::Retire) {
             if let Some(e) = self.rollback_evidence() {
@@ -521,12 +423,9 @@ impl World {
                 ));
             }
         }
-        let mut ghost = self.ghost.begin(kind, observed);
-        ghost.note_head(Some(head));
         let a = &mut self.actors[i];
+        a.core.begin(&self.ghost, op, observed, head);
         *a.budget.get_mut(&kind).unwrap() -= 1;
-        a.op = Some((op, ghost));
-        a.input = None;
         a.looked_at = None;
         a.commit_at = None;
         a.beat_started_at = Some(self.now);
@@ -590,18 +489,16 @@ impl World {
                 }
             }
         }
-        let Some((mut op, mut ghost)) = a.op.take() else {
-            return Ok(String::new());
+        let next = match a.pending.take() {
+            Some(req) => Some(Next::Io(req)),
+            None => a.core.advance(),
         };
-        let step = match a.pending.take() {
-            Some(req) => Step::Io(req),
-            None => {
-                let input = a.input.take();
-                next_out(&mut op, input)
-            }
-        };
-        match step {
-            Step::Io(req) => {
+        match next {
+            None => Ok(String::new()),
+            Some(Next::Io(req)) => {
+                let Some((op, mut ghost)) = a.op.take() else {
+                    return Ok(String::new());
+                };
                 let desc = format!("{req:?}");
                 let desc: String = desc.chars().take(90).collect();
                 let event_create = matches!(req, Request::CreateExclusive(FileRef::Event(_), _));
@@ -660,7 +557,7 @@ impl World {
                 }
                 Ok(line)
             }
-            Step::Done(result) => self.finish(i, op, ghost, result),
+            Some(Next::Done(op, ghost, result)) => self.finish(i, op, ghost, result),
         }
     }
 
@@ -714,18 +611,13 @@ impl World {
     /// (kept pending, executed at the actor's next step) or its end.
     pub(crate) fn advance(&mut self, i: usize, line: String) -> Result<String, String> {
         let a = &mut self.actors[i];
-        let Some((mut op, ghost)) = a.op.take() else {
-            return Ok(line);
-        };
-        let input = a.input.take();
-        let step = next_out(&mut op, input);
-        match step {
-            Step::Io(req) => {
+        match a.core.advance() {
+            None => Ok(line),
+            Some(Next::Io(req)) => {
                 a.pending = Some(req);
-                a.op = Some((op, ghost));
                 Ok(line)
             }
-            Step::Done(result) => {
+            Some(Next::Done(op, ghost, result)) => {
                 let end = self.finish(i, op, ghost, result)?;
                 Ok(format!("{line}; {end}"))
             }
@@ -739,36 +631,12 @@ impl World {
         ghost: OpGhost,
         result: Result<Out, LeaseError>,
     ) -> Result<String, String> {
-        let who = format!("{}{}", self.actors[i].name, self.actors[i].incarnation);
-        let line = format!(
-            "{who}: {:?} -> {}",
-            ghost.kind,
-            match &result {
-                Ok(_) => "ok".to_string(),
-                Err(e) => e.code().to_string(),
-            }
-        );
-        // A refusal that says the run is damaged (65) is a wrong answer unless a record was
-        // corrupted by hand: crashes, power loss and concurrency never damage a run.
-        if let Err(e) = &result {
-            if !self.ghost.is_corrupted()
-                && !self.ghost.rolled_back
-                && matches!(
-                    e.code().as_str(),
-                    "CHAIN_BROKEN" | "RECORD_INVALID" | "EVENT_LOG_GAP" | "RUN_LAYOUT_INVALID"
-                )
-            {
-                return Err(format!("{line}: a sound run was refused as damaged: {e}"));
-            }
-        }
-        if let (AnyOp::Takeover(_), Ok(Out::Lease(l))) = (&op, &result) {
+        let who = self.actors[i].who();
+        if let (AnyOp::Takeover(t), Ok(Out::Lease(l))) = (&op, &result) {
             // OQ-5: a takeover that replaced an owner whose heartbeat succeeded after the
             // taker's last look at its beat says so (`Preempted`), so the new owner waits
             // for the old one's self-fence before it acts.
             let a = &self.actors[i];
-            let AnyOp::Takeover(t) = &op else {
-                unreachable!()
-            };
             check_no_unseen_beat(
                 &self.beats_ok,
                 l.generation.get() - 1,
@@ -776,7 +644,7 @@ impl World {
                 a.commit_at,
                 t.preempted().is_some(),
             )
-            .map_err(|v| format!("{line}: {v}"))?;
+            .map_err(|v| format!("{who}: Takeover: {v}"))?;
             // The epoch it created must retire exactly the owner it observed.
             let bytes = self
                 .fs
@@ -784,98 +652,52 @@ impl World {
                 .ok()
                 .flatten();
             let rec: Option<EpochRecord> = bytes.and_then(|b| decode(&b).ok());
-            check_takeover_retired(&ghost, rec.as_ref()).map_err(|v| format!("{line}: {v}"))?;
+            check_takeover_retired(&ghost, rec.as_ref())
+                .map_err(|v| format!("{who}: Takeover: {v}"))?;
         }
         if let AnyOp::Read(_) = &op {
-            self.check_reader(&result)
-                .map_err(|v| format!("{line}: {v}"))?;
+            check_reader(&self.ghost, &result, || {
+                self.observe(&mut ReadEvents::new(
+                    run_id(),
+                    Some((id("checker"), t(self.now))),
+                ))
+            })
+            .map_err(|v| format!("{who}: Read: {v}"))?;
         }
-        let told = match &result {
-            Ok(Out::Lease(l)) => Ok(Told::Granted(l.generation)),
-            Ok(Out::Seq(s)) => Ok(Told::Appended(*s)),
-            Ok(Out::Unit | Out::Retired(_) | Out::Read(_)) => Ok(Told::Done),
-            Err(e) => Err(e),
-        };
-        let mine = self.actors[i]
-            .lease
-            .as_ref()
-            .map_or(0, |l| l.generation.get());
-        self.ghost
-            .finish(&ghost, &who, mine, told)
-            .map_err(|v| format!("{line}: {v}"))?;
+        // What it was told, checked and recorded; the actor's lease, beats and (when the
+        // run layer exits on FENCED) process as lease-run's owner has them.
         let a = &mut self.actors[i];
-        match (&op, result) {
-            (AnyOp::Claim(_) | AnyOp::Takeover(_), Ok(Out::Lease(l))) => {
-                if self.run_layer {
-                    a.run_json = Some(RunJsonWrite::Read(l.generation.get()));
-                }
-                a.lease = Some(*l);
-                a.beats = 0;
-            }
-            (AnyOp::Retire(_), Ok(Out::Retired(g))) if self.run_layer => {
+        let (line, ended) = driver::end(
+            &mut self.ghost,
+            &mut a.core,
+            &op,
+            &ghost,
+            &result,
+            self.run_layer,
+        )?;
+        match ended {
+            Ended::Granted(g) | Ended::Retired(g) if self.run_layer => {
                 a.run_json = Some(RunJsonWrite::Read(g));
             }
-            (AnyOp::Heartbeat(_), Ok(_)) => {
-                a.beats += 1;
-                let g = a.lease.as_ref().map_or(0, |l| l.generation.get());
+            Ended::Beat => {
+                let g = a.mine();
                 // Its start is what the owner's self-fence counts from: the owner believes
                 // it holds the run until then + self_fence_after.
                 self.beats_ok
                     .push((g, a.beat_started_at.unwrap_or(self.now)));
-            }
-            (AnyOp::Release(_), Ok(_)) => a.lease = None,
-            (AnyOp::Append(_) | AnyOp::Heartbeat(_) | AnyOp::Release(_), Err(e))
-                if e.code() == "FENCED" =>
-            {
-                a.lease = None;
-                if self.run_layer {
-                    // `runlease run` exits when fenced (75): its pid is gone, so its
-                    // holder is dead to a retirer.
-                    a.incarnation += 1;
-                }
             }
             _ => {}
         }
         Ok(line)
     }
 
-    /// A finalizing reader that ran concurrently with the other actors finished with
-    /// `result`: what it judged must pass the ghost's checks of a read of `1..=last`, and
-    /// each verdict must be the one an atomic finalizing reader gives right now (I12,
-    /// OQ-15). It may give up only with `CONCURRENT_CHANGE` (the chain compacted under it
-    /// again and again), or on a hand-corrupted record.
-    fn check_reader(&self, result: &Result<Out, LeaseError>) -> Result<(), String> {
-        let view = match result {
-            Ok(Out::Read(view)) => view,
-            Ok(_) => return Err("a reader answered something else than a view".into()),
-            Err(e) if e.code() == "CONCURRENT_CHANGE" || self.ghost.is_corrupted() => {
-                return Ok(());
-            }
-            // A rolled-back lease/ is damaged from outside: readers are not judged.
-            _ if self.ghost.rolled_back => return Ok(()),
-            Err(e) => return Err(format!("a finalizing reader failed: {e}")),
-        };
-        self.ghost.check_read(view)?;
-        let now = self
-            .observe(&mut ReadEvents::new(
-                run_id(),
-                Some((id("checker"), t(self.now))),
-            ))
-            .map_err(|e| format!("log unreadable: {e}"))?;
-        stable_judgements(view, &now)
-    }
-
     pub(crate) fn crash_actor(&mut self, i: usize) -> String {
         let a = &mut self.actors[i];
         let line = format!("{}{} crashes (process)", a.name, a.incarnation);
         a.crashes_left -= 1;
-        a.incarnation += 1;
-        a.op = None;
+        a.core.crash();
         a.exec = None;
-        a.input = None;
         a.pending = None;
-        a.lease = None;
-        a.beats = 0;
         a.looked_at = None;
         a.commit_at = None;
         a.beat_started_at = None;
@@ -900,13 +722,9 @@ impl World {
         );
         self.boot += 1;
         for a in &mut self.actors {
-            a.incarnation += 1;
-            a.op = None;
+            a.core.crash();
             a.exec = None;
-            a.input = None;
             a.pending = None;
-            a.lease = None;
-            a.beats = 0;
             a.run_json = None;
         }
         format!(
@@ -961,6 +779,11 @@ impl World {
             // above, and that no generation is granted twice (`Ghost::finish`).
             return Ok(());
         }
+        // No heartbeat acknowledged as durable is lost (PROTOCOL §5.3).
+        self.ghost.check_durable_beats(|g| {
+            let f = FileRef::Beat(Generation::new(g)?);
+            self.fs.read(&f.path(), 1 << 20).ok().flatten()
+        })?;
         let floor = self
             .fs
             .list("lease/checkpoints")
@@ -1165,19 +988,6 @@ impl World {
     }
 }
 
-pub(crate) fn next_out(op: &mut AnyOp, input: Option<Response>) -> Step<Out> {
-    match op {
-        AnyOp::Claim(o) => map(o.next(input), |l| Out::Lease(Box::new(l))),
-        AnyOp::Takeover(o) => map(o.next(input), |l| Out::Lease(Box::new(l))),
-        AnyOp::Retire(o) => map(o.next(input), |r| Out::Retired(r.generation.get())),
-        AnyOp::Heartbeat(o) => map(o.next(input), |_| Out::Unit),
-        AnyOp::Append(o) => map(o.next(input), |x| Out::Seq(x.sequence.get())),
-        AnyOp::Release(o) => map(o.next(input), |_| Out::Unit),
-        AnyOp::Prune(o) => map(o.next(input), |_| Out::Unit),
-        AnyOp::Read(o) => map(o.next(input), |v| Out::Read(Box::new(v))),
-    }
-}
-
 /// One visible system call of a primitive, merged with the private temp-file calls around
 /// it (see `PrimOp::next_is_private`).
 pub(crate) fn step_prim(prim: &mut PrimOp, fs: &SimFs) -> Option<std::io::Result<bool>> {
@@ -1186,23 +996,6 @@ pub(crate) fn step_prim(prim: &mut PrimOp, fs: &SimFs) -> Option<std::io::Result
         if r.is_some() || !prim.next_is_private() {
             return r;
         }
-    }
-}
-
-pub(crate) enum Out {
-    Lease(Box<OwnedLease>),
-    Seq(u64),
-    Unit,
-    /// A retirement's new (free) generation.
-    Retired(u64),
-    /// What a reader judged.
-    Read(Box<EventLogView>),
-}
-
-pub(crate) fn map<T>(s: Step<T>, f: impl FnOnce(T) -> Out) -> Step<Out> {
-    match s {
-        Step::Io(r) => Step::Io(r),
-        Step::Done(r) => Step::Done(r.map(f)),
     }
 }
 
@@ -1230,6 +1023,14 @@ pub(crate) struct Config {
     /// (issue #28).
     pub(crate) copies: u8,
     pub(crate) rollbacks: u8,
+    /// The policy claims and takeovers write: `durable` heartbeats (fsynced, so a power
+    /// loss or a torn write never takes an acknowledged beat back, PROTOCOL §5.3) or the
+    /// default `local`.
+    pub(crate) durable_beats: bool,
+    /// How much of a torn write reaches the disk (`SimFs::set_tear_fraction`; `None`: the
+    /// simulated file system's half). A heartbeat slot is 2,048 bytes whose record fills
+    /// the first few hundred: only a fraction below about 1/8 cuts into the record.
+    pub(crate) tear: Option<(u64, u64)>,
 }
 
 pub(crate) fn world(c: &Config) -> World {
@@ -1243,18 +1044,16 @@ pub(crate) fn world(c: &Config) -> World {
     if c.power_losses > 0 {
         fs.set_renames_outrun_data(true);
     }
+    if let Some((num, den)) = c.tear {
+        fs.set_tear_fraction(num, den);
+    }
     World {
         fs,
         actors: c
             .actors
             .iter()
             .map(|(name, budget, crashes)| Actor {
-                name: *name,
-                incarnation: 0,
-                lease: None,
-                beats: 0,
-                op: None,
-                input: None,
+                core: driver::Actor::new(*name),
                 pending: None,
                 exec: None,
                 budget: budget.iter().copied().collect(),
@@ -1280,6 +1079,11 @@ pub(crate) fn world(c: &Config) -> World {
         copies_left: c.copies,
         rollbacks_left: c.rollbacks,
         lease_copy: None,
+        policy: if c.durable_beats {
+            TimingPolicy::default().with_durability(HeartbeatDurability::Durable)
+        } else {
+            TimingPolicy::default()
+        },
     }
 }
 
