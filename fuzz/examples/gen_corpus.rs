@@ -165,6 +165,7 @@ fn decode_records_seeds(root: &Path) {
             lease_core::Sequence::new(2).expect("2"),
         )))),
         not_authoritative: vec![2],
+        unjudged_from: None,
         created_at: t(40_000),
         created_by: id("pruner"),
     })

@@ -4,8 +4,8 @@
 //! (`lease_core::ghost::driver::MemWorld`, feature `ghost`); this module only decodes the
 //! fuzzer's bytes into its actions, so the fuzzer steers by coverage what the proptest
 //! samples at random. Each actor runs at most one operation at a time (claim, heartbeat,
-//! append, exact takeover, dead-owner retirement, release, a concurrent finalizing reader;
-//! not prune yet, see `RANDOM_KINDS`) over one shared `MemDisk`, and the input decides which actor performs its next
+//! append, exact takeover, dead-owner retirement, release, prune, a concurrent finalizing
+//! reader) over one shared `MemDisk`, and the input decides which actor performs its next
 //! request, so operations interleave at request granularity (a create's link and its
 //! directory fsync are two steps: others can read a record before it is durable). Actors
 //! can crash, the clock can jump, a record can be corrupted between operations, and the
@@ -29,7 +29,7 @@
 //! |-------|--------|
 //! | 0-5   | the actor performs its next request |
 //! | 6     | the actor runs its operation to the end |
-//! | 7-9   | the actor starts operation `p % 7` (claim, heartbeat, append, takeover, retire, release, read) if it can (prune is left out while the defect it found is open: `RANDOM_KINDS`) |
+//! | 7-9   | the actor starts operation `p % 8` (claim, heartbeat, append, takeover, retire, release, prune, read) if it can |
 //! | 10    | the actor starts an append |
 //! | 11    | the clock advances `p * 250` ms |
 //! | 12    | the actor crashes |
@@ -40,7 +40,7 @@
 //! At the end every in-flight operation is run to completion, then the final checks run.
 
 use lease_core::ghost::OpKind;
-use lease_core::ghost::driver::{Action, MemWorld, RANDOM_KINDS};
+use lease_core::ghost::driver::{Action, KINDS, MemWorld};
 use lease_core::{HeartbeatDurability, TimingPolicy};
 
 /// Most actions read from one input.
@@ -78,7 +78,7 @@ fn action(b: u8, p: u8) -> Action {
     let a = usize::from(b & 3);
     match b >> 4 {
         6 => Action::RunToEnd(a),
-        7..=9 => Action::Start(a, RANDOM_KINDS[usize::from(p) % RANDOM_KINDS.len()]),
+        7..=9 => Action::Start(a, KINDS[usize::from(p) % KINDS.len()]),
         10 => Action::Start(a, OpKind::Append),
         11 => Action::Tick(u64::from(p) * 250),
         12 => Action::Crash(a),

@@ -438,6 +438,13 @@ pub struct Checkpoint {
     pub through_hash: Option<Digest>,
     /// Sequences `<= through_sequence` whose events do not count (strictly increasing).
     pub not_authoritative: Vec<u64>,
+    /// The first sequence `<= through_sequence` whose event this checkpoint did not judge
+    /// (its generation was at or above the floor, so its epoch and cutoff were kept): the
+    /// next prune that moves the floor past that generation reads the log again from
+    /// here (PROTOCOL §7.10 step 7). **Absent when `None`** (every event up to
+    /// `through_sequence` judged, or a checkpoint written before it existed), never `null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unjudged_from: Option<u64>,
     /// When.
     pub created_at: Timestamp,
     /// Who.
@@ -460,6 +467,14 @@ impl Record for Checkpoint {
         }
         if self.through_sequence == 0 && self.through_hash.is_some() {
             return Err("through_hash needs an event: through_sequence is 0".into());
+        }
+        if let Some(u) = self.unjudged_from
+            && (u == 0 || u > self.through_sequence)
+        {
+            return Err(format!(
+                "unjudged_from must be a sequence in 1..={}",
+                self.through_sequence
+            ));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@
 //! `RUNLEASE_DEEP=1` runs 100x more cases.
 
 use lease_core::ghost::OpKind;
-use lease_core::ghost::driver::{Action, KINDS, MemWorld, RANDOM_KINDS};
+use lease_core::ghost::driver::{Action, KINDS, MemWorld};
 use lease_core::{HeartbeatDurability, TimingPolicy};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ fn cases(default: u32) -> ProptestConfig {
 /// One proptest triple (actor, code, parameter) as a driver action.
 fn action((a, code, p): (usize, u8, u32)) -> Action {
     match code {
-        7..=9 => Action::Start(a, RANDOM_KINDS[p as usize % RANDOM_KINDS.len()]),
+        7..=9 => Action::Start(a, KINDS[p as usize % KINDS.len()]),
         10 => Action::Start(a, OpKind::Append),
         11 => Action::Tick(u64::from(p % 400) * 100),
         12 if p % 4 == 0 => Action::Crash(a),
@@ -79,12 +79,13 @@ proptest! {
 fn the_model_test_reaches_every_actor_kind_power_loss_and_late_links() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
-    const KEYS: [&str; 9] = [
+    const KEYS: [&str; 10] = [
         "Takeover -> ok",
         "Retire -> ok",
         "Append -> FENCED",
         "Heartbeat -> FENCED",
         "Release -> ok",
+        "Prune -> ok",
         "Read -> ok",
         "crashes",
         "POWER LOSS (tear true)",
@@ -124,16 +125,15 @@ fn the_model_test_reaches_every_actor_kind_power_loss_and_late_links() {
     }
 }
 
-/// The defect the shared driver found on its first deep run (issue #30), replayed with
-/// prune among the kinds: c1's append of event 1 (generation 2) is refused (cutoff 2 says
-/// through 0), a2's prune (floor 2) writes checkpoint 2 through event 1 without judging it
-/// (its generation is not below the floor), and b1's prune (floor 3) judges only the
-/// events after checkpoint 2, so checkpoint 3 lists event 1 as authoritative and removes
-/// cutoff 2: a write answered FENCED counts (I9). Ignored until prune is fixed; prune is
-/// left out of the random kinds meanwhile (`RANDOM_KINDS`).
+/// The defect the shared driver found on its first deep run (issue #30), replayed: c1's
+/// append of event 1 (generation 2) is refused (cutoff 2 says through 0), a2's prune
+/// (floor 2) writes checkpoint 2 through event 1 without judging it (its generation is not
+/// below the floor), and b1's prune (floor 3) judged only the events after checkpoint 2,
+/// so checkpoint 3 listed event 1 as authoritative and removed cutoff 2: a write answered
+/// FENCED counted (I9). A checkpoint now names the first event it left unjudged
+/// (`unjudged_from`), and the next prune reads from there.
 #[test]
-#[ignore = "known defect: prune skips events an earlier checkpoint left unjudged (issue #30 finding)"]
-fn a_prune_judges_the_events_an_earlier_checkpoint_left_pending() {
+fn a_prune_judges_the_events_an_earlier_checkpoint_left_unjudged() {
     let acts: Vec<(usize, u8, u32)> = vec![
         (0, 7, 9896),
         (0, 0, 0),
@@ -218,11 +218,8 @@ fn a_prune_judges_the_events_an_earlier_checkpoint_left_pending() {
         (0, 0, 0),
         (0, 0, 0),
     ];
-    let all = |(a, code, p): (usize, u8, u32)| match code {
-        7..=9 => Action::Start(a, KINDS[p as usize % KINDS.len()]),
-        _ => action((a, code, p)),
-    };
-    if let Err(v) = MemWorld::run(3, TimingPolicy::default(), acts.into_iter().map(all)) {
-        panic!("{v}");
-    }
+    let w = run(3, false, &acts);
+    let pruned = w.log.iter().filter(|l| l.ends_with("Prune -> ok")).count();
+    assert!(pruned >= 2, "the replay still prunes twice: {:?}", w.log);
+    assert!(!w.ghost.refused.is_empty(), "and has a refused event");
 }

@@ -534,23 +534,6 @@ pub const KINDS: [OpKind; 8] = [
     OpKind::Read,
 ];
 
-/// The operations random runs (the proptest, the fuzzer) start: every kind but
-/// [`OpKind::Prune`], left out while the defect it found is open: a prune whose floor
-/// passes a generation whose events an earlier checkpoint covered but left unjudged (they
-/// were at or above that checkpoint's floor) never judges them, so a refused event counts
-/// once its cutoff is compacted away (I9). The ignored test
-/// `a_prune_judges_the_events_an_earlier_checkpoint_left_pending` in
-/// `lease-core/tests/model.rs` replays it.
-pub const RANDOM_KINDS: [OpKind; 7] = [
-    OpKind::Claim,
-    OpKind::Heartbeat,
-    OpKind::Append,
-    OpKind::Takeover,
-    OpKind::Retire,
-    OpKind::Release,
-    OpKind::Read,
-];
-
 /// Requests after which an operation counts as stuck (no operation needs nearly this many).
 const MAX_OP_REQUESTS: u32 = 50_000;
 

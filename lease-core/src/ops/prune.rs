@@ -68,6 +68,9 @@ pub struct Prune {
     removed: u64,
     tail: u64,
     not_authoritative: Vec<u64>,
+    /// The first event read whose generation is at or above the new floor (left unjudged:
+    /// the checkpoint's `unjudged_from`).
+    unjudged_from: Option<u64>,
     prev_hash: Option<Digest>,
     /// Hash of event `tail` (the checkpoint's `through_hash`, OQ-8).
     through_hash: Option<Digest>,
@@ -124,6 +127,7 @@ impl Prune {
             removed: 0,
             tail: 0,
             not_authoritative: Vec::new(),
+            unjudged_from: None,
             prev_hash: None,
             through_hash: None,
             restarts: 0,
@@ -249,6 +253,7 @@ impl Operation for Prune {
                             self.restarts += 1;
                             self.chain = ChainView::default();
                             self.not_authoritative.clear();
+                            self.unjudged_from = None;
                             self.st = PruneState::ListCheckpoints;
                             return Step::Io(Request::List(Dir::Checkpoints));
                         }
@@ -402,12 +407,14 @@ impl Operation for Prune {
                 PruneState::Tail(t) => {
                     let tail = sub_step!(self.st, PruneState::Tail, [], t, input.take());
                     self.tail = tail;
-                    let from = self
-                        .chain
-                        .checkpoint
-                        .as_ref()
-                        .map_or(0, |c| c.through_sequence)
-                        + 1;
+                    // From the first event the old checkpoint left unjudged (a generation
+                    // then at or above its floor, which this floor may pass), else from the
+                    // first event after it.
+                    let from = self.chain.checkpoint.as_ref().map_or(1, |c| {
+                        c.unjudged_from
+                            .unwrap_or(c.through_sequence + 1)
+                            .min(c.through_sequence + 1)
+                    });
                     if from > tail {
                         let known = self.chain.checkpoint.as_ref().and_then(|c| {
                             c.through_hash
@@ -453,7 +460,17 @@ impl Operation for Prune {
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     };
-                    if ev.generation < self.floor {
+                    let old = self.chain.checkpoint.as_ref();
+                    let judged_before = old.is_some_and(|c| {
+                        s <= c.through_sequence && ev.generation < c.floor_generation
+                    });
+                    if ev.generation >= self.floor {
+                        // Kept with its epoch and cutoff: judged by a later prune.
+                        self.unjudged_from.get_or_insert(s);
+                    } else if judged_before {
+                        // The old checkpoint's verdict stands (carried in
+                        // `not_authoritative`); its cutoff is gone.
+                    } else {
                         match judge_event(&ev, &self.chain) {
                             a if a.counts() => {}
                             // A cutoff below the floor is missing (a concurrent prune folded it)
@@ -515,7 +532,15 @@ impl Operation for Prune {
                             },
                             through_sequence: self.tail,
                             through_hash: self.through_hash.clone(),
-                            not_authoritative: self.not_authoritative.clone(),
+                            // Events re-judged below the old checkpoint's tail come after
+                            // its carried list: keep it strictly increasing.
+                            not_authoritative: {
+                                let mut n = self.not_authoritative.clone();
+                                n.sort_unstable();
+                                n.dedup();
+                                n
+                            },
+                            unjudged_from: self.unjudged_from,
                             created_at: self.p.now,
                             created_by: self.p.by.clone(),
                         };

@@ -131,7 +131,7 @@ proptest! {
     /// Every field is required (optional ones are written as `null`): removing any one field,
     /// `version` included, is `RECORD_INVALID`. The exceptions are the heartbeat's
     /// `store_head`, the command record's `incarnation`, the epoch's `cutoff_hash` and
-    /// `retired.observed` and the checkpoint's `through_hash`, omitted when empty (PROTOCOL.md §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
+    /// `retired.observed` and the checkpoint's `through_hash` and `unjudged_from`, omitted when empty (PROTOCOL.md §4); their forms are checked by `heartbeat_store_head_is_absent_when_empty_and_never_null`
     /// and `command_incarnation_is_absent_when_empty_and_never_null`.
     #[test]
     fn missing_fields_are_rejected_in_every_record(s in any_sample(), at in any::<Index>()) {
@@ -149,6 +149,8 @@ proptest! {
             // And (issue #17) the epoch's `cutoff_hash` and the checkpoint's `through_hash`.
             .filter(|p| !(s.version == EpochRecord::VERSION && p == &["cutoff_hash"]))
             .filter(|p| !(s.version == Checkpoint::VERSION && p == &["through_hash"]))
+            // And (issue #30) the checkpoint's `unjudged_from`.
+            .filter(|p| !(s.version == Checkpoint::VERSION && p == &["unjudged_from"]))
             // And (issue #19) the epoch's `retired.observed` (its own fields are required).
             .filter(|p| !(s.version == EpochRecord::VERSION && p == &["retired", "observed"]))
             .collect();
@@ -741,6 +743,7 @@ fn cutoff_hash_and_through_hash_are_absent_when_empty_and_never_null() {
         .replace("HASH", &"a".repeat(64));
     let cp: Checkpoint = decode(old_cp.as_bytes()).unwrap();
     assert_eq!(cp.through_hash, None);
+    assert_eq!(cp.unjudged_from, None, "absent: every event judged");
     assert_eq!(encode(&cp).unwrap(), old_cp.as_bytes().to_vec());
     let with = Checkpoint {
         through_hash: Some(cp.floor_epoch_hash.clone()),
@@ -769,6 +772,25 @@ fn cutoff_hash_and_through_hash_are_absent_when_empty_and_never_null() {
         "RECORD_INVALID",
         "through_hash without an event"
     );
+    // unjudged_from (issue #30): written only when set, within 1..=through_sequence.
+    let pending = Checkpoint {
+        unjudged_from: Some(2),
+        ..cp.clone()
+    };
+    let text = String::from_utf8(encode(&pending).unwrap()).unwrap();
+    assert!(text.contains("\"unjudged_from\":2"), "{text}");
+    assert_eq!(decode::<Checkpoint>(text.as_bytes()).unwrap(), pending);
+    for bad in [Some(0), Some(3)] {
+        let c = Checkpoint {
+            unjudged_from: bad,
+            ..cp.clone()
+        };
+        assert_eq!(
+            encode(&c).unwrap_err().code().as_str(),
+            "RECORD_INVALID",
+            "{bad:?}"
+        );
+    }
 
     let old_epoch = "{\"claimed_at\":\"2026-12-02T00:00:00.000Z\",\"generation\":3,\"holder\":{\"boot_id\":\"b\",\"host\":\"h\",\"pid\":7,\"start_time\":9},\"owner_id\":\"o\",\"policy\":{\"heartbeat_durability\":\"local\",\"heartbeat_ms\":5000,\"self_fence_after_ms\":15000,\"stale_after_ms\":20000},\"prev_hash\":\"HASH\",\"retired\":{\"generation\":2,\"owner_id\":\"o\",\"reason\":\"released\"},\"run_id\":\"r\",\"seal\":null,\"state\":\"released\",\"store_floor\":null,\"version\":\"runlease/epoch/1\"}\n"
         .replace("HASH", &"b".repeat(64));

@@ -274,6 +274,8 @@ pub(crate) fn checkpoint() -> impl Strategy<Value = Checkpoint> {
                     through_hash: (through > 0 && floor % 2 == 0).then(|| hash.clone()),
                     floor_epoch_hash: hash,
                     through_sequence: through,
+                    unjudged_from: (through > 0 && floor % 3 == 0)
+                        .then_some(1 + floor % through.max(1)),
                     not_authoritative,
                     created_at,
                     created_by,

@@ -402,6 +402,7 @@ mod tests {
             through_sequence: 9,
             through_hash: None,
             not_authoritative: vec![],
+            unjudged_from: None,
             created_at: Timestamp::EPOCH,
             created_by: Identity::new("pruner").unwrap(),
         };
