@@ -33,27 +33,27 @@
 //! | I12 judgements are stable | [`stable_judgements`] (a concurrent reader against an atomic one); [`Ghost::check_read`] |
 //! | I13 the counted history is generation-monotone | [`generation_monotone`] |
 //!
-//! Who checks what (each checker kept exactly the checks it had before the ghost was
-//! shared; the hooks are called at the same points; issue #30 added the link order behind
-//! [`Ghost::check_within_cutoffs`] and the beat comparison of [`check_takeover_retired`]):
+//! Who checks what. Since issue #30 the three checkers drive their actors with one driver,
+//! [`driver`]: the proptest and the fuzzer share its whole world ([`driver::MemWorld`], over
+//! [`crate::mem::MemDisk`], one request at a time, a create's link and its directory fsync
+//! as two steps), the model checker its actors, operations and ends (one system call at a
+//! time over lease-fs's simulated file system). So they check the same things, at their
+//! own granularity:
 //!
-//! | check | proptest | model checker | fuzzer |
-//! |---|---|---|---|
-//! | [`Ghost::finish`] (grants, I7 on success, superseded heartbeat, acknowledged = created, `PROTOCOL_VIOLATION`) | after each operation | after each operation | after each operation |
-//! | superseded *release* ([`OpGhost::head_at_start`] noted for every operation) | no (noted for heartbeats only) | yes | no (heartbeats only) |
-//! | [`Ghost::observe_head`], [`Ghost::check_no_new_epoch`] | every step | every state | every step |
-//! | [`Ghost::check_acknowledged`], [`Ghost::check_refused`], [`within_cutoffs`] | at the end | every state | at the end |
-//! | [`generation_monotone`] | at the end | every state | no |
-//! | [`Ghost::on_linked`] / [`Ghost::check_late`] | no | every state | no |
-//! | [`Ghost::on_cutoff_linked`] / [`Ghost::check_within_cutoffs`] (in [`Ghost::check_log`], [`Ghost::check_read`]) | no (checks nothing without links) | every state, as a reader finishes | no (checks nothing without links) |
-//! | [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], [`status_valid`], [`check_takeover_retired`] | no | every state / takeover | no |
-//! | [`Ghost::check_epoch_created`] | no | no | as each epoch is created |
-//! | [`Ghost::check_read`], [`stable_judgements`] | no | as a reader ([`OpKind::Read`]) finishes | no |
-//! | [`Ghost::check_decisions`] | no | every state, also after a rollback | no |
+//! | check | proptest and fuzzer ([`driver::MemWorld`]) | model checker |
+//! |---|---|---|
+//! | [`Ghost::finish`] (grants, I7 on success, superseded heartbeat or release, acknowledged = created, `PROTOCOL_VIOLATION`), no damage reported on a sound run | after each operation ([`driver::end`]) | after each operation ([`driver::end`]) |
+//! | [`Ghost::observe_head`], [`Ghost::check_no_new_epoch`], [`Ghost::check_durable_beats`] | every step | every state |
+//! | [`Ghost::on_linked`] / [`Ghost::check_late`], [`Ghost::on_cutoff_linked`] / [`Ghost::check_within_cutoffs`] | at each link | at each link |
+//! | [`Ghost::check_log`] (acknowledged, refused, late, [`generation_monotone`], cutoffs by links, [`within_cutoffs`]) | at the end, and the streaming read agrees | every state |
+//! | [`Ghost::check_decisions`], [`Ghost::check_granted_epochs`], [`cutoffs_have_successors`], `verify`, [`status_valid`] | after each power loss and at the end | every state |
+//! | [`check_takeover_retired`] | each takeover | each takeover, with the model's OQ-5 look-to-commit check |
+//! | [`Ghost::check_epoch_created`] | as each epoch is linked | no (its own [`check_takeover_retired`] and the model's OQ-5 check) |
+//! | [`Ghost::check_read`], [`stable_judgements`] | as a reader ([`OpKind::Read`]) finishes ([`driver::check_reader`]) | the same |
 //!
-//! While a record is hand-corrupted the model checker checks only
-//! [`Ghost::check_no_new_epoch`]; the proptest and the fuzzer accept an unreadable log then
-//! and skip `verify`. After `lease/` was rolled back to an older copy ([`Ghost::rollback`],
+//! While a record is hand-corrupted the checkers check only [`Ghost::check_no_new_epoch`],
+//! what each decision on disk says ([`Ghost::check_decisions`]) and what each operation was
+//! told; an unreadable log is accepted then. After `lease/` was rolled back to an older copy ([`Ghost::rollback`],
 //! the model checker's rollback fault, issue #28) the run is damaged from outside: the
 //! model checker then checks [`Ghost::finish`] (no generation granted twice, I1) and
 //! [`Ghost::check_decisions`] (I4/I9 against what each writer was told), not the reader's

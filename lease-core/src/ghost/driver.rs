@@ -966,7 +966,8 @@ impl MemWorld {
         status_valid(&status.status)
     }
 
-    /// The final checks: [`MemWorld::check_state`], then a finalizing read of the log
+    /// The final checks: the state checks run after a power loss (decisions, granted
+    /// epochs, cutoffs with successors, `verify`, status), then a finalizing read of the log
     /// (every acknowledged append counts, no refused or late one does, generation-monotone,
     /// within the cutoffs by the order of links), judged again one event at a time
     /// (the streaming read must agree).
