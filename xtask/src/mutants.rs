@@ -210,6 +210,17 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         expected_survivor_until: None,
     },
     Mutant {
+        name: "prune_skips_unjudged",
+        breaks: "I9 / §7.10 step 7 (prune reads from the old checkpoint's unjudged_from)",
+        planted: "lease-core/src/ops/prune.rs (PruneState::Tail)",
+        checks: &[test(
+            "lease-core",
+            "model",
+            "a_prune_judges_the_events_an_earlier_checkpoint_left_unjudged",
+        )],
+        expected_survivor_until: None,
+    },
+    Mutant {
         name: "beat_one_slot",
         breaks: "§4 heartbeat slots / §9 heartbeat crash table (the other slot whole)",
         planted: "lease-core/src/beat.rs (slot_offset)",

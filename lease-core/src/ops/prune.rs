@@ -411,6 +411,11 @@ impl Operation for Prune {
                     // then at or above its floor, which this floor may pass), else from the
                     // first event after it.
                     let from = self.chain.checkpoint.as_ref().map_or(1, |c| {
+                        // mutant prune_skips_unjudged: only the events after the old tail
+                        // are read (§7.10 step 7, I9).
+                        if crate::mutant::mutant("prune_skips_unjudged") {
+                            return c.through_sequence + 1;
+                        }
                         c.unjudged_from
                             .unwrap_or(c.through_sequence + 1)
                             .min(c.through_sequence + 1)
