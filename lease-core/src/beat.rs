@@ -263,4 +263,88 @@ mod tests {
             SlotRead::Valid { torn: true, .. }
         ));
     }
+
+    /// The file is two slots of 2048 bytes: a fresh file is exactly that, its other slot
+    /// zero (nothing torn), whichever slot its beat is in.
+    #[test]
+    fn a_fresh_file_is_two_slots_and_nothing_torn() {
+        assert_eq!(FILE_BYTES, 4096);
+        for seq in [1u64, 2] {
+            let f = fresh_file(seq, b"{}\n").unwrap();
+            assert_eq!(f.len(), 4096, "beat {seq}");
+            let expected = SlotRead::Valid {
+                seq,
+                payload: b"{}\n",
+                torn: false,
+            };
+            assert_eq!(read_slots(&f), expected);
+        }
+    }
+
+    /// `put_slot` is one in-place write: it grows a short file with zeros up to the end
+    /// of its slot, and never shrinks or pads a file that already reaches it.
+    #[test]
+    fn put_slot_grows_a_short_file_and_never_shrinks_a_long_one() {
+        let slot1 = slot_bytes(1, b"{}\n").unwrap();
+        let slot2 = slot_bytes(2, b"{}\n").unwrap();
+        let mut f = Vec::new();
+        put_slot(&mut f, 2, &slot2);
+        assert_eq!(f, slot2);
+        let mut f = Vec::new();
+        put_slot(&mut f, 1, &slot1);
+        assert_eq!(f.len(), FILE_BYTES);
+        assert!(f[..SLOT_BYTES].iter().all(|&b| b == 0));
+        assert_eq!(&f[SLOT_BYTES..], &slot1[..]);
+        let mut long = vec![7u8; FILE_BYTES + 10];
+        put_slot(&mut long, 1, &slot1);
+        assert_eq!(long.len(), FILE_BYTES + 10);
+        assert_eq!(&long[SLOT_BYTES..FILE_BYTES], &slot1[..]);
+        assert!(long[..SLOT_BYTES].iter().all(|&b| b == 7));
+    }
+
+    /// A slot is read at its bounds: a payload filling it, a header with an empty payload;
+    /// a slot cut inside its payload is torn (never read past its end), and sequence 0 is
+    /// never valid, even under a matching checksum.
+    #[test]
+    fn slot_decoding_at_its_bounds() {
+        let big = vec![b'x'; MAX_PAYLOAD];
+        let full = SlotRead::Valid {
+            seq: 2,
+            payload: &big,
+            torn: false,
+        };
+        assert_eq!(read_slots(&fresh_file(2, &big).unwrap()), full);
+        let empty = slot_bytes(1, b"").unwrap();
+        let header_only = SlotRead::Valid {
+            seq: 1,
+            payload: b"",
+            torn: false,
+        };
+        assert_eq!(read_slots(&empty[..HEADER_BYTES]), header_only);
+        let f = fresh_file(1, b"{}\n").unwrap();
+        assert_eq!(
+            read_slots(&f[..SLOT_BYTES + HEADER_BYTES + 2]),
+            SlotRead::Torn
+        );
+        let mut zero = slot_bytes(1, b"{}\n").unwrap();
+        zero[8..16].copy_from_slice(&0u64.to_le_bytes());
+        let sum = checksum(&zero[..20], b"{}\n");
+        zero[20..HEADER_BYTES].copy_from_slice(&sum);
+        assert_eq!(read_slots(&zero), SlotRead::Torn);
+    }
+
+    #[test]
+    fn newest_record_is_the_newest_valid_payload_or_a_legacy_file() {
+        let mut f = fresh_file(1, b"{\"n\":1}\n").unwrap();
+        assert_eq!(newest_record(&f), Some(&b"{\"n\":1}\n"[..]));
+        put_slot(&mut f, 2, &slot_bytes(2, b"{\"n\":2}\n").unwrap());
+        assert_eq!(newest_record(&f), Some(&b"{\"n\":2}\n"[..]));
+        assert_eq!(newest_record(b"{\"a\":1}\n"), Some(&b"{\"a\":1}\n"[..]));
+        assert_eq!(newest_record(&[0u8; FILE_BYTES]), None);
+        assert_eq!(
+            newest_record(&f[..SLOT_BYTES + 10]),
+            Some(&b"{\"n\":2}\n"[..])
+        );
+        assert_eq!(newest_record(&f[SLOT_BYTES..SLOT_BYTES + 10]), None);
+    }
 }
