@@ -497,6 +497,58 @@ pub fn check_reader(
     stable_judgements(view, &now)
 }
 
+/// The cutoffs and checkpoints on disk, as decided (what does not decode is `verify`'s to
+/// report).
+#[derive(Clone, Debug, Default)]
+pub struct Decisions {
+    /// Each cutoff: (generation, `events_through`).
+    pub cutoffs: Vec<(u64, u64)>,
+    /// Each checkpoint.
+    pub checkpoints: Vec<Checkpoint>,
+    /// The highest checkpoint floor (0: none).
+    pub floor: u64,
+}
+
+impl Decisions {
+    /// Decode them from `records(dir)`, the bytes of every record file in `dir`.
+    pub fn read(records: impl Fn(Dir) -> Vec<Vec<u8>>) -> Decisions {
+        let cutoffs = records(Dir::Cutoffs)
+            .iter()
+            .filter_map(|b| decode::<RetirementRecord>(b).ok())
+            .map(|r| (r.generation.get(), r.events_through))
+            .collect();
+        let checkpoints: Vec<Checkpoint> = records(Dir::Checkpoints)
+            .iter()
+            .filter_map(|b| decode::<Checkpoint>(b).ok())
+            .collect();
+        let floor = checkpoints
+            .iter()
+            .map(|c| c.floor_generation.get())
+            .max()
+            .unwrap_or(0);
+        Decisions {
+            cutoffs,
+            checkpoints,
+            floor,
+        }
+    }
+
+    /// Each decision against what each writer was told ([`Ghost::check_decisions`]: I4, I9,
+    /// I5).
+    pub fn check(&self, ghost: &Ghost) -> Result<(), Violation> {
+        ghost.check_decisions(
+            self.cutoffs.iter().copied(),
+            self.checkpoints.iter().map(|c| {
+                (
+                    c.floor_generation.get(),
+                    c.through_sequence,
+                    c.not_authoritative.as_slice(),
+                )
+            }),
+        )
+    }
+}
+
 /// One thing that happens in a [`MemWorld`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -915,41 +967,19 @@ impl MemWorld {
     /// cutoffs with successors, `verify`, the log's counted events, a valid status.
     fn check_state(&mut self) -> Result<(), Violation> {
         self.check_step()?;
-        let records = |d: Dir| -> Vec<Vec<u8>> {
+        let d = Decisions::read(|dir| {
             self.disk
                 .files
                 .iter()
-                .filter(|(f, _)| f.dir() == Some(d))
+                .filter(|(f, _)| f.dir() == Some(dir))
                 .map(|(_, b)| b.clone())
                 .collect()
-        };
-        let cutoffs: Vec<(u64, u64)> = records(Dir::Cutoffs)
-            .iter()
-            .filter_map(|b| decode::<RetirementRecord>(b).ok())
-            .map(|r| (r.generation.get(), r.events_through))
-            .collect();
-        let checkpoints: Vec<Checkpoint> = records(Dir::Checkpoints)
-            .iter()
-            .filter_map(|b| decode::<Checkpoint>(b).ok())
-            .collect();
-        self.ghost.check_decisions(
-            cutoffs.iter().copied(),
-            checkpoints.iter().map(|c| {
-                (
-                    c.floor_generation.get(),
-                    c.through_sequence,
-                    c.not_authoritative.as_slice(),
-                )
-            }),
-        )?;
+        });
+        d.check(&self.ghost)?;
         if self.ghost.is_corrupted() {
             return Ok(());
         }
-        let floor = checkpoints
-            .iter()
-            .map(|c| c.floor_generation.get())
-            .max()
-            .unwrap_or(0);
+        let (cutoffs, floor) = (d.cutoffs, d.floor);
         let files = &self.disk.files;
         self.ghost
             .check_granted_epochs(floor, |g| files.contains_key(&FileRef::Epoch(g)))?;

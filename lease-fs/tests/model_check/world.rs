@@ -846,25 +846,7 @@ impl World {
                 })
                 .collect()
         };
-        let cutoffs: Vec<(u64, u64)> = read(Dir::Cutoffs)
-            .iter()
-            .filter_map(|b| decode::<RetirementRecord>(b).ok())
-            .map(|r| (r.generation.get(), r.events_through))
-            .collect();
-        let checkpoints: Vec<Checkpoint> = read(Dir::Checkpoints)
-            .iter()
-            .filter_map(|b| decode::<Checkpoint>(b).ok())
-            .collect();
-        self.ghost.check_decisions(
-            cutoffs,
-            checkpoints.iter().map(|c| {
-                (
-                    c.floor_generation.get(),
-                    c.through_sequence,
-                    c.not_authoritative.as_slice(),
-                )
-            }),
-        )
+        driver::Decisions::read(read).check(&self.ghost)
     }
 
     /// Whether running actor `i` now is a preemption (another actor is in the middle of an
