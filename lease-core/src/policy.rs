@@ -247,4 +247,76 @@ mod tests {
         assert!(must_self_fence(&p, s, s + Duration::from_millis(15_001)));
         assert!(!must_self_fence(&p, s, Duration::from_secs(1)));
     }
+
+    /// Each rule refuses with its own reason, right at its bound; the bounds themselves
+    /// are valid. Exactly 24 h is not over a day.
+    #[test]
+    fn each_rule_refuses_with_its_own_reason_at_its_bound() {
+        use HeartbeatDurability::Local;
+        let reason = |h, f, s| match TimingPolicy::from_millis(h, f, s, Local) {
+            Err(LeaseError::PolicyInvalid { reason }) => reason,
+            other => panic!("{h}/{f}/{s}: expected POLICY_INVALID, got {other:?}"),
+        };
+        for (h, f, s) in [
+            (DAY_MS + 1, DAY_MS, DAY_MS),
+            (5000, DAY_MS + 1, DAY_MS),
+            (5000, 15000, DAY_MS + 1),
+        ] {
+            let r = reason(h, f, s);
+            assert!(
+                r.starts_with("values must be at most 24 h"),
+                "{h}/{f}/{s}: {r}"
+            );
+        }
+        let r = reason(DAY_MS, DAY_MS, DAY_MS);
+        assert!(r.starts_with("self_fence_after"), "{r}");
+        let r = reason(5000, DAY_MS, DAY_MS);
+        assert!(r.contains("by at least one heartbeat"), "{r}");
+        let r = reason(5000, 10_000, 15_000);
+        assert!(r.contains("at least 4 x heartbeat (20000 ms)"), "{r}");
+        for (h, f, s) in [
+            (100, 200, 1000),
+            (5000, 10_000, 20_000),
+            (DAY_MS / 4, DAY_MS / 2, DAY_MS),
+        ] {
+            assert!(
+                TimingPolicy::from_millis(h, f, s, Local).is_ok(),
+                "{h}/{f}/{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_accessors_report_the_policy() {
+        use HeartbeatDurability::{Durable, Local};
+        let p = TimingPolicy::from_millis(1000, 3000, 5000, Durable).unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            (p.heartbeat(), p.self_fence_after(), p.stale_after()),
+            (ms(1000), ms(3000), ms(5000))
+        );
+        assert_eq!(
+            (
+                p.heartbeat_ms(),
+                p.self_fence_after_ms(),
+                p.stale_after_ms()
+            ),
+            (1000, 3000, 5000)
+        );
+        assert_eq!(p.heartbeat_durability(), Durable);
+        // Only the durability changes.
+        assert_eq!(
+            p.with_durability(Local),
+            TimingPolicy::from_millis(1000, 3000, 5000, Local).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_lapse_reason_names_the_age_and_the_bound() {
+        let r = lapse_reason(&TimingPolicy::default(), Duration::from_millis(15_250));
+        assert_eq!(
+            r,
+            "the lease lapsed: no successful heartbeat for 15250 ms (this owner fences itself after 15000 ms without one)"
+        );
+    }
 }
