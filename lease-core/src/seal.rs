@@ -206,4 +206,71 @@ mod tests {
         );
         assert_eq!(floor.unwrap_err().code().as_str(), "STORE_BEHIND_SEAL");
     }
+
+    fn g(n: u64) -> Generation {
+        Generation::new(n).unwrap()
+    }
+
+    /// Epoch `n` with `store_floor` and, if given, the seal of its release.
+    fn epoch(n: u64, store_floor: Option<u64>, seal: Option<Seal>) -> EpochRecord {
+        let id = |s: &str| Identity::new(s).unwrap();
+        EpochRecord {
+            run_id: run(),
+            generation: g(n),
+            prev_hash: None,
+            state: if seal.is_some() {
+                crate::records::EpochState::Released
+            } else {
+                crate::records::EpochState::Active
+            },
+            owner_id: id("owner"),
+            holder: crate::records::Holder {
+                host: id("host"),
+                boot_id: id("boot"),
+                pid: 1,
+                start_time: 1,
+            },
+            claimed_at: crate::time::Timestamp::EPOCH,
+            policy: crate::policy::TimingPolicy::default(),
+            retired: None,
+            seal,
+            store_floor,
+            cutoff_hash: None,
+        }
+    }
+
+    /// The requirements of a new owner: the replaced epoch's seal, and the higher of the
+    /// two floors with the generation that recorded it (a tie names the own epoch, which
+    /// folds the replaced floor in).
+    #[test]
+    fn requirements_take_the_replaced_seal_and_the_higher_floor() {
+        let seal = Seal {
+            store_id: Identity::new("s1").unwrap(),
+            sequence: 4,
+            generation: g(1),
+        };
+        let replaced = epoch(1, Some(7), Some(seal.clone()));
+        let r = Requirements::from_chain(&epoch(2, Some(3), None), Some(&replaced));
+        assert_eq!(r.seal(), Some(&seal));
+        assert_eq!(r.floor(), Some((7, g(1))));
+        assert!(!r.names_no_store());
+        let floor_with_own =
+            |own| Requirements::from_chain(&epoch(2, Some(own), None), Some(&replaced)).floor();
+        assert_eq!(floor_with_own(9), Some((9, g(2))));
+        assert_eq!(floor_with_own(7), Some((7, g(2))));
+    }
+
+    /// Only no seal and no floor above 0 names no store.
+    #[test]
+    fn names_no_store_only_without_a_seal_or_a_floor_above_zero() {
+        let seal = Seal {
+            store_id: Identity::new("s1").unwrap(),
+            sequence: 0,
+            generation: g(1),
+        };
+        assert!(Requirements::no_chain().names_no_store());
+        assert!(Requirements::new(None, Some((0, g(1)))).names_no_store());
+        assert!(!Requirements::new(None, Some((1, g(1)))).names_no_store());
+        assert!(!Requirements::new(Some(seal), None).names_no_store());
+    }
 }
