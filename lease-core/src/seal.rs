@@ -273,4 +273,44 @@ mod tests {
         assert!(!Requirements::new(None, Some((1, g(1)))).names_no_store());
         assert!(!Requirements::new(Some(seal), None).names_no_store());
     }
+
+    #[test]
+    fn requirements_check_the_store_against_their_seal_and_floor() {
+        let store = |head| StoreState {
+            store_id: "s1".into(),
+            head,
+        };
+        let floor = Requirements::new(None, Some((5, g(2))));
+        assert_eq!(floor.check(&run(), &store(5)), Ok(()));
+        let e = floor.check(&run(), &store(4)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LeaseError::StoreBehindSeal {
+                    what: "floor",
+                    required: 5,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let seal = Seal {
+            store_id: Identity::new("s1").unwrap(),
+            sequence: 3,
+            generation: g(1),
+        };
+        let sealed = Requirements::new(Some(seal), None);
+        let e = sealed.check(&run(), &store(2)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LeaseError::StoreBehindSeal {
+                    what: "seal",
+                    required: 3,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
 }
