@@ -16,7 +16,8 @@
 //! | `List(dir)` | range, keys only |
 //! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
 //! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
-//! | `WriteBeat{file, record}` / `Remove(f)` | put of the record itself (an etcd put is atomic, so no slots are needed; readers accept the one-record form) / delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
+//! | `WriteBeat{file, record}` | txn: no epoch above the beat's generation (a range compare) and its liveness key present, then put of the record itself (an etcd put is atomic, so no slots are needed; readers accept the one-record form); refused, `FENCED` (issue #31: etcd itself refuses a deposed owner's beat) |
+//! | `Remove(f)` | delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
 //! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there (`AuthorityLease::Alive`, else `Expired`) |
 //!
 //! The **epoch guard**: the creation of epoch `g` (every change of owner) by anyone but the
@@ -319,6 +320,11 @@ impl EtcdRun {
         format!("{}{}", self.base, f.path())
     }
 
+    /// The key prefix of folder `d` (`<base><dir>/`).
+    fn key_dir(&self, d: Dir) -> String {
+        format!("{}{}/", self.base, d.path())
+    }
+
     /// The liveness key of generation `g`.
     pub fn live_key(&self, g: Generation) -> String {
         format!("{}live/{:020}", self.base, g.get())
@@ -468,16 +474,7 @@ impl EtcdRun {
                 file: f,
                 record: bytes,
                 ..
-            } => {
-                let key = self.key(f);
-                let k = key.clone();
-                self.call("put", &key, deadline, true, move |mut c| {
-                    let (k, b) = (k.clone(), bytes.clone());
-                    async move { c.put(k, b, None).await }
-                })
-                .await?;
-                Ok(Response::Done)
-            }
+            } => self.write_beat(f, bytes, deadline).await,
             Request::Remove(f, _durability) => {
                 let key = self.key(f);
                 let k = key.clone();
@@ -502,6 +499,57 @@ impl EtcdRun {
                 Ok(Response::Monotonic(ns))
             }
         }
+    }
+
+    /// A heartbeat, as one guarded transaction, so that etcd itself refuses a deposed
+    /// generation's beat (issue #31): the record of generation `g`'s heartbeat is put only
+    /// while (1) no epoch above `g` exists, a range compare over every epoch key from
+    /// `g + 1` on (prune removes epochs, so a point check on `g + 1` would not do), and (2)
+    /// `g`'s liveness key exists, that is its owner's etcd lease is alive. The keep-alive
+    /// before the heartbeat ([`LeaseOps::heartbeat_within`]'s `before_heartbeat`) checks
+    /// (2) one request earlier; an owner paused between the two would otherwise land its
+    /// beat after its lease expired and a taker created `g + 1`. Refused, nothing is
+    /// written and the heartbeat is `FENCED` (never `Done`: a heartbeat that succeeded
+    /// would extend the owner's self-fence deadline). Retried on unavailability: the put is
+    /// idempotent, and a retry the guard refuses after an attempt that landed only answers
+    /// `FENCED` for a beat nobody may act on any more.
+    async fn write_beat(
+        &self,
+        f: FileRef,
+        bytes: Vec<u8>,
+        deadline: Instant,
+    ) -> Result<Response, EtcdError> {
+        let key = self.key(f);
+        let FileRef::Beat(g) = f else {
+            return Err(EtcdError::Lease(LeaseError::ProtocolViolation {
+                detail: format!("a heartbeat write to {key}, which is not a heartbeat file"),
+            }));
+        };
+        let above = Generation::new(g.get() + 1).map(|n| self.key(FileRef::Epoch(n)));
+        let mut compares = vec![Compare::version(self.live_key(g), CompareOp::Greater, 0)];
+        if let Some(from) = above {
+            // Epoch keys are `<base>lease/epochs/<20 digits>.json`: the range ends at the
+            // first key after that folder (`/` + 1 = `0`).
+            let end = format!("{}0", self.key_dir(Dir::Epochs).trim_end_matches('/'));
+            compares.push(Compare::create_revision(from, CompareOp::Equal, 0).with_range(end));
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::put(key.clone(), bytes, None)]);
+        let resp = self
+            .call("txn", &key, deadline, true, move |mut c| {
+                let t = txn.clone();
+                async move { c.txn(t).await }
+            })
+            .await?;
+        if resp.succeeded() {
+            return Ok(Response::Done);
+        }
+        Err(fenced(
+            &self.run_id,
+            g,
+            "etcd refused its heartbeat: a newer epoch exists or its etcd lease is gone",
+        ))
     }
 
     /// Exclusive create as one transaction (module docs: the epoch guard and the liveness

@@ -915,3 +915,82 @@ fn the_blocking_api_works_inside_spawn_blocking_of_another_runtime() {
     });
     assert_eq!(code, "UNAVAILABLE");
 }
+
+/// Issue #31: etcd itself refuses a deposed owner's heartbeat. The owner's keep-alive is
+/// one request before its beat; an owner paused between the two (its etcd lease expiring,
+/// a janitor retiring it) must not land the beat: the guarded transaction answers FENCED
+/// and writes nothing. Before it was deposed, the same request wrote the beat.
+#[test]
+fn a_deposed_owners_heartbeat_is_refused_by_etcd() {
+    use lease_core::ops::{Durability, Request, Response};
+    use lease_core::transport::Transport;
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let policy = fast_policy();
+    let run_id = RunId::new("guarded-beat").unwrap();
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    let owner = auth.run(run_id.clone());
+    let lease = owner
+        .claim(lease_core::ops::ClaimParams {
+            run_id: run_id.clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
+        .unwrap();
+    let at = now_ts();
+    let record = |n: u64| {
+        lease_core::encode(&lease_core::HeartbeatRecord {
+            run_id: run_id.clone(),
+            generation: lease.generation,
+            owner_id: id("owner-a"),
+            heartbeat_at: at,
+            count: n,
+            store_head: None,
+            mono: None,
+        })
+        .unwrap()
+    };
+    let beat = |n: u64| Request::WriteBeat {
+        file: FileRef::Beat(lease.generation),
+        seq: n,
+        record: record(n),
+        durability: Durability::Fsync,
+    };
+    let other = auth.run(run_id.clone());
+    let read_beat = || match other.execute(
+        Request::Read(FileRef::Beat(lease.generation)),
+        other.default_bound(),
+    ) {
+        Ok(Response::Content(c)) => c,
+        r => panic!("read of the beat: {r:?}"),
+    };
+    // While it owns the run, the guarded put lands.
+    let r = owner.execute(beat(1), owner.default_bound());
+    assert!(matches!(r, Ok(Response::Done)), "{r:?}");
+    assert_eq!(read_beat(), Some(record(1)));
+    // Paused past its etcd lease: a janitor retires it (generation 2 exists).
+    let retired = loop {
+        match other.retire(lease_core::ops::RetireParams {
+            run_id: run_id.clone(),
+            owner_id: id("janitor"),
+            holder: holder(3),
+            policy,
+            now: now_ts(),
+            expect: None,
+        }) {
+            Ok(r) => break r,
+            Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(retired.generation.get(), lease.generation.get() + 1);
+    // It resumes and writes its next beat without the keep-alive in front: refused.
+    let refused = owner.execute(beat(2), owner.default_bound()).unwrap_err();
+    assert_eq!(refused.code().as_str(), "FENCED", "{refused}");
+    assert!(refused.to_string().contains("etcd refused its heartbeat"), "{refused}");
+    assert_eq!(read_beat(), Some(record(1)), "the deposed beat did not land");
+}
