@@ -83,7 +83,11 @@ pub fn exit_for(code: Code) -> i32 {
         | Code::SpawnFailed
         | Code::EtcdRefused
         | Code::Internal => 70,
-        Code::RunRootChanged | Code::IoError | Code::StoreIo | Code::StepTimeout => 74,
+        Code::RunRootChanged
+        | Code::IoError
+        | Code::StoreIo
+        | Code::StepTimeout
+        | Code::EtcdNoSpace => 74,
         Code::TakeoverRace
         | Code::Fenced
         | Code::EventContention

@@ -93,6 +93,7 @@ codes! {
     SpawnFailed = "SPAWN_FAILED",
     Unavailable = "UNAVAILABLE",
     EtcdRefused = "ETCD_REFUSED",
+    EtcdNoSpace = "ETCD_NOSPACE",
     AuthorityInvalid = "AUTHORITY_INVALID",
     LivenessInvalid = "LIVENESS_INVALID",
     // The runlease CLI's own (lease_cli::exit_codes::CLI_ERROR_CODES): no library layer

@@ -43,6 +43,23 @@ pub enum EtcdError {
         /// etcd's answer.
         detail: String,
     },
+    /// The cluster's storage is full: its NOSPACE alarm is raised (the backend reached
+    /// `--quota-backend-bytes`) and it refuses every write, every owner's heartbeat
+    /// included, until an operator frees space and disarms the alarm. Never retried: each
+    /// retry is one more refused write.
+    #[error(
+        "run {run}: etcd {op} {key}: the cluster is out of space (its NOSPACE alarm is raised: {detail}); it refuses every write until an operator compacts and defragments it and disarms the alarm: `etcdctl compact <revision>`, `etcdctl defrag`, `etcdctl alarm disarm` (or raise --quota-backend-bytes)"
+    )]
+    NoSpace {
+        /// The run.
+        run: String,
+        /// The etcd call.
+        op: &'static str,
+        /// The key.
+        key: String,
+        /// etcd's answer.
+        detail: String,
+    },
     /// An `etcd://host:port[,host:port...]/prefix` authority address is not valid.
     #[error("{value:?}: {reason}")]
     AuthorityInvalid {
@@ -88,6 +105,7 @@ impl EtcdError {
             EtcdError::Lease(e) => e.code(),
             EtcdError::Unavailable { .. } => Code::Unavailable,
             EtcdError::Refused { .. } => Code::EtcdRefused,
+            EtcdError::NoSpace { .. } => Code::EtcdNoSpace,
             EtcdError::AuthorityInvalid { .. } => Code::AuthorityInvalid,
             EtcdError::LivenessInvalid { .. } => Code::LivenessInvalid,
             EtcdError::OwnerLeaseAlive { .. } => Code::TakeoverActiveRefused,
@@ -114,6 +132,7 @@ impl EtcdError {
 pub const ETCD_ERROR_CODES: &[Code] = &[
     Code::Unavailable,
     Code::EtcdRefused,
+    Code::EtcdNoSpace,
     Code::AuthorityInvalid,
     Code::LivenessInvalid,
 ];
@@ -135,6 +154,12 @@ mod tests {
             e(EtcdError::Refused {
                 run: "r".into(),
                 op: "put",
+                key: "k".into(),
+                detail: "d".into(),
+            }),
+            e(EtcdError::NoSpace {
+                run: "r".into(),
+                op: "txn",
                 key: "k".into(),
                 detail: "d".into(),
             }),

@@ -243,6 +243,16 @@ fn classify(e: etcd_client::Error, run: &str, op: &'static str, key: &str) -> Et
         _ => false,
     };
     let detail = e.to_string();
+    // RESOURCE_EXHAUSTED is also etcd's "too many requests" (a retry helps); a full
+    // backend says "database space exceeded" (a retry never helps).
+    if detail.contains("database space exceeded") {
+        return EtcdError::NoSpace {
+            run: run.to_string(),
+            op,
+            key: key.to_string(),
+            detail,
+        };
+    }
     if unavailable {
         EtcdError::Unavailable {
             run: run.to_string(),

@@ -991,6 +991,71 @@ fn a_deposed_owners_heartbeat_is_refused_by_etcd() {
     // It resumes and writes its next beat without the keep-alive in front: refused.
     let refused = owner.execute(beat(2), owner.default_bound()).unwrap_err();
     assert_eq!(refused.code().as_str(), "FENCED", "{refused}");
-    assert!(refused.to_string().contains("etcd refused its heartbeat"), "{refused}");
-    assert_eq!(read_beat(), Some(record(1)), "the deposed beat did not land");
+    assert!(
+        refused.to_string().contains("etcd refused its heartbeat"),
+        "{refused}"
+    );
+    assert_eq!(
+        read_beat(),
+        Some(record(1)),
+        "the deposed beat did not land"
+    );
+}
+
+/// Issue #31: a full cluster (its NOSPACE alarm raised by `--quota-backend-bytes`) is
+/// `ETCD_NOSPACE`, with a message that names the alarm and the fix, not `UNAVAILABLE` (a
+/// retry only adds refused writes). The owner's heartbeat gets that code too.
+#[test]
+fn a_full_cluster_is_etcd_nospace_naming_the_alarm_and_the_fix() {
+    use lease_core::ops::{Request, Response};
+    use lease_core::transport::Transport;
+    use lease_core::{Code, Sequence};
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    // 4 MiB: a few hundred-KiB writes fill it.
+    let cluster = Cluster::start_with(&bin, &["--quota-backend-bytes", "4194304"]);
+    let policy = fast_policy();
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    let owner = auth.run(RunId::new("full").unwrap());
+    let lease = owner
+        .claim(lease_core::ops::ClaimParams {
+            run_id: owner.run_id().clone(),
+            owner_id: id("owner-a"),
+            holder: holder(1),
+            policy,
+            now: now_ts(),
+            store_floor: None,
+        })
+        .unwrap();
+    owner.heartbeat(&lease, now_ts(), 1, None).unwrap();
+    // Another run fills the cluster until it refuses.
+    let filler = auth.run(RunId::new("filler").unwrap());
+    let mut full = None;
+    for n in 1..=200u64 {
+        let req = Request::CreateExclusive(
+            FileRef::Event(Sequence::new(n).unwrap()),
+            vec![b'x'; 512 * 1024],
+        );
+        match filler.execute(req, filler.default_bound()) {
+            Ok(Response::Created) => {}
+            Ok(other) => panic!("fill {n}: {other:?}"),
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        }
+    }
+    let e = full.expect("a 4 MiB quota fills within 100 MiB of writes");
+    assert_eq!(e.code(), Code::EtcdNoSpace, "{e}");
+    let text = e.to_string();
+    for part in [
+        "NOSPACE",
+        "out of space",
+        "etcdctl alarm disarm",
+        "etcdctl defrag",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+    let beat = owner.heartbeat(&lease, now_ts(), 2, None).unwrap_err();
+    assert_eq!(beat.code(), Code::EtcdNoSpace, "{beat}");
 }

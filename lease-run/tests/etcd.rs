@@ -391,3 +391,67 @@ fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
     let head = obs.status(now_ts(), false).unwrap().head.unwrap();
     assert_eq!(head.generation().get(), released.get() + 2);
 }
+
+/// Issue #31: when the cluster fills up (its NOSPACE alarm), every heartbeat is refused
+/// until an operator acts, so the owner fences at once with that reason (naming the alarm)
+/// instead of running on unheard until its self-fence deadline; its command is killed.
+#[test]
+fn a_full_cluster_fences_the_owner_at_once_naming_the_alarm() {
+    use lease_core::ops::{Request, Response};
+    use lease_core::transport::Transport;
+    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start_with(&bin, &["--quota-backend-bytes", "4194304"]);
+    let _g = guard;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("job");
+    let rt = rt();
+    let (run, mut cmd) = rt.block_on(async {
+        let run = Run::open(&path, opts(&cluster, "t-full")).await.unwrap();
+        let cmd = run
+            .spawn(&["sleep".into(), "60".into()], &[])
+            .await
+            .unwrap();
+        (run, cmd)
+    });
+    // Another run of the cluster fills it.
+    let auth = lease_etcd::EtcdAuthority::connect(
+        &cluster.addr(&[0, 1, 2], "t-filler"),
+        lease_etcd::EtcdOptions::default(),
+    )
+    .unwrap();
+    let filler = auth.run(RunId::new("filler").unwrap());
+    for n in 1..=200u64 {
+        let req = Request::CreateExclusive(
+            lease_core::FileRef::Event(lease_core::Sequence::new(n).unwrap()),
+            vec![b'x'; 512 * 1024],
+        );
+        match filler.execute(req, filler.default_bound()) {
+            Ok(Response::Created) => {}
+            Ok(other) => panic!("fill {n}: {other:?}"),
+            Err(e) => {
+                assert_eq!(e.code().as_str(), "ETCD_NOSPACE", "{e}");
+                break;
+            }
+        }
+    }
+    rt.block_on(async {
+        let e = tokio::time::timeout(Duration::from_secs(5), run.fenced())
+            .await
+            .expect("fenced once the cluster is full");
+        assert_eq!(e.code().as_str(), "FENCED");
+        let text = e.to_string();
+        assert!(
+            text.contains("NOSPACE"),
+            "the fence names the alarm: {text}"
+        );
+        // Fenced by the refusal itself, not by the lapse of its self-fence deadline (which
+        // would also quote the last failure).
+        assert!(
+            !text.contains("the last heartbeat failed with"),
+            "fenced at once, not at the deadline: {text}"
+        );
+        let killed = tokio::time::timeout(Duration::from_secs(2), cmd.wait()).await;
+        assert!(killed.is_ok(), "the command was killed");
+    });
+}

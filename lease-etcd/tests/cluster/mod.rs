@@ -81,14 +81,19 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Start 3 members with fast elections (50 ms heartbeat, 500 ms election timeout) and
+    /// Start 3 members with fast elections (50 ms heartbeat, 500 ms election timeout, pre-vote) and
     /// wait until a leader answers linearizable reads. The ports are free when chosen but
     /// another process may bind one before etcd does; a start whose member could not bind
     /// is retried on new ports (at most 3 attempts), any other failure panics at once.
     pub fn start(bin: &PathBuf) -> Cluster {
+        Cluster::start_with(bin, &[])
+    }
+
+    /// [`Cluster::start`] with extra flags for every member (`--quota-backend-bytes`, say).
+    pub fn start_with(bin: &PathBuf, extra: &[&str]) -> Cluster {
         let mut attempt = 1;
         loop {
-            let mut cluster = Cluster::spawn(bin);
+            let mut cluster = Cluster::spawn(bin, extra);
             match cluster.wait_ready(Duration::from_secs(30)) {
                 Ok(()) => return cluster,
                 Err(why) if attempt < 3 && cluster.logs().contains("address already in use") => {
@@ -100,7 +105,7 @@ impl Cluster {
         }
     }
 
-    fn spawn(bin: &PathBuf) -> Cluster {
+    fn spawn(bin: &PathBuf, extra: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let ports = free_ports(7);
         let peers: Vec<(u16, u16)> = (0..3).map(|i| (ports[2 * i], ports[2 * i + 1])).collect();
@@ -130,7 +135,11 @@ impl Cluster {
                 .args(["--initial-cluster-token", &token])
                 .args(["--initial-cluster-state", "new"])
                 .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+                // Pre-vote (issue #31): a member cut off and back does not force an election,
+                // so a healed partition does not leave the cluster leaderless.
+                .arg("--pre-vote")
                 .args(["--logger", "zap", "--log-level", "warn"])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)

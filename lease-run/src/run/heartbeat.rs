@@ -59,8 +59,9 @@ pub(super) async fn heartbeat_loop(
 /// lock is held, before the beat starts: every commit acknowledged to the store slot
 /// before that point is covered by the floor a replacer records from this beat.
 ///
-/// A success moves the beat (its `CLOCK_BOOTTIME` start) forward. `FENCED`, or a start
-/// past the self-fence deadline, fences the run and is returned as the fence.
+/// A success moves the beat (its `CLOCK_BOOTTIME` start) forward. `FENCED`, `ETCD_NOSPACE`
+/// (a full cluster refuses every write), or a start past the self-fence deadline, fences
+/// the run and is returned as the fence.
 pub(super) async fn beat(
     dir: &Arc<dyn LeaseAuthority>,
     shared: &Arc<Shared>,
@@ -106,6 +107,13 @@ pub(super) async fn beat(
                 _ => e.to_string(),
             };
             shared.fence(reason);
+            shared.check_live()
+        }
+        // A full etcd cluster (its NOSPACE alarm) refuses every write until an operator
+        // acts: no later beat can succeed, so the owner fences now, saying why, rather
+        // than run on unheard until its deadline (issue #31).
+        Ok(Ok(Err(e))) if e.code() == Code::EtcdNoSpace => {
+            shared.fence(e.to_string());
             shared.check_live()
         }
         Ok(Ok(Err(e))) => Err(failed(shared, started, e)),
