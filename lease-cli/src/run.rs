@@ -893,6 +893,14 @@ impl lease_run::AcquireObserver for Observer {
                     self.dir.display(),
                 ));
             }
+            lease_run::Progress::Unavailable { error, elapsed } => {
+                self.progress.show(&format!(
+                    "waiting {} for {}: the lease authority did not answer ({}); trying again",
+                    human_duration(elapsed),
+                    self.dir.display(),
+                    error.code(),
+                ));
+            }
             lease_run::Progress::Watching {
                 head,
                 watched,

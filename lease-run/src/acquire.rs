@@ -154,6 +154,14 @@ pub enum Progress<'a> {
         /// Time since the acquire began.
         elapsed: Duration,
     },
+    /// The authority did not answer the last attempt (`UNAVAILABLE`: an etcd cluster
+    /// without a leader, a member down); a waiting acquire tries again until its deadline.
+    Unavailable {
+        /// What the last attempt got.
+        error: &'a RunError,
+        /// Time since the acquire began.
+        elapsed: Duration,
+    },
     /// Watching a stale owner's record before an automatic takeover.
     Watching {
         /// The watched head.
@@ -301,8 +309,15 @@ impl Run {
             })
             .await
             .map_err(|e| RunError::Io(format!("the observer's open panicked: {e}")))??;
+        // One owner id for every attempt: an attempt whose claim committed but whose
+        // answer was lost is then found by the next one as its own (lease-core's adoption).
+        let owner_id = match opts.owner_id.clone() {
+            Some(id) => id,
+            None => crate::new_owner_id()?,
+        };
         let opts = OpenOptions {
             folder: Some(held),
+            owner_id: Some(owner_id),
             ..opts
         };
         let status = |probe: bool| {
@@ -329,7 +344,7 @@ impl Run {
             if !observer.proceed() {
                 return Err(AcquireError::Stopped);
             }
-            let attempt = attempt(
+            let attempt = match attempt(
                 path,
                 &how,
                 &opts,
@@ -338,7 +353,30 @@ impl Run {
                 observer,
                 &status,
             )
-            .await?;
+            .await
+            {
+                // The authority did not answer (an etcd cluster without a leader, a member
+                // down): a waiting acquire keeps waiting until its deadline (issue #31).
+                Err(AcquireError::Run(e)) if e.code() == Code::Unavailable => {
+                    let until = match wait {
+                        Wait::No => return Err(AcquireError::Run(e)),
+                        Wait::Until(t) => Some(t),
+                        Wait::Forever => None,
+                    };
+                    let now = Instant::now();
+                    if until.is_some_and(|t| now >= t) {
+                        return Err(AcquireError::Run(e));
+                    }
+                    observer.progress(Progress::Unavailable {
+                        error: &e,
+                        elapsed: began.elapsed(),
+                    });
+                    let remaining = until.map_or(poll, |t| t.saturating_duration_since(now));
+                    tokio::time::sleep(poll.min(remaining).max(Duration::from_millis(10))).await;
+                    continue;
+                }
+                other => other?,
+            };
             match attempt {
                 Attempt::Owned(owned) => return Ok(*owned),
                 Attempt::Again => continue,

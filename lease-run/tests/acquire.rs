@@ -125,3 +125,30 @@ fn open_refuses_a_run_json_written_beyond_the_lease_chain_and_writes_nothing() {
         assert_eq!(std::fs::read(path.join("run.json")).unwrap(), before);
     });
 }
+
+/// Issue #31: the owner id an acquire claims as is the caller's when given (and one
+/// drawn once for all attempts otherwise), so an attempt that finds its own earlier claim
+/// (an answer lost) adopts it.
+#[test]
+fn an_acquire_claims_as_the_owner_id_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job");
+    let me = lease_core::Identity::new("run-given-owner").unwrap();
+    rt().block_on(async {
+        let o = OpenOptions {
+            owner_id: Some(me.clone()),
+            ..fast()
+        };
+        let (run, _) = Run::acquire(&path, Acquire::Claim, Wait::No, o, &mut ())
+            .await
+            .unwrap();
+        assert_eq!(run.lease().owner_id, me);
+        run.release(FinalStatus::Done).await.unwrap();
+        let (run, _) = Run::acquire(&path, Acquire::Claim, Wait::No, fast(), &mut ())
+            .await
+            .unwrap();
+        assert_ne!(run.lease().owner_id, me, "a fresh one otherwise");
+        assert!(run.lease().owner_id.as_str().starts_with("run-"));
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}

@@ -455,3 +455,44 @@ fn a_full_cluster_fences_the_owner_at_once_naming_the_alarm() {
         assert!(killed.is_ok(), "the command was killed");
     });
 }
+
+/// Issue #31: a waiting acquire keeps waiting through a leaderless cluster (two of three
+/// members stopped for 5 s: every attempt is UNAVAILABLE) and owns the run once a leader
+/// is back, within its deadline.
+#[test]
+fn a_waiting_acquire_waits_through_a_leaderless_window_and_owns_the_run() {
+    use lease_run::{Acquire, Wait};
+    let Some((_g, mut cluster)) = setup() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("job");
+    std::fs::create_dir_all(&path).unwrap();
+    cluster.stop(1);
+    cluster.stop(2);
+    let stopped = Instant::now();
+    let rt = rt();
+    let o = opts(&cluster, "t-leaderless");
+    let acquired = std::thread::scope(|s| {
+        let resumer = s.spawn(|| {
+            std::thread::sleep(Duration::from_secs(5));
+            cluster.resume(1);
+            cluster.resume(2);
+        });
+        let r = rt.block_on(Run::acquire(
+            &path,
+            Acquire::Claim,
+            Wait::Until(Instant::now() + Duration::from_secs(30)),
+            o,
+            &mut (),
+        ));
+        resumer.join().unwrap();
+        r
+    });
+    let (run, _) = acquired.expect("owned once a leader was back");
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(5),
+        "owned only after the window"
+    );
+    rt.block_on(run.release(FinalStatus::Done)).unwrap();
+}

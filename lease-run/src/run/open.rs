@@ -519,6 +519,7 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
         },
     };
     let carry = st.carry_seal.clone();
+    let chosen = opts.owner_id.clone();
     let preempted = Arc::new(Mutex::new(None));
     let preempted_out = preempted.clone();
     let claim_started = boottime_ns();
@@ -527,7 +528,10 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
         StepName::Claim,
         blocking(name, StepName::Claim, deadline, move || {
             let holder = this_holder()?;
-            let owner_id = new_owner_id()?;
+            let owner_id = match chosen {
+                Some(id) => id,
+                None => new_owner_id()?,
+            };
             let attempt = claim_blocking(
                 &*dir,
                 ClaimAttempt {

@@ -86,6 +86,11 @@ pub struct OpenOptions {
     /// run (messages, `RUNLEASE_RUN`, the cgroup's name). `create` does not apply then.
     /// Default `None`: the open opens `path` itself, once (`O_NOFOLLOW|O_DIRECTORY`).
     pub folder: Option<Arc<RealFs>>,
+    /// The owner id to claim as. Default `None`: a fresh one ([`crate::new_owner_id`]).
+    /// [`crate::Run::acquire`] draws one for all its attempts, so a claim whose answer was
+    /// lost (an etcd transaction that committed, its reply cut off) is adopted by the next
+    /// attempt as this owner's own, instead of blocking it until it expires (issue #31).
+    pub owner_id: Option<lease_core::Identity>,
 }
 
 impl Default for OpenOptions {
@@ -107,6 +112,7 @@ impl Default for OpenOptions {
             serve_store: true,
             on_step: None,
             folder: None,
+            owner_id: None,
         }
     }
 }
@@ -129,6 +135,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("authority", &self.authority)
             .field("serve_store", &self.serve_store)
             .field("folder", &self.folder)
+            .field("owner_id", &self.owner_id)
             .finish_non_exhaustive()
     }
 }
