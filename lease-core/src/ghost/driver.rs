@@ -62,11 +62,15 @@ pub fn boot_id(boot: u32) -> Identity {
     ident(&format!("boot-{boot}"))
 }
 
-/// The liveness evidence of the driven world on boot `boot`: a holder is up iff it ran on
-/// this boot and its (pid, start time) is one of `live`.
+/// Whether holder `h` is up in the driven world on boot `boot`: it ran on this boot and its
+/// (pid, start time) is one of `live`.
+pub fn is_up(boot: u32, live: &BTreeSet<(u32, u64)>, h: &Holder) -> bool {
+    live.contains(&(h.pid, h.start_time)) && h.boot_id == boot_id(boot)
+}
+
+/// The liveness evidence of the driven world on boot `boot` ([`is_up`]).
 pub fn evidence(boot: u32, live: &BTreeSet<(u32, u64)>, h: &Holder) -> LivenessEvidence {
-    let up = live.contains(&(h.pid, h.start_time)) && h.boot_id == boot_id(boot);
-    simulated_evidence(boot_id(boot), h, up)
+    simulated_evidence(boot_id(boot), h, is_up(boot, live, h))
 }
 
 /// How long a taker on boot `boot` at world time `now` has watched head `h` unchanged: a
@@ -840,7 +844,7 @@ impl MemWorld {
                 g,
                 e,
                 prev.as_ref().map(|(p, r)| (*p, r)),
-                |h| live.contains(&(h.pid, h.start_time)) && h.boot_id == boot_id(self.boot),
+                |h| is_up(self.boot, &live, h),
                 mine,
             )
             .map_err(|v| format!("{} {:?}: {v}", a.who(), op.kind()))
