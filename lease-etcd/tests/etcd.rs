@@ -53,6 +53,58 @@ fn opts() -> EtcdOptions {
     }
 }
 
+/// Claim parameters for `run` as owner `owner` with holder `n`, now.
+fn claim_params(
+    run: &EtcdRun,
+    owner: &str,
+    n: u32,
+    policy: TimingPolicy,
+) -> lease_core::ops::ClaimParams {
+    lease_core::ops::ClaimParams {
+        run_id: run.run_id().clone(),
+        owner_id: id(owner),
+        holder: holder(n),
+        policy,
+        now: now_ts(),
+        store_floor: None,
+    }
+}
+
+/// Retirement parameters for `run` by `janitor` with holder `n`, now.
+fn retire_params(
+    run: &EtcdRun,
+    janitor: &str,
+    n: u32,
+    policy: TimingPolicy,
+) -> lease_core::ops::RetireParams {
+    lease_core::ops::RetireParams {
+        run_id: run.run_id().clone(),
+        owner_id: id(janitor),
+        holder: holder(n),
+        policy,
+        now: now_ts(),
+        expect: None,
+    }
+}
+
+/// Retire `run`'s owner as "janitor" (holder 3) as soon as its etcd lease expired: every
+/// earlier attempt must be `RETIRE_REFUSED_NOT_DEAD`, and it must succeed within 10 s of
+/// `since`.
+fn retire_once_dead(
+    run: &EtcdRun,
+    policy: TimingPolicy,
+    since: Instant,
+) -> lease_core::ops::Retired {
+    loop {
+        assert!(since.elapsed() < Duration::from_secs(10), "never retired");
+        match run.retire(retire_params(run, "janitor", 3, policy)) {
+            Ok(r) => return r,
+            Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn lock_serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -268,14 +320,7 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
     let owner_auth = cluster.authority(&[0], "t", opts());
     let owner = Arc::new(owner_auth.run(run_id.clone()));
     let lease = owner
-        .claim(lease_core::ops::ClaimParams {
-            run_id: owner.run_id().clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&owner, "owner-a", 1, policy))
         .expect("claim");
     assert_eq!(lease.generation.get(), 1);
     {
@@ -462,14 +507,7 @@ fn member_crash_during_heartbeats_keeps_the_lease() {
     let auth = cluster.authority(&[0, 1, 2], "t", opts());
     let run = Arc::new(auth.run(run_id.clone()));
     let lease = run
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run.run_id().clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&run, "owner-a", 1, policy))
         .expect("claim");
     let mut beater = Beater::start(run.clone(), lease.clone());
     std::thread::sleep(Duration::from_millis(800));
@@ -534,14 +572,7 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
     let (lease, crashed_at) = {
         let owner = auth.run(run_id.clone());
         let l = owner
-            .claim(lease_core::ops::ClaimParams {
-                run_id: owner.run_id().clone(),
-                owner_id: id("owner-a"),
-                holder: holder(1),
-                policy,
-                now: now_ts(),
-                store_floor: None,
-            })
+            .claim(claim_params(&owner, "owner-a", 1, policy))
             .unwrap();
         owner.heartbeat(&l, now_ts(), 1, None).unwrap();
         (l, Instant::now())
@@ -549,49 +580,18 @@ fn dead_owner_is_retired_only_after_its_etcd_lease_expired() {
     };
     let other = auth.run(run_id.clone());
     let refused = other
-        .retire(lease_core::ops::RetireParams {
-            run_id: other.run_id().clone(),
-            owner_id: id("janitor"),
-            holder: holder(3),
-            policy,
-            now: now_ts(),
-            expect: None,
-        })
+        .retire(retire_params(&other, "janitor", 3, policy))
         .unwrap_err();
     assert_eq!(
         refused.code().as_str(),
         "RETIRE_REFUSED_NOT_DEAD",
         "{refused}"
     );
-    let retired = loop {
-        assert!(
-            crashed_at.elapsed() < Duration::from_secs(10),
-            "never retired"
-        );
-        match other.retire(lease_core::ops::RetireParams {
-            run_id: other.run_id().clone(),
-            owner_id: id("janitor"),
-            holder: holder(3),
-            policy,
-            now: now_ts(),
-            expect: None,
-        }) {
-            Ok(r) => break r,
-            Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let retired = retire_once_dead(&other, policy, crashed_at);
     assert!(crashed_at.elapsed() >= policy.stale_after() - Duration::from_millis(100));
     assert_eq!(retired.generation.get(), lease.generation.get() + 1);
     let next = other
-        .claim(lease_core::ops::ClaimParams {
-            run_id: other.run_id().clone(),
-            owner_id: id("owner-c"),
-            holder: holder(4),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&other, "owner-c", 4, policy))
         .unwrap();
     assert_eq!(next.generation.get(), lease.generation.get() + 2);
 }
@@ -605,14 +605,7 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
     let run_id = RunId::new("guard").unwrap();
     let owner = cluster.authority(&[0], "t", opts()).run(run_id.clone());
     let lease = owner
-        .claim(lease_core::ops::ClaimParams {
-            run_id: owner.run_id().clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&owner, "owner-a", 1, policy))
         .unwrap();
     owner.heartbeat(&lease, now_ts(), 1, None).unwrap();
 
@@ -717,14 +710,7 @@ fn the_epoch_guard_holds_while_the_owner_lease_lives_whatever_the_clocks_say() {
         .expect("release");
     assert_eq!(g.get(), 2);
     let next = taker
-        .claim(lease_core::ops::ClaimParams {
-            run_id: taker.run_id().clone(),
-            owner_id: id("owner-b"),
-            holder: holder(2),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&taker, "owner-b", 2, policy))
         .unwrap();
     assert_eq!(next.generation.get(), 3);
 }
@@ -748,14 +734,7 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     {
         let first = auth.run(run_id.clone());
         let l = first
-            .claim(lease_core::ops::ClaimParams {
-                run_id: first.run_id().clone(),
-                owner_id: id("owner-0"),
-                holder: holder(9),
-                policy,
-                now: now_ts(),
-                store_floor: None,
-            })
+            .claim(claim_params(&first, "owner-0", 9, policy))
             .unwrap();
         first
             .release(lease_core::ops::ReleaseParams {
@@ -793,14 +772,7 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     }
     let retry = auth.run(run_id.clone());
     let lease = retry
-        .claim(lease_core::ops::ClaimParams {
-            run_id: retry.run_id().clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&retry, "owner-a", 1, policy))
         .expect("the retry adopts its own epoch");
     assert_eq!(lease.generation.get(), 3);
     retry
@@ -809,14 +781,7 @@ fn a_claim_cut_short_after_its_transaction_is_adopted_by_a_retry() {
     // Another owner is still refused while it lives.
     let other = auth.run(run_id.clone());
     let e = other
-        .claim(lease_core::ops::ClaimParams {
-            run_id: other.run_id().clone(),
-            owner_id: id("owner-b"),
-            holder: holder(2),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&other, "owner-b", 2, policy))
         .unwrap_err();
     assert_eq!(e.code().as_str(), "RUN_ALREADY_ACTIVE", "{e}");
     assert_eq!(
@@ -932,14 +897,7 @@ fn a_deposed_owners_heartbeat_is_refused_by_etcd() {
     let auth = cluster.authority(&[0, 1, 2], "t", opts());
     let owner = auth.run(run_id.clone());
     let lease = owner
-        .claim(lease_core::ops::ClaimParams {
-            run_id: run_id.clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&owner, "owner-a", 1, policy))
         .unwrap();
     let at = now_ts();
     let record = |n: u64| {
@@ -973,20 +931,7 @@ fn a_deposed_owners_heartbeat_is_refused_by_etcd() {
     assert!(matches!(r, Ok(Response::Done)), "{r:?}");
     assert_eq!(read_beat(), Some(record(1)));
     // Paused past its etcd lease: a janitor retires it (generation 2 exists).
-    let retired = loop {
-        match other.retire(lease_core::ops::RetireParams {
-            run_id: run_id.clone(),
-            owner_id: id("janitor"),
-            holder: holder(3),
-            policy,
-            now: now_ts(),
-            expect: None,
-        }) {
-            Ok(r) => break r,
-            Err(e) => assert_eq!(e.code().as_str(), "RETIRE_REFUSED_NOT_DEAD", "{e}"),
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let retired = retire_once_dead(&other, policy, Instant::now());
     assert_eq!(retired.generation.get(), lease.generation.get() + 1);
     // It resumes and writes its next beat without the keep-alive in front: refused.
     let refused = owner.execute(beat(2), owner.default_bound()).unwrap_err();
@@ -1007,9 +952,7 @@ fn a_deposed_owners_heartbeat_is_refused_by_etcd() {
 /// retry only adds refused writes). The owner's heartbeat gets that code too.
 #[test]
 fn a_full_cluster_is_etcd_nospace_naming_the_alarm_and_the_fix() {
-    use lease_core::ops::{Request, Response};
-    use lease_core::transport::Transport;
-    use lease_core::{Code, Sequence};
+    use lease_core::Code;
     let Some(bin) = etcd_binary() else { return };
     let _serial = lock_serial();
     // 4 MiB: a few hundred-KiB writes fill it.
@@ -1018,34 +961,11 @@ fn a_full_cluster_is_etcd_nospace_naming_the_alarm_and_the_fix() {
     let auth = cluster.authority(&[0, 1, 2], "t", opts());
     let owner = auth.run(RunId::new("full").unwrap());
     let lease = owner
-        .claim(lease_core::ops::ClaimParams {
-            run_id: owner.run_id().clone(),
-            owner_id: id("owner-a"),
-            holder: holder(1),
-            policy,
-            now: now_ts(),
-            store_floor: None,
-        })
+        .claim(claim_params(&owner, "owner-a", 1, policy))
         .unwrap();
     owner.heartbeat(&lease, now_ts(), 1, None).unwrap();
     // Another run fills the cluster until it refuses.
-    let filler = auth.run(RunId::new("filler").unwrap());
-    let mut full = None;
-    for n in 1..=200u64 {
-        let req = Request::CreateExclusive(
-            FileRef::Event(Sequence::new(n).unwrap()),
-            vec![b'x'; 512 * 1024],
-        );
-        match filler.execute(req, filler.default_bound()) {
-            Ok(Response::Created) => {}
-            Ok(other) => panic!("fill {n}: {other:?}"),
-            Err(e) => {
-                full = Some(e);
-                break;
-            }
-        }
-    }
-    let e = full.expect("a 4 MiB quota fills within 100 MiB of writes");
+    let e = cluster.fill("t-filler");
     assert_eq!(e.code(), Code::EtcdNoSpace, "{e}");
     let text = e.to_string();
     for part in [

@@ -71,9 +71,14 @@ fn files_below(dir: &Path) -> Vec<String> {
 }
 
 fn setup() -> Option<(std::sync::MutexGuard<'static, ()>, Cluster)> {
+    setup_with(&[])
+}
+
+/// [`setup`] with extra flags for every member.
+fn setup_with(extra: &[&str]) -> Option<(std::sync::MutexGuard<'static, ()>, Cluster)> {
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let bin = etcd_binary()?;
-    Some((guard, Cluster::start(&bin)))
+    Some((guard, Cluster::start_with(&bin, extra)))
 }
 
 #[test]
@@ -397,12 +402,9 @@ fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
 /// instead of running on unheard until its self-fence deadline; its command is killed.
 #[test]
 fn a_full_cluster_fences_the_owner_at_once_naming_the_alarm() {
-    use lease_core::ops::{Request, Response};
-    use lease_core::transport::Transport;
-    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(bin) = etcd_binary() else { return };
-    let cluster = Cluster::start_with(&bin, &["--quota-backend-bytes", "4194304"]);
-    let _g = guard;
+    let Some((_g, cluster)) = setup_with(&["--quota-backend-bytes", "4194304"]) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("job");
     let rt = rt();
@@ -415,26 +417,8 @@ fn a_full_cluster_fences_the_owner_at_once_naming_the_alarm() {
         (run, cmd)
     });
     // Another run of the cluster fills it.
-    let auth = lease_etcd::EtcdAuthority::connect(
-        &cluster.addr(&[0, 1, 2], "t-filler"),
-        lease_etcd::EtcdOptions::default(),
-    )
-    .unwrap();
-    let filler = auth.run(RunId::new("filler").unwrap());
-    for n in 1..=200u64 {
-        let req = Request::CreateExclusive(
-            lease_core::FileRef::Event(lease_core::Sequence::new(n).unwrap()),
-            vec![b'x'; 512 * 1024],
-        );
-        match filler.execute(req, filler.default_bound()) {
-            Ok(Response::Created) => {}
-            Ok(other) => panic!("fill {n}: {other:?}"),
-            Err(e) => {
-                assert_eq!(e.code().as_str(), "ETCD_NOSPACE", "{e}");
-                break;
-            }
-        }
-    }
+    let refused = cluster.fill("t-filler");
+    assert_eq!(refused.code().as_str(), "ETCD_NOSPACE", "{refused}");
     rt.block_on(async {
         let e = tokio::time::timeout(Duration::from_secs(5), run.fenced())
             .await

@@ -155,6 +155,27 @@ impl Cluster {
         Cluster { members, dir }
     }
 
+    /// Fill the cluster (started with a small `--quota-backend-bytes`) from a run of its
+    /// own under `prefix`, 512 KiB at a time, until it refuses a write; that refusal.
+    pub fn fill(&self, prefix: &str) -> lease_etcd::EtcdError {
+        use lease_core::transport::Transport;
+        use lease_core::{FileRef, Sequence};
+        let auth = self.authority(&[0, 1, 2], prefix, EtcdOptions::default());
+        let filler = auth.run(RunId::new("filler").unwrap());
+        for n in 1..=200u64 {
+            let req = Request::CreateExclusive(
+                FileRef::Event(Sequence::new(n).unwrap()),
+                vec![b'x'; 512 * 1024],
+            );
+            match filler.execute(req, filler.default_bound()) {
+                Ok(Response::Created) => {}
+                Ok(other) => panic!("fill {n}: {other:?}"),
+                Err(e) => return e,
+            }
+        }
+        panic!("the cluster took 100 MiB without refusing a write: is its quota small?")
+    }
+
     /// `etcd://` address of the given members under `prefix`.
     pub fn addr(&self, which: &[usize], prefix: &str) -> AuthorityAddr {
         let eps: Vec<String> = which.iter().map(|&i| self.members[i].endpoint()).collect();
