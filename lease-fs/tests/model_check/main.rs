@@ -32,6 +32,30 @@ fn configs(mode: &str) -> Vec<Config> {
     let pre = if mode == "deep" { 3 } else { 2 };
     // The rollback configurations: 1 preemption in CI (exhaustive, about 16 s), 2 deep.
     let pre_rollback = if mode == "deep" { 2 } else { 1 };
+    let beating_in_place = Config {
+        // Issue #19: heartbeats after the first are written in place into one of two
+        // slots. A power loss (with the write torn) between or inside any of three
+        // beats, while a taker watches and commits, must never make the run invalid
+        // (I10) nor break another invariant. (That the previous beat survives a torn
+        // slot is checked under both policies by lease-fs/tests/crash.rs; under the
+        // model's `local` policy a lost beat is only no evidence.)
+        name: "2 actors, every interleaving: owner beating in place vs a taker, power loss with tear",
+        actors: vec![
+            ('a', vec![(Claim, 1), (Heartbeat, 3)], 0),
+            ('b', vec![(Takeover, 1)], 0),
+        ],
+        power_losses: 1,
+        time_jumps: 1,
+        corrupt: 0,
+        preemptions: None,
+        max_states: cap(60_000.0),
+        run_layer: false,
+        rollback_check: true,
+        copies: 0,
+        rollbacks: 0,
+        durable_beats: false,
+        tear: None,
+    };
     vec![
         Config {
             name: "2 actors, every interleaving: claim/append/heartbeat vs takeover/append, process crash",
@@ -150,52 +174,17 @@ fn configs(mode: &str) -> Vec<Config> {
             durable_beats: false,
             tear: None,
         },
-        Config {
-            // Issue #19: heartbeats after the first are written in place into one of two
-            // slots. A power loss (with the write torn) between or inside any of three
-            // beats, while a taker watches and commits, must never make the run invalid
-            // (I10) nor break another invariant. (That the previous beat survives a torn
-            // slot is checked under both policies by lease-fs/tests/crash.rs; under the
-            // model's `local` policy a lost beat is only no evidence.)
-            name: "2 actors, every interleaving: owner beating in place vs a taker, power loss with tear",
-            actors: vec![
-                ('a', vec![(Claim, 1), (Heartbeat, 3)], 0),
-                ('b', vec![(Takeover, 1)], 0),
-            ],
-            power_losses: 1,
-            time_jumps: 1,
-            corrupt: 0,
-            preemptions: None,
-            max_states: cap(60_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
-        },
+        beating_in_place.clone(),
         Config {
             // Issue #30: the same under the `durable` policy, where every beat after the
             // first is fdatasynced in place: a power loss anywhere, tearing the write in
             // flight, must leave every acknowledged beat (the other slot keeps it), and a
             // taker must still judge the run valid (I10).
             name: "2 actors, every interleaving: owner beating durably in place vs a taker, power loss with tear",
-            actors: vec![
-                ('a', vec![(Claim, 1), (Heartbeat, 3)], 0),
-                ('b', vec![(Takeover, 1)], 0),
-            ],
-            power_losses: 1,
-            time_jumps: 1,
-            corrupt: 0,
-            preemptions: None,
-            max_states: cap(60_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
             durable_beats: true,
             // 128 of a slot's 2,048 bytes: the header and part of the record.
             tear: Some((1, 16)),
+            ..beating_in_place
         },
         Config {
             name: "2 actors, preemption-bounded: churn with prune, invalid record",

@@ -983,6 +983,7 @@ pub(crate) fn step_prim(prim: &mut PrimOp, fs: &SimFs) -> Option<std::io::Result
 
 pub(crate) type ActorSpec = (char, Vec<(Kind, u8)>, u8);
 
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) name: &'static str,
     /// (name, operation budget, process crashes allowed)
