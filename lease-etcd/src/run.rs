@@ -511,6 +511,22 @@ impl EtcdRun {
         }
     }
 
+    /// One transaction about `key` ([`Self::call`]; `retry` only where repeating it is
+    /// idempotent).
+    async fn txn(
+        &self,
+        key: &str,
+        deadline: Instant,
+        retry: bool,
+        txn: Txn,
+    ) -> Result<etcd_client::TxnResponse, EtcdError> {
+        self.call("txn", key, deadline, retry, move |mut c| {
+            let t = txn.clone();
+            async move { c.txn(t).await }
+        })
+        .await
+    }
+
     /// A heartbeat, as one guarded transaction, so that etcd itself refuses a deposed
     /// generation's beat (issue #31): the record of generation `g`'s heartbeat is put only
     /// while (1) no epoch above `g` exists, a range compare over every epoch key from
@@ -546,12 +562,7 @@ impl EtcdRun {
         let txn = Txn::new()
             .when(compares)
             .and_then(vec![TxnOp::put(key.clone(), bytes, None)]);
-        let resp = self
-            .call("txn", &key, deadline, true, move |mut c| {
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await?;
+        let resp = self.txn(&key, deadline, true, txn).await?;
         if resp.succeeded() {
             return Ok(Response::Done);
         }
@@ -625,12 +636,7 @@ impl EtcdRun {
                 key.clone(),
                 Some(GetOptions::new().with_keys_only()),
             )]);
-        let result = self
-            .call("txn", &key, deadline, false, move |mut c| {
-                let t = txn.clone();
-                async move { c.txn(t).await }
-            })
-            .await;
+        let result = self.txn(&key, deadline, false, txn).await;
         let resp = match result {
             Ok(r) => r,
             Err(e) => {

@@ -113,6 +113,14 @@ const MODEL_DURABLE_BEATS: Check = Check {
     ],
 };
 
+/// The checks of the heartbeat-slot mutants: the slot format's unit tests, the crash
+/// tests of heartbeats, and the durable-heartbeat model configuration.
+const BEAT_CHECKS: &[Check] = &[
+    lib("lease-core", "beat"),
+    test("lease-fs", "crash", "heartbeat"),
+    MODEL_DURABLE_BEATS,
+];
+
 /// lease-fs's model checker's replayed schedules only (release, seconds).
 const MODEL_SCHEDULES: Check = Check {
     package: "lease-fs",
@@ -224,22 +232,14 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         name: "beat_one_slot",
         breaks: "§4 heartbeat slots / §9 heartbeat crash table (the other slot whole)",
         planted: "lease-core/src/beat.rs (slot_offset)",
-        checks: &[
-            lib("lease-core", "beat"),
-            test("lease-fs", "crash", "heartbeat"),
-            MODEL_DURABLE_BEATS,
-        ],
+        checks: BEAT_CHECKS,
         expected_survivor_until: None,
     },
     Mutant {
         name: "beat_checksum_ignored",
         breaks: "§4 heartbeat checksum / §9 heartbeat crash table (a torn slot is ignored)",
         planted: "lease-core/src/beat.rs (decode_slot)",
-        checks: &[
-            lib("lease-core", "beat"),
-            test("lease-fs", "crash", "heartbeat"),
-            MODEL_DURABLE_BEATS,
-        ],
+        checks: BEAT_CHECKS,
         expected_survivor_until: None,
     },
     Mutant {
