@@ -193,6 +193,11 @@ fn exit(code: i32) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // The guard process `runlease run` starts beside its command (lease-run's `guard`),
+    // recognised before any parsing: it is no subcommand of the CLI.
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(run::GUARD_ARG)) {
+        return exit(lease_run::guard::serve_stdin());
+    }
     let cli = match parse() {
         Ok(c) => c,
         Err(code) => return exit(code),

@@ -236,6 +236,12 @@ fn check_program(program: &str) -> Result<(), CliError> {
     }
 }
 
+/// The hidden first argument that makes `runlease` the guard process of a `runlease run`
+/// (`lease_run::guard`): the owner re-executes its own binary with it at the first
+/// command, so the command is killed by the self-fence deadline even while the owner is
+/// stopped (issue #31).
+pub(crate) const GUARD_ARG: &str = "__guard";
+
 /// `runlease run`. Returns the exit code.
 pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
     let durability = if opts.durable_heartbeats {
@@ -957,6 +963,9 @@ async fn acquire(
         // create one behind that check, and works on the folder it opened.
         create: false,
         folder: held,
+        // A process outside this one kills the command by the self-fence deadline even
+        // while this process is stopped (issue #31): this binary, `runlease __guard`.
+        guard: Some(lease_run::guard::GuardProgram::this_executable([GUARD_ARG])),
         ..OpenOptions::default()
     };
     let how = Acquire::from_flags(opts.retire_dead, opts.takeover_stale);

@@ -370,6 +370,8 @@ pub mod error;
 mod fence;
 #[cfg(not(loom))]
 pub mod folder;
+#[cfg(not(loom))]
+pub mod guard;
 pub mod procs;
 #[cfg(not(loom))]
 pub mod replace;

@@ -383,6 +383,15 @@ impl Mark {
     }
 }
 
+/// Run `spawn` (a process that must carry no run's mark: the guard) under the lock every
+/// mark-carrying spawn takes ([`Mark::inheritable`]), so no run's mark is inheritable
+/// while it starts.
+#[cfg(not(loom))]
+pub(crate) fn spawn_unmarked<T>(spawn: impl FnOnce() -> T) -> T {
+    let _one = MARK_SPAWN.lock().unwrap_or_else(|e| e.into_inner());
+    spawn()
+}
+
 /// Whether process `pid` holds, among its open descriptors, the mark `mark` with sealed
 /// content `content` (PROTOCOL §11.1): a descriptor whose link reads
 /// `/memfd:<name> (deleted)`, whose `stat` (through the link) has the recorded
@@ -511,6 +520,9 @@ pub struct Tracked {
     pub adopt_children: bool,
     /// Processes the sweep judged not ours (pid, start time): each is judged once.
     pub(crate) not_ours: BTreeSet<(u32, u64)>,
+    /// The run's guard process (pid, start time; `crate::guard`): a child of the owner in
+    /// a group of its own, started after the first command, which must never be adopted.
+    pub(crate) guard: Option<(u32, u64)>,
 }
 
 /// The environment variable that carries an incarnation's secret to its commands.
@@ -595,6 +607,7 @@ impl Tracked {
             || p.pid == me
             || own_group == Some(p.pgrp)
             || self.since.is_none_or(|s| p.start_time < s)
+            || self.guard == Some((p.pid, p.start_time))
         {
             return false;
         }

@@ -101,11 +101,84 @@ struct Shared {
     /// The store socket's name once served (`@runlease-store-…`, an abstract Unix socket),
     /// given to commands as [`crate::store_socket::SOCKET_VAR`].
     store_socket: std::sync::OnceLock<String>,
+    /// The guard process ([`crate::guard`]), started at the first command when
+    /// [`OpenOptions::guard`] names a program. Lock order: this, then `tracked`.
+    guard: Mutex<GuardSlot>,
+}
+
+/// The guard: the program to start, the running one, and whether it was told it is done.
+#[derive(Debug, Default)]
+struct GuardSlot {
+    program: Option<crate::guard::GuardProgram>,
+    running: Option<crate::guard::Guard>,
+    finished: bool,
 }
 
 impl Shared {
+    /// A heartbeat that started at `started_ns` succeeded: the beat moves forward, then
+    /// the guard (if one runs) learns the new self-fence deadline.
     fn note_beat(&self, started_ns: u64) {
         self.core.note_beat(started_ns);
+        if let Some(g) = &lock_std(&self.guard).running {
+            g.deadline(self.fence_deadline_ns());
+        }
+    }
+
+    /// The self-fence deadline on `CLOCK_BOOTTIME` (ns): the start of the last successful
+    /// heartbeat + `self_fence_after`, as [`Shared::lapsed`] judges it.
+    fn fence_deadline_ns(&self) -> u64 {
+        let after = u64::try_from(self.policy.self_fence_after().as_nanos()).unwrap_or(u64::MAX);
+        self.core.beat_ns().saturating_add(after)
+    }
+
+    /// Hand command leader `pid` (our stopped, unreaped spawn gate) to the guard, starting
+    /// the guard first if this is the first command: (1) the guard started (with the
+    /// tracking lock held, so the watchdog never adopts it), (2) the current deadline,
+    /// (3) the run's cgroup directory if it has one, (4) the leader's pidfd. Nothing to do
+    /// without a guard program, or once the guard was told it is done.
+    fn guard_leader(&self, pid: u32) -> Result<(), RunError> {
+        let mut slot = lock_std(&self.guard);
+        if slot.finished {
+            return Ok(());
+        }
+        let Some(program) = slot.program.clone() else {
+            return Ok(());
+        };
+        let io = |what: &str, e: std::io::Error| {
+            RunError::Io(format!(
+                "run {}: the guard process ({}): {what}: {e}",
+                self.run,
+                program.program.display()
+            ))
+        };
+        if slot.running.is_none() {
+            let mut t = self.tracked();
+            let g = crate::guard::Guard::start(&program).map_err(|e| io("cannot start it", e))?;
+            t.guard = Some(g.id);
+            let cg = t.cgroup.clone();
+            drop(t);
+            g.deadline(self.fence_deadline_ns());
+            if let Some(cg) = cg {
+                g.cgroup(&cg)
+                    .map_err(|e| io("cannot hand it the cgroup", e))?;
+            }
+            slot.running = Some(g);
+        }
+        if let Some(g) = &slot.running {
+            g.leader(pid)
+                .map_err(|e| io(&format!("cannot hand it command {pid}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Tell the guard it is done (the commands were stopped, confirmed gone after a fence,
+    /// or handed over): it exits without killing, and no later command starts one.
+    fn guard_finish(&self) {
+        let mut slot = lock_std(&self.guard);
+        slot.finished = true;
+        if let Some(g) = slot.running.take() {
+            g.finish();
+        }
     }
 
     fn is_fenced(&self) -> bool {

@@ -7,7 +7,8 @@ use super::status::{failure_detail, record_fallback, wall_now, write_status_bloc
 use super::step::{blocking, timed};
 use super::watchdog::watchdog;
 use super::{
-    FenceState, FinalStatus, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK, background,
+    FenceState, FinalStatus, GuardSlot, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK,
+    background,
 };
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
@@ -762,6 +763,10 @@ fn share(
         beat_count: tokio::sync::Mutex::new(1),
         release_request: tokio::sync::Notify::new(),
         store_socket: std::sync::OnceLock::new(),
+        guard: Mutex::new(GuardSlot {
+            program: opts.guard.clone(),
+            ..GuardSlot::default()
+        }),
     });
     st.shared = Some(shared.clone());
     Ok(shared)

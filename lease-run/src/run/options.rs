@@ -91,6 +91,15 @@ pub struct OpenOptions {
     /// lost (an etcd transaction that committed, its reply cut off) is adopted by the next
     /// attempt as this owner's own, instead of blocking it until it expires (issue #31).
     pub owner_id: Option<lease_core::Identity>,
+    /// The guard process to start at the first command ([`crate::guard`], issue #31): a
+    /// program outside this process, in a process group of its own, that kills the
+    /// commands (the run's cgroup, else each leader and its group, proved by pidfds)
+    /// once the self-fence deadline passes with no later one from this owner, even while
+    /// this process is stopped (SIGSTOP, a frozen container) and its watchdog with it.
+    /// The program must call [`crate::guard::serve_stdin`]. A guard that cannot be started
+    /// fails the spawn (`SPAWN_FAILED`). Default `None` (the watchdog thread alone);
+    /// `runlease run` sets it to its own binary (`runlease __guard`).
+    pub guard: Option<crate::guard::GuardProgram>,
 }
 
 impl Default for OpenOptions {
@@ -113,6 +122,7 @@ impl Default for OpenOptions {
             on_step: None,
             folder: None,
             owner_id: None,
+            guard: None,
         }
     }
 }
@@ -136,6 +146,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("serve_store", &self.serve_store)
             .field("folder", &self.folder)
             .field("owner_id", &self.owner_id)
+            .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }

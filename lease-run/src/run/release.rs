@@ -159,6 +159,8 @@ impl Run {
                 grace + kill_wait + deadline,
                 move || {
                     if detach {
+                        // The guard first: the commands are handed over, never killed.
+                        sh.guard_finish();
                         let cg = {
                             let mut t = sh.tracked();
                             t.forget_all();
@@ -187,6 +189,8 @@ impl Run {
                             generation: g.get(),
                         });
                     }
+                    // Every command is gone: the guard has nothing left to kill.
+                    sh.guard_finish();
                     if let Some(cg) = cg {
                         crate::cgroup::Cgroup::at(cg).remove_within(Duration::from_secs(1));
                     }

@@ -536,6 +536,12 @@ impl Run {
             },
         )
         .await;
+        // Then, before the program can run, the guard (if the run has one) holds the
+        // leader by a pidfd opened now, while the leader is our stopped, unreaped gate:
+        // from its first instruction on the program is killed by the self-fence deadline
+        // even if this process is stopped (issue #31). Order: tracked, recorded, guarded,
+        // live, continued.
+        let recorded = recorded.and_then(|()| self.shared.guard_leader(pid));
         // Liveness is checked after the command is tracked and recorded: live → SIGCONT
         // (the program starts), else SIGKILL (it never ran). A lost lease is the answer
         // even when recording failed too: an owner stopped during this step (SIGSTOP, a

@@ -38,6 +38,8 @@ pub(super) fn watchdog(shared: Arc<Shared>) {
             // Close the store so the next owner can open it. A commit in flight holds the
             // slot: it finds the run fenced afterwards and drops the store itself.
             shared.core.drop_store_if_free();
+            // Nothing of the run is alive: the guard has nothing left to kill.
+            shared.guard_finish();
             let reason = shared.fence_reason().unwrap_or_default();
             shared
                 .fence_tx
