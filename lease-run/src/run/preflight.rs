@@ -193,6 +193,33 @@ pub(crate) fn strays_above_in(
     for d in [Dir::Beats, Dir::Cutoffs] {
         found = found.or(above(listed(run_id, d, list(d)?)?));
     }
+    // A heartbeat or cutoff above `head` in the lease's own folders may be a newer owner's
+    // that appeared after `head` was read: with etcd another host claims without this
+    // host's owner lock (the partition harness of issue #31 met it). The listings are not
+    // one snapshot, so the chain is listed again: if it now reaches that generation the
+    // run changed under the judgment (`CONCURRENT_CHANGE`, 75: observe again), which is no
+    // evidence of a bad folder.
+    if let Some(g) = found.as_ref().and_then(|f| match f {
+        FileRef::Beat(g) | FileRef::Cutoff(g) => Some(g.get()),
+        _ => None,
+    }) {
+        let now_head = listed(run_id, Dir::Epochs, list(Dir::Epochs)?)?
+            .into_iter()
+            .filter_map(|f| match f {
+                FileRef::Epoch(e) => Some(e.get()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        if now_head >= g {
+            return Err(RunError::Lease(LeaseError::ConcurrentChange {
+                run: run_id.to_string(),
+                detail: format!(
+                    "the lease chain ended at generation {head} when this was judged and now reaches generation {now_head}: another owner claimed the run meanwhile; observe it again"
+                ),
+            }));
+        }
+    }
     let commands = listed(
         run_id,
         Dir::Commands,
@@ -272,4 +299,39 @@ pub fn store_named(dir: &RunDir, head: &Head) -> Result<(), RunError> {
             "{names}, but this run folder has none; it is never recreated: restore it (or run on the host that has it); nothing was claimed"
         ),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_core::Generation;
+
+    /// A lease whose listings are given: beats and epochs, nothing else.
+    fn lister(beats: &[u64], epochs: &[u64]) -> impl Fn(Dir) -> Result<Response, RunError> {
+        let g = |n: &u64| Generation::new(*n).unwrap();
+        let beats: Vec<FileRef> = beats.iter().map(|n| FileRef::Beat(g(n))).collect();
+        let epochs: Vec<FileRef> = epochs.iter().map(|n| FileRef::Epoch(g(n))).collect();
+        move |d| {
+            Ok(Response::Listing(match d {
+                Dir::Beats => beats.clone(),
+                Dir::Epochs => epochs.clone(),
+                _ => Vec::new(),
+            }))
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_above_a_head_that_moved_meanwhile_is_a_concurrent_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(&tmp.path().join("job")).unwrap();
+        // Judged at head 2; another host claimed 3 and beat before the listing.
+        let e = strays_above_in("job", &lister(&[1, 2, 3], &[1, 2, 3]), &dir, 2).unwrap_err();
+        assert_eq!(e.code(), lease_core::Code::ConcurrentChange, "{e}");
+        assert!(e.to_string().contains("now reaches generation 3"), "{e}");
+        // No epoch 3 anywhere: a stray heartbeat, refused as before.
+        let e = strays_above_in("job", &lister(&[1, 2, 3], &[1, 2]), &dir, 2).unwrap_err();
+        assert_eq!(e.code(), lease_core::Code::RunLayoutInvalid, "{e}");
+        // Nothing above the head: admitted.
+        strays_above_in("job", &lister(&[1, 2], &[1, 2]), &dir, 2).unwrap();
+    }
 }
