@@ -28,6 +28,10 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
         "70",
         "internal error, or a record schema this build does not read (a newer runlease)",
     ),
+    (
+        "71",
+        "the outcome of a write is unknown: the etcd cluster did not answer after the request was sent; look before retrying (the message says how)",
+    ),
     ("74", "I/O error"),
     (
         "75",
@@ -75,6 +79,9 @@ pub fn exit_for(code: Code) -> i32 {
         | Code::StoreMissing
         | Code::LivenessInvalid => 65,
         Code::Unavailable => 69,
+        // Not "retry" like 69: the write may have landed (an append retried blindly would
+        // append a second event).
+        Code::OutcomeUnknown => 71,
         Code::SchemaUnsupported
         | Code::ProtocolViolation
         | Code::StorePragma

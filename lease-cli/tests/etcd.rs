@@ -379,8 +379,9 @@ impl SkewedOwner {
                 count += 1;
                 match r.heartbeat(&l, skewed_now(skew_ms), count, None) {
                     Ok(()) => ok += 1,
-                    // A slow cluster answer is retried by the next beat, as lease-run does.
-                    Err(e) if e.code() == "UNAVAILABLE" => {}
+                    // A slow cluster answer is retried by the next beat, as lease-run does
+                    // (`OUTCOME_UNKNOWN`: the beat was sent and not answered in time).
+                    Err(e) if e.code() == "UNAVAILABLE" || e.code() == "OUTCOME_UNKNOWN" => {}
                     Err(e) => return Err(format!("beat {count}: {e}")),
                 }
                 std::thread::sleep(Duration::from_millis(100));

@@ -199,7 +199,7 @@ fn exit_126_127_and_128_plus_n_from_run() {
 fn help_lists_every_exit_code() {
     let h = text(&runlease(&["--help"]).stdout);
     for code in [
-        "0", "1", "64", "65", "69", "70", "74", "75", "76", "77", "126", "127", "128+N",
+        "0", "1", "64", "65", "69", "70", "71", "74", "75", "76", "77", "126", "127", "128+N",
     ] {
         assert!(
             h.contains(&format!("\n  {code} ")),
@@ -212,7 +212,7 @@ fn help_lists_every_exit_code() {
     );
     let readme = include_str!("../../README.md");
     for code in [
-        "64", "65", "69", "70", "74", "75", "76", "77", "126", "127", "128+N",
+        "64", "65", "69", "70", "71", "74", "75", "76", "77", "126", "127", "128+N",
     ] {
         assert!(
             readme.contains(&format!("| {code} |")),

@@ -96,6 +96,7 @@ codes! {
     EtcdNoSpace = "ETCD_NOSPACE",
     AuthorityInvalid = "AUTHORITY_INVALID",
     LivenessInvalid = "LIVENESS_INVALID",
+    OutcomeUnknown = "OUTCOME_UNKNOWN",
     // The runlease CLI's own (lease_cli::exit_codes::CLI_ERROR_CODES): no library layer
     // raises them, but they are codes of the same vocabulary (`--json`'s `code`).
     Aborted = "ABORTED",

@@ -2,7 +2,7 @@
 //! talking to an etcd cluster, each naming the run and the key.
 
 use lease_core::Code;
-use lease_core::{HeldBy, LeaseError};
+use lease_core::{FileRef, HeldBy, LeaseError};
 
 /// Every failure of the etcd authority.
 ///
@@ -16,9 +16,9 @@ pub enum EtcdError {
     #[error(transparent)]
     Lease(#[from] LeaseError),
     /// The cluster could not be reached, or did not answer before the deadline (no
-    /// leader, member stopped, network cut). Nothing is known about whether a write that
-    /// failed this way took effect; the operation may be retried (lease-core's operations
-    /// adopt their own earlier half-done attempt).
+    /// leader, member stopped, network cut), and no record was written: the call was a
+    /// read (or a keep-alive or lease grant), or no attempt of a write ever reached a
+    /// member. Retrying is safe.
     #[error("run {run}: etcd {op} {key}: {detail}")]
     Unavailable {
         /// The run.
@@ -28,6 +28,27 @@ pub enum EtcdError {
         /// The key (or key prefix) it was about.
         key: String,
         /// What failed, with the deadline when it expired.
+        detail: String,
+    },
+    /// A write (an exclusive create, a heartbeat, a delete) was sent and the cluster did not
+    /// answer it before the operation's deadline, so whether it took effect is unknown: an
+    /// attempt may have been committed after the client stopped waiting. Look before
+    /// retrying: a blind retry of an append appends a second event. (A retry that can tell
+    /// its own earlier attempt is made within the deadline already: an exclusive create that
+    /// finds exactly its own bytes answers `Created`, module docs of [`crate::run`].)
+    #[error(
+        "run {run}: etcd {op} {key}: the outcome of this write is unknown: it was sent and the cluster did not answer before the operation's deadline ({detail}); it may or may not have taken effect: read {key} before writing again"
+    )]
+    OutcomeUnknown {
+        /// The run.
+        run: String,
+        /// The etcd call (`txn`, `delete`).
+        op: &'static str,
+        /// The key written.
+        key: String,
+        /// The run file the key holds, where the request named one.
+        file: Option<FileRef>,
+        /// What the last attempt got.
         detail: String,
     },
     /// etcd refused a request for a reason that retrying will not fix (permission
@@ -104,6 +125,7 @@ impl EtcdError {
         match self {
             EtcdError::Lease(e) => e.code(),
             EtcdError::Unavailable { .. } => Code::Unavailable,
+            EtcdError::OutcomeUnknown { .. } => Code::OutcomeUnknown,
             EtcdError::Refused { .. } => Code::EtcdRefused,
             EtcdError::NoSpace { .. } => Code::EtcdNoSpace,
             EtcdError::AuthorityInvalid { .. } => Code::AuthorityInvalid,
@@ -125,12 +147,42 @@ impl EtcdError {
     pub fn is_unavailable(&self) -> bool {
         matches!(self, EtcdError::Unavailable { .. })
     }
+
+    /// The run file of a write whose outcome is unknown (`OUTCOME_UNKNOWN`): an event's
+    /// file names its sequence, so a caller can say which event to look for.
+    pub fn unknown_outcome_file(&self) -> Option<FileRef> {
+        match self {
+            EtcdError::OutcomeUnknown { file, .. } => *file,
+            _ => None,
+        }
+    }
+
+    /// This error, with `f` as the file of an `OUTCOME_UNKNOWN` (others unchanged).
+    pub(crate) fn about(self, f: FileRef) -> EtcdError {
+        match self {
+            EtcdError::OutcomeUnknown {
+                run,
+                op,
+                key,
+                detail,
+                ..
+            } => EtcdError::OutcomeUnknown {
+                run,
+                op,
+                key,
+                file: Some(f),
+                detail,
+            },
+            e => e,
+        }
+    }
 }
 
 /// Every lease-etcd specific code (protocol codes are in
 /// [`lease_core::ERROR_CODES`]; `TAKEOVER_ACTIVE_REFUSED` 76 is shared with them).
 pub const ETCD_ERROR_CODES: &[Code] = &[
     Code::Unavailable,
+    Code::OutcomeUnknown,
     Code::EtcdRefused,
     Code::EtcdNoSpace,
     Code::AuthorityInvalid,
@@ -149,6 +201,13 @@ mod tests {
                 run: "r".into(),
                 op: "range",
                 key: "k".into(),
+                detail: "d".into(),
+            }),
+            e(EtcdError::OutcomeUnknown {
+                run: "r".into(),
+                op: "txn",
+                key: "k".into(),
+                file: None,
                 detail: "d".into(),
             }),
             e(EtcdError::Refused {

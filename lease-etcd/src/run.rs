@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `List(dir)` | range, keys only |
 //! | `Read(f)`, `Exists(f)` | range of one key (linearizable) |
-//! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get |
+//! | `CreateExclusive(f)` | txn: `create_revision(f) == 0` [and the epoch guard] then put, else get (the value); retried within the deadline: a retry after an unanswered attempt that reads exactly its own bytes is `Created` (that attempt landed), other bytes `AlreadyExists` |
 //! | `WriteBeat{file, record}` | txn: no epoch above the beat's generation (a range compare) and its liveness key present, then put of the record itself (an etcd put is atomic, so no slots are needed; readers accept the one-record form); refused, `FENCED` (issue #31: etcd itself refuses a deposed owner's beat) |
 //! | `Remove(f)` | delete; [`Durability`](lease_core::ops::Durability) maps to nothing: a write etcd acknowledged is committed by a Raft quorum |
 //! | `ProbeLiveness(h)` | range over `live/`: is a liveness key with holder `h` there (`AuthorityLease::Alive`, else `Expired`) |
@@ -60,10 +60,29 @@
 //!
 //! Every etcd call has a per-attempt deadline ([`EtcdOptions::call_timeout`]) and every
 //! operation an overall one ([`EtcdOptions::op_timeout`], or the caller's for
-//! heartbeats). Idempotent calls (reads, put, delete, keep-alive, lease grant) are retried
-//! within the operation deadline after an availability error; a transaction is never
-//! retried (its outcome is unknown): the operation fails with `UNAVAILABLE` and may be
-//! retried as a whole (lease-core adopts its own half-done attempt).
+//! heartbeats). Within it, a call is retried after an availability error only where a
+//! repeat is provably harmless:
+//!
+//! - reads, keep-alives and lease grants change no record; at the deadline they fail
+//!   `UNAVAILABLE` (69: nothing was written, retry);
+//! - a delete and the guarded heartbeat put are idempotent;
+//! - the exclusive create is retried by the record's identity: its transaction reads the
+//!   key's value when the compare fails, and a retry that finds exactly the bytes it writes
+//!   after an attempt of its own went unanswered answers `Created` (that attempt landed
+//!   and its answer was lost; an active epoch's liveness key is then ours too, put with the
+//!   one etcd lease granted before the attempts, which is kept). Other bytes are
+//!   `AlreadyExists`, as always; the same bytes without an unanswered attempt of ours are
+//!   somebody else's identical request, `AlreadyExists` too (PROTOCOL §17);
+//! - a lease revoke (best effort) is never repeated once sent.
+//!
+//! When the deadline passes after an attempt of a write was sent and not answered (a
+//! timeout, or an availability error other than a refused connection), the write may have
+//! landed after the client stopped waiting: the error is `OUTCOME_UNKNOWN` (71), naming
+//! the run and the key, never `UNAVAILABLE`, because a blind retry of, say, an append
+//! would append a second event. A write none of whose attempts reached a member is
+//! `UNAVAILABLE`. lease-run's heartbeat counts an `OUTCOME_UNKNOWN` beat as failed (no
+//! success, the self-fence deadline does not move); a claim retried by the same owner
+//! adopts its own epoch (lease-core's adoption on retry).
 
 use crate::addr::AuthorityAddr;
 use crate::error::EtcdError;
@@ -195,6 +214,8 @@ impl EtcdAuthority {
             run_id,
             owned: Mutex::new(BTreeMap::new()),
             tail: TailHint::new(),
+            #[cfg(feature = "test-hooks")]
+            lost_answers: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -218,6 +239,9 @@ pub struct EtcdRun {
     owned: Mutex<BTreeMap<Generation, i64>>,
     /// Tail of the event log (a hint, verified on use).
     tail: TailHint,
+    /// Answers of writes still to be lost (feature `test-hooks`, [`EtcdRun::lose_write_answers`]).
+    #[cfg(feature = "test-hooks")]
+    lost_answers: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for EtcdRun {
@@ -292,6 +316,40 @@ fn never_sent(e: &etcd_client::Error) -> bool {
     false
 }
 
+/// How [`EtcdRun`]'s calls are retried after an availability error, and how they end
+/// when the deadline passes (module docs, "Deadlines").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// Changes no record (a range, a keep-alive, a lease grant): retried until the
+    /// deadline, then `UNAVAILABLE`.
+    Read,
+    /// A write that is safe to repeat (a delete, the guarded heartbeat put, the exclusive
+    /// create, which tells its own earlier attempt by its bytes): retried until the
+    /// deadline, then `OUTCOME_UNKNOWN` if an attempt was sent and not answered (it may
+    /// have landed), else `UNAVAILABLE` (no attempt reached a member).
+    Write,
+    /// Best effort, not repeated once sent (a lease revoke): only a call that never
+    /// reached a member is retried.
+    Once,
+}
+
+/// Whether an exclusive create that found its key taken (`existing`, the value the
+/// transaction read) found its own record: the value is byte for byte what this request
+/// writes (`ours`), and an earlier attempt of this very request was sent and not answered
+/// (`retried`), so it may have landed. Then that attempt created it and the answer is
+/// `Created`.
+///
+/// Why this is safe (PROTOCOL §17): `create_revision == 0` lets at most one value ever
+/// occupy the key, so an attempt that landed late either landed first (and the retry
+/// reads its bytes) or fails its own compare; and equal bytes are the same record (owner
+/// id, generation, sequence, previous hash, time: every field). Without an unanswered
+/// attempt the same bytes are somebody else's identical request (two appends of the same
+/// owner with the same type, payload and millisecond, say): `AlreadyExists`, as on the run
+/// folder, so neither is told it wrote the other's event.
+fn is_own_record(existing: Option<&[u8]>, ours: &[u8], retried: bool) -> bool {
+    retried && existing == Some(ours)
+}
+
 /// etcd lease time to live for `stale_after`: whole seconds, rounded up (never shorter
 /// than `stale_after`, see the module docs for why that direction is the safe one).
 pub fn lease_ttl_secs(policy: &TimingPolicy) -> i64 {
@@ -345,64 +403,112 @@ impl EtcdRun {
     }
 
     /// One etcd call with deadlines: each attempt ends by `min(deadline, now +
-    /// call_timeout)`; with `retry`, availability errors are retried until `deadline`.
+    /// call_timeout)`; availability errors are retried until `deadline` as `kind` says
+    /// ([`Call`]).
     async fn call<T, F, Fut>(
         &self,
         op: &'static str,
         key: &str,
         deadline: Instant,
-        retry: bool,
-        mut f: F,
+        kind: Call,
+        f: F,
     ) -> Result<T, EtcdError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.attempts(op, key, deadline, kind, f)
+            .await
+            .map(|(v, _)| v)
+    }
+
+    /// [`Self::call`], also saying whether an attempt before the one answered was sent and
+    /// not answered (so it may have taken effect): what lets an exclusive create tell its
+    /// own earlier attempt ([`is_own_record`]).
+    ///
+    /// When the deadline passes (or a [`Call::Once`] may not be retried) after an attempt
+    /// of a [`Call::Write`] was sent and not answered (a timeout, or an availability error
+    /// other than a refused connection), the error is `OUTCOME_UNKNOWN`, never
+    /// `UNAVAILABLE`: the write may have landed. Errors etcd answered with
+    /// (`ETCD_REFUSED`, `ETCD_NOSPACE`) end the call at once, as they are.
+    async fn attempts<T, F, Fut>(
+        &self,
+        op: &'static str,
+        key: &str,
+        deadline: Instant,
+        kind: Call,
+        mut f: F,
+    ) -> Result<(T, bool), EtcdError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let run = self.run_id.as_str();
         let mut last: Option<EtcdError> = None;
+        // Whether an attempt so far was sent and not answered.
+        let mut unanswered = false;
+        let unknown = |err: EtcdError, unanswered: bool| match err {
+            EtcdError::Unavailable { detail, .. } if unanswered && kind == Call::Write => {
+                EtcdError::OutcomeUnknown {
+                    run: run.to_string(),
+                    op,
+                    key: key.to_string(),
+                    file: None,
+                    detail,
+                }
+            }
+            e => e,
+        };
         loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err(last.unwrap_or_else(|| EtcdError::Unavailable {
+                let err = last.unwrap_or_else(|| EtcdError::Unavailable {
                     run: run.to_string(),
                     op,
                     key: key.to_string(),
                     detail: "the operation's deadline passed before the call".into(),
-                }));
+                });
+                return Err(unknown(err, unanswered));
             }
             let attempt_end = deadline.min(now + self.inner.opts.call_timeout);
-            let mut may_retry = retry;
-            let err = match tokio::time::timeout_at(
+            let answer = tokio::time::timeout_at(
                 tokio::time::Instant::from_std(attempt_end),
                 f(self.inner.client.clone()),
             )
-            .await
-            {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => {
-                    // A request that never left (the member refused the connection: the
-                    // client's balancer still picks a crashed member until it notices) is
-                    // safe to retry even when it is a transaction.
-                    may_retry |= never_sent(&e);
-                    classify(e, run, op, key)
-                }
-                Err(_) => EtcdError::Unavailable {
-                    run: run.to_string(),
-                    op,
-                    key: key.to_string(),
-                    detail: format!(
-                        "no answer within {} ms{}",
-                        attempt_end.saturating_duration_since(now).as_millis(),
-                        if retry {
-                            ""
-                        } else {
-                            " (the write may or may not have taken effect)"
-                        }
-                    ),
-                },
+            .await;
+            #[cfg(feature = "test-hooks")]
+            let answer = match answer {
+                Ok(Ok(_)) if kind == Call::Write && self.lose_answer() => Err(()),
+                other => other.map_err(|_| ()),
             };
-            if !may_retry || !err.is_unavailable() {
+            let (err, sent) = match answer {
+                Ok(Ok(v)) => return Ok((v, unanswered)),
+                // A request that never left (the member refused the connection: the
+                // client's balancer still picks a crashed member until it notices) changed
+                // nothing, whatever the call.
+                Ok(Err(e)) => {
+                    let sent = !never_sent(&e);
+                    (classify(e, run, op, key), sent)
+                }
+                Err(_) => (
+                    EtcdError::Unavailable {
+                        run: run.to_string(),
+                        op,
+                        key: key.to_string(),
+                        detail: format!(
+                            "no answer within {} ms",
+                            attempt_end.saturating_duration_since(now).as_millis()
+                        ),
+                    },
+                    true,
+                ),
+            };
+            if !err.is_unavailable() {
                 return Err(err);
+            }
+            unanswered |= sent;
+            if kind == Call::Once && sent {
+                return Err(unknown(err, unanswered));
             }
             last = Some(err);
             let pause = tokio::time::Instant::from_std(
@@ -410,6 +516,24 @@ impl EtcdRun {
             );
             tokio::time::sleep_until(pause).await;
         }
+    }
+
+    /// Test hook (feature `test-hooks`): make the next `n` answered attempts of writes
+    /// look unanswered, as if each answer was lost on its way back: the write took effect,
+    /// the client times out and retries. How the tests show a retry adopting its own
+    /// earlier attempt, and a write ending `OUTCOME_UNKNOWN`, deterministically.
+    #[cfg(feature = "test-hooks")]
+    pub fn lose_write_answers(&self, n: u32) {
+        self.lost_answers
+            .store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    #[cfg(feature = "test-hooks")]
+    fn lose_answer(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.lost_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     async fn get_one(
@@ -420,7 +544,7 @@ impl EtcdRun {
     ) -> Result<Option<Vec<u8>>, EtcdError> {
         let k = key.clone();
         let resp = self
-            .call("range", &key, deadline, true, move |mut c| {
+            .call("range", &key, deadline, Call::Read, move |mut c| {
                 let k = k.clone();
                 async move {
                     let opts = keys_only.then(|| GetOptions::new().with_keys_only());
@@ -436,7 +560,7 @@ impl EtcdRun {
         let p = format!("{}{}/", self.base, dir.path());
         let pk = p.clone();
         let resp = self
-            .call("range", &p, deadline, true, move |mut c| {
+            .call("range", &p, deadline, Call::Read, move |mut c| {
                 let pk = pk.clone();
                 async move {
                     c.get(pk, Some(GetOptions::new().with_prefix().with_keys_only()))
@@ -488,11 +612,12 @@ impl EtcdRun {
             Request::Remove(f, _durability) => {
                 let key = self.key(f);
                 let k = key.clone();
-                self.call("delete", &key, deadline, true, move |mut c| {
+                self.call("delete", &key, deadline, Call::Write, move |mut c| {
                     let k = k.clone();
                     async move { c.delete(k, None).await }
                 })
-                .await?;
+                .await
+                .map_err(|e| e.about(f))?;
                 Ok(Response::Done)
             }
             Request::ProbeLiveness(holder) => self.probe(&holder, deadline).await,
@@ -511,16 +636,16 @@ impl EtcdRun {
         }
     }
 
-    /// One transaction about `key` ([`Self::call`]; `retry` only where repeating it is
-    /// idempotent).
+    /// One transaction writing `key`, retried within `deadline` ([`Call::Write`]: each
+    /// transaction here is safe to repeat, see its caller); also whether an attempt before
+    /// the one answered was sent and not answered ([`Self::attempts`]).
     async fn txn(
         &self,
         key: &str,
         deadline: Instant,
-        retry: bool,
         txn: Txn,
-    ) -> Result<etcd_client::TxnResponse, EtcdError> {
-        self.call("txn", key, deadline, retry, move |mut c| {
+    ) -> Result<(etcd_client::TxnResponse, bool), EtcdError> {
+        self.attempts("txn", key, deadline, Call::Write, move |mut c| {
             let t = txn.clone();
             async move { c.txn(t).await }
         })
@@ -562,7 +687,10 @@ impl EtcdRun {
         let txn = Txn::new()
             .when(compares)
             .and_then(vec![TxnOp::put(key.clone(), bytes, None)]);
-        let resp = self.txn(&key, deadline, true, txn).await?;
+        let (resp, _) = self
+            .txn(&key, deadline, txn)
+            .await
+            .map_err(|e| e.about(f))?;
         if resp.succeeded() {
             return Ok(Response::Done);
         }
@@ -610,7 +738,7 @@ impl EtcdRun {
                             "lease grant",
                             &lk,
                             deadline,
-                            true,
+                            Call::Read,
                             move |mut c| async move { c.lease_grant(ttl, None).await },
                         )
                         .await?
@@ -632,17 +760,16 @@ impl EtcdRun {
         let txn = Txn::new()
             .when(compares)
             .and_then(then)
-            .or_else(vec![TxnOp::get(
-                key.clone(),
-                Some(GetOptions::new().with_keys_only()),
-            )]);
-        let result = self.txn(&key, deadline, false, txn).await;
-        let resp = match result {
+            // The value, not only the key: a retry finding exactly its own bytes was
+            // preceded by an attempt of its own that landed (`is_own_record`).
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let result = self.txn(&key, deadline, txn).await;
+        let (resp, retried) = match result {
             Ok(r) => r,
             Err(e) => {
                 // Outcome unknown. The granted lease is remembered for `g` all the same: if
-                // the epoch was created it is this very attempt's, and a retry of the
-                // operation adopts it (lease-core's adoption on retry), after which this
+                // the epoch was created it is an attempt of this very call, and a retry of
+                // the operation adopts it (lease-core's adoption on retry), after which this
                 // handle must be able to keep that lease alive and release. If it was not
                 // created, the entry is inert: only an `OwnedLease` of `g`, which exists
                 // only if `g` is ours, is ever heartbeated, and the release guard compares
@@ -650,10 +777,18 @@ impl EtcdRun {
                 if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
                     o.insert(g, id);
                 }
-                return Err(e);
+                return Err(e.about(f));
             }
         };
-        if resp.succeeded() {
+        let existing: Option<Vec<u8>> = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        // Created by this attempt, or by an earlier attempt of this call whose answer was
+        // lost: either way the record is ours, and so is an active epoch's liveness key,
+        // which every attempt put with the one etcd lease granted above (so it is kept,
+        // never revoked).
+        if resp.succeeded() || is_own_record(existing.as_deref(), &bytes, retried) {
             if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
                 o.insert(g, id);
             }
@@ -662,11 +797,7 @@ impl EtcdRun {
         if let Some((_, id)) = granted {
             self.revoke_quietly(id).await;
         }
-        let exists = resp.op_responses().into_iter().any(|r| match r {
-            TxnOpResponse::Get(g) => !g.kvs().is_empty(),
-            _ => false,
-        });
-        if exists {
+        if existing.is_some() {
             return Ok(Response::AlreadyExists);
         }
         match guard {
@@ -692,7 +823,7 @@ impl EtcdRun {
                 "lease revoke",
                 "",
                 deadline,
-                false,
+                Call::Once,
                 move |mut c| async move { c.lease_revoke(id).await },
             )
             .await;
@@ -712,7 +843,7 @@ impl EtcdRun {
         let p = format!("{}live/", self.base);
         let pk = p.clone();
         let resp = self
-            .call("range", &p, deadline, true, move |mut c| {
+            .call("range", &p, deadline, Call::Read, move |mut c| {
                 let pk = pk.clone();
                 async move { c.get(pk, Some(GetOptions::new().with_prefix())).await }
             })
@@ -754,7 +885,7 @@ impl EtcdRun {
         let found = self.inner.rt.block_on(async {
             let k = lk.clone();
             let resp = self
-                .call("range", &lk, deadline, true, move |mut c| {
+                .call("range", &lk, deadline, Call::Read, move |mut c| {
                     let k = k.clone();
                     async move { c.get(k, None).await }
                 })
@@ -798,7 +929,7 @@ impl EtcdRun {
         self.inner.rt.block_on(async {
             let k = lk.clone();
             let resp = self
-                .call("range", &lk, deadline, true, move |mut c| {
+                .call("range", &lk, deadline, Call::Read, move |mut c| {
                     let k = k.clone();
                     async move { c.get(k, None).await }
                 })
@@ -808,9 +939,13 @@ impl EtcdRun {
             };
             let id = kv.lease();
             let ttl = self
-                .call("lease ttl", &lk, deadline, true, move |mut c| async move {
-                    c.lease_time_to_live(id, None).await
-                })
+                .call(
+                    "lease ttl",
+                    &lk,
+                    deadline,
+                    Call::Read,
+                    move |mut c| async move { c.lease_time_to_live(id, None).await },
+                )
                 .await?
                 .ttl();
             // The key can outlive its lease by the leader's expiry sweep; report 0 then.
@@ -890,7 +1025,7 @@ impl Transport for EtcdRun {
             "keep-alive",
             &lk,
             deadline,
-            true,
+            Call::Read,
             move |mut c| async move {
                 match c.lease_keep_alive(id).await {
                     Ok(_) => Ok(true),
@@ -938,6 +1073,27 @@ mod tests {
         assert_eq!(lease_ttl_secs(&p(1_000).unwrap()), 1);
         assert_eq!(lease_ttl_secs(&p(1_001).unwrap()), 2);
         assert_eq!(lease_ttl_secs(&TimingPolicy::default()), 20);
+    }
+
+    // PROTOCOL §17 (issue #31): a retried exclusive create adopts exactly its own record.
+    #[test]
+    fn a_retried_create_adopts_only_its_own_bytes_after_an_unanswered_attempt() {
+        let ours = br#"{"sequence":7,"owner_id":"run-a"}"#.as_slice();
+        // An earlier attempt landed and its answer was lost: the retry reads our bytes.
+        assert!(is_own_record(Some(ours), ours, true));
+        // Another value occupies the slot: somebody else's record.
+        assert!(!is_own_record(
+            Some(br#"{"sequence":7,"owner_id":"run-b"}"#),
+            ours,
+            true
+        ));
+        // One byte more or less is another record.
+        assert!(!is_own_record(Some(&ours[..ours.len() - 1]), ours, true));
+        // The key is absent (the compare failed for the epoch guard): not ours.
+        assert!(!is_own_record(None, ours, true));
+        // The same bytes with no unanswered attempt of ours: an identical request of
+        // somebody else (two equal appends in one millisecond), not ours.
+        assert!(!is_own_record(Some(ours), ours, false));
     }
 
     #[test]

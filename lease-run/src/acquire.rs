@@ -155,7 +155,9 @@ pub enum Progress<'a> {
         elapsed: Duration,
     },
     /// The authority did not answer the last attempt (`UNAVAILABLE`: an etcd cluster
-    /// without a leader, a member down); a waiting acquire tries again until its deadline.
+    /// without a leader, a member down; or `OUTCOME_UNKNOWN`: a write of it was sent and
+    /// not answered, which the next attempt adopts if it landed); a waiting acquire tries
+    /// again until its deadline.
     Unavailable {
         /// What the last attempt got.
         error: &'a RunError,
@@ -357,7 +359,11 @@ impl Run {
             {
                 // The authority did not answer (an etcd cluster without a leader, a member
                 // down): a waiting acquire keeps waiting until its deadline (issue #31).
-                Err(AcquireError::Run(e)) if e.code() == Code::Unavailable => {
+                // Also when a write of the attempt went unanswered (`OUTCOME_UNKNOWN`): the
+                // next attempt, with the same owner id, adopts an epoch it created.
+                Err(AcquireError::Run(e))
+                    if matches!(e.code(), Code::Unavailable | Code::OutcomeUnknown) =>
+                {
                     let until = match wait {
                         Wait::No => return Err(AcquireError::Run(e)),
                         Wait::Until(t) => Some(t),

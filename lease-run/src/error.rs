@@ -191,6 +191,16 @@ impl RunError {
         self.code() == Code::Fenced
     }
 
+    /// The run file of a write whose outcome is unknown (`OUTCOME_UNKNOWN`, an etcd
+    /// authority), when the write was about one: an event's file names its sequence.
+    pub fn unknown_outcome_file(&self) -> Option<lease_core::FileRef> {
+        match self {
+            #[cfg(feature = "etcd")]
+            RunError::Etcd(e) => e.unknown_outcome_file(),
+            _ => None,
+        }
+    }
+
     /// The lease-core error inside, if any.
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {

@@ -139,15 +139,22 @@ pub fn append(
         .map_err(|e| CliError::from(e).with_hint("nothing was appended"))?;
     // Act as that owner: the append's own pre- and post-checks decide whether it counts.
     let (lease, _) = owned_head(run, generation, &owner, "nothing was appended")?;
-    let appended = run.append(
-        &lease,
-        AppendParams {
-            event_type: event_type.clone(),
-            payload,
-            now: wall_now()?,
-            tail_hint: None,
-        },
-    )?;
+    let appended = run
+        .append(
+            &lease,
+            AppendParams {
+                event_type: event_type.clone(),
+                payload,
+                now: wall_now()?,
+                tail_hint: None,
+            },
+        )
+        .map_err(|e| match e.unknown_outcome_file() {
+            Some(FileRef::Event(seq)) if e.code() == Code::OutcomeUnknown => {
+                append_outcome_unknown(dir, authority, &e, seq, generation, &event_type)
+            }
+            _ => CliError::from(e),
+        })?;
     if let Some(by) = appended.superseded_by {
         eprintln!(
             "runlease: warning: event {} counts, but generation {generation} was superseded by generation {by} meanwhile: stop writing",
@@ -169,6 +176,45 @@ pub fn append(
         out.line(&appended.sequence.to_string());
     }
     Ok(0)
+}
+
+/// An append whose event create was sent to the etcd cluster and not answered
+/// (`OUTCOME_UNKNOWN`, 71, issue #31): the event at `seq` may or may not be in the log, so
+/// the error names the run, the sequence and the command that tells (`runlease events`,
+/// quoted word by word, with the same `--authority`), not "retry": a blind retry appends
+/// a second event. With `--json` the command is also `next_step` / `next_step_argv`.
+fn append_outcome_unknown(
+    dir: &Path,
+    authority: &RunAuthority,
+    e: &lease_run::RunError,
+    seq: lease_core::Sequence,
+    generation: Generation,
+    event_type: &Identity,
+) -> CliError {
+    use crate::diagnosis::{Quoting, command_line};
+    let mut argv = vec!["runlease".to_string()];
+    if let Some(url) = authority.url() {
+        argv.extend(["--authority".to_string(), url]);
+    }
+    argv.extend(["events", "--json", "--"].map(String::from));
+    argv.push(dir.display().to_string());
+    CliError::of(
+        Code::OutcomeUnknown,
+        format!(
+            "run {}: event {seq} ({}) may or may not have been appended: {e}",
+            dir.display(),
+            FileRef::Event(seq).path()
+        ),
+    )
+    .with_hint(format!(
+        "do not append it again blindly; look first: `{}` lists the log: if sequence {seq} is there with type {event_type}, generation {generation} and this payload, it was appended (its `authoritative` field says whether it counts); if it is not, append it again",
+        command_line(&argv, Quoting::Terminal)
+    ))
+    .with_extra(json!({
+        "sequence": seq.get(),
+        "next_step": command_line(&argv, Quoting::Sh),
+        "next_step_argv": argv,
+    }))
 }
 
 /// Why a `pending` event of generation `g` is pending, and the step that settles it
@@ -313,5 +359,70 @@ pub fn events(
         if stdout_gone {
             return Ok(0);
         }
+    }
+}
+
+#[cfg(all(test, feature = "etcd"))]
+mod tests {
+    use super::*;
+
+    /// Issue #31: an append whose event create the etcd cluster did not answer is
+    /// `OUTCOME_UNKNOWN` (71), naming the run, the event's sequence and the `runlease
+    /// events` command that tells whether it is there, quoted so a shell runs exactly its
+    /// argument vector (a folder with a space and a quote in its name).
+    #[test]
+    fn an_append_of_unknown_outcome_names_the_sequence_and_the_command_that_tells() {
+        let seq = lease_core::Sequence::new(7).unwrap();
+        let url = "etcd://127.0.0.1:2379/runs";
+        let authority = RunAuthority::parse_etcd(url).unwrap();
+        let dir = Path::new("/tmp/it's my run");
+        let e = lease_run::RunError::Etcd(lease_etcd::EtcdError::OutcomeUnknown {
+            run: "it's my run".into(),
+            op: "txn",
+            key: "/runs/it's my run/events/00000000000000000007.json".into(),
+            file: Some(FileRef::Event(seq)),
+            detail: "no answer within 500 ms".into(),
+        });
+        assert_eq!(e.unknown_outcome_file(), Some(FileRef::Event(seq)));
+        let g = Generation::new(3).unwrap();
+        let c = append_outcome_unknown(
+            dir,
+            &authority,
+            &e,
+            seq,
+            g,
+            &Identity::arg("t", "step").unwrap(),
+        );
+        assert_eq!(c.code, Code::OutcomeUnknown);
+        assert_eq!(c.exit, 71);
+        for part in [
+            "/tmp/it's my run",
+            "event 7",
+            "events/00000000000000000007.json",
+            "may or may not",
+            "do not append it again blindly",
+            "type step, generation 3",
+            "`authoritative`",
+        ] {
+            assert!(c.message.contains(part), "{part:?} missing: {}", c.message);
+        }
+        let v = c.json();
+        assert_eq!(v["sequence"], 7);
+        let argv: Vec<String> = serde_json::from_value(v["next_step_argv"].clone()).unwrap();
+        assert_eq!(
+            argv,
+            [
+                "runlease",
+                "--authority",
+                url,
+                "events",
+                "--json",
+                "--",
+                "/tmp/it's my run"
+            ]
+        );
+        let line = v["next_step"].as_str().unwrap();
+        assert_eq!(shlex::split(line).unwrap(), argv, "{line}");
+        assert!(c.message.contains(line), "{}", c.message);
     }
 }

@@ -453,7 +453,23 @@ pub fn store_write(
             "the store socket vanished from the environment",
         )
     })?;
-    let seq = client.commit(&req.batch)?;
+    let seq = client.commit(&req.batch).map_err(|e| {
+        let err = CliError::from(e);
+        if err.code != Code::OutcomeUnknown {
+            return err;
+        }
+        // Issue #31: in the store, its floor unknown; committing it again blindly would
+        // commit it twice.
+        let argv = ["runlease", "store", "log", "--"]
+            .map(String::from)
+            .into_iter()
+            .chain([run.clone()])
+            .collect::<Vec<_>>();
+        err.with_hint(format!(
+            "look before committing again: `{}` lists the commits with their writes and log entries",
+            crate::diagnosis::command_line(&argv, crate::diagnosis::Quoting::Terminal)
+        ))
+    })?;
     let generation = client.generation();
     if out.json {
         out.json_line(&json!({

@@ -42,9 +42,10 @@
 //! commits are above, so nothing acknowledged is ever below the floor. A crash after 3
 //! leaves a floor that covers every answered commit: a store rewound below it is refused
 //! (`STORE_BEHIND_SEAL`) by the next open. If the beat of step 3 fails, the commits are
-//! in the store but the requests are answered with the beat's error (their outcome is
-//! unknown to the client, as with any failed acknowledgement); a `FENCED` beat fences the
-//! run.
+//! in the store but not known to be under the floor: with an etcd authority the requests
+//! are answered `OUTCOME_UNKNOWN` (71: in the store, `runlease store log` shows them; not
+//! to be committed again blindly), on the run folder `IO_ERROR` naming the commits; a
+//! `FENCED` beat fences the run and answers `FENCED`.
 
 use super::heartbeat::beat;
 use super::{Run, RunStore, Shared};
@@ -809,19 +810,40 @@ async fn committer(
                     })
                     .collect(),
                 Err(e) => {
-                    let e = RunError::Io(format!(
-                        "run {}: commits {}..={} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
-                        shared.run,
+                    let (first, last) = (
                         seqs.first().copied().unwrap_or(0),
                         seqs.last().copied().unwrap_or(0),
-                        e.code().prefixed(&e)
-                    ));
-                    let e = if shared.is_fenced() {
-                        shared.check_live().err().unwrap_or(e)
+                    );
+                    let a = if shared.is_fenced() {
+                        let io = RunError::Io(format!(
+                            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
+                            shared.run,
+                            e.code().prefixed(&e)
+                        ));
+                        refusal(&shared.check_live().err().unwrap_or(io))
+                    } else if auth.folder().is_none() {
+                        // The etcd cluster did not take the beat (issue #31): the commits
+                        // are in the store, and whether the floor covers them is unknown
+                        // (a later beat of this owner covers them; a replacer records the
+                        // floor it last saw). Not a plain failure: a client retrying it
+                        // blindly would commit the batch twice.
+                        Answer::refused(
+                            Code::OutcomeUnknown,
+                            format!(
+                                "run {}: commits {first}..={last} are in the store (generation {}), but the durable heartbeat that puts them under the lease's floor did not succeed ({}), so whether a replacing owner's floor covers them is unknown; do not commit them again blindly: `runlease store log` shows them",
+                                shared.run,
+                                shared.generation,
+                                e.code().prefixed(&e)
+                            ),
+                        )
                     } else {
-                        e
+                        refusal(&RunError::Io(format!(
+                            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
+                            shared.run,
+                            e.code().prefixed(&e)
+                        )))
                     };
-                    vec![refusal(&e); replies.len()]
+                    vec![a; replies.len()]
                 }
             },
         };
