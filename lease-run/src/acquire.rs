@@ -360,9 +360,14 @@ impl Run {
                 // The authority did not answer (an etcd cluster without a leader, a member
                 // down): a waiting acquire keeps waiting until its deadline (issue #31).
                 // Also when a write of the attempt went unanswered (`OUTCOME_UNKNOWN`): the
-                // next attempt, with the same owner id, adopts an epoch it created.
+                // next attempt, with the same owner id, adopts an epoch it created. And
+                // when the run changed while an attempt judged it (`CONCURRENT_CHANGE`:
+                // another host claimed it meanwhile): the next attempt observes it again.
                 Err(AcquireError::Run(e))
-                    if matches!(e.code(), Code::Unavailable | Code::OutcomeUnknown) =>
+                    if matches!(
+                        e.code(),
+                        Code::Unavailable | Code::OutcomeUnknown | Code::ConcurrentChange
+                    ) =>
                 {
                     let until = match wait {
                         Wait::No => return Err(AcquireError::Run(e)),

@@ -87,7 +87,7 @@
 
 mod check;
 mod driver;
-mod procs;
+pub(crate) mod procs;
 mod report;
 #[cfg(test)]
 mod tests;

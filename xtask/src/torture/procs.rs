@@ -15,36 +15,36 @@ use rustix::process::{Pid, Signal};
 
 /// CLOCK_MONOTONIC in ns: one clock for every process of the machine, so times written
 /// by different workers compare.
-pub(super) fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// xorshift64*: enough for choosing faults; seeded, so a run's choices can be replayed
 /// (up to the scheduling of the processes).
-pub(super) struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub(super) fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub(super) fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     /// Uniform-ish in `lo..hi` (`hi > lo`).
-    pub(super) fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo)
     }
-    pub(super) fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
 }
 
 /// Append one line to `path` with a single `write(2)` on an `O_APPEND` descriptor.
-pub(super) fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+pub(crate) fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     let mut f = OpenOptions::new().append(true).create(true).open(path)?;
     let buf = format!("{line}\n");
     let n = f.write(buf.as_bytes())?;
@@ -95,7 +95,7 @@ fn descendants(root: u32) -> Vec<(u32, u32, char)> {
     }
 }
 
-pub(super) fn signal_pid(pid: u32, sig: Signal) {
+pub(crate) fn signal_pid(pid: u32, sig: Signal) {
     if let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
         let _ = rustix::process::kill_process(p, sig);
     }
@@ -154,7 +154,7 @@ impl Drop for Cleanup {
 }
 
 /// Exit code of a finished process: its code, or `128 + signal`.
-pub(super) fn code_of(status: std::process::ExitStatus) -> i32 {
+pub(crate) fn code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status
         .code()

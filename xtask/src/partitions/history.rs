@@ -1,0 +1,165 @@
+//! The history of one trial: one JSON object per line, written by the workers (the
+//! commands under `runlease run`) and by the driver, every line with one `write(2)` on an
+//! `O_APPEND` descriptor, so concurrent writers never interleave and a killed writer leaves
+//! whole lines. Times are CLOCK_MONOTONIC ns, one clock for every process of the machine
+//! (libfaketime, which steps the hosts' wall clocks, is told not to touch it).
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// What an operation's outcome says about its effect (Jepsen's vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Acknowledged: `runlease append` exited 0, so the event counts (PROTOCOL I9).
+    Ok,
+    /// Definitely without effect that counts: exit 75 (`FENCED`).
+    Fail,
+    /// Unknown: any other exit (unavailable, outcome unknown, killed).
+    Info,
+}
+
+impl Outcome {
+    /// The outcome of an append that exited with `rc`.
+    pub fn of_append(rc: i32) -> Outcome {
+        match rc {
+            0 => Outcome::Ok,
+            75 => Outcome::Fail,
+            _ => Outcome::Info,
+        }
+    }
+}
+
+/// One event as a read (`runlease events --json`) returned it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its generation.
+    pub generation: u64,
+    /// The operation id in its payload (`None`: an event no operation of this harness
+    /// wrote).
+    pub id: Option<String>,
+    /// Whether it counts (`authoritative`).
+    pub counts: bool,
+    /// Not decided yet (`authority: pending`: its generation was superseded and its cutoff
+    /// is not written yet; a read-only reader does not finalize it). Neither counting nor
+    /// not counting.
+    #[serde(default)]
+    pub pending: bool,
+}
+
+/// One line of the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "k", rename_all = "snake_case")]
+pub enum Line {
+    /// The command of generation `generation` started on `host` (its claim is complete).
+    Start {
+        /// Host (1-based).
+        host: usize,
+        /// `RUNLEASE_GENERATION`.
+        generation: u64,
+        /// `RUNLEASE_OWNER`.
+        owner: String,
+        /// When.
+        t: u64,
+    },
+    /// An append is about to be attempted.
+    Invoke {
+        /// Unique operation id, also the event's payload `id`.
+        id: String,
+        /// Host.
+        host: usize,
+        /// The generation it writes as.
+        generation: u64,
+        /// When (before the `runlease append` process starts).
+        t: u64,
+    },
+    /// An append's outcome (absent when its worker was killed first: then `info`).
+    Complete {
+        /// The id of its `invoke`.
+        id: String,
+        /// ok / fail / info.
+        outcome: Outcome,
+        /// `runlease append`'s exit code.
+        rc: i32,
+        /// The sequence number it was acknowledged with.
+        seq: Option<u64>,
+        /// When (after the process exited).
+        t: u64,
+    },
+    /// A read of the whole log through the authority from `host`.
+    Read {
+        /// Host.
+        host: usize,
+        /// Invoked.
+        t0: u64,
+        /// Completed.
+        t1: u64,
+        /// `runlease events`'s exit code (only `0` reads are judged).
+        rc: i32,
+        /// What it returned.
+        events: Vec<Seen>,
+    },
+    /// A fault the nemesis injected, or its heal.
+    Nemesis {
+        /// When.
+        t: u64,
+        /// What, for the reader (`isolate h2`, `heal`, ...).
+        op: String,
+    },
+    /// A `runlease run` on `host` exited with `rc`.
+    Exit {
+        /// Host.
+        host: usize,
+        /// Its exit code.
+        rc: i32,
+        /// When.
+        t: u64,
+    },
+}
+
+/// Append `line` to the history at `path`.
+pub fn put(path: &Path, line: &Line) -> std::io::Result<()> {
+    let text = serde_json::to_string(line).map_err(std::io::Error::other)?;
+    crate::torture::procs::append_line(path, &text)
+}
+
+/// Parse a history; a line that does not parse is an error naming it.
+pub fn parse(text: &str) -> Result<Vec<Line>, String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("history: bad line {l:?}: {e}")))
+        .collect()
+}
+
+/// Parse `runlease events --json` output into what a read saw.
+pub fn parse_events(text: &str) -> Result<Vec<Seen>, String> {
+    use serde_json::Value;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value =
+                serde_json::from_str(l).map_err(|e| format!("events: bad JSON {l:?}: {e}"))?;
+            let u = |k: &str| {
+                v.get(k)
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| format!("events: no {k} in {l}"))
+            };
+            Ok(Seen {
+                seq: u("sequence")?,
+                generation: u("generation")?,
+                id: v
+                    .get("payload")
+                    .and_then(|p| p.get("id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                counts: v
+                    .get("authoritative")
+                    .and_then(Value::as_bool)
+                    .ok_or_else(|| format!("events: no authoritative in {l}"))?,
+                pending: v.get("authority").and_then(Value::as_str) == Some("pending"),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,364 @@
+//! `cargo xtask partitions [--trials N] [--seed S] [--seconds T] [--scenario mixed|heal]
+//! [--no-pre-vote] [--keep]`: owners of one run on three hosts that fail like real hosts
+//! (issue #31), and a checker that judges what they were told against what the log holds.
+//!
+//! # The hosts
+//!
+//! Each trial makes `hosts` (3) network namespaces `rlp<pid>t<i>-h<k>` around a bridge
+//! in a namespace of its own (`…-br`): one veth pair per host, addresses `10.231.0.<k>`
+//! that exist only inside those namespaces, one nftables table per host for the cuts, and
+//! `tc` for delay (netem, or where the kernel lacks it a slow lossy link: [`net`]). Each
+//! host runs its own etcd member (Debian's 3.4.23, default timing, `--pre-vote` unless
+//! `--no-pre-vote`; [`cluster`]), its own run folder
+//! `h<k>/job` (no shared disk: the run id is the folder's name, so the three folders are
+//! one run) and its own `runlease` processes. Everything is deleted at the trial's end.
+//!
+//! # The clients
+//!
+//! Each host loops `runlease --authority etcd://… run h<k>/job --wait 60s --retire-dead
+//! --heartbeat 300 --self-fence-after 1500 --stale-after 2000 -- <xtask> partitions
+//! --worker …` (preloaded with libfaketime reading the host's wall-clock offset from a file,
+//! monotonic clocks untouched). The worker ([`worker`]) appends events, each with a unique
+//! id in its payload, and writes `invoke` before and `complete` (ok = exit 0, fail = exit 75
+//! `FENCED`, info = anything else) after each `runlease append`; a worker killed in between
+//! leaves an invoke without completion (info). A reader reads the whole log (`runlease
+//! events --json`) from a random host every 0.3-0.8 s. Every line goes to one history
+//! ([`history`]).
+//!
+//! # The nemesis
+//!
+//! `mixed` (default): every 0.5-1.5 s one fault, chosen by the seed, held 1-3 s, then
+//! healed: isolate a host (minority | majority), isolate the leader, a one-way cut, a
+//! bridge (two hosts cut, the third sees both), SIGKILL a member (restarted at the heal),
+//! SIGSTOP a member, SIGKILL the owner's `runlease run` (its command runs on, orphaned),
+//! SIGSTOP the owner's `runlease run`, delay or slow a host's packets, step the owner
+//! host's wall clock by ±120 s. Then 3 quiet seconds on a whole network.
+//!
+//! `heal`: the fast-heal probe instead: with an owner running, isolate the member of a
+//! host that is neither the owner's nor the leader's for 2.5 s, heal, watch 4 s. A probe
+//! fenced the healthy owner when that owner's `runlease run` exited or a newer generation
+//! started, counted apart while the follower was cut and after the heal. Printed as
+//! `heal: pre_vote=on|off probes=N fenced_while_cut=C fenced_after_heal=H`.
+//!
+//! # The checker ([`check`])
+//!
+//! After the trial every runlease process is killed, the last owner retired once its etcd
+//! lease expired (`runlease retire`, which finalizes its cutoff), and the log read. Then:
+//! - **lost**: an acknowledged append that does not count in the recovered log at the
+//!   sequence and generation it was acknowledged with;
+//! - **deposed_counted**: an event that counts (in the log, or in any read) although its
+//!   append was answered `FENCED`, or was invoked after a newer generation's command had
+//!   started (that owner's claim had finalized the older generation's cutoff);
+//! - **double_owner**: a generation started twice, or an append acknowledged although
+//!   invoked after an append of a newer generation was acknowledged;
+//! - **stale_reads**: a read that misses an append acknowledged before the read was
+//!   invoked, or no longer sees counting what a read completed before it saw counting
+//!   (reads are linearizable over acknowledged appends: the append-only-log model, as
+//!   Porcupine's or Knossos's register model would judge a log);
+//! - a counting event no operation wrote is a problem.
+//!
+//! Figures: `ops` = appends invoked, `acked` = acknowledged; `failover` = for each owner
+//! change, from the last acknowledged append of an older generation to the newer
+//! generation's command start (ms; p50 and p99 over every trial); `unavailable` = the
+//! share of the workload's time (first command start to the end of the quiet period) lying
+//! more than 1 s after the last acknowledged append.
+//!
+//! A failed trial's folder (history, events, etcd and runlease logs) is kept under
+//! `target/partitions/` and named; `--keep` keeps every trial's. A machine where network
+//! namespaces cannot be made (not root, a container without the right), or without `ip`,
+//! `nft`, `tc`, `etcd` or `curl`, gets a `SKIPPED:` line and exit 0, unless
+//! `RUNLEASE_REQUIRE_PARTITIONS` is set.
+
+mod check;
+mod cluster;
+mod history;
+mod net;
+#[cfg(test)]
+mod tests;
+mod trial;
+mod worker;
+
+pub use worker::{WorkerOpts, worker};
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The faults a trial injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Every kind of fault (module docs).
+    Mixed,
+    /// The fast-heal probe only.
+    Heal,
+}
+
+/// What `cargo xtask partitions ...` asks for.
+#[derive(Debug)]
+pub struct Opts {
+    /// Number of trials.
+    pub trials: u64,
+    /// Seed of the first trial (trial `i` uses a seed derived from it and `i`).
+    pub seed: u64,
+    /// Seconds of faults per trial.
+    pub seconds: u64,
+    /// Hosts per trial.
+    pub hosts: usize,
+    /// Which faults.
+    pub scenario: Scenario,
+    /// etcd's `--pre-vote`.
+    pub pre_vote: bool,
+    /// Keep every trial's folder.
+    pub keep: bool,
+}
+
+/// Driver or worker.
+#[derive(Debug)]
+pub enum Mode {
+    /// Run trials.
+    Drive(Opts),
+    /// The command under `runlease run`.
+    Worker(WorkerOpts),
+}
+
+/// Parse the arguments after `partitions`.
+pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
+    let mut opts = Opts {
+        trials: 20,
+        seed: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+        seconds: 10,
+        hosts: 3,
+        scenario: Scenario::Mixed,
+        pre_vote: true,
+        keep: false,
+    };
+    let (mut worker, mut host, mut history, mut runlease, mut until) =
+        (false, None, None, None, None);
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("`partitions {a}` needs a value"))
+        };
+        let num = |v: String| {
+            v.parse::<u64>()
+                .map_err(|_| format!("`partitions {a}`: not a number: {v:?}"))
+        };
+        match a.as_str() {
+            "--trials" => {
+                opts.trials = num(val()?)?;
+                if opts.trials == 0 {
+                    return Err("`partitions --trials` must be at least 1".into());
+                }
+            }
+            "--seed" => opts.seed = num(val()?)?,
+            "--seconds" => {
+                opts.seconds = num(val()?)?;
+                if !(2..=3600).contains(&opts.seconds) {
+                    return Err("`partitions --seconds` must be 2..=3600".into());
+                }
+            }
+            "--scenario" => {
+                opts.scenario = match val()?.as_str() {
+                    "mixed" => Scenario::Mixed,
+                    "heal" => Scenario::Heal,
+                    other => {
+                        return Err(format!(
+                            "`partitions --scenario` is `mixed` or `heal`, not {other:?}"
+                        ));
+                    }
+                }
+            }
+            "--no-pre-vote" => opts.pre_vote = false,
+            "--keep" => opts.keep = true,
+            "--worker" => worker = true,
+            "--host" => host = Some(num(val()?)? as usize),
+            "--history" => history = Some(PathBuf::from(val()?)),
+            "--runlease" => runlease = Some(PathBuf::from(val()?)),
+            "--until" => until = Some(num(val()?)?),
+            other => return Err(format!("unexpected argument to `partitions`: {other:?}")),
+        }
+    }
+    if !worker {
+        return Ok(Mode::Drive(opts));
+    }
+    match (host, history, runlease, until) {
+        (Some(host), Some(history), Some(runlease), Some(until)) => Ok(Mode::Worker(WorkerOpts {
+            host,
+            history,
+            runlease,
+            until,
+            seed: opts.seed,
+        })),
+        _ => Err("`partitions --worker` needs --host, --history, --runlease, --until".into()),
+    }
+}
+
+/// The figures of every trial together.
+#[derive(Debug, Default)]
+struct Totals {
+    trials: u64,
+    ops: u64,
+    acked: u64,
+    reads: u64,
+    undecided: u64,
+    lost: u64,
+    deposed: u64,
+    double: u64,
+    stale: u64,
+    problems: u64,
+    failed: u64,
+    faults: u64,
+    probes: u64,
+    fenced_while_cut: u64,
+    fenced_after_heal: u64,
+    failovers: Vec<u64>,
+    unavailable_ns: u64,
+    window_ns: u64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// `cargo xtask partitions`: build, run the trials, print the figure line; fails on any
+/// finding.
+pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
+    let tag = format!("rlp{}", std::process::id() % 100_000);
+    if let Some(why) = net::unavailable_reason(&tag) {
+        if std::env::var_os("RUNLEASE_REQUIRE_PARTITIONS").is_some() {
+            return Err(format!(
+                "partitions: {why} (RUNLEASE_REQUIRE_PARTITIONS is set)"
+            ));
+        }
+        println!("partitions: SKIPPED: {why}");
+        return Ok(());
+    }
+    let built = crate::build_runlease_with(root, &["--features", "etcd"])?;
+    let work = root.join("target").join("partitions").join(format!(
+        "{}-{}",
+        std::process::id(),
+        opts.seed
+    ));
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    // Copies, so a rebuild while the trials run changes nothing under them.
+    let runlease = work.join("runlease");
+    let exe = work.join("xtask");
+    let me = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
+    for (from, to) in [(&built, &runlease), (&me, &exe)] {
+        std::fs::copy(from, to)
+            .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+    }
+    let mut tot = Totals::default();
+    println!(
+        "partitions: seed={} trials={} seconds={} scenario={:?} pre_vote={}",
+        opts.seed, opts.trials, opts.seconds, opts.scenario, opts.pre_vote
+    );
+    for i in 0..opts.trials {
+        let dir = work.join(format!("trial-{i}"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let out = match trial::run(opts, i, &dir, &runlease, &exe) {
+            Ok(o) => o,
+            Err(e) => {
+                tot.trials += 1;
+                tot.problems += 1;
+                tot.failed += 1;
+                println!("trial {i}: PROBLEM: {e} (kept: {})", dir.display());
+                continue;
+            }
+        };
+        let v = &out.verdict;
+        tot.trials += 1;
+        tot.ops += v.ops;
+        tot.acked += v.acked;
+        tot.reads += v.reads;
+        tot.undecided += v.undecided_reads;
+        tot.lost += v.lost.len() as u64;
+        tot.deposed += v.deposed_counted.len() as u64;
+        tot.double += v.double_owner.len() as u64;
+        tot.stale += v.stale_reads.len() as u64;
+        tot.problems += v.problems.len() as u64;
+        tot.faults += out.faults;
+        tot.probes += out.probes;
+        tot.fenced_while_cut += out.fenced_while_cut;
+        tot.fenced_after_heal += out.fenced_after_heal;
+        tot.failovers.extend(&v.failovers_ms);
+        tot.unavailable_ns += v.unavailable_ns;
+        tot.window_ns += v.window_ns;
+        println!(
+            "trial {i}: ops={} acked={} reads={} owners={} unavailable={:.1}%{}",
+            v.ops,
+            v.acked,
+            v.reads,
+            v.failovers_ms.len() + 1,
+            100.0 * v.unavailable_ns as f64 / v.window_ns.max(1) as f64,
+            if v.passed() { "" } else { " FAILED" }
+        );
+        if v.passed() {
+            if !opts.keep {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        } else {
+            tot.failed += 1;
+            for f in v
+                .lost
+                .iter()
+                .map(|f| ("lost", f))
+                .chain(v.deposed_counted.iter().map(|f| ("deposed_counted", f)))
+                .chain(v.double_owner.iter().map(|f| ("double_owner", f)))
+                .chain(v.stale_reads.iter().map(|f| ("stale_read", f)))
+                .chain(v.problems.iter().map(|f| ("problem", f)))
+                .take(20)
+            {
+                println!("  {}: {}", f.0, f.1);
+            }
+            println!("  history kept for replay: {}", dir.display());
+        }
+    }
+    tot.failovers.sort_unstable();
+    println!(
+        "partitions: hosts={} trials={} ops={} acked={} lost={} deposed_counted={} double_owner={} failover_p50={}ms failover_p99={}ms unavailable={:.1}% reads={} undecided_reads={} stale_reads={} faults={}",
+        opts.hosts,
+        tot.trials,
+        tot.ops,
+        tot.acked,
+        tot.lost,
+        tot.deposed,
+        tot.double,
+        percentile(&tot.failovers, 0.5),
+        percentile(&tot.failovers, 0.99),
+        100.0 * tot.unavailable_ns as f64 / tot.window_ns.max(1) as f64,
+        tot.reads,
+        tot.undecided,
+        tot.stale,
+        tot.faults,
+    );
+    if opts.scenario == Scenario::Heal {
+        println!(
+            "heal: pre_vote={} probes={} fenced_while_cut={} fenced_after_heal={}",
+            if opts.pre_vote { "on" } else { "off" },
+            tot.probes,
+            tot.fenced_while_cut,
+            tot.fenced_after_heal
+        );
+    }
+    if tot.failed == 0 && !opts.keep {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    if tot.failed > 0 {
+        return Err(format!(
+            "{} of {} trials failed (folders kept under {})",
+            tot.failed,
+            tot.trials,
+            work.display()
+        ));
+    }
+    Ok(())
+}
