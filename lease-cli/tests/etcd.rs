@@ -270,6 +270,8 @@ fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
     assert_eq!(lines.last().unwrap()["on_request"], true);
 
     // A kill -9ed owner: dead once its etcd lease (stale_after 1 s) expired; retire frees.
+    // Its guard is killed with it (otherwise it kills the command by the self-fence
+    // deadline, issue #31), so the command is left for the next owner to reap.
     let pidfile = tmp.path().join("pid");
     let mut args = vec!["--authority", a.as_str(), "run", d];
     args.extend_from_slice(&FAST);
@@ -281,8 +283,7 @@ fn release_from_the_command_and_retire_of_a_killed_owner_over_etcd() {
         .spawn()
         .unwrap();
     let child = common::read_pid(&pidfile);
-    common::signal(owner.id(), Signal::KILL);
-    wait_exit(&mut owner, Duration::from_secs(5));
+    common::crash_with_guard(&mut owner);
     // Refused while the etcd lease lives (76), then retired.
     let t = Instant::now();
     let mut refused = 0;
@@ -505,4 +506,91 @@ fn an_owner_whose_etcd_lease_lives_is_waited_for_whatever_its_clock_says() {
         let o = rl(&a, &["status", "--json", d]);
         assert_eq!(json_lines(&o)[0]["state"], "free", "{run}");
     }
+}
+
+// Issue #31: a SIGSTOPped owner's watchdog thread is stopped with it, and with etcd the
+// next owner (here from another folder, as from another host) may claim as soon as the
+// stopped owner's etcd lease expired. The owner's guard process kills the command by the
+// self-fence deadline while the owner is still stopped, so it is gone before the next
+// owner claims; resumed, the stopped owner fences itself and exits 75.
+#[test]
+fn a_stopped_owners_command_is_gone_before_the_next_owner_claims_over_etcd() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-guard");
+    let tmp = tempfile::tempdir().unwrap();
+    let host_a = tmp.path().join("a").join("job");
+    let host_b = tmp.path().join("b").join("job");
+    let pidfile = tmp.path().join("pid");
+    let err = tmp.path().join("owner.err");
+    let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
+    let mut args = vec!["--authority", a.as_str(), "run", host_a.to_str().unwrap()];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "sh", "-c", script.as_str()]);
+    let mut owner = cmd(&args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let child = common::read_pid(&pidfile);
+    let t = Instant::now();
+    while !std::fs::read(format!("/proc/{child}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the command never ran sleep"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    common::signal(owner.id(), Signal::STOP);
+    let stopped = Instant::now();
+    // FAST: self-fence after 500 ms.
+    while common::alive(child) {
+        if stopped.elapsed() > Duration::from_millis(500) + Duration::from_secs(3) {
+            common::signal(child, Signal::KILL);
+            common::signal(owner.id(), Signal::KILL);
+            panic!(
+                "the command still runs {} ms after its owner was stopped: {}",
+                stopped.elapsed().as_millis(),
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let owner_state = lease_fs::probe::read_stat(owner.id())
+        .ok()
+        .flatten()
+        .map(|s| s.state);
+    assert_eq!(
+        owner_state,
+        Some('T'),
+        "the owner was resumed before its command died"
+    );
+
+    // The next owner claims once the stopped owner's etcd lease expired (refused, 76, until
+    // then); the old command was gone before.
+    let mut args = vec!["run", host_b.to_str().unwrap(), "--retire-dead"];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "true"]);
+    let t = Instant::now();
+    loop {
+        let o = rl(&a, &args);
+        match o.status.code() {
+            Some(0) => break,
+            Some(76) => {}
+            other => panic!("{other:?}: {}", text(&o.stderr)),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "the next owner never claimed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    common::signal(owner.id(), Signal::CONT);
+    let st = wait_exit(&mut owner, Duration::from_secs(15));
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(st.code(), Some(75), "{stderr}");
 }

@@ -36,18 +36,6 @@ fn state(pid: u32) -> Option<char> {
         .map(|s| s.state)
 }
 
-/// The owner's guard: its child whose argv[0] is `runlease-guard`.
-fn guard_of(owner: u32) -> Option<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            lease_run::procs::proc_info(*pid).is_some_and(|p| p.ppid == owner)
-                && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.starts_with(b"runlease-guard\0"))
-        })
-}
-
 /// Kills what it holds when dropped (a failed assertion leaves no `sleep 60` behind and
 /// no stopped owner).
 struct Reaper {
@@ -180,17 +168,7 @@ fn a_healthy_run_keeps_its_command_and_its_guard_is_gone_after_a_clean_exit() {
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    let guard = loop {
-        if let Some(g) = guard_of(owner.id()) {
-            break g;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "no guard was started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let guard = guard_of(owner.id()).expect("no guard was started");
     let st = wait_exit(&mut owner, Duration::from_secs(20));
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     assert_eq!(st.code(), Some(0), "{stderr}");
@@ -289,4 +267,41 @@ fn without_a_cgroup_a_stopped_owners_command_leader_is_killed_by_the_deadline() 
         !cgroup.contains("runlease-"),
         "{test}: the command ran in a run cgroup, not the path without one: {cgroup}"
     );
+}
+
+/// The owner dies without telling its guard it is done (SIGKILL): the guard kills the
+/// command by the self-fence deadline too (the owner's watchdog died with it).
+#[test]
+fn a_killed_owners_command_is_killed_by_the_self_fence_deadline() {
+    let (tmp, dir) = scratch();
+    let pidfile = tmp.path().join("cmd.pid");
+    let script = format!("echo $$ > '{}'; exec sleep 60", pidfile.display());
+    let mut c = cmd(&[
+        &["run", dir.to_str().unwrap()][..],
+        &POLICY,
+        &["--", "sh", "-c", &script],
+    ]
+    .concat());
+    let owner = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut r = Reaper {
+        owner: Some(owner),
+        command: None,
+    };
+    let sleep = read_pid(&pidfile);
+    r.command = Some(sleep);
+    let guard = guard_of(r.owner.as_ref().unwrap().id()).expect("no guard was started");
+    let mut owner = r.owner.take().unwrap();
+    signal(owner.id(), Signal::KILL);
+    let _ = owner.wait();
+    assert!(alive(sleep), "the owner's death itself killed the command");
+    wait_gone(
+        sleep,
+        SELF_FENCE + MARGIN,
+        "the command outlived its killed owner's self-fence deadline",
+    );
+    wait_gone(guard, Duration::from_secs(2), "the guard outlived its kill");
 }

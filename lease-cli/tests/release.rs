@@ -161,7 +161,10 @@ fn a_release_request_to_a_stopped_owner_times_out_with_75() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    // The owner cannot answer while stopped; its command (own process group) runs on.
+    // The owner cannot answer while stopped; its command (own process group) runs on
+    // once its guard is gone (a live guard kills it by the self-fence deadline, issue #31,
+    // before the request's timeout could pass).
+    kill_guard(owner.id());
     signal(owner.id(), rustix::process::Signal::STOP);
     std::fs::write(&go, b"").unwrap();
     let t = Instant::now();

@@ -159,22 +159,7 @@ impl Guard {
 
     /// Send one record (with `fd` attached), without blocking and without SIGPIPE.
     fn send(&self, tag: u8, value: u64, fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
-        let mut rec = [0u8; RECORD];
-        rec[0] = tag;
-        rec[8..].copy_from_slice(&value.to_le_bytes());
-        let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut control = SendAncillaryBuffer::new(&mut space);
-        if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err(std::io::Error::other("no room for a descriptor"));
-        }
-        rustix::net::sendmsg(
-            &self.sock,
-            &[IoSlice::new(&rec)],
-            &mut control,
-            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-        )?;
-        Ok(())
+        send_record(self.sock.as_fd(), tag, value, fd)
     }
 
     /// The self-fence deadline (`CLOCK_BOOTTIME` ns). Best effort: a full queue (the guard
@@ -235,6 +220,31 @@ impl Drop for Guard {
     }
 }
 
+/// Send one record on `sock` (with `fd` attached), without blocking and without SIGPIPE.
+fn send_record(
+    sock: BorrowedFd<'_>,
+    tag: u8,
+    value: u64,
+    fd: Option<BorrowedFd<'_>>,
+) -> std::io::Result<()> {
+    let mut rec = [0u8; RECORD];
+    rec[0] = tag;
+    rec[8..].copy_from_slice(&value.to_le_bytes());
+    let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("no room for a descriptor"));
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[IoSlice::new(&rec)],
+        &mut control,
+        SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
+}
+
 /// What a guard holds.
 #[derive(Default)]
 struct Held {
@@ -264,6 +274,11 @@ pub fn serve_stdin() -> i32 {
         );
         return 64;
     }
+    serve(sock)
+}
+
+/// [`serve_stdin`] on `sock`.
+fn serve(sock: BorrowedFd<'_>) -> i32 {
     let mut held = Held::default();
     let mut eof = false;
     loop {
@@ -453,4 +468,123 @@ fn exited(pidfd: &OwnedFd) -> bool {
         tv_nsec: 0,
     };
     rustix::event::poll(&mut fds, Some(&zero)).map_or(true, |n| n > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `sleep 60` in a process group of its own, a child of the test.
+    fn sleeper() -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap()
+    }
+
+    /// The guard's side in a thread, serving `theirs`.
+    fn guard(theirs: OwnedFd) -> std::thread::JoinHandle<i32> {
+        std::thread::spawn(move || serve(theirs.as_fd()))
+    }
+
+    fn leader(owner: &OwnedFd, child: &std::process::Child) {
+        let p = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+        let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).unwrap();
+        send_record(
+            owner.as_fd(),
+            TAG_LEADER,
+            u64::from(child.id()),
+            Some(fd.as_fd()),
+        )
+        .unwrap();
+    }
+
+    /// Its exit status within 5 s (else it is killed and the test fails).
+    fn wait_within(child: &mut std::process::Child) -> std::process::ExitStatus {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            if t.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the guard did not kill the leader within 5 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn in_ms(ms: u64) -> u64 {
+        crate::procs::boottime_ns() + ms * 1_000_000
+    }
+
+    /// Without a cgroup: a deadline that passes unextended kills the leader it was handed
+    /// (through its pidfd and its group), not before the deadline; the guard exits 1.
+    #[test]
+    fn an_unextended_deadline_kills_the_leader() {
+        let (ours, theirs) = pair();
+        let mut child = sleeper();
+        let g = guard(theirs);
+        send_record(ours.as_fd(), TAG_DEADLINE, in_ms(300), None).unwrap();
+        leader(&ours, &child);
+        let t = Instant::now();
+        let st = wait_within(&mut child);
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "killed before the deadline"
+        );
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+        assert_eq!(g.join().unwrap(), 1);
+    }
+
+    /// Deadlines extended in time keep the leader alive; **done** ends the guard without a
+    /// kill, and so does the end of the socket after it.
+    #[test]
+    fn extended_deadlines_and_done_kill_nothing() {
+        let (ours, theirs) = pair();
+        let mut child = sleeper();
+        let g = guard(theirs);
+        leader(&ours, &child);
+        for _ in 0..8 {
+            send_record(ours.as_fd(), TAG_DEADLINE, in_ms(200), None).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        send_record(ours.as_fd(), TAG_DONE, 0, None).unwrap();
+        drop(ours);
+        assert_eq!(g.join().unwrap(), 0);
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the guard killed a live owner's command"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// The owner gone without **done** (the socket's end): the guard still kills at the
+    /// deadline.
+    #[test]
+    fn the_owner_gone_without_done_kills_at_the_deadline() {
+        let (ours, theirs) = pair();
+        let mut child = sleeper();
+        let g = guard(theirs);
+        send_record(ours.as_fd(), TAG_DEADLINE, in_ms(200), None).unwrap();
+        leader(&ours, &child);
+        drop(ours);
+        let st = wait_within(&mut child);
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+        assert_eq!(g.join().unwrap(), 1);
+    }
 }

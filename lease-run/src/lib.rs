@@ -134,7 +134,7 @@
 //!    seal is the chain's; written once per open, durably).
 //! 5. `heartbeat`: the cgroup v2 directory for the commands (when one can be created, see
 //!    "Escapes"), the child subreaper, the heartbeat task, the async self-fence timer and
-//!    the watchdog thread.
+//!    the watchdog thread (the guard process, if any, starts at the first command).
 //! 6. `layout`: `store/`, `work/`, `tmp/` (0700).
 //! 7. `commands`: reap or refuse older generations' commands, by their records and by
 //!    their cgroups (below).
@@ -219,6 +219,20 @@
 //! ([`Run::fenced`] resolves; with [`OpenOptions::exit_on_fence`] the thread exits the
 //! process with 75).
 //!
+//! **The guard** ([`OpenOptions::guard`], [`guard`]; issue #31). The watchdog thread is
+//! inside the owner process: while the owner is stopped (SIGSTOP, a debugger, a frozen
+//! container) it is stopped too, and without more the commands would run on beside the
+//! next owner (with etcd, the next owner may claim as soon as the stopped owner's etcd
+//! lease expires). So when a guard program is named (`runlease run` names its own binary),
+//! the first spawn also starts it: a process in a process group of its own, fed over a
+//! socket pair each self-fence deadline (after every successful heartbeat), the run's cgroup
+//! directory and each command leader as descriptors. Once a deadline passes (plus
+//! [`guard::GUARD_GRACE`]) with no later one, or the owner died without telling it it is
+//! done, the guard kills what it holds and exits; a release, a confirmed fence or a
+//! detached release tells it it is done. An owner resumed after the guard killed fences
+//! itself as before (its watchdog sees the lapsed deadline, its commands are already gone)
+//! and `runlease run` exits 75. Default for the library: no guard.
+//!
 //! ## Commands and the spawn gate ([`Run::command`], [`Run::spawn`])
 //!
 //! [`Run::command`] gives a [`Command`] builder modelled on `tokio::process::Command`
@@ -234,8 +248,9 @@
 //! process group (`process_group(0)`), stdio as configured (inherited by default). Its group is tracked by the watchdog
 //! from the moment it is spawned (before the gate can be continued). The parent waits (≤ 5 s) until `/proc/<pid>/stat`
 //! shows it stopped, writes its `CommandRecord` (pid, pgid, start time, boot id, argv) with a
-//! link-exclusive durable create of `commands/<generation>-<pid>.json`, checks the run is still
-//! live, then sends SIGCONT to the group. **Guarantee:** the program in `ARGV` is not
+//! link-exclusive durable create of `commands/<generation>-<pid>.json`, hands the guard (if
+//! the run has one, started now at the first command) a pidfd of the stopped gate, checks
+//! the run is still live, then sends SIGCONT to the group. **Guarantee:** the program in `ARGV` is not
 //! `exec`ed before its record is durable; what runs before is only `/bin/sh` starting and
 //! its builtin `kill`. **Limits:** another process of the same user could SIGCONT the gate
 //! early; `ARGV[0]` is resolved by `sh` (PATH lookup); a failed record kills the group.
@@ -318,6 +333,19 @@
 //! [`Run::command`]). A process found only by its group or session counts as ours while
 //! that group's leader exists with its recorded start time (the number cannot have been
 //! reused), afterwards only if it carries the incarnation's secret or mark.
+//!
+//! **While the owner is stopped** only its guard process acts (see "Self-fence and
+//! watchdog"), and it signals only what the owner handed it as a descriptor, never a pid or
+//! path it read (anyone who can write the run folder can edit any file in it; pids are
+//! reused). With a cgroup it writes `cgroup.kill` of the directory the owner opened for it:
+//! every process of the run dies, as above. Without one it holds only the command leaders'
+//! pidfds (opened while each leader was the owner's stopped, unreaped spawn gate): it kills
+//! each leader through its pidfd and, while that pidfd shows the leader alive (so the group's
+//! number is still the leader's), the leader's process group. A group kill cannot prove
+//! every member (a process of the owner's session may have joined the group), and it misses
+//! whatever left the leader's group (`setsid`, a double fork) and the members of a group
+//! whose leader has exited: those run on until the owner resumes and its watchdog kills
+//! them (it fences at once), or, after a crash of the owner, until the next open reaps them.
 //!
 //! In both cases every signal to one process goes through a pidfd opened and re-checked
 //! (start time, not exited) first, a group is signalled whole only while its leader is

@@ -160,6 +160,45 @@ pub fn alive(pid: u32) -> bool {
         .is_some_and(|st| !st.exited())
 }
 
+/// The guard process of `runlease run` process `owner` (issue #31): its child whose
+/// argv[0] is `runlease-guard`, waited for up to 10 s (it starts with the command).
+pub fn guard_of(owner: u32) -> Option<u32> {
+    let t = Instant::now();
+    loop {
+        let found = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                lease_run::procs::proc_info(*pid).is_some_and(|p| p.ppid == owner)
+                    && std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|c| c.starts_with(b"runlease-guard\0"))
+            });
+        if found.is_some() || t.elapsed() > Duration::from_secs(10) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// SIGKILL `runlease run` process `owner` **and its guard** (a crash that takes both, such
+/// as the OOM killer's or a `kill -9` by name): its command outlives it, for a test of what
+/// the next owner does with a crashed owner's command. SIGKILL of the owner alone is not
+/// that crash any more: its guard kills the command by the self-fence deadline (issue #31).
+pub fn crash_with_guard(owner: &mut Child) {
+    kill_guard(owner.id());
+    signal(owner.id(), Signal::KILL);
+    let _ = owner.wait();
+}
+
+/// SIGKILL the guard of `runlease run` process `owner` (which runs on unaffected, with its
+/// watchdog thread as the only kill): for a test whose scenario needs a stopped or crashed
+/// owner's command to run on, as it did before issue #31 and still does once its guard died.
+pub fn kill_guard(owner: u32) {
+    let guard = guard_of(owner).expect("the owner's guard");
+    signal(guard, Signal::KILL);
+    wait_gone(guard, Duration::from_secs(5), "the guard survived SIGKILL");
+}
+
 /// PATH with the binary's folder first (so commands under `run` find `runlease`).
 pub fn path_with_binary() -> String {
     let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
