@@ -44,7 +44,10 @@
 //!    it was killed by signal N).
 //! 6. On a fence (lost lease, or no successful heartbeat for `self_fence_after`): once
 //!    the watchdog has confirmed every command process dead, runlease exits 75 without
-//!    writing anything more.
+//!    writing anything more. While runlease is stopped (SIGSTOP, a frozen VM) its watchdog
+//!    is stopped too: the guard process it started beside the command (this binary as
+//!    `runlease __guard`, [`GUARD_ARG`]; lease-run's `guard`) kills the command by the
+//!    self-fence deadline instead, and a resumed runlease fences and exits 75 as above.
 //!
 //! **Semantics that changed with lease-run** (see the report's DECISIONS): the kernel
 //! owner lock is taken first, so while any process on this host holds it (a stopped or
