@@ -30,7 +30,8 @@
 //! `mixed` (default): every 0.5-1.5 s one fault, chosen by the seed, held 1-3 s, then
 //! healed: isolate a host (minority | majority), isolate the leader, a one-way cut, a
 //! bridge (two hosts cut, the third sees both), SIGKILL a member (restarted at the heal),
-//! SIGSTOP a member, SIGKILL the owner's `runlease run` (its command runs on, orphaned),
+//! SIGSTOP a member, SIGKILL the owner's `runlease run` (its guard kills the command by
+//! the self-fence deadline; until then it appends on, orphaned),
 //! SIGSTOP the owner's `runlease run`, delay or slow a host's packets, step the owner
 //! host's wall clock by ±120 s. Then 3 quiet seconds on a whole network.
 //!

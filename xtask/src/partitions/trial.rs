@@ -395,7 +395,7 @@ fn fault(t: &Trial, cluster: &mut Cluster, rng: &mut Rng) -> Result<(), String> 
         6 => match owner.and_then(|o| t.owner_pid(o).map(|p| (o, p))) {
             Some((o, pid)) => {
                 signal_pid(pid, Signal::KILL);
-                format!("kill the owner's runlease on h{o} (its command runs on)")
+                format!("kill the owner's runlease on h{o}")
             }
             None => "kill the owner: none".into(),
         },
