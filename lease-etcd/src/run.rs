@@ -58,7 +58,9 @@
 //!
 //! # Deadlines
 //!
-//! Every etcd call has a per-attempt deadline ([`EtcdOptions::call_timeout`]) and every
+//! Every etcd call has a per-attempt deadline ([`EtcdOptions::call_timeout`], but at most
+//! a third of what is left of the operation's, so a heartbeat gets several attempts before
+//! its self-fence deadline even when one is routed to a member cut off) and every
 //! operation an overall one ([`EtcdOptions::op_timeout`], or the caller's for
 //! heartbeats). Within it, a call is retried after an availability error only where a
 //! repeat is provably harmless:
@@ -350,6 +352,17 @@ fn is_own_record(existing: Option<&[u8]>, ours: &[u8], retried: bool) -> bool {
     retried && existing == Some(ours)
 }
 
+/// How long one attempt of a call may wait when `remaining` is left of its operation's
+/// deadline: `call_timeout`, but at most a third of what is left (and at least 100 ms),
+/// so a call always gets about three attempts. A member cut off by a silent partition
+/// holds an attempt routed to it until that attempt's end (nothing is refused); with a
+/// heartbeat's deadline of `self_fence_after` (1.5 s in the partition harness) and the
+/// 1 s default, one such attempt and a second unlucky one lapsed a healthy owner whose
+/// cluster had a leader and a quorum all along (issue #31's fast-heal probe saw it).
+fn attempt_budget(call_timeout: Duration, remaining: Duration) -> Duration {
+    call_timeout.min((remaining / 3).max(Duration::from_millis(100)))
+}
+
 /// etcd lease time to live for `stale_after`: whole seconds, rounded up (never shorter
 /// than `stale_after`, see the module docs for why that direction is the safe one).
 pub fn lease_ttl_secs(policy: &TimingPolicy) -> i64 {
@@ -470,7 +483,8 @@ impl EtcdRun {
                 });
                 return Err(unknown(err, unanswered));
             }
-            let attempt_end = deadline.min(now + self.inner.opts.call_timeout);
+            let attempt_end =
+                deadline.min(now + attempt_budget(self.inner.opts.call_timeout, deadline - now));
             let answer = tokio::time::timeout_at(
                 tokio::time::Instant::from_std(attempt_end),
                 f(self.inner.client.clone()),
@@ -1066,6 +1080,17 @@ impl Transport for EtcdRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_gets_at_most_a_third_of_what_is_left() {
+        let ms = Duration::from_millis;
+        // An ordinary operation (10 s): the call timeout.
+        assert_eq!(attempt_budget(ms(1000), ms(10_000)), ms(1000));
+        // A heartbeat with 1.5 s to its self-fence deadline: three attempts fit.
+        assert_eq!(attempt_budget(ms(1000), ms(1500)), ms(500));
+        // Never below 100 ms (then the deadline itself ends the attempt).
+        assert_eq!(attempt_budget(ms(1000), ms(30)), ms(100));
+    }
 
     #[test]
     fn lease_ttl_rounds_stale_after_up_to_whole_seconds() {
