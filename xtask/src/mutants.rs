@@ -211,6 +211,15 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         expected_survivor_until: None,
     },
     Mutant {
+        name: "append_unfenced",
+        breaks: "I9 (an append is acknowledged only if it counts: PreCheck and the post-check's judgement, §7.6)",
+        planted: "lease-core/src/ops/log/append.rs (PreCheck, judge_append), lease-cli/src/ops/log.rs (the CLI's head check)",
+        // Also caught end to end by `cargo xtask partitions --mutant append_unfenced`: the
+        // late writes of deposed generations are acknowledged and do not count.
+        checks: &[CORE_PROTOCOL, MODEL_CI],
+        expected_survivor_until: None,
+    },
+    Mutant {
         name: "prune_floor_one_too_high",
         breaks: "I2 (prune's floor F = H - keep + 1 <= H - 1, §7.10)",
         planted: "lease-core/src/ops/prune.rs",

@@ -67,6 +67,9 @@ pub(super) fn owned_head(
         )
     };
     let head = match &view.head {
+        // Planted mutant `append_unfenced` (issue #31; with lease-core's two guards): a
+        // deposed generation's append is not refused here.
+        Some(h) if lease_core::mutant::mutant("append_unfenced") => h.clone(),
         None => {
             return Err(CliError::usage(format!(
                 "run {} was never claimed: generation {generation} does not exist",

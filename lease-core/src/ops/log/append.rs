@@ -192,14 +192,16 @@ impl Operation for Append {
                     return Step::Io(Request::Exists(FileRef::Cutoff(g)));
                 }
                 AppendState::PreCheck => match input.take() {
-                    Some(Response::Exists(true)) => {
+                    // Planted mutant `append_unfenced` (issue #31: the partition harness
+                    // catches it end to end): a retired generation's append goes on.
+                    Some(Response::Exists(true)) if !crate::mutant::mutant("append_unfenced") => {
                         return Step::Done(Err(fenced(
                             &run,
                             g,
                             "this generation has been retired (its cutoff exists); nothing was appended",
                         )));
                     }
-                    Some(Response::Exists(false)) => match self.p.tail_hint.clone() {
+                    Some(Response::Exists(_)) => match self.p.tail_hint.clone() {
                         Some((s, h)) => {
                             let next = match s.next(&run) {
                                 Ok(n) => n,
@@ -400,7 +402,8 @@ fn judge_append(
     cutoff: &Cut,
     by: Generation,
 ) -> Result<Appended, LeaseError> {
-    if cutoff.counts(s.get()) {
+    // Planted mutant `append_unfenced` (I9): an event that does not count is acknowledged.
+    if cutoff.counts(s.get()) || crate::mutant::mutant("append_unfenced") {
         Ok(Appended {
             sequence: s,
             hash,
