@@ -33,7 +33,10 @@
 //! SIGSTOP a member, SIGKILL the owner's `runlease run` (its guard kills the command by
 //! the self-fence deadline; until then it appends on, orphaned),
 //! SIGSTOP the owner's `runlease run`, delay or slow a host's packets, step the owner
-//! host's wall clock by ±120 s. Then 3 quiet seconds on a whole network.
+//! host's wall clock by ±120 s, or a deposed generation's late write (`runlease append
+//! --generation g --owner o` as an older owner of the trial, from its host: it must be
+//! FENCED and never count; also after half of the heals). Then 3 quiet seconds on a whole
+//! network, and two more late writes of deposed generations.
 //!
 //! `heal`: the fast-heal probe instead: with an owner running, isolate the member of a
 //! host that is neither the owner's nor the leader's for 2.5 s, heal, watch 4 s. A probe
@@ -63,6 +66,11 @@
 //! generation's command start (ms; p50 and p99 over every trial); `unavailable` = the
 //! share of the workload's time (first command start to the end of the quiet period) lying
 //! more than 1 s after the last acknowledged append.
+//!
+//! `--mutant NAME` (a test aid, not in the usage text) builds `runlease` with the planted
+//! protocol mutants of `cargo xtask mutants` and switches `NAME` on in every runlease
+//! process (`RUNLEASE_MUTANT`), to show the checker catching a real protocol bug end to end
+//! (`cutoff_one_too_high`, say).
 //!
 //! A failed trial's folder (history, events, etcd and runlease logs) is kept under
 //! `target/partitions/` and named; `--keep` keeps every trial's. A machine where network
@@ -110,6 +118,10 @@ pub struct Opts {
     pub pre_vote: bool,
     /// Keep every trial's folder.
     pub keep: bool,
+    /// Test aid: build `runlease` with the planted protocol mutants and switch this one on
+    /// in every runlease process of the trials (`RUNLEASE_MUTANT`), to show the checker
+    /// catches a real protocol bug end to end.
+    pub mutant: Option<String>,
 }
 
 /// Driver or worker.
@@ -134,6 +146,7 @@ pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
         scenario: Scenario::Mixed,
         pre_vote: true,
         keep: false,
+        mutant: None,
     };
     let (mut worker, mut host, mut history, mut runlease, mut until) =
         (false, None, None, None, None);
@@ -175,6 +188,7 @@ pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
             }
             "--no-pre-vote" => opts.pre_vote = false,
             "--keep" => opts.keep = true,
+            "--mutant" => opts.mutant = Some(val()?),
             "--worker" => worker = true,
             "--host" => host = Some(num(val()?)? as usize),
             "--history" => history = Some(PathBuf::from(val()?)),
@@ -242,7 +256,12 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         println!("partitions: SKIPPED: {why}");
         return Ok(());
     }
-    let built = crate::build_runlease_with(root, &["--features", "etcd"])?;
+    let features = if opts.mutant.is_some() {
+        "etcd,lease-run/mutants"
+    } else {
+        "etcd"
+    };
+    let built = crate::build_runlease_with(root, &["--features", features])?;
     let work = root.join("target").join("partitions").join(format!(
         "{}-{}",
         std::process::id(),
@@ -259,8 +278,15 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
     }
     let mut tot = Totals::default();
     println!(
-        "partitions: seed={} trials={} seconds={} scenario={:?} pre_vote={}",
-        opts.seed, opts.trials, opts.seconds, opts.scenario, opts.pre_vote
+        "partitions: seed={} trials={} seconds={} scenario={:?} pre_vote={}{}",
+        opts.seed,
+        opts.trials,
+        opts.seconds,
+        opts.scenario,
+        opts.pre_vote,
+        opts.mutant
+            .as_deref()
+            .map_or(String::new(), |m| format!(" MUTANT={m}"))
     );
     for i in 0..opts.trials {
         let dir = work.join(format!("trial-{i}"));

@@ -63,6 +63,8 @@ struct Trial {
     runlease: PathBuf,
     exe: PathBuf,
     faketime: Option<PathBuf>,
+    /// `RUNLEASE_MUTANT` for every runlease process (`--mutant`).
+    mutant: Option<String>,
     /// The pid of each host's current `runlease run` (index 0 unused).
     current: Mutex<Vec<Option<u32>>>,
     stop: AtomicBool,
@@ -79,7 +81,11 @@ impl Trial {
 
     /// `runlease` inside host `k`, with the authority, to completion: (rc, stdout).
     fn rl(&self, k: usize, args: &[&str]) -> (i32, String) {
-        let out = Command::new("ip")
+        let mut cmd = Command::new("ip");
+        if let Some(m) = &self.mutant {
+            cmd.env("RUNLEASE_MUTANT", m);
+        }
+        let out = cmd
             .args(["netns", "exec", &self.net.ns(k)])
             .arg(&self.runlease)
             .args(["--authority", &self.url])
@@ -116,6 +122,9 @@ impl Trial {
                 .arg("--runlease")
                 .arg(&self.runlease)
                 .args(["--until", &until.to_string(), "--seed", &seed.to_string()]);
+            if let Some(m) = &self.mutant {
+                cmd.env("RUNLEASE_MUTANT", m);
+            }
             if let Some(lib) = &self.faketime {
                 // The host's wall clock, stepped by the nemesis through this file; the
                 // monotonic clocks stay real (histories and lease timing use them).
@@ -230,6 +239,7 @@ pub fn run(
         runlease: runlease.to_path_buf(),
         exe: exe.to_path_buf(),
         faketime: libfaketime(),
+        mutant: opts.mutant.clone(),
         current: Mutex::new(vec![None; hosts + 1]),
         stop: AtomicBool::new(false),
     });
@@ -271,8 +281,13 @@ pub fn run(
             std::thread::sleep(Duration::from_millis(rng.range(500, 1500)));
         }
         heal_all(&trial, &mut cluster)?;
-        // The workload goes on for the quiet period, on a whole network.
+        // The workload goes on for the quiet period, on a whole network; then two late
+        // writes of deposed generations (if any owner was replaced).
         std::thread::sleep(quiet);
+        for _ in 0..2 {
+            let late = zombie_append(&trial, &mut rng);
+            trial.note(late);
+        }
         Ok(())
     };
     // Whatever the nemesis met, the clients are stopped and their threads joined, so the
@@ -364,7 +379,7 @@ fn fault(t: &Trial, cluster: &mut Cluster, rng: &mut Rng) -> Result<(), String> 
     let c = (b % n) + 1;
     let hold = Duration::from_millis(rng.range(1000, 3000));
     let owner = t.owner_host();
-    let what = match rng.range(0, 10) {
+    let what = match rng.range(0, 11) {
         0 => {
             t.net.isolate(a)?;
             format!("isolate h{a} (minority | majority)")
@@ -406,6 +421,7 @@ fn fault(t: &Trial, cluster: &mut Cluster, rng: &mut Rng) -> Result<(), String> 
             }
             None => "stop the owner: none".into(),
         },
+        9 => zombie_append(t, rng),
         8 => {
             let ms = rng.range(50, 300);
             t.net.delay(a, ms, ms / 2)?
@@ -419,7 +435,84 @@ fn fault(t: &Trial, cluster: &mut Cluster, rng: &mut Rng) -> Result<(), String> 
     };
     t.note(what);
     std::thread::sleep(hold);
-    heal_all(t, cluster)
+    heal_all(t, cluster)?;
+    // Half the time, once the network is whole, a deposed generation also writes late
+    // (a no-op note until some owner has been replaced).
+    if rng.chance(50) {
+        let late = zombie_append(t, rng);
+        t.note(late);
+    }
+    Ok(())
+}
+
+/// A deposed owner's late write: `runlease append --generation g --owner o` as an older
+/// generation that started in this trial, from its own host (what a command that escaped
+/// its owner, or a copy of its token, would do). Recorded like a worker's append; it must
+/// be answered FENCED and never count.
+fn zombie_append(t: &Trial, rng: &mut Rng) -> String {
+    let text = std::fs::read_to_string(&t.history).unwrap_or_default();
+    let starts: Vec<(usize, u64, String)> = text
+        .lines()
+        .filter_map(|l| match serde_json::from_str::<Line>(l).ok()? {
+            Line::Start {
+                host,
+                generation,
+                owner,
+                ..
+            } => Some((host, generation, owner)),
+            _ => None,
+        })
+        .collect();
+    let newest = starts.iter().map(|s| s.1).max().unwrap_or(0);
+    let deposed: Vec<&(usize, u64, String)> = starts.iter().filter(|s| s.1 < newest).collect();
+    if deposed.is_empty() {
+        return "late append as a deposed generation: none yet".into();
+    }
+    let (host, generation, owner) = deposed[rng.range(0, deposed.len() as u64) as usize];
+    let id = format!("z{host}-g{generation}-t{}", mono_ns());
+    let payload = serde_json::json!({ "id": id }).to_string();
+    let job = t.job(*host).to_string_lossy().into_owned();
+    let _ = history::put(
+        &t.history,
+        &Line::Invoke {
+            id: id.clone(),
+            host: *host,
+            generation: *generation,
+            t: mono_ns(),
+        },
+    );
+    let gen_s = generation.to_string();
+    let (rc, out) = t.rl(
+        *host,
+        &[
+            "--json",
+            "--quiet",
+            "append",
+            &job,
+            "--type",
+            "partitions",
+            "--payload",
+            &payload,
+            "--generation",
+            &gen_s,
+            "--owner",
+            owner,
+        ],
+    );
+    let seq = serde_json::from_str::<serde_json::Value>(out.lines().next().unwrap_or(""))
+        .ok()
+        .and_then(|v| v.get("sequence").and_then(serde_json::Value::as_u64));
+    let _ = history::put(
+        &t.history,
+        &Line::Complete {
+            id,
+            outcome: history::Outcome::of_append(rc),
+            rc,
+            seq: seq.filter(|_| rc == 0),
+            t: mono_ns(),
+        },
+    );
+    format!("late append as deposed generation {generation} from h{host}: exit {rc}")
 }
 
 /// The fast-heal probe: with an owner running on host `o`, cut off the member of a host
