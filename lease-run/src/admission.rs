@@ -320,6 +320,16 @@ pub(crate) fn refuse_evidence(
     let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) else {
         return Ok(());
     };
+    // An event above `head` may be a newer owner's, claimed and appended after `head` was
+    // read (with etcd, on another host): no rollback if the chain now reaches it.
+    if let Evidence::Event { .. } = ev {
+        crate::run::moved_past(
+            auth.run_id().as_str(),
+            &|d| auth.perform(Request::List(d)),
+            head,
+            ev.generation(),
+        )?;
+    }
     let named = match (&ev, store, &event) {
         (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
         (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
@@ -405,5 +415,68 @@ impl LeaseAuthority for BorrowedFolder<'_> {
     }
     fn folder(&self) -> Option<&RunDir> {
         Some(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_core::ops::{AppendParams, ClaimParams, ReleaseParams};
+    use lease_core::{Holder, Identity, Timestamp, TimingPolicy};
+
+    fn id(s: &str) -> Identity {
+        Identity::new(s).unwrap()
+    }
+
+    fn claim(dir: &RunDir, owner: &str, ms: u64) -> lease_core::ops::OwnedLease {
+        dir.claim(ClaimParams {
+            run_id: dir.run_id().clone(),
+            owner_id: id(owner),
+            holder: Holder {
+                host: id("elsewhere"),
+                boot_id: id("boot-x"),
+                pid: 7,
+                start_time: 7,
+            },
+            policy: TimingPolicy::default(),
+            now: Timestamp::from_unix_millis(1_700_000_000_000 + ms).unwrap(),
+            store_floor: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn an_event_above_a_head_that_moved_meanwhile_is_a_concurrent_change_not_a_rollback() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(&tmp.path().join("job")).unwrap();
+        // Generation 1 released (2), then 3 claimed and appending: what a reader that
+        // read the head at 2 meets when another host claims between its two reads.
+        let a = claim(&dir, "a", 0);
+        dir.release(ReleaseParams {
+            lease: a,
+            now: Timestamp::from_unix_millis(1_700_000_000_100).unwrap(),
+            seal: None,
+        })
+        .unwrap();
+        let b = claim(&dir, "b", 200);
+        assert_eq!(b.generation.get(), 3);
+        let e = dir
+            .append(
+                &b,
+                AppendParams {
+                    event_type: id("step"),
+                    payload: serde_json::json!(1),
+                    now: Timestamp::from_unix_millis(1_700_000_000_300).unwrap(),
+                    tail_hint: None,
+                },
+            )
+            .unwrap();
+        let file = FileRef::Event(e.sequence).path();
+        let auth = BorrowedFolder(&dir);
+        let err = refuse_evidence(&auth, 2, None, Some((3, file.clone())), None).unwrap_err();
+        assert_eq!(err.code(), lease_core::Code::ConcurrentChange, "{err}");
+        // An event above a chain that does not reach it is rollback evidence, as before.
+        let err = refuse_evidence(&auth, 2, None, Some((4, file)), None).unwrap_err();
+        assert_eq!(err.code(), lease_core::Code::ChainBroken, "{err}");
     }
 }

@@ -28,7 +28,7 @@ pub use open::new_owner_id;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
 pub(crate) use preflight::first_unproven;
 pub use preflight::{chain_reaches, preflight};
-pub(crate) use preflight::{list_layout, listed, store_named, strays_above};
+pub(crate) use preflight::{list_layout, listed, moved_past, store_named, strays_above};
 pub use reap::{
     CgroupAudit, CommandAudit, CommandState, MAX_COMMAND_RECORDS, audit_cgroups, audit_commands,
     one_proc_scan,

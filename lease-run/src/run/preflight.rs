@@ -203,22 +203,7 @@ pub(crate) fn strays_above_in(
         FileRef::Beat(g) | FileRef::Cutoff(g) => Some(g.get()),
         _ => None,
     }) {
-        let now_head = listed(run_id, Dir::Epochs, list(Dir::Epochs)?)?
-            .into_iter()
-            .filter_map(|f| match f {
-                FileRef::Epoch(e) => Some(e.get()),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        if now_head >= g {
-            return Err(RunError::Lease(LeaseError::ConcurrentChange {
-                run: run_id.to_string(),
-                detail: format!(
-                    "the lease chain ended at generation {head} when this was judged and now reaches generation {now_head}: another owner claimed the run meanwhile; observe it again"
-                ),
-            }));
-        }
+        moved_past(run_id, list, head, g)?;
     }
     let commands = listed(
         run_id,
@@ -248,6 +233,36 @@ pub(crate) fn strays_above_in(
         path: f.path(),
         detail: format!(
             "named like {what} of generation {g}, but {chain}: no crash leaves one (it is written only after its epoch), and the next owner would meet it at generation {g}; move it out of the run by hand (keep a copy), then run again; nothing was claimed"
+        ),
+    }))
+}
+
+/// `CONCURRENT_CHANGE` (75) when the lease chain, listed again by `list`, now reaches
+/// generation `g`, which the judgment made at head `head` found named above it: another
+/// owner claimed the run meanwhile (with etcd, another host claims without this host's
+/// owner lock, and a judgment's reads are not one snapshot), which is no evidence of a bad
+/// or rolled-back lease. `Ok` when the chain still ends below `g`: the finding stands.
+pub(crate) fn moved_past(
+    run_id: &str,
+    list: &dyn Fn(Dir) -> Result<Response, RunError>,
+    head: u64,
+    g: u64,
+) -> Result<(), RunError> {
+    let now_head = listed(run_id, Dir::Epochs, list(Dir::Epochs)?)?
+        .into_iter()
+        .filter_map(|f| match f {
+            FileRef::Epoch(e) => Some(e.get()),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    if now_head < g {
+        return Ok(());
+    }
+    Err(RunError::Lease(LeaseError::ConcurrentChange {
+        run: run_id.to_string(),
+        detail: format!(
+            "the lease chain ended at generation {head} when this was judged and now reaches generation {now_head}: another owner claimed the run meanwhile; observe it again"
         ),
     }))
 }
