@@ -36,6 +36,9 @@ pub struct Verdict {
     pub stale_reads: Vec<String>,
     /// Anything else that makes the trial fail (an event nobody attempted, ...).
     pub problems: Vec<String>,
+    /// How many `runlease run`s exited with each code (75 fenced, 76 held, 137 killed by
+    /// the harness at the end; 65 or 70 would be a refusal of a healthy run).
+    pub run_exits: BTreeMap<i32, u64>,
     /// Failover samples, ms (see the module docs).
     pub failovers_ms: Vec<u64>,
     /// Time without an acknowledged append for more than 1 s, ns, and the window, ns.
@@ -96,6 +99,7 @@ pub fn check(history: &[Line], log: &[Seen], window: (u64, u64)) -> Verdict {
                 t,
                 ..
             } => starts.push((*t, *generation, owner, *host)),
+            Line::Exit { rc, .. } => *v.run_exits.entry(*rc).or_default() += 1,
             _ => {}
         }
     }

@@ -231,6 +231,7 @@ struct Totals {
     fenced_while_cut: u64,
     fenced_after_heal: u64,
     failovers: Vec<u64>,
+    run_exits: std::collections::BTreeMap<i32, u64>,
     unavailable_ns: u64,
     window_ns: u64,
 }
@@ -317,6 +318,9 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         tot.fenced_while_cut += out.fenced_while_cut;
         tot.fenced_after_heal += out.fenced_after_heal;
         tot.failovers.extend(&v.failovers_ms);
+        for (rc, n) in &v.run_exits {
+            *tot.run_exits.entry(*rc).or_default() += n;
+        }
         tot.unavailable_ns += v.unavailable_ns;
         tot.window_ns += v.window_ns;
         println!(
@@ -367,6 +371,14 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         tot.stale,
         tot.faults,
     );
+    // Why each `runlease run` ended: 75 fenced, 76 held (its wait ran out), 137 killed at
+    // a trial's end; anything else (65, 70, 74) refused a run that nothing was wrong with.
+    let exits: Vec<String> = tot
+        .run_exits
+        .iter()
+        .map(|(rc, n)| format!("{rc}:{n}"))
+        .collect();
+    println!("partitions: run_exits={}", exits.join(","));
     if opts.scenario == Scenario::Heal {
         println!(
             "heal: pre_vote={} probes={} fenced_while_cut={} fenced_after_heal={}",

@@ -77,7 +77,12 @@ fn clean() -> (Vec<Line>, Vec<Seen>) {
 
 #[test]
 fn a_clean_history_passes_with_its_figures() {
-    let (h, log) = clean();
+    let (mut h, log) = clean();
+    h.push(Line::Exit {
+        host: 1,
+        rc: 75,
+        t: 3 * S,
+    });
     let v = check(&h, &log, (S, 4 * S));
     assert!(v.passed(), "{v:?}");
     assert_eq!((v.ops, v.acked, v.reads), (3, 3, 1));
@@ -85,6 +90,7 @@ fn a_clean_history_passes_with_its_figures() {
     assert_eq!(v.failovers_ms, vec![1999]);
     // The gap b -> c is 2 s: 1 s of it unavailable; c -> end 1 s: none.
     assert_eq!(v.unavailable_ns, S - 2);
+    assert_eq!(v.run_exits.get(&75), Some(&1));
 }
 
 #[test]
