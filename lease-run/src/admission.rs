@@ -124,20 +124,54 @@ pub fn judge(
         });
     }
     // 3. The whole run.
-    if let Some(f) = folder {
-        crate::run::preflight(f.dir)?;
-    }
-    auth.verify()?;
-    if let Some(f) = folder {
-        crate::run::strays_above(auth, f.dir, head)?;
-        if let Some(h) = &view.head {
-            crate::run::store_named(f.dir, h)?;
+    let whole = || -> Result<(), RunError> {
+        if let Some(f) = folder {
+            crate::run::preflight(f.dir)?;
         }
+        auth.verify()?;
+        if let Some(f) = folder {
+            crate::run::strays_above(auth, f.dir, head)?;
+            if let Some(h) = &view.head {
+                crate::run::store_named(f.dir, h)?;
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = whole() {
+        // A judgment of bad data made while the chain moved past `head` (with etcd,
+        // another host claimed between these reads, which are not one snapshot) judged a
+        // run that no longer is: `CONCURRENT_CHANGE` (75), observe again; bad data that is
+        // really there is refused again by the next judgment, on a still chain.
+        if is_data_refusal(e.code()) {
+            crate::run::moved_past(
+                auth.run_id().as_str(),
+                &|d| auth.perform(Request::List(d)),
+                head,
+                head + 1,
+            )?;
+        }
+        return Err(e);
     }
     Ok(Admitted {
         view,
         verified: true,
     })
+}
+
+/// Whether `code` refuses a run for what its records say (the data errors a judgment on a
+/// moving chain can meet), as opposed to access, I/O or availability.
+fn is_data_refusal(code: lease_core::Code) -> bool {
+    use lease_core::Code;
+    matches!(
+        code,
+        Code::ChainBroken
+            | Code::EventLogGap
+            | Code::RecordInvalid
+            | Code::RunLayoutInvalid
+            | Code::StoreMissing
+            | Code::StoreBehindSeal
+            | Code::StoreIdentityMismatch
+    )
 }
 
 /// Read `run.json` beneath the held root of `dir`, never repairing it: the outer error is
@@ -478,5 +512,42 @@ mod tests {
         // An event above a chain that does not reach it is rollback evidence, as before.
         let err = refuse_evidence(&auth, 2, None, Some((4, file)), None).unwrap_err();
         assert_eq!(err.code(), lease_core::Code::ChainBroken, "{err}");
+    }
+
+    #[test]
+    fn a_data_refusal_judged_on_a_chain_that_moved_meanwhile_is_a_concurrent_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = RunDir::create(&tmp.path().join("job")).unwrap();
+        let a = claim(&dir, "a", 0);
+        dir.release(ReleaseParams {
+            lease: a,
+            now: Timestamp::from_unix_millis(1_700_000_000_100).unwrap(),
+            seal: None,
+        })
+        .unwrap();
+        // The view a claimer read while the run was free at generation 2 ...
+        let auth = BorrowedFolder(&dir);
+        let now = Timestamp::from_unix_millis(1_700_000_000_150).unwrap();
+        let stale = status_view(&auth, now, false).unwrap();
+        // ... then another owner claimed 3, and the log has a gap verify refuses.
+        claim(&dir, "b", 200);
+        let stray = tmp
+            .path()
+            .join("job")
+            .join(FileRef::Event(Sequence::new(5).unwrap()).path());
+        std::fs::create_dir_all(stray.parent().unwrap()).unwrap();
+        std::fs::write(&stray, b"{}").unwrap();
+        let run_json = Ok(None);
+        let folder = Folder {
+            dir: &dir,
+            run_json: &run_json,
+            store_root: None,
+        };
+        let err = judge(&auth, Some(folder), stale, Action::Claim).unwrap_err();
+        assert_eq!(err.code(), lease_core::Code::ConcurrentChange, "{err}");
+        // Judged again on a still chain, the bad data is refused for what it is.
+        let fresh = status_view(&auth, now, false).unwrap();
+        let err = judge(&auth, Some(folder), fresh, Action::Retire).unwrap_err();
+        assert_ne!(err.code(), lease_core::Code::ConcurrentChange, "{err}");
     }
 }
