@@ -479,12 +479,10 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn an_event_above_a_head_that_moved_meanwhile_is_a_concurrent_change_not_a_rollback() {
+    /// A run folder `job` whose generation 1 released: free at generation 2.
+    fn released_once() -> (tempfile::TempDir, RunDir) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = RunDir::create(&tmp.path().join("job")).unwrap();
-        // Generation 1 released (2), then 3 claimed and appending: what a reader that
-        // read the head at 2 meets when another host claims between its two reads.
         let a = claim(&dir, "a", 0);
         dir.release(ReleaseParams {
             lease: a,
@@ -492,6 +490,14 @@ mod tests {
             seal: None,
         })
         .unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn an_event_above_a_head_that_moved_meanwhile_is_a_concurrent_change_not_a_rollback() {
+        let (tmp, dir) = released_once();
+        // Then 3 claimed and appending: what a reader that read the head at 2 meets when
+        // another host claims between its two reads.
         let b = claim(&dir, "b", 200);
         assert_eq!(b.generation.get(), 3);
         let e = dir
@@ -516,15 +522,7 @@ mod tests {
 
     #[test]
     fn a_data_refusal_judged_on_a_chain_that_moved_meanwhile_is_a_concurrent_change() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = RunDir::create(&tmp.path().join("job")).unwrap();
-        let a = claim(&dir, "a", 0);
-        dir.release(ReleaseParams {
-            lease: a,
-            now: Timestamp::from_unix_millis(1_700_000_000_100).unwrap(),
-            seal: None,
-        })
-        .unwrap();
+        let (tmp, dir) = released_once();
         // The view a claimer read while the run was free at generation 2 ...
         let auth = BorrowedFolder(&dir);
         let now = Timestamp::from_unix_millis(1_700_000_000_150).unwrap();

@@ -133,31 +133,41 @@ pub fn parse(text: &str) -> Result<Vec<Line>, String> {
         .collect()
 }
 
+/// One line of `runlease events --json`: the whole object, its sequence, generation and
+/// whether it counts (`authoritative`); an error names the line. Shared with the torture's
+/// checker.
+pub(crate) fn event_line(l: &str) -> Result<(serde_json::Value, u64, u64, bool), String> {
+    use serde_json::Value;
+    let v: Value = serde_json::from_str(l).map_err(|e| format!("events: bad JSON {l:?}: {e}"))?;
+    let u = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| format!("events: no {k} in {l}"))
+    };
+    let (seq, generation) = (u("sequence")?, u("generation")?);
+    let counts = v
+        .get("authoritative")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| format!("events: no authoritative in {l}"))?;
+    Ok((v, seq, generation, counts))
+}
+
 /// Parse `runlease events --json` output into what a read saw.
 pub fn parse_events(text: &str) -> Result<Vec<Seen>, String> {
     use serde_json::Value;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            let v: Value =
-                serde_json::from_str(l).map_err(|e| format!("events: bad JSON {l:?}: {e}"))?;
-            let u = |k: &str| {
-                v.get(k)
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| format!("events: no {k} in {l}"))
-            };
+            let (v, seq, generation, counts) = event_line(l)?;
             Ok(Seen {
-                seq: u("sequence")?,
-                generation: u("generation")?,
+                seq,
+                generation,
                 id: v
                     .get("payload")
                     .and_then(|p| p.get("id"))
                     .and_then(Value::as_str)
                     .map(str::to_string),
-                counts: v
-                    .get("authoritative")
-                    .and_then(Value::as_bool)
-                    .ok_or_else(|| format!("events: no authoritative in {l}"))?,
+                counts,
                 pending: v.get("authority").and_then(Value::as_str) == Some("pending"),
             })
         })

@@ -87,6 +87,7 @@ mod tests;
 mod trial;
 mod worker;
 
+pub(crate) use history::event_line;
 pub use worker::{WorkerOpts, worker};
 
 use std::path::{Path, PathBuf};

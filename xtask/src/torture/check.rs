@@ -108,13 +108,7 @@ pub(super) fn parse_events(text: &str) -> Result<Vec<LogEvent>, String> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
-            let v: Value =
-                serde_json::from_str(l).map_err(|e| format!("events: bad JSON {l:?}: {e}"))?;
-            let u = |k: &str| {
-                v.get(k)
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| format!("events: no {k} in {l}"))
-            };
+            let (v, sequence, generation, counts) = crate::partitions::event_line(l)?;
             let p = v.get("payload");
             let pu = |k: &str| p.and_then(|p| p.get(k)).and_then(Value::as_u64);
             let key = match (pu("slot"), pu("round"), pu("n")) {
@@ -122,17 +116,14 @@ pub(super) fn parse_events(text: &str) -> Result<Vec<LogEvent>, String> {
                 _ => None,
             };
             Ok(LogEvent {
-                sequence: u("sequence")?,
-                generation: u("generation")?,
+                sequence,
+                generation,
                 owner: v
                     .get("owner_id")
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),
-                counts: v
-                    .get("authoritative")
-                    .and_then(Value::as_bool)
-                    .ok_or_else(|| format!("events: no authoritative in {l}"))?,
+                counts,
                 authority: v
                     .get("authority")
                     .and_then(Value::as_str)
