@@ -495,7 +495,7 @@ mod tests {
 
     #[test]
     fn an_event_above_a_head_that_moved_meanwhile_is_a_concurrent_change_not_a_rollback() {
-        let (tmp, dir) = released_once();
+        let (_tmp, dir) = released_once();
         // Then 3 claimed and appending: what a reader that read the head at 2 meets when
         // another host claims between its two reads.
         let b = claim(&dir, "b", 200);
