@@ -18,7 +18,7 @@
 //! Each host loops `runlease --authority etcd://… run h<k>/job --wait 60s --retire-dead
 //! --heartbeat 300 --self-fence-after 1500 --stale-after 2000 -- <xtask> partitions
 //! --worker …` (preloaded with libfaketime reading the host's wall-clock offset from a file,
-//! monotonic clocks untouched). The worker ([`worker`]) appends events, each with a unique
+//! monotonic clocks untouched). The worker ([`mod@worker`]) appends events, each with a unique
 //! id in its payload, and writes `invoke` before and `complete` (ok = exit 0, fail = exit 75
 //! `FENCED`, info = anything else) after each `runlease append`; a worker killed in between
 //! leaves an invoke without completion (info). A reader reads the whole log (`runlease
