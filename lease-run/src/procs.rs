@@ -292,6 +292,32 @@ pub const MARK_FD_VAR: &str = "RUNLEASE_INCARNATION_FD";
 /// one process never hand each other's mark to a command.
 static MARK_SPAWN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Every command leader (pid, start time) of every run open in this process. A run adopts
+/// its owner's children (the subreaper) and reaps adopted zombies; a zombie holds no
+/// descriptor and no environment, so another run's exited command carries no evidence of
+/// being another run's, and two runs in one process (a library that opens two, a test
+/// binary's parallel tests) reaped each other's exited leaders, whose own run's wait then
+/// failed `ECHILD` (seen in `cargo xtask containment` under load). Registered right after
+/// the spawn, while the leader is stopped in its gate (so before it can exit), and kept
+/// while a scan still shows it (an unreaped child's number cannot be reused).
+static ALL_LEADERS: std::sync::Mutex<BTreeSet<(u32, u64)>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Register a command leader of a run of this process ([`ALL_LEADERS`]).
+pub(crate) fn register_leader(pid: u32, start_time: u64) {
+    ALL_LEADERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((pid, start_time));
+}
+
+/// Whether `(pid, start_time)` is a command leader of some run of this process.
+fn any_runs_leader(pid: u32, start_time: u64) -> bool {
+    ALL_LEADERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&(pid, start_time))
+}
+
 /// An owner incarnation's mark (PROTOCOL §11.1, [`lease_core::CommandMark`]): a sealed
 /// memfd named after the incarnation digest, holding the run, the generation and that
 /// digest, kept open by the owner (close-on-exec) and inherited by each command at
@@ -542,6 +568,10 @@ impl Tracked {
         self.known.retain(|pid, st| present(*pid, *st));
         self.leaders.retain(|(pid, st)| present(*pid, *st));
         self.not_ours.retain(|(pid, st)| present(*pid, *st));
+        ALL_LEADERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(pid, st)| present(*pid, *st));
         if let Some(cg) = &self.cgroup {
             for pid in crate::cgroup::pids_in(cg) {
                 if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
@@ -608,6 +638,7 @@ impl Tracked {
             || own_group == Some(p.pgrp)
             || self.since.is_none_or(|s| p.start_time < s)
             || self.guard == Some((p.pid, p.start_time))
+            || any_runs_leader(p.pid, p.start_time)
         {
             return false;
         }
@@ -819,6 +850,35 @@ mod tests {
         assert_eq!((p.ppid, p.pgrp, p.session, p.start_time), (1, 42, 7, 12345));
         assert!(!p.zombie);
         assert!(boottime_ns() > 0);
+    }
+
+    #[test]
+    fn another_runs_exited_leader_is_never_adopted() {
+        // An exited child of this process, started after this run's first command, in
+        // a group of its own: adoptable (reaped) unless it is some run's command leader.
+        let me = std::process::id();
+        let t = Tracked {
+            adopt_children: true,
+            since: Some(100),
+            ..Tracked::default()
+        };
+        let z = ProcInfo {
+            pid: 4_000_001,
+            ppid: me,
+            pgrp: 4_000_001,
+            session: 1,
+            start_time: 200,
+            zombie: true,
+        };
+        assert!(t.adoptable(&z, me, Some(1)));
+        register_leader(z.pid, z.start_time);
+        assert!(!t.adoptable(&z, me, Some(1)));
+        // The same number with another start time is another process.
+        let other = ProcInfo {
+            start_time: 300,
+            ..z
+        };
+        assert!(t.adoptable(&other, me, Some(1)));
     }
 }
 

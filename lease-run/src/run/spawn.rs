@@ -449,6 +449,7 @@ impl Run {
             if let Ok(Some(st)) = probe::process_start_time(pid) {
                 t.known.insert(pid, st);
                 t.leaders.insert((pid, st));
+                crate::procs::register_leader(pid, st);
                 t.since = Some(t.since.map_or(st, |s| s.min(st)));
             }
             Ok::<_, RunError>((child, pid))
