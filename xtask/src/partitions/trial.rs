@@ -14,7 +14,7 @@ use super::cluster::{self, Cluster};
 use super::history::{self, Line};
 use super::net::Net;
 use super::{Opts, Scenario};
-use crate::torture::procs::{Rng, code_of, mono_ns, signal_pid};
+use crate::torture::procs::{Rng, appended_sequence, code_of, mono_ns, signal_pid};
 
 /// Heartbeat interval, self-fence deadline and staleness of every owner, ms. The etcd
 /// lease's time to live is `ceil(stale_after)` = 2 s, a little above etcd's minimum (1.5 s
@@ -81,14 +81,8 @@ impl Trial {
 
     /// `runlease` inside host `k`, with the authority, to completion: (rc, stdout).
     fn rl(&self, k: usize, args: &[&str]) -> (i32, String) {
-        let mut cmd = Command::new("ip");
-        if let Some(m) = &self.mutant {
-            cmd.env("RUNLEASE_MUTANT", m);
-        }
-        let out = cmd
-            .args(["netns", "exec", &self.net.ns(k)])
-            .arg(&self.runlease)
-            .args(["--authority", &self.url])
+        let out = self
+            .runlease_in(k)
             .args(args)
             .stdin(Stdio::null())
             .stderr(Stdio::null())
@@ -102,15 +96,26 @@ impl Trial {
         }
     }
 
+    /// `runlease --authority <the cluster>` inside host `k` (with `RUNLEASE_MUTANT` under
+    /// `--mutant`), arguments to follow.
+    fn runlease_in(&self, k: usize) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.net.ns(k)])
+            .arg(&self.runlease)
+            .args(["--authority", &self.url]);
+        if let Some(m) = &self.mutant {
+            cmd.env("RUNLEASE_MUTANT", m);
+        }
+        cmd
+    }
+
     /// Host `k`'s owner loop: `runlease run --wait 60s --retire-dead` until the trial stops.
     fn owner_loop(&self, k: usize, until: u64, seed: u64) {
         let log = self.dir.join(format!("h{k}")).join("run.log");
         let clock = self.dir.join(format!("h{k}")).join("faketime");
         while !self.stop.load(Ordering::SeqCst) {
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &self.net.ns(k)])
-                .arg(&self.runlease)
-                .args(["--authority", &self.url, "run"])
+            let mut cmd = self.runlease_in(k);
+            cmd.arg("run")
                 .arg(self.job(k))
                 .args(["--wait", "60s", "--retire-dead"])
                 .args(POLICY)
@@ -122,9 +127,6 @@ impl Trial {
                 .arg("--runlease")
                 .arg(&self.runlease)
                 .args(["--until", &until.to_string(), "--seed", &seed.to_string()]);
-            if let Some(m) = &self.mutant {
-                cmd.env("RUNLEASE_MUTANT", m);
-            }
             if let Some(lib) = &self.faketime {
                 // The host's wall clock, stepped by the nemesis through this file; the
                 // monotonic clocks stay real (histories and lease timing use them).
@@ -499,9 +501,7 @@ fn zombie_append(t: &Trial, rng: &mut Rng) -> String {
             owner,
         ],
     );
-    let seq = serde_json::from_str::<serde_json::Value>(out.lines().next().unwrap_or(""))
-        .ok()
-        .and_then(|v| v.get("sequence").and_then(serde_json::Value::as_u64));
+    let seq = appended_sequence(out.as_bytes());
     let _ = history::put(
         &t.history,
         &Line::Complete {

@@ -8,10 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::history::{Line, Outcome, put};
-use crate::torture::procs::{Rng, code_of, mono_ns};
+use crate::torture::procs::{Rng, appended_sequence, code_of, mono_ns};
 
 /// Options of a worker.
 #[derive(Debug)]
@@ -75,12 +73,7 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
             .output();
         let t = mono_ns();
         let (rc, seq) = match out {
-            Ok(o) => (
-                code_of(o.status),
-                serde_json::from_slice::<Value>(&o.stdout)
-                    .ok()
-                    .and_then(|v| v.get("sequence").and_then(Value::as_u64)),
-            ),
+            Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
             Err(_) => (-1, None),
         };
         let outcome = Outcome::of_append(rc);

@@ -153,6 +153,15 @@ impl Drop for Cleanup {
     }
 }
 
+/// The sequence number `runlease --json append` printed on `stdout` (its first line), if
+/// any: what the torture's and the partition harness's appenders record.
+pub(crate) fn appended_sequence(stdout: &[u8]) -> Option<u64> {
+    let first = stdout.split(|b| *b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(first)
+        .ok()
+        .and_then(|v| v.get("sequence").and_then(serde_json::Value::as_u64))
+}
+
 /// Exit code of a finished process: its code, or `128 + signal`.
 pub(crate) fn code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;

@@ -3,9 +3,7 @@
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
-
-use super::procs::{Rng, append_line, code_of, mono_ns};
+use super::procs::{Rng, append_line, appended_sequence, code_of, mono_ns};
 use super::{MAX_APPENDS, WorkerOpts};
 
 // ---------------------------------------------------------------------------------------
@@ -53,12 +51,7 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
             .output();
         let t1 = mono_ns();
         let (rc, seq) = match out {
-            Ok(o) => {
-                let seq = serde_json::from_slice::<Value>(&o.stdout)
-                    .ok()
-                    .and_then(|v| v.get("sequence").and_then(Value::as_u64));
-                (code_of(o.status), seq)
-            }
+            Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
             Err(_) => (-1, None),
         };
         let seq_s = seq.map_or_else(|| "-".to_string(), |s| s.to_string());
