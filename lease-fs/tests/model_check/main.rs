@@ -46,15 +46,8 @@ fn configs(mode: &str) -> Vec<Config> {
         ],
         power_losses: 1,
         time_jumps: 1,
-        corrupt: 0,
-        preemptions: None,
         max_states: cap(60_000.0),
-        run_layer: false,
-        rollback_check: true,
-        copies: 0,
-        rollbacks: 0,
-        durable_beats: false,
-        tear: None,
+        ..Config::default()
     };
     vec![
         Config {
@@ -63,17 +56,9 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('a', vec![(Claim, 1), (Append, 1), (Heartbeat, 1)], 1),
                 ('b', vec![(Takeover, 1), (Append, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 1,
-            corrupt: 0,
-            preemptions: None,
             max_states: cap(60_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             name: "2 actors, every interleaving: claim/append/release vs retire/claim, power loss with tear",
@@ -82,16 +67,8 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('b', vec![(Retire, 1), (Claim, 1), (Append, 1)], 0),
             ],
             power_losses: 1,
-            time_jumps: 0,
-            corrupt: 0,
-            preemptions: None,
             max_states: cap(60_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             name: "3 actors, preemption-bounded: owner vs two takers (one crashes), zombie append",
@@ -100,17 +77,10 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('b', vec![(Takeover, 1)], 1),
                 ('c', vec![(Takeover, 1), (Append, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 2,
-            corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(150_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             name: "3 actors, preemption-bounded: owner, retirer and claimer with a power loss",
@@ -121,15 +91,9 @@ fn configs(mode: &str) -> Vec<Config> {
             ],
             power_losses: 1,
             time_jumps: 1,
-            corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(150_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             // Issue #14's class (an answer resting on a record that a power loss can take
@@ -143,15 +107,9 @@ fn configs(mode: &str) -> Vec<Config> {
             ],
             power_losses: 1,
             time_jumps: 1,
-            corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(250_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             // OQ-5: the taker may stall anywhere (time jumps between any two of its calls)
@@ -162,17 +120,9 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('a', vec![(Claim, 1), (Heartbeat, 2)], 0),
                 ('b', vec![(Takeover, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 3,
-            corrupt: 0,
-            preemptions: None,
             max_states: cap(60_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         beating_in_place.clone(),
         Config {
@@ -192,17 +142,11 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('a', vec![(Claim, 2), (Append, 1), (Release, 2)], 0),
                 ('b', vec![(Claim, 1), (Takeover, 1), (Prune, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 1,
             corrupt: 1,
             preemptions: Some(pre),
             max_states: cap(100_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             // OQ-15: a finalizing reader racing a prune. The owner claims, appends,
@@ -219,17 +163,9 @@ fn configs(mode: &str) -> Vec<Config> {
                 ),
                 ('r', vec![(Read, 1)], 0),
             ],
-            power_losses: 0,
-            time_jumps: 0,
-            corrupt: 0,
             preemptions: Some(pre),
             max_states: cap(100_000.0),
-            run_layer: false,
-            rollback_check: true,
-            copies: 0,
-            rollbacks: 0,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             // Issue #28: lease/ restored from a copy taken at an earlier state (between
@@ -249,17 +185,13 @@ fn configs(mode: &str) -> Vec<Config> {
                 ),
                 ('c', vec![(Retire, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 1,
-            corrupt: 0,
             preemptions: Some(pre_rollback),
             max_states: cap(400_000.0),
             run_layer: true,
-            rollback_check: true,
             copies: 1,
             rollbacks: 1,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
         Config {
             // The same with a second taker after the rollback: a takeover of the restored
@@ -271,17 +203,13 @@ fn configs(mode: &str) -> Vec<Config> {
                 ('b', vec![(Takeover, 1)], 0),
                 ('c', vec![(Takeover, 1)], 0),
             ],
-            power_losses: 0,
             time_jumps: 1,
-            corrupt: 0,
             preemptions: Some(pre_rollback),
             max_states: cap(400_000.0),
             run_layer: true,
-            rollback_check: true,
             copies: 1,
             rollbacks: 1,
-            durable_beats: false,
-            tear: None,
+            ..Config::default()
         },
     ]
 }

@@ -1016,6 +1016,29 @@ pub(crate) struct Config {
     pub(crate) tear: Option<(u64, u64)>,
 }
 
+/// What a configuration does not say: no faults, every interleaving, the folder layer
+/// only, the rollback check on, the `local` heartbeat policy and the simulated file
+/// system's own tear. Each configuration names itself, its actors and its state cap.
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            name: "",
+            actors: Vec::new(),
+            power_losses: 0,
+            time_jumps: 0,
+            corrupt: 0,
+            preemptions: None,
+            max_states: 0,
+            run_layer: false,
+            rollback_check: true,
+            copies: 0,
+            rollbacks: 0,
+            durable_beats: false,
+            tear: None,
+        }
+    }
+}
+
 pub(crate) fn world(c: &Config) -> World {
     let fs = SimFs::new();
     for d in Dir::ALL {
