@@ -92,6 +92,23 @@ fn invalid(kind: RecordKind, detail: impl Into<String>) -> LeaseError {
 /// Fails only if the record does not validate (a caller bug or a hand-built bad record);
 /// nothing invalid is ever written.
 pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, LeaseError> {
+    let bytes = encode_any_size(record)?;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(invalid(
+            R::KIND,
+            format!(
+                "refusing to encode: {} bytes exceeds the {MAX_RECORD_BYTES}-byte limit",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// [`encode`] without the size limit: for a writer that reports an oversized record with
+/// its own error (a store commit too large for one record, `STORE_COMMIT_TOO_LARGE`)
+/// before anything is written. Never write its output without checking the size.
+pub(crate) fn encode_any_size<R: Record>(record: &R) -> Result<Vec<u8>, LeaseError> {
     record
         .validate()
         .map_err(|d| invalid(R::KIND, format!("refusing to encode: {d}")))?;
@@ -110,17 +127,7 @@ pub fn encode<R: Record>(record: &R) -> Result<Vec<u8>, LeaseError> {
             format!("refusing to encode: nested deeper than {MAX_DEPTH} levels"),
         ));
     }
-    let bytes = canonical_value_bytes(&value);
-    if bytes.len() > MAX_RECORD_BYTES {
-        return Err(invalid(
-            R::KIND,
-            format!(
-                "refusing to encode: {} bytes exceeds the {MAX_RECORD_BYTES}-byte limit",
-                bytes.len()
-            ),
-        ));
-    }
-    Ok(bytes)
+    Ok(canonical_value_bytes(&value))
 }
 
 /// Deepest nesting of arrays and objects accepted in a record (serde_json's parser stops

@@ -97,6 +97,9 @@ codes! {
     AuthorityInvalid = "AUTHORITY_INVALID",
     LivenessInvalid = "LIVENESS_INVALID",
     OutcomeUnknown = "OUTCOME_UNKNOWN",
+    StoreLogInvalid = "STORE_LOG_INVALID",
+    StoreCommitTooLarge = "STORE_COMMIT_TOO_LARGE",
+    StoreBudgetExceeded = "STORE_BUDGET_EXCEEDED",
     // The runlease CLI's own (lease_cli::exit_codes::CLI_ERROR_CODES): no library layer
     // raises them, but they are codes of the same vocabulary (`--json`'s `code`).
     Aborted = "ABORTED",

@@ -23,6 +23,10 @@ pub enum RecordKind {
     Command,
     /// `runlease/event/1`
     Event,
+    /// `runlease/store-record/1` (PROTOCOL.md §18)
+    StoreRecord,
+    /// `runlease/store-snapshot/1` (§18)
+    StoreSnapshot,
 }
 
 impl RecordKind {
@@ -37,6 +41,8 @@ impl RecordKind {
             RecordKind::RunStatus => "run status",
             RecordKind::Command => "command",
             RecordKind::Event => "event",
+            RecordKind::StoreRecord => "store record",
+            RecordKind::StoreSnapshot => "store snapshot",
         }
     }
 }
@@ -299,6 +305,44 @@ pub enum LeaseError {
         /// What went wrong.
         detail: String,
     },
+    /// The engine-committed store's record log breaks its rules (PROTOCOL.md §18.4): a
+    /// record missing below a later one, a broken hash link, a generation going down, a
+    /// snapshot's chunk that does not match its manifest. Reported, never repaired.
+    #[error("run {run}: the store's record log is invalid at {file}: {detail}")]
+    StoreLogInvalid {
+        /// The run.
+        run: String,
+        /// The record, manifest or chunk (its path, relative to the run's prefix).
+        file: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// One commit does not fit one engine request (§18.6): nothing was written.
+    #[error(
+        "run {run}: a commit of {bytes} bytes (encoded) does not fit one store record of at most {limit} bytes; nothing was written: split it into smaller commits"
+    )]
+    CommitTooLarge {
+        /// The run.
+        run: String,
+        /// The commit's encoded size.
+        bytes: u64,
+        /// The largest record.
+        limit: u64,
+    },
+    /// The run's store would outgrow its byte budget (§18.6): nothing was written.
+    #[error(
+        "run {run}: the store holds {used} bytes in the engine and this commit adds {adding}, above the run's budget of {budget} bytes; nothing was written: delete documents, or raise the budget"
+    )]
+    BudgetExceeded {
+        /// The run.
+        run: String,
+        /// Bytes the run's store holds in the engine now (newest snapshot and the log after it).
+        used: u64,
+        /// The commit's encoded size.
+        adding: u64,
+        /// The budget.
+        budget: u64,
+    },
     /// A path of the lease's layout is not what the layout says (a folder, FIFO or symlink
     /// named like a record, a misplaced file): the transport's refusal
     /// (`RUN_LAYOUT_INVALID`), carried as the judgement of a status read so observers
@@ -354,6 +398,9 @@ impl LeaseError {
             LeaseError::ProtocolViolation { .. } => Code::ProtocolViolation,
             LeaseError::ConcurrentChange { .. } => Code::ConcurrentChange,
             LeaseError::LayoutInvalid { .. } => Code::RunLayoutInvalid,
+            LeaseError::StoreLogInvalid { .. } => Code::StoreLogInvalid,
+            LeaseError::CommitTooLarge { .. } => Code::StoreCommitTooLarge,
+            LeaseError::BudgetExceeded { .. } => Code::StoreBudgetExceeded,
         }
     }
 
@@ -404,4 +451,7 @@ pub const ERROR_CODES: &[Code] = &[
     Code::TakeoverActiveRefused,
     Code::RetireRefusedNotDead,
     Code::RunLayoutInvalid,
+    Code::StoreLogInvalid,
+    Code::StoreCommitTooLarge,
+    Code::StoreBudgetExceeded,
 ];

@@ -24,10 +24,20 @@ pub enum Dir {
     Events,
     /// `commands`
     Commands,
+    /// `store/log`: the engine-committed store's record log (PROTOCOL.md §18). Not in
+    /// [`Dir::ALL`], the run folder's layout: only an engine transport (etcd) holds it.
+    StoreLog,
+    /// `store/snapshots`: the engine-committed store's snapshots, a manifest and its chunks
+    /// (§18). Not in [`Dir::ALL`].
+    StoreSnapshots,
 }
 
 impl Dir {
-    /// All directories, parents before children.
+    /// The engine-committed store's directories (PROTOCOL.md §18): kept by an engine
+    /// transport (etcd), not part of a run folder's layout, so not in [`Dir::ALL`].
+    pub const ENGINE_STORE: [Dir; 2] = [Dir::StoreLog, Dir::StoreSnapshots];
+
+    /// All directories of a run folder's layout, parents before children.
     pub const ALL: [Dir; 7] = [
         Dir::Epochs,
         Dir::Beats,
@@ -48,14 +58,23 @@ impl Dir {
             Dir::Checkpoints => "lease/checkpoints",
             Dir::Events => "events",
             Dir::Commands => "commands",
+            Dir::StoreLog => "store/log",
+            Dir::StoreSnapshots => "store/snapshots",
         }
     }
 
     /// Parse one entry name of this directory. Temp files (leading `.`) and anything
     /// else that is not exactly a name this module would produce give `None`.
     pub fn parse_name(self, name: &str) -> Option<FileRef> {
+        if self == Dir::StoreSnapshots {
+            return parse_snapshot_name(name);
+        }
         let stem = name.strip_suffix(".json")?;
         match self {
+            Dir::StoreSnapshots => None,
+            Dir::StoreLog => num20(stem)
+                .and_then(Sequence::new)
+                .map(FileRef::StoreRecord),
             Dir::Epochs => gen20(stem).map(FileRef::Epoch),
             Dir::Beats => gen20(stem).map(FileRef::Beat),
             Dir::Cutoffs => gen20(stem).map(FileRef::Cutoff),
@@ -81,6 +100,38 @@ impl Dir {
             }
         }
     }
+}
+
+/// `<through:020>-<nonce:016x>.json` (a manifest) or
+/// `<through:020>-<nonce:016x>-<index:06>.bin` (one of its chunks).
+fn parse_snapshot_name(name: &str) -> Option<FileRef> {
+    let (stem, chunk) = match name.strip_suffix(".json") {
+        Some(stem) => (stem, false),
+        None => (name.strip_suffix(".bin")?, true),
+    };
+    let (t, rest) = stem.split_once('-')?;
+    let through = num20(t).and_then(Sequence::new)?;
+    let (n, index) = if chunk {
+        let (n, i) = rest.split_once('-')?;
+        if i.len() != 6 || !i.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        (n, Some(i.parse::<u32>().ok()?))
+    } else {
+        (rest, None)
+    };
+    if n.len() != 16 || !n.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let nonce = u64::from_str_radix(n, 16).ok()?;
+    Some(match index {
+        None => FileRef::Snapshot { through, nonce },
+        Some(index) => FileRef::SnapshotChunk {
+            through,
+            nonce,
+            index,
+        },
+    })
 }
 
 fn num20(s: &str) -> Option<u64> {
@@ -123,6 +174,26 @@ pub enum FileRef {
     },
     /// `run.json`
     RunStatus,
+    /// `store/log/<sequence:020>.json`: one record of the engine-committed store (§18).
+    StoreRecord(Sequence),
+    /// `store/snapshots/<through:020>-<nonce:016x>.json`: a snapshot's manifest (§18).
+    Snapshot {
+        /// The last store record the snapshot folds in.
+        through: Sequence,
+        /// The writer's random nonce (two writers of a snapshot at one record never
+        /// share chunk names).
+        nonce: u64,
+    },
+    /// `store/snapshots/<through:020>-<nonce:016x>-<index:06>.bin`: chunk `index` (0, 1,
+    /// …) of a snapshot's image, at most [`crate::store_log::MAX_CHUNK_BYTES`].
+    SnapshotChunk {
+        /// As the manifest's.
+        through: Sequence,
+        /// As the manifest's.
+        nonce: u64,
+        /// The chunk's position in the image (below 1,000,000).
+        index: u32,
+    },
 }
 
 impl FileRef {
@@ -137,6 +208,8 @@ impl FileRef {
             FileRef::Event(_) => Dir::Events,
             FileRef::Command { .. } => Dir::Commands,
             FileRef::RunStatus => return None,
+            FileRef::StoreRecord(_) => Dir::StoreLog,
+            FileRef::Snapshot { .. } | FileRef::SnapshotChunk { .. } => Dir::StoreSnapshots,
         })
     }
 
@@ -154,6 +227,15 @@ impl FileRef {
                 format!("{:020}-{pid}.json", generation.get())
             }
             FileRef::RunStatus => "run.json".into(),
+            FileRef::StoreRecord(s) => format!("{:020}.json", s.get()),
+            FileRef::Snapshot { through, nonce } => {
+                format!("{:020}-{nonce:016x}.json", through.get())
+            }
+            FileRef::SnapshotChunk {
+                through,
+                nonce,
+                index,
+            } => format!("{:020}-{nonce:016x}-{index:06}.bin", through.get()),
         }
     }
 
@@ -204,6 +286,16 @@ mod tests {
                 generation: g,
                 pid: 1234,
             },
+            FileRef::StoreRecord(Sequence::new(9).unwrap()),
+            FileRef::Snapshot {
+                through: Sequence::new(9).unwrap(),
+                nonce: 0xabc,
+            },
+            FileRef::SnapshotChunk {
+                through: Sequence::new(9).unwrap(),
+                nonce: 0xabc,
+                index: 12,
+            },
         ];
         for f in files {
             let d = f.dir().unwrap();
@@ -235,5 +327,16 @@ mod tests {
             Dir::Intents.parse_name("00000000000000000042-00000000DEADBEEF.json"),
             None
         );
+        for bad in [
+            "00000000000000000009-0000000000000abc-12.bin",
+            "00000000000000000009-0000000000000abc-0000012.bin",
+            "00000000000000000009-0000000000000ABC.json",
+            "00000000000000000009-0000000000000abc-000012.json",
+            "00000000000000000000-0000000000000abc.json",
+            "00000000000000000009.json",
+        ] {
+            assert_eq!(Dir::StoreSnapshots.parse_name(bad), None, "{bad}");
+        }
+        assert_eq!(Dir::StoreLog.parse_name("00000000000000000009.bin"), None);
     }
 }

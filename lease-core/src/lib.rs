@@ -73,6 +73,7 @@ pub mod policy;
 pub mod records;
 pub mod rollback;
 pub mod seal;
+pub mod store_log;
 pub mod time;
 pub mod transport;
 pub mod trust;

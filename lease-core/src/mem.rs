@@ -71,7 +71,8 @@ impl MemDisk {
             Request::List(_) | Request::CountEvents => "list",
             Request::Read(_) => "read",
             Request::Exists(_) => "exists",
-            Request::CreateExclusive(..) => "create",
+            Request::CreateExclusive(..) | Request::CreateGuarded { .. } => "create",
+            Request::ReadStoreRecords { .. } => "read",
             Request::WriteBeat { .. } => "beat",
             Request::Remove(..) => "remove",
             Request::ProbeLiveness(_) => "probe",
@@ -105,6 +106,44 @@ impl MemDisk {
                 let r = self.link(f, bytes);
                 self.volatile.remove(&f);
                 r
+            }
+            // The engine's guard (PROTOCOL §18.2): one atomic step here, as in etcd.
+            Request::CreateGuarded {
+                file,
+                bytes,
+                generation,
+            } => {
+                if self.files.contains_key(&file) {
+                    return Response::AlreadyExists;
+                }
+                let above = self
+                    .files
+                    .keys()
+                    .any(|f| matches!(f, FileRef::Epoch(h) if *h > generation));
+                if above {
+                    return Response::Superseded;
+                }
+                let r = self.link(file, bytes);
+                self.volatile.remove(&file);
+                r
+            }
+            Request::ReadStoreRecords {
+                from,
+                max_count,
+                max_bytes,
+            } => {
+                let mut out = Vec::new();
+                let mut bytes = 0u64;
+                let first = FileRef::StoreRecord(from);
+                for (f, b) in self.files.range(first..) {
+                    let FileRef::StoreRecord(s) = f else { break };
+                    if out.len() >= max_count as usize || (!out.is_empty() && bytes >= max_bytes) {
+                        break;
+                    }
+                    bytes = bytes.saturating_add(b.len() as u64);
+                    out.push((*s, b.clone()));
+                }
+                Response::Records(out)
             }
             Request::WriteBeat {
                 file,

@@ -350,6 +350,70 @@ pub trait LeaseOps: Transport {
         self.drive(&mut Verify::new(self.run_id().clone()))
     }
 
+    /// Commit one record of the engine-committed store as the owner of `lease` (§18.3):
+    /// acknowledged only once the engine created it under its guard. On a transport
+    /// failure the outcome is unknown: resolve it with [`LeaseOps::resolve_record`] on the
+    /// same machine, never with a new record.
+    fn commit_record(
+        &self,
+        lease: &OwnedLease,
+        p: crate::ops::CommitParams,
+    ) -> Result<crate::ops::Committed, Self::Error> {
+        let mut op = crate::ops::CommitRecord::new(lease, p)?;
+        self.drive(&mut op)
+    }
+
+    /// Resolve a commit whose answer was lost: the same record in the same slot
+    /// ([`crate::ops::CommitRecord::again`]). `Ok` means it is committed (by this attempt
+    /// or the lost one); `FENCED` that it never will be.
+    fn resolve_record(
+        &self,
+        pending: &crate::ops::CommitRecord,
+    ) -> Result<crate::ops::Committed, Self::Error> {
+        self.drive(&mut pending.again())
+    }
+
+    /// Read and check the store's record log (§18.4) as the owner of `as_of` (or an
+    /// observer), keeping the records after `keep_after`.
+    fn read_store_log(
+        &self,
+        as_of: Option<Generation>,
+        keep_after: u64,
+    ) -> Result<crate::ops::StoreLogView, Self::Error> {
+        self.drive(&mut crate::ops::ReadStoreLog::new(
+            self.run_id().clone(),
+            as_of,
+            keep_after,
+        ))
+    }
+
+    /// Read a snapshot's image, each chunk checked (§18.5).
+    fn read_snapshot(
+        &self,
+        file: FileRef,
+        manifest: crate::store_log::SnapshotManifest,
+    ) -> Result<Vec<u8>, Self::Error> {
+        self.drive(&mut crate::ops::ReadSnapshot::new(
+            self.run_id().clone(),
+            file,
+            manifest,
+        ))
+    }
+
+    /// Write a snapshot of the store after `tail` under the engine's guard (§18.5);
+    /// returns its manifest's file.
+    fn write_snapshot(
+        &self,
+        lease: &OwnedLease,
+        tail: &crate::store_log::StoreTail,
+        image: Vec<u8>,
+        nonce: u64,
+        now: Timestamp,
+    ) -> Result<FileRef, Self::Error> {
+        let mut op = crate::ops::WriteSnapshot::new(lease, tail, image, nonce, now)?;
+        self.drive(&mut op)
+    }
+
     /// Compact old epochs, cutoffs, heartbeats and intents (§7.10).
     fn prune(&self, p: PruneParams) -> Result<PruneReport, Self::Error> {
         same_run(self.run_id(), &p.run_id)?;

@@ -97,7 +97,7 @@ use lease_core::ops::{
 };
 use lease_core::{
     Dir, EpochRecord, EpochState, FileRef, Generation, Holder, LeaseError, LeaseOps, RunId,
-    TailHint, Timestamp, TimingPolicy, Transport,
+    Sequence, TailHint, Timestamp, TimingPolicy, Transport,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -616,6 +616,19 @@ impl EtcdRun {
                 self.get_one(self.key(f), true, deadline).await?.is_some(),
             )),
             Request::CreateExclusive(f, bytes) => self.create(f, bytes, deadline).await,
+            Request::CreateGuarded {
+                file,
+                bytes,
+                generation,
+            } => self.create_guarded(file, bytes, generation, deadline).await,
+            Request::ReadStoreRecords {
+                from,
+                max_count,
+                max_bytes,
+            } => {
+                self.read_records(from, max_count, max_bytes, deadline)
+                    .await
+            }
             // A put is atomic and never torn: the record itself is the value, the older
             // one-record form every reader still accepts (lease_core::beat::SlotRead::Legacy).
             Request::WriteBeat {
@@ -690,14 +703,8 @@ impl EtcdRun {
                 detail: format!("a heartbeat write to {key}, which is not a heartbeat file"),
             }));
         };
-        let above = Generation::new(g.get() + 1).map(|n| self.key(FileRef::Epoch(n)));
         let mut compares = vec![Compare::version(self.live_key(g), CompareOp::Greater, 0)];
-        if let Some(from) = above {
-            // Epoch keys are `<base>lease/epochs/<20 digits>.json`: the range ends at the
-            // first key after that folder (`/` + 1 = `0`).
-            let end = format!("{}0", self.key_dir(Dir::Epochs).trim_end_matches('/'));
-            compares.push(Compare::create_revision(from, CompareOp::Equal, 0).with_range(end));
-        }
+        compares.extend(self.no_epoch_above(g));
         let txn = Txn::new()
             .when(compares)
             .and_then(vec![TxnOp::put(key.clone(), bytes, None)]);
@@ -713,6 +720,112 @@ impl EtcdRun {
             g,
             "etcd refused its heartbeat: a newer epoch exists or its etcd lease is gone",
         ))
+    }
+
+    /// The compare "no epoch above `g` exists": `create_revision = 0` over every epoch key
+    /// from `g + 1` on, one range compare (prune removes epochs, so a point compare on
+    /// `g + 1` could pass after a compaction). `None` when `g` is the last generation.
+    fn no_epoch_above(&self, g: Generation) -> Option<Compare> {
+        let from = Generation::new(g.get().checked_add(1)?)?;
+        // Epoch keys are `<base>lease/epochs/<20 digits>.json`: the range ends at the
+        // first key after that folder (`/` + 1 = `0`).
+        let end = format!("{}0", self.key_dir(Dir::Epochs).trim_end_matches('/'));
+        Some(
+            Compare::create_revision(self.key(FileRef::Epoch(from)), CompareOp::Equal, 0)
+                .with_range(end),
+        )
+    }
+
+    /// The engine's guard (PROTOCOL §18.2, issue #32): create `f` only if it is absent and
+    /// no epoch above `g` exists, as one transaction, so etcd itself refuses a deposed
+    /// generation's store record, snapshot chunk or manifest. Its else branch reads `f`:
+    /// present, the answer is `AlreadyExists` (or `Created` when it holds exactly these
+    /// bytes after an attempt of this call went unanswered: the attempt landed, as for an
+    /// exclusive create, [`is_own_record`]); absent, the failed compare was the epochs':
+    /// `Superseded`. Retrying the same transaction is safe: at most one value ever
+    /// occupies `f`, and once an epoch above `g` exists one always does (prune keeps the
+    /// head), so a late attempt can only find the key taken or be refused.
+    async fn create_guarded(
+        &self,
+        f: FileRef,
+        bytes: Vec<u8>,
+        g: Generation,
+        deadline: Instant,
+    ) -> Result<Response, EtcdError> {
+        let key = self.key(f);
+        let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+        compares.extend(self.no_epoch_above(g));
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(vec![TxnOp::put(key.clone(), bytes.clone(), None)])
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let (resp, retried) = self
+            .txn(&key, deadline, txn)
+            .await
+            .map_err(|e| e.about(f))?;
+        if resp.succeeded() {
+            return Ok(Response::Created);
+        }
+        let existing: Option<Vec<u8>> = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        if is_own_record(existing.as_deref(), &bytes, retried) {
+            return Ok(Response::Created);
+        }
+        Ok(match existing {
+            Some(_) => Response::AlreadyExists,
+            None => Response::Superseded,
+        })
+    }
+
+    /// The store's records from `from` on, in key order (20-digit names sort as
+    /// numbers): one range read of at most `max_count` keys, cut after the record that
+    /// reaches `max_bytes`. Names that do not parse are skipped, as a listing skips them.
+    async fn read_records(
+        &self,
+        from: Sequence,
+        max_count: u32,
+        max_bytes: u64,
+        deadline: Instant,
+    ) -> Result<Response, EtcdError> {
+        let start = self.key(FileRef::StoreRecord(from));
+        let dir = self.key_dir(Dir::StoreLog);
+        // The first key after the folder (`/` + 1 = `0`).
+        let end = format!("{}0", dir.trim_end_matches('/'));
+        let k = start.clone();
+        let resp = self
+            .call("range", &start, deadline, Call::Read, move |mut c| {
+                let (k, end) = (k.clone(), end.clone());
+                async move {
+                    c.get(
+                        k,
+                        Some(
+                            GetOptions::new()
+                                .with_range(end)
+                                .with_limit(i64::from(max_count.max(1))),
+                        ),
+                    )
+                    .await
+                }
+            })
+            .await?;
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        for kv in resp.kvs() {
+            if !out.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            let name = kv
+                .key()
+                .strip_prefix(dir.as_bytes())
+                .and_then(|n| std::str::from_utf8(n).ok());
+            if let Some(FileRef::StoreRecord(s)) = name.and_then(|n| Dir::StoreLog.parse_name(n)) {
+                bytes = bytes.saturating_add(kv.value().len() as u64);
+                out.push((s, kv.value().to_vec()));
+            }
+        }
+        Ok(Response::Records(out))
     }
 
     /// Exclusive create as one transaction (module docs: the epoch guard and the liveness

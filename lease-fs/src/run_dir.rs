@@ -817,6 +817,30 @@ pub fn start_request(
             Exec::Ready(Response::Done)
         }
         Request::Monotonic => Exec::Ready(Response::Monotonic(liveness.monotonic_ns())),
+        // The engine-committed store (PROTOCOL §18) needs a create and a check of the
+        // epochs made one atomic step, which a run folder cannot give: refused, nothing
+        // written. A run folder keeps its store in SQLite (§2); the shared-disk record log
+        // of issue #32 is not built yet.
+        Request::CreateGuarded { file, .. } => {
+            return Err((
+                "create guarded",
+                file.path(),
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a run folder cannot create a file and check the epochs in one atomic step; the engine-committed store needs an engine (--authority etcd://...)",
+                ),
+            ));
+        }
+        Request::ReadStoreRecords { .. } => {
+            return Err((
+                "read store records",
+                Dir::StoreLog.path().to_string(),
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a run folder has no engine-committed store log; its store is store/run.sqlite",
+                ),
+            ));
+        }
     })
 }
 

@@ -18,6 +18,7 @@ mod lease;
 mod log;
 mod observe;
 mod prune;
+mod store;
 
 pub use common::Head;
 pub use lease::{
@@ -33,6 +34,10 @@ pub use observe::{
     StatusView, definitely_dead, freshness,
 };
 pub use prune::{Prune, PruneParams, PruneReport};
+pub use store::{
+    CommitParams, CommitRecord, Committed, LoggedRecord, READ_PAGE_BYTES, READ_PAGE_RECORDS,
+    ReadSnapshot, ReadStoreLog, StoreLogView, WriteSnapshot, commit_id,
+};
 
 use crate::error::LeaseError;
 use crate::layout::{Dir, FileRef};
@@ -104,6 +109,37 @@ pub enum Request {
     /// (PROTOCOL §7.0 SYNC). An authority whose visible writes are already durable (etcd)
     /// answers at once.
     SyncDir(Dir),
+    /// Create `file` with `bytes` only if it does not exist **and** no epoch above
+    /// `generation` exists, the two checks and the write one atomic step of the authority
+    /// (PROTOCOL §18.2, the engine's guard: on etcd one transaction comparing
+    /// `create_revision(file) = 0` and `create_revision = 0` over every epoch key from
+    /// `generation + 1` on). Answer [`Response::Created`]; [`Response::AlreadyExists`] (the
+    /// file exists, nothing written); or [`Response::Superseded`] (the file is absent and
+    /// an epoch above `generation` exists, nothing written). Retried by the transport after
+    /// an unanswered attempt only as the same request, which finds its own bytes
+    /// (`Created`) if the first landed. A transport that cannot make it one atomic step (a
+    /// run folder) refuses it with an error and writes nothing.
+    CreateGuarded {
+        /// The file: a store record, a snapshot's chunk or its manifest.
+        file: FileRef,
+        /// Its content.
+        bytes: Vec<u8>,
+        /// The writer's generation: refused once any epoch above it exists.
+        generation: crate::Generation,
+    },
+    /// Read the store's records (`store/log/`) from sequence `from` on, in sequence order:
+    /// answer [`Response::Records`] with the records that exist, at most `max_count` of
+    /// them, stopping once their bytes reach `max_bytes` (at least one when any exists at
+    /// or above `from`). The transport does not judge gaps: the reader sees the sequence
+    /// of each.
+    ReadStoreRecords {
+        /// The first sequence wanted.
+        from: crate::Sequence,
+        /// At most this many records.
+        max_count: u32,
+        /// Stop after the record that reaches this many bytes.
+        max_bytes: u64,
+    },
     /// Read the caller's own monotonic clock (nanoseconds; `CLOCK_BOOTTIME` where there is
     /// one, which keeps counting while the machine sleeps): answer
     /// [`Response::Monotonic`]. The core has no clock of its own; a takeover reads it
@@ -139,6 +175,12 @@ pub enum Response {
     Liveness(LivenessEvidence),
     /// The caller's monotonic clock, in nanoseconds.
     Monotonic(u64),
+    /// A [`Request::CreateGuarded`] refused because an epoch above the writer's generation
+    /// exists: nothing was written, and nothing of this writer's ever will be (epochs above
+    /// a generation never all disappear: prune keeps the head).
+    Superseded,
+    /// The answer to [`Request::ReadStoreRecords`]: `(sequence, bytes)` in ascending order.
+    Records(Vec<(crate::Sequence, Vec<u8>)>),
 }
 
 /// What an operation wants next.
