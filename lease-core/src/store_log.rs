@@ -363,10 +363,7 @@ mod tests {
         let batches: Vec<_> = (0..10).map(|_| big(300_000)).collect();
         let runs = pack_batches(&batches);
         assert_eq!(runs.iter().sum::<usize>(), 10);
-        assert_eq!(
-            runs,
-            [1; 10].chunks(2).map(|c| c.len()).collect::<Vec<_>>()
-        );
+        assert_eq!(runs, [1; 10].chunks(2).map(|c| c.len()).collect::<Vec<_>>());
         assert_eq!(pack_batches(&[big(5)]), vec![1]);
         assert_eq!(pack_batches(&[big(2 << 20), big(5)]), vec![1, 1]);
         assert!(pack_batches(&[]).is_empty());

@@ -72,8 +72,9 @@ pub struct Committed {
 /// `Created` is the commit; `Superseded` is `FENCED` (a newer epoch exists; nothing was
 /// written, and nothing of this record ever will be); `AlreadyExists` reads the slot:
 /// exactly this record's bytes are this writer's own earlier attempt (committed), a record
-/// of a newer generation is `FENCED`, anything else is `CONCURRENT_CHANGE` (the tail it
-/// built on was stale; read the log again).
+/// of a newer generation is `FENCED`; any other record is `FENCED` too when a listing of
+/// the epochs shows one above this writer's, else `CONCURRENT_CHANGE` (the tail it built
+/// on was stale; read the log again).
 ///
 /// A transport failure leaves the outcome unknown: the caller resolves it with
 /// [`CommitRecord::again`], the same record in the same slot, never a new one, until an
@@ -88,11 +89,14 @@ pub struct CommitRecord {
     st: CommitState,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum CommitState {
     Start,
     Create,
     ReadSlot,
+    /// The slot holds another record of this generation or an older one: is this writer
+    /// deposed (an epoch above it, rule R4's listing), or was its tail stale?
+    Recheck(Box<LeaseError>),
     Done,
 }
 
@@ -191,7 +195,9 @@ impl CommitRecord {
         Step::Done(r)
     }
 
-    /// The slot holds `found`, which is not this record.
+    /// The slot holds `found`, which is not this record: `FENCED` if a newer generation
+    /// wrote it, else `CONCURRENT_CHANGE` (which [`Operation::next`] refines with a listing
+    /// of the epochs).
     fn judge_other(&self, found: &[u8]) -> LeaseError {
         let file = FileRef::StoreRecord(self.slot);
         match decode_for::<StoreRecord>(&self.run, found) {
@@ -224,7 +230,7 @@ impl Operation for CommitRecord {
 
     fn next(&mut self, input: Option<Response>) -> Step<Committed> {
         let file = FileRef::StoreRecord(self.slot);
-        match (self.st, input) {
+        match (std::mem::replace(&mut self.st, CommitState::Done), input) {
             (CommitState::Start, None) => {
                 self.st = CommitState::Create;
                 Step::Io(Request::CreateGuarded {
@@ -259,6 +265,29 @@ impl Operation for CommitRecord {
                     return self.finish(Ok(done));
                 }
                 let e = self.judge_other(&found);
+                if e.code() == crate::Code::ConcurrentChange {
+                    self.st = CommitState::Recheck(Box::new(e));
+                    return Step::Io(Request::List(Dir::Epochs));
+                }
+                self.finish(Err(e))
+            }
+            (CommitState::Recheck(stale), Some(Response::Listing(epochs))) => {
+                let above = epochs.iter().find_map(|f| match f {
+                    FileRef::Epoch(h) if *h > self.generation => Some(*h),
+                    _ => None,
+                });
+                let e = match above {
+                    Some(h) => fenced(
+                        &self.run,
+                        self.generation,
+                        format!(
+                            "store record {} is taken and generation {} exists",
+                            self.slot.get(),
+                            h.get()
+                        ),
+                    ),
+                    None => *stale,
+                };
                 self.finish(Err(e))
             }
             (CommitState::ReadSlot, Some(Response::Content(None))) => {
