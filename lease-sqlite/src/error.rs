@@ -39,6 +39,31 @@ pub enum StoreError {
         /// The highest token the store has accepted.
         max_token: u64,
     },
+    /// A record of the engine's store log was applied to a view
+    /// ([`crate::Store::apply_record`]) that is not at the record before it: its last
+    /// record is not `record - 1`, or its last commit not `first_commit - 1`. Nothing was
+    /// written. Code `CONCURRENT_CHANGE` (75, re-read and retry): the view moved, or is
+    /// behind or ahead of what the caller read; read [`crate::Store::view_position`] and
+    /// apply the records after it, or rebuild the view.
+    #[error(
+        "run {run}: view {file} is at record {at_record} (last commit {at_commits}); record {record} (first commit {first_commit}) applies only to the view at record {} and commit {}; nothing was written",
+        .record.saturating_sub(1),
+        .first_commit.saturating_sub(1)
+    )]
+    ViewNotAt {
+        /// The run.
+        run: String,
+        /// The view file.
+        file: String,
+        /// The view's last applied record.
+        at_record: u64,
+        /// The view's last commit.
+        at_commits: u64,
+        /// The record that was to be applied.
+        record: u64,
+        /// Its first commit's sequence.
+        first_commit: u64,
+    },
     /// The store file is in use: this process already has it open (see the crate docs, "One
     /// connection per file per process"), or another process holds SQLite's exclusive lock
     /// on it. Retry once the other handle is closed.
@@ -194,6 +219,7 @@ impl StoreError {
         match self {
             StoreError::Lease { source, .. } => source.code(),
             StoreError::Fenced { .. } => Code::Fenced,
+            StoreError::ViewNotAt { .. } => Code::ConcurrentChange,
             StoreError::Busy { .. } | StoreError::NeedsOwner { .. } => Code::StoreBusy,
             StoreError::Corrupt { .. } => Code::StoreCorrupt,
             StoreError::Missing { .. } => Code::StoreMissing,
@@ -227,7 +253,8 @@ impl StoreError {
 }
 
 /// Every lease-sqlite specific code (the seal codes `STORE_BEHIND_SEAL`
-/// and `STORE_IDENTITY_MISMATCH`, 65, are in [`lease_core::ERROR_CODES`]).
+/// and `STORE_IDENTITY_MISMATCH`, 65, and `CONCURRENT_CHANGE`, 75, of a view not at the
+/// record before, are in [`lease_core::ERROR_CODES`]).
 pub const STORE_ERROR_CODES: &[Code] = &[
     Code::ArgumentInvalid,
     Code::StoreIdentityMismatch,

@@ -142,6 +142,17 @@ impl Folder {
         retry(|| rfs::linkat(&self.fd, from, &self.fd, to, AtFlags::empty()))
     }
 
+    /// `renameat(2)` within the folder (replaces `to` if it exists).
+    pub(crate) fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        retry(|| rfs::renameat(&self.fd, from, &self.fd, to))
+    }
+
+    /// A second handle on the same folder (a `dup` of the descriptor), for an open that
+    /// consumes its folder while the caller goes on using this one.
+    pub(crate) fn try_clone(&self) -> io::Result<Folder> {
+        Folder::from_fd(self.fd.try_clone()?, self.display.clone())
+    }
+
     /// `unlinkat(2)` of a file in the folder.
     pub(crate) fn unlink(&self, name: &str) -> io::Result<()> {
         retry(|| rfs::unlinkat(&self.fd, name, AtFlags::empty()))

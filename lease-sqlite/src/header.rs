@@ -8,7 +8,7 @@
 
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
-use crate::schema::SCHEMA_VERSION;
+use crate::schema::{Kind, SCHEMA_VERSION};
 use rustix::fs::{FileType, Stat};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
@@ -47,6 +47,17 @@ impl Ctx<'_> {
             file: self.file.to_string(),
             found: found.into(),
             supported: SCHEMA_VERSION,
+        }
+    }
+
+    /// [`Ctx::unsupported`] for a file that must be of `kind` (its version is the one
+    /// supported).
+    pub(crate) fn unsupported_as(&self, kind: Kind, found: impl Into<String>) -> StoreError {
+        StoreError::SchemaUnsupported {
+            run: self.run.to_string(),
+            file: self.file.to_string(),
+            found: found.into(),
+            supported: kind.version(),
         }
     }
 }
@@ -161,7 +172,8 @@ pub(crate) fn check_wal_kind(ctx: &Ctx<'_>, wal: &str, meta: &Stat) -> Result<()
     )))
 }
 
-/// Read and check the header of the file `meta` describes (its `lstat` result). The
+/// Read and check the header of the file `meta` describes (its `lstat` result), which must
+/// be of `kind` (its schema version: a local store's or a view's). The
 /// descriptor opened here is closed again before SQLite opens the file; the caller holds
 /// the process registry entry, so no SQLite lock of this process can be dropped by it.
 pub(crate) fn check(
@@ -170,6 +182,7 @@ pub(crate) fn check(
     name: &str,
     meta: &Stat,
     wal_is_empty: bool,
+    kind: Kind,
 ) -> Result<(), StoreError> {
     // openat beneath the held folder, O_NOFOLLOW: a symlink swapped in after the lstat is
     // refused (ELOOP), never followed; O_NONBLOCK: a FIFO or device swapped in does not
@@ -229,12 +242,8 @@ pub(crate) fn check(
         return Err(ctx.corrupt("its header has invalid payload fractions"));
     }
     let user_version = be32(60);
-    if user_version != SCHEMA_VERSION {
-        return Err(ctx.unsupported(if user_version == 0 {
-            "0 (no runlease schema: not a runlease store)".to_string()
-        } else {
-            user_version.to_string()
-        }));
+    if user_version != kind.version() {
+        return Err(ctx.unsupported_as(kind, kind.describe_other(user_version)));
     }
     // Without a WAL holding newer pages, the main file alone must be whole: a length that is
     // a multiple of the page size and, when the header's page count is valid (its change
@@ -281,13 +290,13 @@ mod tests {
             .unwrap();
         assert!(made.success());
         let started = std::time::Instant::now();
-        let e = check(&ctx, &folder, "run.sqlite", &meta, true).unwrap_err();
+        let e = check(&ctx, &folder, "run.sqlite", &meta, true, Kind::Store).unwrap_err();
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
 
         std::fs::remove_file(&path).unwrap();
         std::os::unix::fs::symlink(dir.path().join("elsewhere"), &path).unwrap();
-        let e = check(&ctx, &folder, "run.sqlite", &meta, true).unwrap_err();
+        let e = check(&ctx, &folder, "run.sqlite", &meta, true, Kind::Store).unwrap_err();
         assert_eq!(e.code(), "STORE_CORRUPT", "{e}");
     }
 }

@@ -105,6 +105,31 @@
 //! before SQLite opens the file, and SQLite is asked again (after any WAL replay) before the
 //! first write. There is no migration in this version.
 //!
+//! ## A view of the engine's store log (schema version 2)
+//!
+//! With an engine (etcd) as the run's authority (issue #32), the run's commits are
+//! immutable records in the engine (`lease_core::store_log`), and each host's SQLite file
+//! is a local, rebuildable **view** of that log: `store/view.sqlite` ([`VIEW_FILE_NAME`]),
+//! schema version [`VIEW_SCHEMA_VERSION`] (2): exactly version 1's tables plus
+//! `engine_view` (one row: the last applied record's sequence and hash, and the last
+//! commit's sequence, [`ViewPosition`]), pinned the same way. A version 2 file is only
+//! ever a view and a version 1 file only ever a local store: opening one as the other is
+//! `SCHEMA_UNSUPPORTED` (70), decided from the header before SQLite opens the file, which
+//! is left as it was (not `STORE_IDENTITY_MISMATCH`: that says "another store or another
+//! run", and would send an operator looking for a restored copy when the file is simply
+//! the other kind; there is no migration between them). Local mode is unchanged.
+//!
+//! - [`Store::open_view_in`] opens it through the same descriptor-relative machinery and
+//!   checks (creating an empty view when asked); no seal check: the engine's log says
+//!   what a view must hold.
+//! - [`Store::apply_record`] is the only way a view changes: in one transaction, the view
+//!   must be at the record before ([`StoreError::ViewNotAt`], `CONCURRENT_CHANGE` 75,
+//!   otherwise), then the fencing check and commits of [`Store::commit_group`], then the
+//!   new position. [`Store::commit`] and [`Store::seal`] refuse a view.
+//! - [`Store::image`] serializes the whole database; [`Store::build_view_in`] replaces
+//!   the view with an image (checked whole under a temp name first), in an order of
+//!   renames and fsyncs that never lets an old view's WAL meet the new file.
+//!
 //! ## The seal, bound to the store's identity, and the floor
 //!
 //! Every store gets a random 128-bit id (32 hex digits) when it is created. A clean
@@ -229,8 +254,8 @@ pub mod store;
 mod vfs;
 
 pub use error::{STORE_ERROR_CODES, StoreError};
-pub use schema::SCHEMA_VERSION;
+pub use schema::{SCHEMA_VERSION, VIEW_SCHEMA_VERSION};
 pub use store::{
     Batch, Commit, CommitGate, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, OpenedStore,
-    ReadOnlyStore, Store, WAL_AUTOCHECKPOINT_PAGES, Write,
+    ReadOnlyStore, Store, VIEW_FILE_NAME, ViewPosition, WAL_AUTOCHECKPOINT_PAGES, Write,
 };

@@ -3,10 +3,12 @@
 #[cfg(doc)]
 use super::OpenedStore;
 use super::sqlite::{from_i64, now_text, sqlite_err, to_i64};
+use super::view::ViewPosition;
 use super::{Batch, CommitGate, Store, Write};
 use crate::codec;
 use crate::error::StoreError;
 use crate::header::Ctx;
+use crate::schema::Kind;
 use lease_core::{Generation, Identity, Seal};
 use rusqlite::{TransactionBehavior, params};
 
@@ -56,11 +58,29 @@ impl Store {
     /// An empty slice commits nothing and returns an empty vector (the gate still runs).
     ///
     /// # Errors
-    /// As [`Store::commit`], for the group as a whole.
+    /// As [`Store::commit`], for the group as a whole. `ARGUMENT_INVALID` (64) on a view of
+    /// the engine's store log (only [`Store::apply_record`] changes a view, so its
+    /// commits always match its position in the log).
     pub fn commit_group(
         &mut self,
         token: Generation,
         batches: &[Batch],
+    ) -> Result<Vec<u64>, StoreError> {
+        self.inner.must_be(Kind::Store, "commit")?;
+        self.commit_in_tx(token, batches, None)
+    }
+
+    /// [`Store::commit_group`]'s transaction, shared with [`Store::apply_record`]: with
+    /// `view` (the record's first commit and the position it moves the view to), the
+    /// view's position is checked first (inside the transaction, before the fencing check;
+    /// a view not at the record before is refused, nothing written) and `engine_view` is
+    /// set to the new position after the batches, before the one `COMMIT`. An empty
+    /// `batches` commits nothing unless there is a `view` to move.
+    pub(super) fn commit_in_tx(
+        &mut self,
+        token: Generation,
+        batches: &[Batch],
+        view: Option<ViewStep<'_>>,
     ) -> Result<Vec<u64>, StoreError> {
         self.inner.usable()?;
         self.inner.run_gate()?;
@@ -88,7 +108,7 @@ impl Store {
                 });
             }
         }
-        if batches.is_empty() {
+        if batches.is_empty() && view.is_none() {
             return Ok(Vec::new());
         }
         let run = self.inner.run.clone();
@@ -98,7 +118,7 @@ impl Store {
             file: &file,
         };
         let conn = self.inner.conn_mut();
-        let outcome = (|| -> Result<Result<Vec<u64>, i64>, (&'static str, rusqlite::Error)> {
+        let outcome = (|| -> Result<Result<Vec<u64>, Refusal>, (&'static str, rusqlite::Error)> {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| ("begin", e))?;
@@ -111,10 +131,23 @@ impl Store {
                 )
                 .and_then(|mut s| s.query_row([], |r| Ok((r.get(0)?, r.get(1)?))))
                 .map_err(|e| ("read fence", e))?;
+            if let Some(step) = &view {
+                // The view must be exactly at the record before: its last commit is the
+                // one before the record's first, and its last record the one before.
+                let at = super::view::read_position(&tx).map_err(|e| ("read engine_view", e))?;
+                let at_head = u64::try_from(head).unwrap_or(u64::MAX);
+                if at_head.checked_add(1) != Some(step.first_commit)
+                    || at.commits != at_head
+                    || at.record_seq.checked_add(1) != Some(step.to.record_seq)
+                {
+                    // Dropping `tx` rolls back; nothing was written.
+                    return Ok(Err(Refusal::NotAt(at)));
+                }
+            }
             // mutant store_fencing_token_ignored: a lower token commits (I3).
             if tok < max && !lease_core::mutant::mutant("store_fencing_token_ignored") {
                 // Dropping `tx` rolls back; nothing was written.
-                return Ok(Err(max));
+                return Ok(Err(Refusal::Fenced(max)));
             }
             if tok > max {
                 tx.prepare_cached("UPDATE fence SET max_token = ?1 WHERE singleton = 1")
@@ -132,12 +165,23 @@ impl Store {
                 apply(&tx, seq, tok, &committed_at, batch, encoded)?;
                 seqs.push(u64::try_from(seq).unwrap_or(0));
             }
+            if let Some(step) = &view {
+                super::view::write_position(&tx, step.to).map_err(|e| ("write engine_view", e))?;
+            }
             tx.commit().map_err(|e| ("commit", e))?;
             Ok(Ok(seqs))
         })();
         match outcome {
             Ok(Ok(seqs)) => Ok(seqs),
-            Ok(Err(max)) => Err(StoreError::Fenced {
+            Ok(Err(Refusal::NotAt(at))) => Err(StoreError::ViewNotAt {
+                run: run.clone(),
+                file: file.clone(),
+                at_record: at.record_seq,
+                at_commits: at.commits,
+                record: view.as_ref().map_or(0, |s| s.to.record_seq),
+                first_commit: view.as_ref().map_or(0, |s| s.first_commit),
+            }),
+            Ok(Err(Refusal::Fenced(max))) => Err(StoreError::Fenced {
                 run: run.clone(),
                 file: file.clone(),
                 token: token.get(),
@@ -160,7 +204,11 @@ impl Store {
     /// checkpointed into the file and the store closed. The returned [`Seal`] (store id,
     /// head, generation) goes into the release epoch; the next opener checks it with
     /// [`OpenedStore::check_seal`].
+    ///
+    /// A view of the engine's store log is never sealed (`ARGUMENT_INVALID`, 64): the
+    /// engine's log, not a seal, says what it must hold.
     pub fn seal(mut self, generation: Generation) -> Result<Seal, StoreError> {
+        self.inner.must_be(Kind::Store, "seal")?;
         self.inner.usable()?;
         self.inner.run_gate()?;
         let tok = to_i64("generation", generation.get())?;
@@ -223,6 +271,23 @@ impl Store {
         self.inner.usable()?;
         self.inner.close()
     }
+}
+
+/// What moves a view in [`Store::commit_in_tx`]: the record's first commit's sequence and
+/// the position the view is at once the record is applied.
+pub(super) struct ViewStep<'a> {
+    /// The store sequence of the record's first commit.
+    pub(super) first_commit: u64,
+    /// The view's position after the record.
+    pub(super) to: &'a ViewPosition,
+}
+
+/// Why a commit transaction refused, having written nothing.
+enum Refusal {
+    /// The fencing check: the highest accepted token.
+    Fenced(i64),
+    /// A view not at the record before: where it is.
+    NotAt(ViewPosition),
 }
 
 /// Record one commit (sequence `seq`, writer `tok`) and apply its writes and log entries,

@@ -5,13 +5,13 @@ use super::sqlite::{apply_durability, connect, now_text, random_hex, sqlite_err,
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::Ctx;
-use crate::schema::{CREATE_V1, SCHEMA_VERSION};
+use crate::schema::{CREATE_V1, CREATE_VIEW_V2, Kind};
 use rusqlite::{TransactionBehavior, params};
 use rustix::fs::Stat;
 use std::io::ErrorKind;
 
 /// Prefix of temp names (reserved for temp files by docs/PROTOCOL.md §2).
-const TEMP_PREFIX: &str = ".tmp-";
+pub(super) const TEMP_PREFIX: &str = ".tmp-";
 
 /// Create a new store named `name` in `dir`. Order of writes (every call relative to the
 /// held folder descriptor):
@@ -39,7 +39,7 @@ pub(super) fn create_store(
     // as anything, and lease-fs's orphan cleanup may remove it after a crash.
     let suffix = random_hex(8).map_err(|e| ctx.io("getrandom", e))?;
     let tmp = format!("{TEMP_PREFIX}{}-store-{suffix}", std::process::id());
-    let result = build_new_store(ctx, dir, &tmp).and_then(|()| {
+    let result = build_new_store(ctx, dir, &tmp, Kind::Store).and_then(|()| {
         let built = dir
             .lstat(&tmp)
             .ok()
@@ -58,7 +58,17 @@ pub(super) fn create_store(
     Ok(ours)
 }
 
-fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreError> {
+/// Build a new, empty database of `kind` in the file `tmp` (created here, mode 0600; it
+/// must not exist): the schema (for a view, `engine_view` after version 1's tables, at
+/// position 0), identity, `user_version`, run binding, in one transaction; closed (its WAL
+/// checkpointed and removed) and fsynced, so the file is whole on its own.
+pub(super) fn build_new_store(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    tmp: &str,
+    kind: Kind,
+) -> Result<(), StoreError> {
+    let version = kind.version();
     // The empty file is created here with mode 0600 (SQLite's journal and WAL files take
     // the mode of the database file).
     drop(
@@ -81,12 +91,22 @@ fn build_new_store(ctx: &Ctx<'_>, dir: &Folder, tmp: &str) -> Result<(), StoreEr
         .map_err(|e| sq("begin (create)", e))?;
     // `application_id` binds the store to its run (checked at every open).
     tx.execute_batch(CREATE_V1)
-        .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}")))
+        .and_then(|()| match kind {
+            Kind::Store => Ok(()),
+            Kind::View => tx.execute_batch(CREATE_VIEW_V2).and_then(|()| {
+                tx.execute(
+                    "INSERT INTO engine_view (singleton, record_seq, record_hash, commits) VALUES (1, 0, NULL, 0)",
+                    [],
+                )
+                .map(|_| ())
+            }),
+        })
+        .and_then(|()| tx.execute_batch(&format!("PRAGMA user_version = {version}")))
         .and_then(|()| tx.execute_batch(&super::validate::bind_to_run_sql(ctx.run)))
         .and_then(|()| {
             tx.execute(
                 "INSERT INTO store_meta (singleton, store_id, created_at, schema_version) VALUES (1, ?1, ?2, ?3)",
-                params![store_id, now_text(), SCHEMA_VERSION],
+                params![store_id, now_text(), version],
             )
         })
         .and_then(|_| tx.execute("INSERT INTO fence (singleton, max_token) VALUES (1, 0)", []))

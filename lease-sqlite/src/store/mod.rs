@@ -10,14 +10,17 @@ mod read_only;
 mod sqlite;
 mod types;
 mod validate;
+mod view;
 
 pub use sqlite::WAL_AUTOCHECKPOINT_PAGES;
 pub use types::{Batch, Commit, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, Write};
+pub use view::{VIEW_FILE_NAME, ViewPosition};
 
 use crate::error::StoreError;
 use crate::folder::Folder;
 use crate::header::Ctx;
 use crate::registry::Registration;
+use crate::schema::Kind;
 use lease_core::seal::StoreState;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
@@ -48,6 +51,9 @@ struct Inner {
     /// corruption, an unexpected SQLite error): every later call is refused.
     broken: Option<String>,
     gate: Option<CommitGate>,
+    /// A local store (schema version 1: [`Store::commit`]) or a view of the engine's
+    /// store log (version 2: only [`Store::apply_record`] changes it).
+    kind: Kind,
 }
 
 /// The store entry point: [`Store::open`] gives an [`OpenedStore`], and only
@@ -137,6 +143,29 @@ impl Inner {
                 detail: format!("this handle refuses further use after: {first}; reopen the store"),
             }),
         }
+    }
+
+    /// Refuse `op` (`ARGUMENT_INVALID`) unless this handle's file is of `kind`: a local
+    /// store commits and seals, a view only applies records of the engine's log.
+    fn must_be(&self, kind: Kind, op: &str) -> Result<(), StoreError> {
+        if self.kind == kind {
+            return Ok(());
+        }
+        let why = match self.kind {
+            Kind::View => {
+                "it is a view of the engine's store log, which only apply_record changes (so its commits always match its position in the log)"
+            }
+            Kind::Store => {
+                "it is a local store; only a view of the engine's store log (store/view.sqlite) applies the log's records"
+            }
+        };
+        Err(StoreError::ArgumentInvalid {
+            what: "store kind",
+            reason: format!(
+                "run {}: {op} refused on {}: {why}; nothing was written",
+                self.run, self.file
+            ),
+        })
     }
 
     fn run_gate(&self) -> Result<(), StoreError> {

@@ -9,6 +9,7 @@ use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::{self, Ctx};
 use crate::registry::Registration;
+use crate::schema::Kind;
 use lease_core::{LeaseError, RunId};
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
@@ -69,7 +70,7 @@ impl Store {
             }
         }
         let dir = open_parent(&ctx, &parent)?;
-        Store::open_folder(&ctx, dir, name, options)
+        Store::open_folder(&ctx, dir, name, options, Kind::Store)
     }
 
     /// Open the store file `name` in the folder `dir`, a descriptor the caller opened (the
@@ -95,14 +96,19 @@ impl Store {
             file: &file,
         };
         let dir = held_folder(&ctx, dir, dir_path, name)?;
-        Store::open_folder(&ctx, dir, name, options)
+        Store::open_folder(&ctx, dir, name, options, Kind::Store)
     }
 
-    fn open_folder(
+    /// Open the file `name` in `dir` as a file of `kind` (its schema version and pin; a
+    /// view also has its `engine_view` row checked). Only a local store is ever created
+    /// here (`options.create`); a view is created whole by the view's build
+    /// (`view::build_view`), which removes a stale WAL first.
+    pub(super) fn open_folder(
         ctx: &Ctx<'_>,
         dir: Folder,
         name: &str,
         options: OpenOptions,
+        kind: Kind,
     ) -> Result<OpenedStore, StoreError> {
         let (run_s, file) = (ctx.run.to_string(), ctx.file.to_string());
         let lstat = |n: &str| dir.lstat(n).map_err(|e| ctx.io("stat", e));
@@ -122,7 +128,7 @@ impl Store {
                         ),
                     });
                 }
-                if !options.create {
+                if !options.create || kind != Kind::Store {
                     return Err(StoreError::Missing {
                         run: run_s.clone(),
                         file: file.clone(),
@@ -155,7 +161,7 @@ impl Store {
         let wal_meta = header::check_side(ctx, &dir, &wal_name(name))?;
         header::check_side(ctx, &dir, &journal_name(name))?;
         let wal_len = wal_meta.map(|m| m.st_size);
-        header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0)?;
+        header::check(ctx, &dir, name, &meta, wal_len.unwrap_or(0) == 0, kind)?;
 
         let conn = connect(&dir, name).map_err(|e| sqlite_err(ctx, "open", e))?;
         let refuse = |conn: Connection, err: StoreError| -> StoreError {
@@ -188,7 +194,7 @@ impl Store {
             }
             Err(e) => return Err(refuse(conn, e)),
         }
-        let m = match validate(ctx, &conn) {
+        let m = match validate(ctx, &conn, kind) {
             Ok(m) => m,
             Err(e) => return Err(refuse(conn, e)),
         };
@@ -243,6 +249,7 @@ impl Store {
                 bound: m.app_id != 0,
                 broken: None,
                 gate: None,
+                kind,
             },
         })
     }

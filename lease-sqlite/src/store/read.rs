@@ -45,6 +45,33 @@ impl $t {
         self.inner.head()
     }
 
+    /// The position of the engine's store log this view has applied (its `engine_view`
+    /// row; see [`Store::apply_record`]).
+    ///
+    /// # Errors
+    /// `ARGUMENT_INVALID` (64) on a local store (it has no position in a log);
+    /// `STORE_CORRUPT` (65) for a row that is not a position; `STORE_IO` (74) or
+    /// `STORE_INTERNAL` (70) if SQLite fails.
+    pub fn view_position(&self) -> Result<super::ViewPosition, StoreError> {
+        super::view::position_of(&self.inner)
+    }
+
+    /// A serialized image of the whole database, consistent (one read transaction; what
+    /// the WAL holds included): the bytes a snapshot of a view carries, which
+    /// [`Store::build_view_in`] turns back into a view. SQLite's `sqlite3_serialize`
+    /// (rusqlite's `serialize` feature): the pages are copied through SQLite's own pager
+    /// under the connection's lock, with no second file or connection, so nothing is
+    /// written beside the store (a `VACUUM INTO` would need a temp file beside it and an
+    /// `ATTACH`, which every store connection forbids). The image is as large as the
+    /// database and held in memory whole.
+    ///
+    /// # Errors
+    /// `STORE_IO` (74), `STORE_CORRUPT` (65) or `STORE_INTERNAL` (70) if SQLite fails
+    /// (out of memory included).
+    pub fn image(&self) -> Result<Vec<u8>, StoreError> {
+        super::view::image_of(&self.inner)
+    }
+
     /// The highest fencing token the store has accepted (0 before the first commit).
     pub fn max_token(&self) -> Result<u64, StoreError> {
         self.inner.usable()?;

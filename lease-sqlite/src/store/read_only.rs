@@ -21,6 +21,7 @@ use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::{self, Ctx};
 use crate::registry::Registration;
+use crate::schema::Kind;
 use lease_core::RunId;
 use rusqlite::{Connection, OpenFlags};
 use rustix::fd::OwnedFd;
@@ -50,7 +51,7 @@ impl Store {
         };
         let (name, parent) = name_and_parent(path)?;
         let dir = open_parent(&ctx, &parent)?;
-        read_only_in_folder(&ctx, dir, name)
+        read_only_in_folder(&ctx, dir, name, Kind::Store)
     }
 
     /// [`Store::open_read_only`] for the file `name` in the folder `dir`, a descriptor the
@@ -72,7 +73,31 @@ impl Store {
             file: &file,
         };
         let dir = held_folder(&ctx, dir, dir_path, name)?;
-        read_only_in_folder(&ctx, dir, name)
+        read_only_in_folder(&ctx, dir, name, Kind::Store)
+    }
+
+    /// [`Store::open_read_only_in`] for the view of the engine's store log,
+    /// [`crate::VIEW_FILE_NAME`] in the folder `dir` (`store/`): the same checks, with a
+    /// view's schema (version 2) and its `engine_view` row; writes nothing. Its
+    /// [`ReadOnlyStore::view_position`] says which record it has applied.
+    ///
+    /// # Errors
+    /// As [`Store::open_read_only`]; a local store (schema version 1) under the view's
+    /// name is `SCHEMA_UNSUPPORTED` (70).
+    pub fn open_view_read_only_in(
+        run: &RunId,
+        dir: OwnedFd,
+        dir_path: &Path,
+    ) -> Result<ReadOnlyStore, StoreError> {
+        let name = crate::VIEW_FILE_NAME;
+        let file = dir_path.join(name).display().to_string();
+        let run_s = run.to_string();
+        let ctx = Ctx {
+            run: &run_s,
+            file: &file,
+        };
+        let dir = held_folder(&ctx, dir, dir_path, name)?;
+        read_only_in_folder(&ctx, dir, name, Kind::View)
     }
 }
 
@@ -94,6 +119,7 @@ fn read_only_in_folder(
     ctx: &Ctx<'_>,
     dir: Folder,
     name: &str,
+    kind: Kind,
 ) -> Result<ReadOnlyStore, StoreError> {
     let lstat = |n: &str| dir.lstat(n).map_err(|e| ctx.io("stat", e));
     let wal_left = |ctx: &Ctx<'_>, len: i64| StoreError::NeedsOwner {
@@ -131,7 +157,7 @@ fn read_only_in_folder(
     if let Some(w) = header::check_side(ctx, &dir, &wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
-    header::check(ctx, &dir, name, &meta, true)?;
+    header::check(ctx, &dir, name, &meta, true, kind)?;
     let (target, vfs) = dir.sqlite_target(name);
     // immutable: no lock, no -shm, no WAL; read-only: nothing written.
     let uri = format!("file:{}?immutable=1", uri_path(&target));
@@ -146,7 +172,7 @@ fn read_only_in_folder(
     }
     .map_err(|e| sqlite_err(ctx, "open (read-only)", e))?;
     harden(&conn).map_err(|e| sqlite_err(ctx, "configure (read-only)", e))?;
-    let m = validate(ctx, &conn)?;
+    let m = validate(ctx, &conn, kind)?;
     // Still the file checked, and still no WAL (an owner that opened meanwhile: the caller
     // did not keep owners out, and what was read may be stale).
     match dir.lstat(name) {
@@ -170,6 +196,7 @@ fn read_only_in_folder(
             bound: m.app_id != 0,
             broken: None,
             gate: None,
+            kind,
         },
     })
 }

@@ -85,6 +85,28 @@ impl Batch {
     }
 }
 
+impl From<&lease_core::store_log::RecordBatch> for Batch {
+    /// The batch a record of the engine's store log carries, as a commit of a view applies
+    /// it ([`crate::Store::apply_record`]): a write with a value is a put, one without a
+    /// delete; the log entries as they are. (The batch's id stays in the engine's record.)
+    fn from(b: &lease_core::store_log::RecordBatch) -> Batch {
+        Batch {
+            writes: b
+                .writes
+                .iter()
+                .map(|w| match &w.value {
+                    Some(v) => Write::Put {
+                        key: w.key.clone(),
+                        value: v.0.clone(),
+                    },
+                    None => Write::Delete { key: w.key.clone() },
+                })
+                .collect(),
+            log: b.log.iter().map(|e| e.0.clone()).collect(),
+        }
+    }
+}
+
 /// A document as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Document {

@@ -1,10 +1,11 @@
 //! The checks an open makes with SQLite before it writes anything.
 
 use super::sqlite::sqlite_err;
+use super::view::ViewPosition;
 use crate::error::StoreError;
 use crate::header::Ctx;
-use crate::schema::{self, MAX_SCHEMA_ROWS, SCHEMA_VERSION, SchemaObject};
-use lease_core::Identity;
+use crate::schema::{self, Kind, MAX_SCHEMA_ROWS, SchemaObject};
+use lease_core::{Digest, Identity};
 use rusqlite::{Connection, OptionalExtension};
 
 /// What validation found.
@@ -33,8 +34,10 @@ pub(crate) fn bind_to_run_sql(run: &str) -> String {
 }
 
 /// Checks made with SQLite, in an order that writes nothing before the file is known to be
-/// a store of our schema.
-pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreError> {
+/// a store of our schema: the schema of `kind` (a local store's, version 1, or a view's,
+/// version 2), and for a view its `engine_view` row.
+pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection, kind: Kind) -> Result<Meta, StoreError> {
+    let version = kind.version();
     let sq = |op, e| sqlite_err(ctx, op, e);
     // Exclusive locking before the first read: in WAL mode the first read then takes the
     // exclusive lock (a second process gets "database is locked" from here on).
@@ -52,15 +55,17 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     let user_version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| sq("read schema version", e))?;
-    if user_version != i64::from(SCHEMA_VERSION) {
-        return Err(ctx.unsupported(user_version.to_string()));
+    if user_version != i64::from(version) {
+        let found = u32::try_from(user_version)
+            .map_or_else(|_| user_version.to_string(), |v| kind.describe_other(v));
+        return Err(ctx.unsupported_as(kind, found));
     }
     // The schema pin (issue #29: a store file is data, not code), before any statement
     // reads a table of ours: the `sqlite_master` rows must be exactly those the creation
     // made. A trigger (one kept `fence.max_token` at 0, turning the fencing check off),
     // a view, an index, an extra table or an altered `CREATE` text (a generated column
     // that builds a huge value on every read) is refused, naming the object.
-    pin_schema(ctx, conn, user_version)?;
+    pin_schema(ctx, conn, user_version, kind)?;
     let meta: Option<(String, String, i64)> = conn
         .query_row(
             "SELECT store_id, created_at, schema_version FROM store_meta WHERE singleton = 1",
@@ -72,10 +77,11 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     let Some((store_id, created_at, schema_version)) = meta else {
         return Err(ctx.corrupt("its store_meta row is missing"));
     };
-    if schema_version != i64::from(SCHEMA_VERSION) {
-        return Err(ctx.unsupported(format!(
-            "{schema_version} (store_meta; the header says {user_version})"
-        )));
+    if schema_version != i64::from(version) {
+        return Err(ctx.unsupported_as(
+            kind,
+            format!("{schema_version} (store_meta; the header says {user_version})"),
+        ));
     }
     if Identity::new(store_id.clone()).is_err() {
         return Err(ctx.corrupt(format!("its store id {store_id:?} is not valid")));
@@ -86,7 +92,8 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
         .map_err(|e| sq("read application id", e))?;
     let app_id = u32::from_ne_bytes(app_id.to_ne_bytes());
     let expected = run_app_id(ctx.run);
-    if app_id != 0 && app_id != expected {
+    // A view is always built bound to its run (there were no views before the binding).
+    if (app_id != 0 || kind == Kind::View) && app_id != expected {
         return Err(StoreError::OtherRun {
             run: ctx.run.to_string(),
             file: ctx.file.to_string(),
@@ -118,6 +125,10 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     if problems != ["ok"] {
         return Err(ctx.corrupt(format!("integrity check failed: {}", problems.join("; "))));
     }
+    if kind == Kind::View {
+        // A view's position must be one, and name its last commit.
+        view_position(ctx, conn)?;
+    }
     Ok(Meta {
         store_id,
         created_at,
@@ -125,14 +136,74 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection) -> Result<Meta, StoreEr
     })
 }
 
+/// A view's `engine_view` row, checked: present; `record_hash` 64 lowercase hex, `NULL`
+/// exactly when `record_seq` is 0; `commits` equal to the view's head (the last commit's
+/// sequence): [`crate::Store::apply_record`] moves both in one transaction, so any other
+/// row was not written by it (`STORE_CORRUPT`).
+pub(super) fn view_position(ctx: &Ctx<'_>, conn: &Connection) -> Result<ViewPosition, StoreError> {
+    let sq = |op, e| sqlite_err(ctx, op, e);
+    let row: Option<(i64, Option<String>, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT record_seq, record_hash, commits, (SELECT COALESCE(MAX(seq), 0) FROM commits) \
+             FROM engine_view WHERE singleton = 1",
+        )
+        .and_then(|mut s| {
+            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .optional()
+        })
+        .map_err(|e| sq("read engine_view", e))?;
+    let Some((seq, hash, commits, head)) = row else {
+        return Err(ctx.corrupt("its engine_view row is missing"));
+    };
+    let (Ok(record_seq), Ok(commits)) = (u64::try_from(seq), u64::try_from(commits)) else {
+        return Err(ctx.corrupt(format!(
+            "its engine_view row is not a position: record {seq}, commits {commits}"
+        )));
+    };
+    let record_hash =
+        match (record_seq, hash) {
+            (0, None) => None,
+            (1.., Some(h)) => Some(Digest::parse(&h).map_err(|e| {
+                ctx.corrupt(format!("its engine_view record hash is not valid: {e}"))
+            })?),
+            (0, Some(_)) => {
+                return Err(ctx.corrupt(
+                    "its engine_view row has a record hash but no record (record_seq 0)",
+                ));
+            }
+            (_, None) => {
+                return Err(ctx.corrupt(format!(
+                    "its engine_view row is at record {record_seq} without that record's hash"
+                )));
+            }
+        };
+    if i64::try_from(commits).ok() != Some(head) {
+        return Err(ctx.corrupt(format!(
+            "its engine_view row says commit {commits} was the last applied, but its last commit is {head}"
+        )));
+    }
+    Ok(ViewPosition {
+        record_seq,
+        record_hash,
+        commits,
+    })
+}
+
 /// Compare the store's `sqlite_master` (read row by row, at most [`MAX_SCHEMA_ROWS`])
-/// with exactly what [`schema::CREATE_V1`] makes: missing tables are `SCHEMA_UNSUPPORTED`
+/// with exactly what `kind`'s creation makes ([`schema::CREATE_V1`], and for a view
+/// [`schema::CREATE_VIEW_V2`] after it): missing tables are `SCHEMA_UNSUPPORTED`
 /// (not a runlease store of this version), any other difference `STORE_CORRUPT` naming
 /// the object. Reading `sqlite_master` only parses the schema (a malformed one is
 /// `STORE_CORRUPT` from SQLite); nothing in it runs.
-fn pin_schema(ctx: &Ctx<'_>, conn: &Connection, user_version: i64) -> Result<(), StoreError> {
+fn pin_schema(
+    ctx: &Ctx<'_>,
+    conn: &Connection,
+    user_version: i64,
+    kind: Kind,
+) -> Result<(), StoreError> {
+    let version = kind.version();
     let sq = |e| sqlite_err(ctx, "read schema", e);
-    let expected = schema::expected_v1().map_err(|e| StoreError::Internal {
+    let expected = kind.expected().map_err(|e| StoreError::Internal {
         run: ctx.run.to_string(),
         file: ctx.file.to_string(),
         op: "schema pin",
@@ -146,7 +217,7 @@ fn pin_schema(ctx: &Ctx<'_>, conn: &Connection, user_version: i64) -> Result<(),
     while let Some(r) = rows.next().map_err(sq)? {
         if found.len() >= MAX_SCHEMA_ROWS {
             return Err(ctx.corrupt(format!(
-                "its schema has more than {MAX_SCHEMA_ROWS} objects; a version {SCHEMA_VERSION} store has {}",
+                "its schema has more than {MAX_SCHEMA_ROWS} objects; a version {version} store has {}",
                 expected.len()
             )));
         }
@@ -157,7 +228,7 @@ fn pin_schema(ctx: &Ctx<'_>, conn: &Connection, user_version: i64) -> Result<(),
             sql: r.get(3).map_err(sq)?,
         });
     }
-    match schema::compare(expected, &found) {
+    match schema::compare(expected, &found, version) {
         None => Ok(()),
         Some(Err(missing)) => Err(ctx.unsupported(format!(
             "{user_version} without the tables {} (not a runlease store of that version)",
