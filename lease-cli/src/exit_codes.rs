@@ -77,7 +77,10 @@ pub fn exit_for(code: Code) -> i32 {
         | Code::RunLayoutInvalid
         | Code::StoreCorrupt
         | Code::StoreMissing
-        | Code::LivenessInvalid => 65,
+        | Code::LivenessInvalid
+        | Code::StoreLogInvalid
+        | Code::StoreCommitTooLarge
+        | Code::StoreBudgetExceeded => 65,
         Code::Unavailable => 69,
         // Not "retry" like 69: the write may have landed (an append retried blindly would
         // append a second event).

@@ -321,7 +321,11 @@ fn a_generation_going_down_in_the_log_is_refused() {
         .insert(FileRef::StoreRecord(seq(3)), encode(&r).unwrap());
     let e = read_log(&mut d, None).unwrap_err();
     assert_eq!(e.code(), Code::StoreLogInvalid, "{e}");
-    assert!(e.to_string().contains("generation 1 is below the generation"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("generation 1 is below the generation"),
+        "{e}"
+    );
 }
 
 fn image(n: usize) -> Vec<u8> {

@@ -87,6 +87,15 @@ const MODEL_CI: Check = Check {
     env: &[("RUNLEASE_MODEL", "ci")],
 };
 
+/// The engine model checker of the store log (issue #32) at CI depth (release build).
+const ENGINE_MODEL_CI: Check = Check {
+    package: "lease-core",
+    release: true,
+    target: Target::Test("engine_model"),
+    filter: Some("engine_model_check"),
+    env: &[("RUNLEASE_MODEL", "ci")],
+};
+
 /// The model checker's one configuration of an owner beating in place against a taker
 /// (every interleaving, seconds): an owner's beat between the taker's look and its commit.
 const MODEL_BEAT_VS_TAKER: Check = Check {
@@ -312,6 +321,13 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         breaks: "I3 / §7.3 (a fenced generation cannot seal)",
         planted: "lease-sqlite/src/store/commit.rs (seal)",
         checks: &[test("lease-sqlite", "fencing", "seal")],
+        expected_survivor_until: None,
+    },
+    Mutant {
+        name: "store_record_unguarded",
+        breaks: "S2 / §18.2 (a store record is created without the engine's guard)",
+        planted: "lease-core/src/ops/store.rs (CommitRecord)",
+        checks: &[test("lease-core", "store_log", "deposed"), ENGINE_MODEL_CI],
         expected_survivor_until: None,
     },
     Mutant {

@@ -233,6 +233,10 @@ impl Operation for CommitRecord {
         match (std::mem::replace(&mut self.st, CommitState::Done), input) {
             (CommitState::Start, None) => {
                 self.st = CommitState::Create;
+                // mutant store_record_unguarded: a plain exclusive create (no epoch guard).
+                if crate::mutant::mutant("store_record_unguarded") {
+                    return Step::Io(Request::CreateExclusive(file, self.bytes.clone()));
+                }
                 Step::Io(Request::CreateGuarded {
                     file,
                     bytes: self.bytes.clone(),
