@@ -394,6 +394,7 @@ pub mod cgroup;
 pub mod compact;
 #[cfg(not(loom))]
 pub mod diagnosis;
+pub mod engine_store;
 pub mod error;
 mod fence;
 #[cfg(not(loom))]
