@@ -76,20 +76,21 @@ pub enum CatchUp {
     Rebuilt(usize),
 }
 
-/// The owner's handle on the engine-committed store: the view, the log's tail, and a
-/// commit whose outcome is unknown, if any (resolved before anything else is committed).
-pub struct EngineStore {
+/// The owner's state of the engine-committed store, apart from its view: the log's tail,
+/// and a commit whose outcome is unknown, if any (resolved before anything else is
+/// committed). The run layer keeps the view where it keeps a local store (behind the
+/// fence) and this beside it; [`EngineStore`] holds both, for callers of this module alone.
+pub struct EngineLog {
     lease: OwnedLease,
-    view: Store,
     tail: StoreTail,
     unresolved: Option<CommitRecord>,
     budget: u64,
     caught_up: CatchUp,
 }
 
-impl std::fmt::Debug for EngineStore {
+impl std::fmt::Debug for EngineLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EngineStore")
+        f.debug_struct("EngineLog")
             .field("run", &self.lease.run_id)
             .field("generation", &self.lease.generation)
             .field("tail", &self.tail)
@@ -99,6 +100,13 @@ impl std::fmt::Debug for EngineStore {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// The engine-committed store with its view: [`EngineLog`] and the [`Store`] it keeps.
+#[derive(Debug)]
+pub struct EngineStore {
+    log: EngineLog,
+    view: Store,
 }
 
 fn position_of(tail: &StoreTail) -> ViewPosition {
@@ -116,18 +124,18 @@ fn batches_of(r: &StoreRecord) -> Vec<Batch> {
     r.batches.iter().map(Batch::from).collect()
 }
 
-impl EngineStore {
+impl EngineLog {
     /// Catch up as the owner of `lease` (§18.4), before serving anything: read the engine's
     /// log (checked: chain, numbering, generations; `FENCED` if a newer generation wrote
     /// to it), then open the local view in `dir`. A view whose position is a record of the
     /// log (or the snapshot's) gets the records after it; any other view (missing, ahead,
     /// different, older than the snapshot) is rebuilt from the snapshot's image, or empty,
     /// then gets every record after it. The engine is never written here.
-    pub fn open<A: Transport + ?Sized>(
+    pub fn catch_up<A: Transport + ?Sized>(
         auth: &A,
         lease: &OwnedLease,
         dir: &StoreDir<'_>,
-    ) -> Result<EngineStore, RunError>
+    ) -> Result<(EngineLog, Store), RunError>
     where
         RunError: From<A::Error>,
     {
@@ -192,39 +200,14 @@ impl EngineStore {
             (false, 0) => CatchUp::UpToDate,
             (false, n) => CatchUp::Applied(n),
         };
-        Ok(EngineStore {
+        let state = EngineLog {
             lease: lease.clone(),
-            view,
             tail: log.tail,
             unresolved: None,
             budget: DEFAULT_BUDGET_BYTES,
             caught_up,
-        })
-    }
-
-    /// [`EngineStore::open`] with the store folder at `store_dir` (created if missing;
-    /// opened by path, for tests and examples: the run layer opens it beneath its held
-    /// root).
-    pub fn open_at<A: Transport + ?Sized>(
-        auth: &A,
-        lease: &OwnedLease,
-        store_dir: &Path,
-    ) -> Result<EngineStore, RunError>
-    where
-        RunError: From<A::Error>,
-    {
-        std::fs::create_dir_all(store_dir)
-            .map_err(|e| RunError::Io(format!("{}: {e}", store_dir.display())))?;
-        let p = store_dir.to_path_buf();
-        let open = move || std::fs::File::open(&p).map(OwnedFd::from);
-        EngineStore::open(
-            auth,
-            lease,
-            &StoreDir {
-                open: &open,
-                path: store_dir.to_path_buf(),
-            },
-        )
+        };
+        Ok((state, view))
     }
 
     /// Where the view may resume: the index in `log.records` of the first record after
@@ -261,11 +244,6 @@ impl EngineStore {
         &self.tail
     }
 
-    /// The local view, for reads (every acknowledged commit of this owner is in it).
-    pub fn view(&self) -> &Store {
-        &self.view
-    }
-
     /// Set the run's byte budget (§18.6; default 64 MiB).
     pub fn set_budget(&mut self, bytes: u64) {
         self.budget = bytes;
@@ -287,6 +265,7 @@ impl EngineStore {
     pub fn commit_group<A: Transport + ?Sized>(
         &mut self,
         auth: &A,
+        view: &mut Store,
         batches: &[Batch],
         now: Timestamp,
         nonce: &mut dyn FnMut() -> u64,
@@ -294,7 +273,7 @@ impl EngineStore {
     where
         RunError: From<A::Error>,
     {
-        self.resolve(auth)?;
+        self.resolve(auth, view)?;
         let records: Vec<RecordBatch> = batches
             .iter()
             .map(|b| RecordBatch {
@@ -331,7 +310,7 @@ impl EngineStore {
             )?;
             let mut running = op.again();
             match auth.drive(&mut running).map_err(RunError::from) {
-                Ok(_) => self.apply(&op)?,
+                Ok(_) => self.apply(view, &op)?,
                 Err(e) => {
                     if e.code() == Code::OutcomeUnknown {
                         self.unresolved = Some(op);
@@ -348,7 +327,11 @@ impl EngineStore {
 
     /// Resolve a commit whose answer was lost, if any: committed (applied to the view),
     /// or refused (`FENCED`, and it never will be), or still unknown (`OUTCOME_UNKNOWN`).
-    pub fn resolve<A: Transport + ?Sized>(&mut self, auth: &A) -> Result<(), RunError>
+    pub fn resolve<A: Transport + ?Sized>(
+        &mut self,
+        auth: &A,
+        view: &mut Store,
+    ) -> Result<(), RunError>
     where
         RunError: From<A::Error>,
     {
@@ -356,7 +339,7 @@ impl EngineStore {
             return Ok(());
         };
         match auth.resolve_record(&pending).map_err(RunError::from) {
-            Ok(_) => self.apply(&pending),
+            Ok(_) => self.apply(view, &pending),
             Err(e) => {
                 if e.code() == Code::OutcomeUnknown {
                     self.unresolved = Some(pending);
@@ -367,14 +350,14 @@ impl EngineStore {
     }
 
     /// Apply the committed record `op` to the view and move the tail past it.
-    fn apply(&mut self, op: &CommitRecord) -> Result<(), RunError> {
+    fn apply(&mut self, view: &mut Store, op: &CommitRecord) -> Result<(), RunError> {
         let r: StoreRecord = lease_core::decode(op.record())?;
         let tail = StoreTail {
             last: Some((r.sequence, lease_core::Digest::of(op.record()))),
             commits: r.last_commit(),
             bytes: self.tail.bytes + op.record().len() as u64,
         };
-        self.view.apply_record(
+        view.apply_record(
             self.lease.generation,
             r.first_commit.get(),
             &batches_of(&r),
@@ -389,15 +372,107 @@ impl EngineStore {
     pub fn snapshot<A: Transport + ?Sized>(
         &mut self,
         auth: &A,
+        view: &mut Store,
         nonce: u64,
         now: Timestamp,
     ) -> Result<String, RunError>
     where
         RunError: From<A::Error>,
     {
-        self.resolve(auth)?;
-        let image = self.view.image()?;
+        self.resolve(auth, view)?;
+        let image = view.image()?;
         let file = auth.write_snapshot(&self.lease, &self.tail, image, nonce, now)?;
         Ok(file.path())
+    }
+}
+
+impl EngineStore {
+    /// [`EngineLog::catch_up`] with the store folder reached by `dir`.
+    pub fn open<A: Transport + ?Sized>(
+        auth: &A,
+        lease: &OwnedLease,
+        dir: &StoreDir<'_>,
+    ) -> Result<EngineStore, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        let (log, view) = EngineLog::catch_up(auth, lease, dir)?;
+        Ok(EngineStore { log, view })
+    }
+
+    /// [`EngineStore::open`] with the store folder at `store_dir` (created if missing;
+    /// opened by path, for tests and examples: the run layer opens it beneath its held
+    /// root).
+    pub fn open_at<A: Transport + ?Sized>(
+        auth: &A,
+        lease: &OwnedLease,
+        store_dir: &Path,
+    ) -> Result<EngineStore, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        std::fs::create_dir_all(store_dir)
+            .map_err(|e| RunError::Io(format!("{}: {e}", store_dir.display())))?;
+        let p = store_dir.to_path_buf();
+        let open = move || std::fs::File::open(&p).map(OwnedFd::from);
+        EngineStore::open(
+            auth,
+            lease,
+            &StoreDir {
+                open: &open,
+                path: store_dir.to_path_buf(),
+            },
+        )
+    }
+
+    /// What the open did to the view.
+    pub fn caught_up(&self) -> CatchUp {
+        self.log.caught_up()
+    }
+
+    /// The log's tail as this owner knows it.
+    pub fn tail(&self) -> &StoreTail {
+        self.log.tail()
+    }
+
+    /// The local view, for reads (every acknowledged commit of this owner is in it).
+    pub fn view(&self) -> &Store {
+        &self.view
+    }
+
+    /// [`EngineLog::commit_group`] on this store's view.
+    pub fn commit_group<A: Transport + ?Sized>(
+        &mut self,
+        auth: &A,
+        batches: &[Batch],
+        now: Timestamp,
+        nonce: &mut dyn FnMut() -> u64,
+    ) -> Result<Vec<u64>, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        self.log
+            .commit_group(auth, &mut self.view, batches, now, nonce)
+    }
+
+    /// [`EngineLog::resolve`] on this store's view.
+    pub fn resolve<A: Transport + ?Sized>(&mut self, auth: &A) -> Result<(), RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        self.log.resolve(auth, &mut self.view)
+    }
+
+    /// [`EngineLog::snapshot`] of this store's view.
+    pub fn snapshot<A: Transport + ?Sized>(
+        &mut self,
+        auth: &A,
+        nonce: u64,
+        now: Timestamp,
+    ) -> Result<String, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        self.log.snapshot(auth, &mut self.view, nonce, now)
     }
 }
