@@ -102,9 +102,12 @@ pub fn judge(
     // 1. and 2.: the head readable; no rollback evidence (the store's included, when it
     // can be read without its owner).
     let (head, run_json) = head_and_run_json(&view, folder)?;
+    // With the store committed in the engine (issue #32), the local file is a view the
+    // owner catches up or rebuilds: it is no evidence, and the chain's seal names none.
+    let engine = auth.commits_in_engine();
     let store = match folder.and_then(|f| f.store_root.map(|r| (f, r))) {
-        Some((f, root)) => store_snapshot(auth, f.dir, root)?,
-        None => None,
+        Some((f, root)) if !engine => store_snapshot(auth, f.dir, root)?,
+        _ => None,
     };
     refuse_evidence(auth, head, run_json, newest_event(auth)?, store.as_ref())?;
     let acting = match (&view.head, action) {
@@ -129,9 +132,14 @@ pub fn judge(
             crate::run::preflight(f.dir)?;
         }
         auth.verify()?;
+        if engine {
+            // The engine's store log, checked as the new owner's catch-up will check it
+            // (§18.4), so a broken one refuses before anything is written.
+            auth.read_store_log(None, u64::MAX)?;
+        }
         if let Some(f) = folder {
             crate::run::strays_above(auth, f.dir, head)?;
-            if let Some(h) = &view.head {
+            if let (Some(h), false) = (&view.head, engine) {
                 crate::run::store_named(f.dir, h)?;
             }
         }
@@ -171,6 +179,7 @@ fn is_data_refusal(code: lease_core::Code) -> bool {
             | Code::StoreMissing
             | Code::StoreBehindSeal
             | Code::StoreIdentityMismatch
+            | Code::StoreLogInvalid
     )
 }
 

@@ -2,9 +2,11 @@
 //! cargo feature `etcd`, an etcd cluster (lease-etcd's `EtcdRun`).
 //!
 //! [`LeaseAuthority`] is the set of lease operations lease-run (and the `runlease` CLI)
-//! needs; `run/` has one code path over it. **Only the lease moves**: `run.json`, the
-//! command records, the kernel owner lock, the cgroup and the store stay in the run folder
-//! whatever the authority.
+//! needs; `run/` has one code path over it. `run.json`, the command records, the kernel
+//! owner lock and the cgroup stay in the run folder whatever the authority. The store
+//! follows the lease into an engine ([`LeaseAuthority::commits_in_engine`], issue #32):
+//! with etcd every commit is a record etcd creates under its guard, and the run folder
+//! keeps only a view of them.
 //!
 //! With etcd, "dead" is judged by the owner's etcd lease (lease-etcd's liveness probe),
 //! not by probing a pid, and every heartbeat is bounded by the self-fence deadline: a hung
@@ -106,6 +108,13 @@ pub trait LeaseAuthority:
     /// [`crate::compact`]); `None` for etcd.
     fn folder(&self) -> Option<&RunDir> {
         None
+    }
+
+    /// Whether the run's store is committed in this authority (docs/PROTOCOL.md §18): an
+    /// engine (etcd) creates every commit as a guarded record and the local SQLite file
+    /// is only a view (`store/view.sqlite`); the run folder keeps `store/run.sqlite`.
+    fn commits_in_engine(&self) -> bool {
+        false
     }
 }
 
@@ -285,6 +294,9 @@ impl Transport for EtcdLease {
 impl LeaseAuthority for EtcdLease {
     fn describe(&self) -> String {
         self.url.clone()
+    }
+    fn commits_in_engine(&self) -> bool {
+        true
     }
 }
 

@@ -1,9 +1,10 @@
 //! lease-run with its lease in a real 3-member etcd cluster (`Authority::Etcd`): open,
-//! commit, release and reopen (the seal lives in the lease chain in etcd; run.json and the
-//! store stay in the folder); a second owner refused while the first holds the lease; a
-//! folder lacking the store the chain names (`STORE_MISSING`, before any claim, also in a
-//! race of eight hosts); the owner fenced, its command killed, when the whole cluster is
-//! stopped; a takeover only after the owner's etcd lease expired.
+//! commit, release and reopen (the store is committed in etcd, issue #32; run.json and the
+//! store's view stay in the folder); a second owner refused while the first holds the
+//! lease; the run's state following its lease to another host's empty folder (after a
+//! release, in a race of eight hosts, and after the owner died: 1000 values); the owner
+//! fenced, its command killed, when the whole cluster is stopped; a takeover only after
+//! the owner's etcd lease expired.
 #![cfg(feature = "etcd")]
 
 // Each test crate uses a part of the harness.
@@ -115,23 +116,28 @@ fn open_commit_release_and_reopen_over_etcd() {
         assert_eq!(view.status, Status::Active);
         run.release(FinalStatus::Done).await.unwrap();
     });
-    // Only the lease moved: no lease file in the folder; run.json and the store are here.
+    // The lease and the store are in etcd: no lease file in the folder, no local store,
+    // only the store's view (issue #32); run.json is here.
     assert!(
         files_below(&path.join("lease")).is_empty() && files_below(&path.join("events")).is_empty(),
         "{:?}",
         files_below(&path)
     );
-    assert!(path.join("store").join("run.sqlite").exists());
+    assert!(!path.join("store").join("run.sqlite").exists());
+    assert!(path.join("store").join("view.sqlite").exists());
     let st = run_json(&path);
-    assert_eq!((st.status, st.sealed_sequence), (RunState::Done, Some(1)));
-    // The release epoch in etcd carries the seal.
+    assert_eq!((st.status, st.sealed_sequence), (RunState::Done, None));
+    // The commit is a record in etcd; the release epoch carries no seal (nothing local to
+    // bind).
+    let log = obs.read_store_log(None, 0).unwrap();
+    assert_eq!(log.records.len(), 1);
+    assert_eq!(log.records[0].record.batches[0].writes[0].key, "k");
     let view = obs.status(now_ts(), false).unwrap();
     assert_eq!(view.status, Status::Free);
     let head = view.head.unwrap();
     assert_eq!(head.generation().get(), 2);
-    let seal = head.epoch.seal.clone().expect("sealed release");
-    assert_eq!(seal.sequence, 1);
-    // Reopen: the seal is read from the chain in etcd and checked against the store.
+    assert!(head.epoch.seal.is_none());
+    // Reopen: the view is at the engine's tail.
     rt().block_on(async {
         let run = Run::open(&path, o.clone()).await.unwrap();
         assert_eq!(run.generation().get(), 3);
@@ -162,17 +168,17 @@ fn a_second_owner_is_refused_while_the_first_holds_the_etcd_lease() {
         assert_eq!(err.code().as_str(), "OWNER_LOCK_HELD");
         run.commit(Batch::new().put("k", "1")).await.unwrap();
         run.release(FinalStatus::Done).await.unwrap();
-        // Free now, but the chain names a store host-b's folder lacks: refused by the
-        // preflight, before the claim (issue #17), so the lease in etcd is untouched.
-        let obs = observer(&cluster, "t-held", "job");
-        let head = |o: &EtcdLease| o.status(now_ts(), false).unwrap().head.unwrap();
-        let before = head(&obs).generation();
-        let err = Run::open(&b, o.clone()).await.unwrap_err();
-        assert_eq!(err.code().as_str(), "STORE_MISSING", "{err}");
-        assert_eq!(head(&obs).generation(), before, "nothing was claimed");
-        // host-a's folder still opens with its store.
-        let run = Run::open(&a, o.clone()).await.unwrap();
+        // Free now: host-b's empty folder opens the run with its state (issue #32: the
+        // store follows the lease), and commits.
+        let run = Run::open(&b, o.clone()).await.unwrap();
         assert_eq!(run.store().head().unwrap(), 1);
+        assert_eq!(run.store().get("k").unwrap().unwrap().value, b"1");
+        run.commit(Batch::new().put("k", "2")).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+        // host-a's view is behind by one record: caught up at its open.
+        let run = Run::open(&a, o.clone()).await.unwrap();
+        assert_eq!(run.store().head().unwrap(), 2);
+        assert_eq!(run.store().get("k").unwrap().unwrap().value, b"2");
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
@@ -343,23 +349,18 @@ fn an_unreachable_cluster_fails_the_open_with_unavailable() {
 /// (Before the preflight checked the store, a host lacking it claimed first, found out,
 /// and released: the rightful host lost the race and nobody won.)
 #[test]
-fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
+fn in_a_race_of_eight_hosts_each_owner_sees_every_commit_before_it() {
     let Some((_g, cluster)) = setup() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let o = opts(&cluster, "t-race8");
     let host = |i: usize| tmp.path().join(format!("host-{i}")).join("job");
-    let obs = observer(&cluster, "t-race8", "job");
     rt().block_on(async {
         let run = Run::open(&host(0), o.clone()).await.unwrap();
-        run.commit(Batch::new().put("k", "v")).await.unwrap();
+        run.commit(Batch::new().put("first", "v")).await.unwrap();
         run.release(FinalStatus::Done).await.unwrap();
     });
-    let released = obs
-        .status(now_ts(), false)
-        .unwrap()
-        .head
-        .unwrap()
-        .generation();
+    // Eight hosts (host-0 with a view, seven with empty folders) open at once: whoever
+    // owns the run sees every commit made before it, and adds its own.
     let results: Vec<(usize, Result<u64, String>)> = rt().block_on(async {
         let mut tasks = Vec::new();
         for i in (0..8).rev() {
@@ -367,10 +368,14 @@ fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
             tasks.push(tokio::spawn(async move {
                 let r = match Run::open(&p, o).await {
                     Ok(run) => {
-                        let g = run.generation().get();
-                        assert_eq!(run.store().head().unwrap(), 1);
+                        let head = run.store().head().unwrap();
+                        assert!(head >= 1, "host-{i} owns the run with an empty store");
+                        assert!(run.store().get("first").unwrap().is_some());
+                        run.commit(Batch::new().put(format!("host-{i}"), "was here"))
+                            .await
+                            .unwrap();
                         run.release(FinalStatus::Done).await.unwrap();
-                        Ok(g)
+                        Ok(head)
                     }
                     Err(e) => Err(e.code().as_str().to_string()),
                 };
@@ -383,18 +388,109 @@ fn in_a_race_of_eight_hosts_only_the_one_with_the_store_claims() {
         }
         out
     });
-    for (i, r) in &results {
-        match (i, r) {
-            (0, r) => assert_eq!(r, &Ok(released.get() + 1), "host-0: {r:?}"),
-            // Refused before claiming: the store is missing, or (once host-0 holds the
-            // run) it is held; never a claim.
-            (_, Err(code)) if code == "STORE_MISSING" || code == "RUN_ALREADY_ACTIVE" => {}
-            (_, r) => panic!("host-{i}: {r:?}"),
+    let owners: Vec<usize> = results
+        .iter()
+        .filter_map(|(i, r)| match r {
+            Ok(_) => Some(*i),
+            Err(code) if code == "RUN_ALREADY_ACTIVE" || code == "TAKEOVER_RACE" => None,
+            Err(code) => panic!("host-{i}: {code}"),
+        })
+        .collect();
+    assert!(!owners.is_empty());
+    // Every owner's commit is there, seen from a host that owned none of them.
+    rt().block_on(async {
+        let run = Run::open(&tmp.path().join("host-9").join("job"), o.clone())
+            .await
+            .unwrap();
+        assert_eq!(run.store().head().unwrap(), 1 + owners.len() as u64);
+        for i in &owners {
+            assert!(
+                run.store().get(&format!("host-{i}")).unwrap().is_some(),
+                "host-{i}"
+            );
         }
-    }
-    // Only host-0's claim and release moved the chain.
-    let head = obs.status(now_ts(), false).unwrap().head.unwrap();
-    assert_eq!(head.generation().get(), released.get() + 2);
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+/// Issue #32's failover: host A commits k=1..=1000 and dies (its process gone: its
+/// heartbeats stop); host B, with its own empty folder, takes the run over once A's etcd
+/// lease expired, sees every acknowledged value, and goes on committing.
+#[test]
+fn the_state_follows_the_lease_to_a_host_with_an_empty_folder() {
+    let Some((_g, cluster)) = setup() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("host-a").join("job");
+    let b = tmp.path().join("host-b").join("job");
+    let o = opts(&cluster, "t-follow");
+    let obs = observer(&cluster, "t-follow", "job");
+    // Host A on a runtime of its own, which "dies" with it.
+    let rt_a = tokio::runtime::Runtime::new().unwrap();
+    let run_a = rt_a.block_on(async {
+        let run = Run::open(&a, o.clone()).await.unwrap();
+        for g in 0..100u64 {
+            let batches: Vec<Batch> = (1..=10)
+                .map(|i| {
+                    let k = g * 10 + i;
+                    Batch::new().put(format!("k{k}"), format!("v{k}"))
+                })
+                .collect();
+            let store = run.store();
+            let seqs = tokio::task::spawn_blocking(move || store.commit_group(&batches))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(seqs.last(), Some(&(g * 10 + 10)));
+        }
+        run
+    });
+    let died = Instant::now();
+    run_a.suspend_heartbeats();
+    std::mem::forget(run_a);
+    rt_a.shutdown_background();
+    let taken = rt().block_on(async {
+        loop {
+            let head = obs.status(now_ts(), false).unwrap().head.unwrap();
+            let taker = OpenOptions {
+                takeover: Some(Expectation::of(&head)),
+                takeover_watched: Some(died.elapsed()),
+                ..o.clone()
+            };
+            match Run::open(&b, taker).await {
+                Ok(r) => break r,
+                Err(e) => assert!(
+                    matches!(
+                        e.code().as_str(),
+                        "TAKEOVER_ACTIVE_REFUSED" | "TAKEOVER_RACE" | "RUN_ALREADY_ACTIVE"
+                    ),
+                    "{e}"
+                ),
+            }
+            assert!(died.elapsed() < Duration::from_secs(15), "never taken over");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let failover = died.elapsed();
+    rt().block_on(async {
+        let store = taken.store();
+        assert_eq!(store.head().unwrap(), 1000);
+        for k in 1..=1000 {
+            assert_eq!(
+                store.get(&format!("k{k}")).unwrap().unwrap().value,
+                format!("v{k}").into_bytes(),
+                "k{k}"
+            );
+        }
+        assert_eq!(
+            taken.commit(Batch::new().put("k1", "b")).await.unwrap(),
+            1001
+        );
+        eprintln!(
+            "failover: host B took over {} ms after host A died and saw all 1000 values",
+            failover.as_millis()
+        );
+        taken.release(FinalStatus::Done).await.unwrap();
+    });
 }
 
 /// Issue #31: when the cluster fills up (its NOSPACE alarm), every heartbeat is refused

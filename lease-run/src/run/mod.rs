@@ -104,6 +104,18 @@ struct Shared {
     /// The guard process ([`crate::guard`]), started at the first command when
     /// [`OpenOptions::guard`] names a program. Lock order: this, then `tracked`.
     guard: Mutex<GuardSlot>,
+    /// Set at the `seal` step when the authority commits the store (issue #32): the
+    /// engine's log state beside the view that `core` holds. Lock order: `core`'s store
+    /// slot, then this.
+    engine: std::sync::OnceLock<EngineSlot>,
+}
+
+/// The engine-committed store's state beside its view (docs/PROTOCOL.md §18).
+struct EngineSlot {
+    /// The authority that creates the records.
+    auth: Arc<dyn LeaseAuthority>,
+    /// The log's tail and a commit whose answer was lost.
+    log: Mutex<crate::engine_store::EngineLog>,
 }
 
 /// The guard: the program to start, the running one, and whether it was told it is done.
@@ -253,6 +265,11 @@ impl Shared {
 
     /// The head to report in the next heartbeat (read before it starts).
     fn reported_store_head(&self) -> Option<u64> {
+        // With the store in the engine the floor protects nothing: the engine's log is the
+        // store, and every acknowledged commit is in it (§18). Beats carry no head.
+        if self.engine.get().is_some() {
+            return None;
+        }
         self.core.reported_head()
     }
 

@@ -108,9 +108,13 @@ struct Ctx<'a> {
 /// ([`lease_core::seal::requirements`]).
 use lease_core::seal::Requirements;
 
-/// The store as the `store` step opened it, with the seal and floor the `seal` step
-/// checks it against.
-type Unchecked = (OpenedStore, Requirements);
+/// The store as the `store` step opened it: a local store with the seal and floor the
+/// `seal` step checks it against, or (the store in the engine, issue #32) the view the
+/// catch-up brought to the engine's tail, with the log's state.
+enum Unchecked {
+    Local(OpenedStore, Requirements),
+    Engine(Store, crate::engine_store::EngineLog),
+}
 
 impl Run {
     /// Open (claim) the run at the absolute `path`, in this order, each step timed:
@@ -217,7 +221,7 @@ impl Run {
             go(StepName::Commands)?;
             let opened = store(&st, &cx, &lease).await?;
             go(StepName::Store)?;
-            seal(&cx, &lease, &shared, opened).await?;
+            seal(&cx, &lease, &shared, st.auth.clone(), opened).await?;
             Ok::<(), Halt>(())
         };
         match steps.await {
@@ -318,6 +322,17 @@ impl Run {
                         rec.detail = Some(detail);
                         rec.wake_at = None;
                         rec.updated_at = now;
+                        // A view of the engine's store (issue #32) is closed, not sealed.
+                        let in_engine = sh.as_ref().is_some_and(|sh| sh.engine.get().is_some());
+                        let (store, carried) = match store {
+                            Some(v) if in_engine => {
+                                if let Err(e) = v.close() {
+                                    tracing::warn!(run = %n, error = %e, "undo: closing the store's view failed");
+                                }
+                                (None, None)
+                            }
+                            other => (other, carried),
+                        };
                         let seal = match store.map(|s| s.seal(l.generation)) {
                             Some(Ok(s)) => Some(s),
                             Some(Err(e)) => {
@@ -763,6 +778,7 @@ fn share(
         beat_count: tokio::sync::Mutex::new(1),
         release_request: tokio::sync::Notify::new(),
         store_socket: std::sync::OnceLock::new(),
+        engine: std::sync::OnceLock::new(),
         guard: Mutex::new(GuardSlot {
             program: opts.guard.clone(),
             ..GuardSlot::default()
@@ -949,6 +965,17 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
     );
     let root = st.root.clone();
     let store_dir = path.join(lease_core::layout::STORE_DIR);
+    if dir.commits_in_engine() {
+        let l = lease.clone();
+        return timed(
+            cb,
+            StepName::Store,
+            blocking(name, StepName::Store, deadline, move || {
+                engine_store(&*dir, &root, &store_dir, &l)
+            }),
+        )
+        .await;
+    }
     let (opened, req) = timed(
         cb,
         StepName::Store,
@@ -975,7 +1002,42 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
         }),
     )
     .await?;
-    Ok((opened, req))
+    Ok(Unchecked::Local(opened, req))
+}
+
+/// (8), the store in the engine (docs/PROTOCOL.md §18.4): the view `store/view.sqlite`
+/// caught up to the engine's log, or rebuilt from it, before anything is served. A run
+/// whose chain names a local store (a seal or a floor from before the store followed the
+/// lease) while the engine holds no record of it is refused: its data is in that
+/// `store/run.sqlite`, and starting from an empty store would lose it.
+fn engine_store(
+    auth: &dyn LeaseAuthority,
+    root: &lease_fs::RealFs,
+    store_dir: &Path,
+    lease: &OwnedLease,
+) -> Result<Unchecked, RunError> {
+    let rid = lease.run_id.clone();
+    // Opened beneath the held root (the layout step made it), never through a symlink.
+    let open = || root.open_dir(lease_core::layout::STORE_DIR);
+    let dir = crate::engine_store::StoreDir {
+        open: &open,
+        path: store_dir.to_path_buf(),
+    };
+    let (log, view) = crate::engine_store::EngineLog::catch_up(auth, lease, &dir)?;
+    if log.tail().last.is_none() {
+        let req = requirements(auth, lease.generation)?;
+        if !req.names_no_store() {
+            return Err(RunError::Store(lease_sqlite::StoreError::Missing {
+                run: rid.to_string(),
+                file: store_dir
+                    .join(lease_core::layout::STORE_FILE_NAME)
+                    .display()
+                    .to_string(),
+                detail: "the lease chain names this local store (from before the store was committed in the engine), and the engine holds no record of it; this version cannot import it yet, and will not start this run with an empty store".into(),
+            }));
+        }
+    }
+    Ok(Unchecked::Engine(view, log))
 }
 
 /// (9) seal: the store must be the sealed one, at or past the seal and the floor.
@@ -985,7 +1047,8 @@ async fn seal(
     cx: &Ctx<'_>,
     lease: &OwnedLease,
     shared: &Arc<Shared>,
-    (opened, req): Unchecked,
+    auth: Arc<dyn LeaseAuthority>,
+    opened: Unchecked,
 ) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let (sh, weak) = (shared.clone(), Arc::downgrade(shared));
@@ -994,7 +1057,10 @@ async fn seal(
         cb,
         StepName::Seal,
         blocking(name, StepName::Seal, deadline, move || {
-            let mut store = opened.check(&req)?;
+            let (mut store, engine) = match opened {
+                Unchecked::Local(opened, req) => (opened.check(&req)?, None),
+                Unchecked::Engine(view, log) => (view, Some(log)),
+            };
             let head = store.head()?;
             store.set_commit_gate(Box::new(move || match weak.upgrade() {
                 Some(sh) => sh.check_live().map_err(|e| {
@@ -1011,6 +1077,12 @@ async fn seal(
                     detail: "the run is gone".into(),
                 })),
             }));
+            if let Some(log) = engine {
+                let _ = sh.engine.set(super::EngineSlot {
+                    auth: auth.clone(),
+                    log: Mutex::new(log),
+                });
+            }
             sh.core.install_store(store, head);
             Ok(())
         }),

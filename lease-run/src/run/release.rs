@@ -220,11 +220,18 @@ impl Run {
         )
         .await?;
 
+        // With the store in the engine (issue #32) the view is closed, not sealed: the
+        // engine's log is the store, and the next owner catches up from it.
+        let in_engine = self.shared.engine.get().is_some();
         let sealed = timed(
             &cb,
             StepName::SealStore,
             blocking(&name, StepName::SealStore, deadline, move || match store {
-                Some(s) => Ok(s.seal(g)?),
+                Some(s) if in_engine => {
+                    s.close()?;
+                    Ok(None)
+                }
+                Some(s) => Ok(Some(s.seal(g)?)),
                 None => Err(RunError::Io(
                     "the store was closed before the release (fenced?)".into(),
                 )),
@@ -251,7 +258,7 @@ impl Run {
         rec.status = state;
         rec.detail = detail;
         rec.wake_at = wake_at;
-        rec.sealed_sequence = Some(seal.sequence);
+        rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
         rec.updated_at = now;
         let (dir, auth, sh, l, r) = (
             self.dir.clone(),
@@ -293,7 +300,7 @@ impl Run {
                 auth.release(ReleaseParams {
                     lease: l.clone(),
                     now: wall_now()?,
-                    seal: Some(seal),
+                    seal,
                 })
             }),
         )

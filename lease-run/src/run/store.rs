@@ -3,8 +3,15 @@
 use super::{Run, Shared};
 use crate::error::RunError;
 use crate::fence::{Access, FenceCore};
+use crate::sync::lock_std;
 use lease_sqlite::{Batch, Commit, Document, Store, StoreError};
 use std::sync::Arc;
+
+/// A commit id's random part when the OS has no randomness to give (never expected): the
+/// boot-time clock, so two ids of one owner still differ.
+fn boottime_nonce() -> u64 {
+    crate::procs::boottime_ns()
+}
 
 /// A handle on the run's store (`store/run.sqlite`), from [`Run::store`]. Cloneable and
 /// `Send + Sync`: the one `lease_sqlite::Store` (`Send`, not `Sync`) sits behind a mutex,
@@ -33,10 +40,13 @@ impl std::fmt::Debug for RunStore {
 }
 
 impl RunStore {
-    fn with<T>(
+    fn with<T, E>(
         &self,
-        f: impl FnOnce(&FenceCore<Store>, &mut Store) -> Result<T, StoreError>,
-    ) -> Result<T, RunError> {
+        f: impl FnOnce(&FenceCore<Store>, &mut Store) -> Result<T, E>,
+    ) -> Result<T, RunError>
+    where
+        RunError: From<E>,
+    {
         match self.shared.core.with_store(f) {
             Ok(x) => Ok(x),
             Err(Access::Failed(e)) => Err(e.into()),
@@ -61,27 +71,59 @@ impl RunStore {
     /// returns). `FENCED` (75) if the run is fenced or past its self-fence deadline, or if
     /// the store has accepted a higher generation.
     pub fn commit(&self, batch: &Batch) -> Result<u64, RunError> {
-        let g = self.shared.generation;
-        self.with(|core, s| {
-            let seq = s.commit(g, batch)?;
-            core.acknowledge(seq);
-            Ok(seq)
-        })
+        let seqs = self.commit_group(std::slice::from_ref(batch))?;
+        Ok(seqs.first().copied().unwrap_or(0))
     }
 
     /// Group commit: commit each of `batches` as this run's generation in one store
     /// transaction (one fsync), each with its own sequence; returns them in order (see
     /// `lease_sqlite::Store::commit_group`). All or none, with the errors of
     /// [`RunStore::commit`].
+    ///
+    /// With the store committed in the engine (issue #32, docs/PROTOCOL.md §18.3) each
+    /// group that fits is one record the engine creates under its guard, then applied to
+    /// the local view; the self-fence rule is applied before the engine is asked. A commit
+    /// whose answer was lost (`OUTCOME_UNKNOWN`) is resolved before the next one.
     pub fn commit_group(&self, batches: &[Batch]) -> Result<Vec<u64>, RunError> {
+        if let Some(engine) = self.shared.engine.get() {
+            return self.engine_commit(engine, batches);
+        }
         let g = self.shared.generation;
         self.with(|core, s| {
             let seqs = s.commit_group(g, batches)?;
             if let Some(last) = seqs.last() {
                 core.acknowledge(*last);
             }
-            Ok(seqs)
+            Ok::<_, StoreError>(seqs)
         })
+    }
+
+    fn engine_commit(
+        &self,
+        engine: &super::EngineSlot,
+        batches: &[Batch],
+    ) -> Result<Vec<u64>, RunError> {
+        let sh = &self.shared;
+        let r = self.with(|core, view| {
+            // The self-fence rule before the engine is asked (the view's own gate runs
+            // again when the record is applied).
+            sh.check_live()?;
+            let now = super::status::wall_now()?;
+            let mut log = lock_std(&engine.log);
+            let mut nonce = || getrandom::u64().unwrap_or_else(|_| boottime_nonce());
+            let seqs = log.commit_group(&*engine.auth, view, batches, now, &mut nonce)?;
+            if let Some(last) = seqs.last() {
+                core.acknowledge(*last);
+            }
+            Ok::<_, RunError>(seqs)
+        });
+        if let Err(e) = &r {
+            if e.code() == lease_core::Code::Fenced && !sh.is_fenced() {
+                // The engine refused this generation's record: it is deposed.
+                sh.fence(e.to_string());
+            }
+        }
+        r
     }
 
     /// The commits after sequence `after`, at most `max` of them, in order.
@@ -155,8 +197,14 @@ impl Run {
     /// after a clean release. Costs one more fsync (the store socket's commits do this for
     /// a whole group at once). If the beat fails the commit is in the store but this
     /// returns the beat's error (a `FENCED` beat fences the run).
+    ///
+    /// With the store committed in the engine (issue #32) there is no floor to cover: the
+    /// engine's log is the store, and the commit is acknowledged once the engine took it.
     pub async fn commit_covered(&self, batch: Batch) -> Result<u64, RunError> {
         let seq = self.commit(batch).await?;
+        if self.shared.engine.get().is_some() {
+            return Ok(seq);
+        }
         super::heartbeat::beat(&self.auth, &self.shared, &self.lease, true).await?;
         Ok(seq)
     }
