@@ -113,7 +113,7 @@ use lease_core::seal::Requirements;
 /// catch-up brought to the engine's tail, with the log's state.
 enum Unchecked {
     Local(OpenedStore, Requirements),
-    Engine(Store, crate::engine_store::EngineLog),
+    Engine(Store, Box<crate::engine_store::EngineLog>),
 }
 
 impl Run {
@@ -1037,7 +1037,7 @@ fn engine_store(
             }));
         }
     }
-    Ok(Unchecked::Engine(view, log))
+    Ok(Unchecked::Engine(view, Box::new(log)))
 }
 
 /// (9) seal: the store must be the sealed one, at or past the seal and the floor.
@@ -1080,7 +1080,7 @@ async fn seal(
             if let Some(log) = engine {
                 let _ = sh.engine.set(super::EngineSlot {
                     auth: auth.clone(),
-                    log: Mutex::new(log),
+                    log: Mutex::new(*log),
                 });
             }
             sh.core.install_store(store, head);
