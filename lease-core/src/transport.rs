@@ -414,6 +414,12 @@ pub trait LeaseOps: Transport {
         self.drive(&mut op)
     }
 
+    /// Remove what the snapshot `keep` made unnecessary: the records up to its `through`
+    /// and older snapshots (§18.5). Run after `keep` was written.
+    fn truncate_store_log(&self, keep: FileRef) -> Result<crate::ops::Truncated, Self::Error> {
+        self.drive(&mut crate::ops::TruncateStoreLog::new(keep))
+    }
+
     /// Compact old epochs, cutoffs, heartbeats and intents (§7.10).
     fn prune(&self, p: PruneParams) -> Result<PruneReport, Self::Error> {
         same_run(self.run_id(), &p.run_id)?;

@@ -555,3 +555,53 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_truncation_leaves_the_newest_snapshot_and_the_records_after_it() {
+    let (mut d, l, tail3) = owner_with(3);
+    let s1 = d
+        .run(
+            &mut WriteSnapshot::new(&l, &tail3, image(10), 1, t(600)).unwrap(),
+            &all_alive,
+        )
+        .unwrap();
+    let mut tail = tail3.clone();
+    for i in 4..=5 {
+        tail = commit(&mut d, &l, &tail, vec![batch(&format!("c{i}"), "k", b"v")])
+            .unwrap()
+            .tail;
+    }
+    // A writer that died after a chunk of an older snapshot, before its manifest.
+    let orphan = FileRef::SnapshotChunk {
+        through: seq(2),
+        nonce: 9,
+        index: 0,
+    };
+    d.files.insert(orphan, b"half".to_vec());
+    let s2 = d
+        .run(
+            &mut WriteSnapshot::new(&l, &tail, image(20), 2, t(700)).unwrap(),
+            &all_alive,
+        )
+        .unwrap();
+    let done = d.run(&mut TruncateStoreLog::new(s2), &all_alive).unwrap();
+    assert_eq!(done.records, 5);
+    assert_eq!(
+        done.snapshot_files, 3,
+        "s1's manifest and chunk, the orphan chunk"
+    );
+    assert!(records(&d).is_empty());
+    assert!(!d.files.contains_key(&s1) && !d.files.contains_key(&orphan));
+    assert!(d.files.contains_key(&s2));
+    let view = read_log(&mut d, Some(l.generation)).unwrap();
+    assert_eq!(view.snapshot.as_ref().map(|(f, _)| *f), Some(s2));
+    assert_eq!(view.tail.last, tail.last);
+    assert_eq!(view.tail.commits, 5);
+    // The log goes on from the snapshot.
+    let c = commit(&mut d, &l, &view.tail, vec![batch("c6", "k", b"v")]).unwrap();
+    assert_eq!(c.sequence.get(), 6);
+    assert_eq!(read_log(&mut d, None).unwrap().records.len(), 1);
+    // Truncating again is a no-op.
+    let again = d.run(&mut TruncateStoreLog::new(s2), &all_alive).unwrap();
+    assert_eq!(again, Truncated::default());
+}

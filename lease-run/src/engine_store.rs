@@ -86,7 +86,16 @@ pub struct EngineLog {
     unresolved: Option<CommitRecord>,
     budget: u64,
     caught_up: CatchUp,
+    /// Records after the newest snapshot (what a new host's catch-up applies one by one).
+    since_snapshot: u64,
+    /// [`SNAPSHOT_EVERY_RECORDS`], unless set.
+    snapshot_every: u64,
 }
+
+/// After this many records past the newest snapshot, a commit also writes a snapshot and
+/// truncates the log (§18.5), so a new host's catch-up applies at most about this many
+/// records after one image.
+pub const SNAPSHOT_EVERY_RECORDS: u64 = 1024;
 
 impl std::fmt::Debug for EngineLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -206,6 +215,8 @@ impl EngineLog {
             unresolved: None,
             budget: DEFAULT_BUDGET_BYTES,
             caught_up,
+            since_snapshot: log.records.len() as u64,
+            snapshot_every: SNAPSHOT_EVERY_RECORDS,
         };
         Ok((state, view))
     }
@@ -247,6 +258,12 @@ impl EngineLog {
     /// Set the run's byte budget (§18.6; default 64 MiB).
     pub fn set_budget(&mut self, bytes: u64) {
         self.budget = bytes;
+    }
+
+    /// Write a snapshot (and truncate) once this many records follow the newest one
+    /// (default [`SNAPSHOT_EVERY_RECORDS`]; 0 or 1: after every commit).
+    pub fn set_snapshot_every(&mut self, records: u64) {
+        self.snapshot_every = records.max(1);
     }
 
     /// Commit `batches` (§18.3): one record per group that fits, each created by the
@@ -322,6 +339,13 @@ impl EngineLog {
             seqs.extend(first..=self.tail.commits);
             at += n;
         }
+        if self.since_snapshot >= self.snapshot_every {
+            // The commits are in the engine and the view: a failed snapshot is no failed
+            // commit (it is tried again at the next one; a fence shows at the next commit).
+            if let Err(e) = self.snapshot(auth, view, nonce(), now) {
+                tracing::warn!(run = %self.lease.run_id, error = %e, "the store's automatic snapshot failed");
+            }
+        }
         Ok(seqs)
     }
 
@@ -364,11 +388,13 @@ impl EngineLog {
             &position_of(&tail),
         )?;
         self.tail = tail;
+        self.since_snapshot += 1;
         Ok(())
     }
 
-    /// Write a snapshot of the view under the engine's guard (§18.5); returns the
-    /// manifest's path. Nothing truncates the log after it yet.
+    /// Write a snapshot of the view under the engine's guard, then truncate the log up to
+    /// it (§18.5); returns the manifest's path. A truncation that fails leaves records a
+    /// later truncation removes (the snapshot stands).
     pub fn snapshot<A: Transport + ?Sized>(
         &mut self,
         auth: &A,
@@ -381,7 +407,13 @@ impl EngineLog {
     {
         self.resolve(auth, view)?;
         let image = view.image()?;
+        let size = image.len() as u64;
         let file = auth.write_snapshot(&self.lease, &self.tail, image, nonce, now)?;
+        self.tail.bytes = size;
+        self.since_snapshot = 0;
+        if let Err(e) = auth.truncate_store_log(file).map_err(RunError::from) {
+            tracing::warn!(run = %self.lease.run_id, error = %e, "truncating the store's log after a snapshot failed; the next snapshot removes the rest");
+        }
         Ok(file.path())
     }
 }
@@ -438,6 +470,11 @@ impl EngineStore {
     /// The local view, for reads (every acknowledged commit of this owner is in it).
     pub fn view(&self) -> &Store {
         &self.view
+    }
+
+    /// [`EngineLog::set_snapshot_every`].
+    pub fn set_snapshot_every(&mut self, records: u64) {
+        self.log.set_snapshot_every(records);
     }
 
     /// [`EngineLog::commit_group`] on this store's view.

@@ -290,6 +290,11 @@ fn a_snapshot_rebuilds_a_new_hosts_view_with_the_records_after_it() {
         manifest.starts_with("store/snapshots/00000000000000000020-"),
         "{manifest}"
     );
+    let log = e.mem.read_store_log(None, 0).unwrap();
+    assert!(
+        log.records.is_empty(),
+        "the records up to the snapshot were removed"
+    );
     commit(&mut s, &e, &[Batch::new().put("after", "snap")]).unwrap();
     drop(s);
     retire(&e, "host-b");
@@ -365,4 +370,37 @@ fn a_commit_whose_answer_was_lost_is_resolved_before_the_next() {
     assert_eq!(value(&s, "f"), None);
     let log = e.mem.read_store_log(None, 0).unwrap();
     assert_eq!(log.records.len(), 4, "a, b, c, d: f never landed");
+}
+
+#[test]
+fn commits_snapshot_and_truncate_by_themselves_and_a_new_host_catches_up_from_that() {
+    let e = Engine::new();
+    let a = claim(&e, "owner-a", "host-a");
+    let host_a = tempfile::tempdir().unwrap();
+    let mut s = EngineStore::open_at(&e, &a, host_a.path()).unwrap();
+    s.set_snapshot_every(5);
+    for i in 0..12 {
+        commit(&mut s, &e, &[Batch::new().put(format!("k{i}"), "v")]).unwrap();
+    }
+    // Snapshots after records 5 and 10; records 11 and 12 follow the newest.
+    let log = e.mem.read_store_log(None, 0).unwrap();
+    let (_, m) = log.snapshot.clone().expect("a snapshot");
+    assert_eq!(m.through.get(), 10);
+    assert_eq!(log.records.len(), 2);
+    let manifests = e
+        .mem
+        .disk()
+        .files
+        .keys()
+        .filter(|f| matches!(f, lease_core::FileRef::Snapshot { .. }))
+        .count();
+    assert_eq!(manifests, 1, "the older snapshot was removed");
+    drop(s);
+    retire(&e, "host-b");
+    let b = claim(&e, "owner-b", "host-b");
+    let host_b = tempfile::tempdir().unwrap();
+    let sb = EngineStore::open_at(&e, &b, host_b.path()).unwrap();
+    assert_eq!(sb.caught_up(), CatchUp::Rebuilt(2));
+    assert_eq!(sb.view().head().unwrap(), 12);
+    assert!(value(&sb, "k0").is_some() && value(&sb, "k11").is_some());
 }

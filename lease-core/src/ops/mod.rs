@@ -36,7 +36,8 @@ pub use observe::{
 pub use prune::{Prune, PruneParams, PruneReport};
 pub use store::{
     CommitParams, CommitRecord, Committed, LoggedRecord, READ_PAGE_BYTES, READ_PAGE_RECORDS,
-    ReadSnapshot, ReadStoreLog, StoreLogView, WriteSnapshot, commit_id,
+    ReadSnapshot, ReadStoreLog, StoreLogView, TruncateStoreLog, Truncated, WriteSnapshot,
+    commit_id,
 };
 
 use crate::error::LeaseError;
