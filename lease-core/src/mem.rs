@@ -72,6 +72,7 @@ impl MemDisk {
             Request::Read(_) => "read",
             Request::Exists(_) => "exists",
             Request::CreateExclusive(..) | Request::CreateGuarded { .. } => "create",
+            Request::ReplaceGuarded { .. } => "replace",
             Request::ReadStoreRecords { .. } => "read",
             Request::WriteBeat { .. } => "beat",
             Request::Remove(..) => "remove",
@@ -126,6 +127,22 @@ impl MemDisk {
                 let r = self.link(file, bytes);
                 self.volatile.remove(&file);
                 r
+            }
+            Request::ReplaceGuarded {
+                file,
+                bytes,
+                generation,
+            } => {
+                let above = self
+                    .files
+                    .keys()
+                    .any(|f| matches!(f, FileRef::Epoch(h) if *h > generation));
+                if above {
+                    return Response::Superseded;
+                }
+                self.volatile.remove(&file);
+                self.files.insert(file, bytes);
+                Response::Done
             }
             Request::ReadStoreRecords {
                 from,

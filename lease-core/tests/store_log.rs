@@ -605,3 +605,25 @@ fn a_truncation_leaves_the_newest_snapshot_and_the_records_after_it() {
     let again = d.run(&mut TruncateStoreLog::new(s2), &all_alive).unwrap();
     assert_eq!(again, Truncated::default());
 }
+
+#[test]
+fn a_guarded_replace_is_refused_once_a_newer_epoch_exists() {
+    let (mut d, a, _) = owner_with(0);
+    let put = |d: &mut MemDisk, g: Generation, b: &[u8]| {
+        d.perform(
+            Request::ReplaceGuarded {
+                file: FileRef::RunStatus,
+                bytes: b.to_vec(),
+                generation: g,
+            },
+            &all_alive,
+        )
+    };
+    assert_eq!(put(&mut d, a.generation, b"one"), Response::Done);
+    assert_eq!(put(&mut d, a.generation, b"two"), Response::Done);
+    release(&mut d, &a, 100).unwrap();
+    let b = claim(&mut d, "b", 2, 200).unwrap();
+    assert_eq!(put(&mut d, a.generation, b"late"), Response::Superseded);
+    assert_eq!(d.files[&FileRef::RunStatus], b"two");
+    assert_eq!(put(&mut d, b.generation, b"b"), Response::Done);
+}

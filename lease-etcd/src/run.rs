@@ -621,6 +621,14 @@ impl EtcdRun {
                 bytes,
                 generation,
             } => self.create_guarded(file, bytes, generation, deadline).await,
+            Request::ReplaceGuarded {
+                file,
+                bytes,
+                generation,
+            } => {
+                self.replace_guarded(file, bytes, generation, deadline)
+                    .await
+            }
             Request::ReadStoreRecords {
                 from,
                 max_count,
@@ -776,6 +784,32 @@ impl EtcdRun {
         Ok(match existing {
             Some(_) => Response::AlreadyExists,
             None => Response::Superseded,
+        })
+    }
+
+    /// A put of `f` guarded by "no epoch above `g`" (PROTOCOL §18: `run.json` in the
+    /// engine), one transaction: `Done`, or `Superseded` with nothing written. Retried on
+    /// unavailability: the put is idempotent, and once an epoch above `g` exists every
+    /// attempt is refused.
+    async fn replace_guarded(
+        &self,
+        f: FileRef,
+        bytes: Vec<u8>,
+        g: Generation,
+        deadline: Instant,
+    ) -> Result<Response, EtcdError> {
+        let key = self.key(f);
+        let txn = Txn::new()
+            .when(self.no_epoch_above(g).into_iter().collect::<Vec<_>>())
+            .and_then(vec![TxnOp::put(key.clone(), bytes, None)]);
+        let (resp, _) = self
+            .txn(&key, deadline, txn)
+            .await
+            .map_err(|e| e.about(f))?;
+        Ok(if resp.succeeded() {
+            Response::Done
+        } else {
+            Response::Superseded
         })
     }
 

@@ -284,8 +284,26 @@ fn a_deposed_owners_record_is_refused_by_etcd() {
         .perform(Request::Remove(probe, Durability::Fsync))
         .unwrap();
 
+    // run.json in the engine (a guarded replace) lands while the owner holds the run.
+    let put = |g: Generation, b: &[u8]| {
+        owner
+            .perform(Request::ReplaceGuarded {
+                file: FileRef::RunStatus,
+                bytes: b.to_vec(),
+                generation: g,
+            })
+            .unwrap()
+    };
+    assert_eq!(put(lease.generation, b"status-1"), Response::Done);
+
     let retired = retire_once_dead(&other);
     assert_eq!(retired.generation.get(), 2);
+    // ... and is refused once a newer epoch exists, the value left as it was.
+    assert_eq!(put(lease.generation, b"late"), Response::Superseded);
+    assert_eq!(
+        other.perform(Request::Read(FileRef::RunStatus)).unwrap(),
+        Response::Content(Some(b"status-1".to_vec()))
+    );
     let refused = owner
         .commit_record(&lease, params(&c1.tail, vec![batch("c-2", vec![2])]))
         .unwrap_err();

@@ -831,6 +831,16 @@ pub fn start_request(
                 ),
             ));
         }
+        Request::ReplaceGuarded { file, .. } => {
+            return Err((
+                "replace guarded",
+                file.path(),
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a run folder cannot replace a file and check the epochs in one atomic step; the run folder's run.json is written under the owner's checks instead",
+                ),
+            ));
+        }
         Request::ReadStoreRecords { .. } => {
             return Err((
                 "read store records",

@@ -200,6 +200,33 @@ pub fn read_run_json(dir: &RunDir) -> Result<Result<Option<RunStatus>, LeaseErro
     })
 }
 
+/// [`read_run_json`], but from the engine when the run's status follows its lease there
+/// (`LeaseAuthority::commits_in_engine`, issue #32): the engine's copy is the one every
+/// host's owner wrote under the guard; the folder's is only this host's. A run whose engine
+/// holds none yet (written before #32) falls back to the folder's.
+pub fn read_run_json_of(
+    auth: &dyn LeaseAuthority,
+    dir: &RunDir,
+) -> Result<Result<Option<RunStatus>, LeaseError>, RunError> {
+    if auth.commits_in_engine() {
+        match auth.perform(Request::Read(FileRef::RunStatus))? {
+            Response::Content(Some(b)) => {
+                return Ok(decode_for::<RunStatus>(dir.run_id(), &b)
+                    .map(Some)
+                    .map_err(|e| e.in_file(FileRef::RunStatus.path())));
+            }
+            Response::Content(None) => {}
+            other => {
+                return Err(RunError::Io(format!(
+                    "run {}: reading run.json answered {other:?}",
+                    dir.run_id()
+                )));
+            }
+        }
+    }
+    read_run_json(dir)
+}
+
 /// The generation of the newest event and its file (`None`: an empty log, or its newest event
 /// unreadable: the verify walk of step 3 names that). Events are generation-monotone (I13),
 /// so the newest one carries the highest generation: one count and one read, whatever the

@@ -250,7 +250,7 @@ impl Replacer {
             crate::admission::Action::Takeover
         };
         let run_json = match &self.folder {
-            Some(f) => Some(crate::admission::read_run_json(f)?),
+            Some(f) => Some(crate::admission::read_run_json_of(&*self.auth, f)?),
             None => None,
         };
         let folder = match (&self.folder, &run_json) {
@@ -579,7 +579,10 @@ impl Replacer {
                 w.generation
             ));
         }
-        let previous = match crate::diagnosis::read_run_json(folder) {
+        let previous = match crate::admission::read_run_json_of(&*self.auth, folder)
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        {
             Ok(p) => p,
             Err(e) => return left(format!("{e}; it is left as it is (runlease doctor)")),
         };
@@ -601,6 +604,22 @@ impl Replacer {
             detail: Some(truncate_detail(detail)),
         };
         let written = encode(&record).map_err(RunError::from).and_then(|b| {
+            if self.auth.commits_in_engine() {
+                // The engine's copy first, under the guard of this generation (issue #32).
+                let put = self
+                    .auth
+                    .perform(lease_core::ops::Request::ReplaceGuarded {
+                        file: FileRef::RunStatus,
+                        bytes: b.clone(),
+                        generation: w.generation,
+                    })?;
+                if put != lease_core::ops::Response::Done {
+                    return Err(RunError::InvalidArgument(format!(
+                        "the run moved on from generation {} before run.json was written",
+                        w.generation
+                    )));
+                }
+            }
             primitives::replace(&**folder.fs(), &FileRef::RunStatus.path(), &b, true).map_err(|e| {
                 RunError::from(lease_fs::FsError::io(
                     self.auth.run_id().as_str(),

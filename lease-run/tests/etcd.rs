@@ -55,6 +55,19 @@ fn run_json(path: &Path) -> RunStatus {
     lease_core::decode(&std::fs::read(path.join("run.json")).unwrap()).unwrap()
 }
 
+/// `run.json` as the engine holds it (issue #32).
+fn run_json_in_etcd(obs: &EtcdLease) -> RunStatus {
+    match obs
+        .perform(lease_core::ops::Request::Read(
+            lease_core::FileRef::RunStatus,
+        ))
+        .unwrap()
+    {
+        lease_core::ops::Response::Content(Some(b)) => lease_core::decode(&b).unwrap(),
+        other => panic!("run.json in etcd: {other:?}"),
+    }
+}
+
 /// Every file below `dir` (recursively).
 fn files_below(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -137,6 +150,8 @@ fn open_commit_release_and_reopen_over_etcd() {
     let head = view.head.unwrap();
     assert_eq!(head.generation().get(), 2);
     assert!(head.epoch.seal.is_none());
+    // run.json is in etcd too, as this host's folder has it.
+    assert_eq!(run_json_in_etcd(&obs), st);
     // Reopen: the view is at the engine's tail.
     rt().block_on(async {
         let run = Run::open(&path, o.clone()).await.unwrap();
@@ -485,6 +500,10 @@ fn the_state_follows_the_lease_to_a_host_with_an_empty_folder() {
             taken.commit(Batch::new().put("k1", "b")).await.unwrap(),
             1001
         );
+        // The run's status followed it too: etcd's run.json is host B's generation.
+        let rs = run_json_in_etcd(&obs);
+        assert_eq!(rs.generation, taken.generation());
+        assert_eq!(rs.status, RunState::Running);
         eprintln!(
             "failover: host B took over {} ms after host A died and saw all 1000 values",
             failover.as_millis()

@@ -128,6 +128,20 @@ pub enum Request {
         /// The writer's generation: refused once any epoch above it exists.
         generation: crate::Generation,
     },
+    /// Replace `file` with `bytes` only if no epoch above `generation` exists, the check
+    /// and the write one atomic step of the authority (PROTOCOL §18.2's guard for a record
+    /// that is rewritten: `run.json` in an engine). Answer [`Response::Done`] or
+    /// [`Response::Superseded`] (nothing written). Retrying it is safe (the put is
+    /// idempotent; once refused it is refused for ever). A transport that cannot make it
+    /// one atomic step (a run folder) refuses it with an error and writes nothing.
+    ReplaceGuarded {
+        /// The file (`run.json`).
+        file: FileRef,
+        /// Its new content.
+        bytes: Vec<u8>,
+        /// The writer's generation: refused once any epoch above it exists.
+        generation: crate::Generation,
+    },
     /// Read the store's records (`store/log/`) from sequence `from` on, in sequence order:
     /// answer [`Response::Records`] with the records that exist, at most `max_count` of
     /// them, stopping once their bytes reach `max_bytes` (at least one when any exists at

@@ -478,7 +478,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     let checked = timed(cb, StepName::ReadStatus, async move {
         let (d, a) = (dir.clone(), auth.clone());
         let (previous, events) = blocking(name, StepName::ReadStatus, deadline, move || {
-            let previous = crate::admission::read_run_json(&d)?;
+            let previous = crate::admission::read_run_json_of(&*a, &d)?;
             // How long the log is (a streamed count), to bound the walk below.
             let events = match a.perform(Request::CountEvents)? {
                 Response::EventCount { count, .. } => count,

@@ -52,6 +52,27 @@ pub(super) fn write_status_blocking(
     }
     let bytes = encode(record)?;
     shared.check_live()?;
+    if auth.commits_in_engine() {
+        // The run's status follows its lease (issue #32, PROTOCOL §18): put in the engine
+        // under the guard first, so a deposed owner's late write never lands there; the
+        // folder's copy below is this host's.
+        let put = auth.perform(lease_core::ops::Request::ReplaceGuarded {
+            file: FileRef::RunStatus,
+            bytes: bytes.clone(),
+            generation: lease.generation,
+        })?;
+        if put != lease_core::ops::Response::Done {
+            let reason = format!(
+                "run.json not written: the engine refused it (an epoch above generation {} exists)",
+                lease.generation
+            );
+            shared.fence(reason.clone());
+            return Err(RunError::Fenced {
+                run: shared.run.clone(),
+                reason,
+            });
+        }
+    }
     primitives::replace(&**dir.fs(), &FileRef::RunStatus.path(), &bytes, true)
         .map_err(|e| FsError::io(lease.run_id.as_str(), "replace", "run.json", e))?;
     Ok(())
