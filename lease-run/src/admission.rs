@@ -135,7 +135,10 @@ pub fn judge(
         if engine {
             // The engine's store log, checked as the new owner's catch-up will check it
             // (§18.4), so a broken one refuses before anything is written.
-            auth.read_store_log(None, u64::MAX)?;
+            let log = auth.read_store_log(None, u64::MAX)?;
+            if let (None, Some(f)) = (&log.tail.last, folder) {
+                local_store_unseen(auth, f.dir)?;
+            }
         }
         if let Some(f) = folder {
             crate::run::strays_above(auth, f.dir, head)?;
@@ -164,6 +167,29 @@ pub fn judge(
         view,
         verified: true,
     })
+}
+
+/// `STORE_MISSING` (65) when the engine holds no record of the run's store while the
+/// folder holds a local store (`store/run.sqlite`: a run that kept its store here, with the
+/// run folder as its authority or with etcd before issue #32): the engine's store would
+/// start empty beside data it never saw. Refused before anything is written, never set
+/// aside silently.
+fn local_store_unseen(auth: &dyn LeaseAuthority, dir: &RunDir) -> Result<(), RunError> {
+    let local = lease_core::layout::STORE_FILE;
+    let present = dir
+        .fs()
+        .exists(local)
+        .map_err(|e| FsError::io(dir.run_id().as_str(), "stat", local, e))?;
+    if !present {
+        return Ok(());
+    }
+    Err(RunError::Store(lease_sqlite::StoreError::Missing {
+        run: auth.run_id().to_string(),
+        file: format!("{} in the engine", lease_core::Dir::StoreLog.path()),
+        detail: format!(
+            "the engine holds no record of this run's store, but the folder holds a local store ({local}) it would not see; this version cannot import it: move {local} out of the folder to start the run with an empty store in the engine, or keep the run folder as the authority"
+        ),
+    }))
 }
 
 /// Whether `code` refuses a run for what its records say (the data errors a judgment on a

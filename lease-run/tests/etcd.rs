@@ -595,3 +595,52 @@ fn a_waiting_acquire_waits_through_a_leaderless_window_and_owns_the_run() {
     );
     rt.block_on(run.release(FinalStatus::Done)).unwrap();
 }
+
+/// A folder whose local store (`store/run.sqlite`, here from the run folder as authority)
+/// the engine has no record of is refused before anything is written, never set aside: the
+/// engine's store would start empty beside that data. Moved out of the folder, the run
+/// starts with an empty store in etcd.
+#[test]
+fn a_local_store_the_engine_never_saw_is_refused_not_set_aside() {
+    let Some((_g, cluster)) = setup() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("job");
+    rt().block_on(async {
+        let local = Run::open(
+            &path,
+            OpenOptions {
+                policy: policy(),
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        local.commit(Batch::new().put("k", "local")).await.unwrap();
+        local.release(FinalStatus::Done).await.unwrap();
+    });
+    // What a run that kept its store in this folder over etcd before issue #32 leaves: a
+    // store, and no local lease. (With the folder's own run.json and lease/ left, the
+    // switch to etcd is refused earlier: run.json names a generation etcd's chain lacks,
+    // CHAIN_BROKEN.)
+    std::fs::remove_file(path.join("run.json")).unwrap();
+    std::fs::remove_dir_all(path.join("lease")).unwrap();
+    let o = opts(&cluster, "t-unseen");
+    let obs = observer(&cluster, "t-unseen", "job");
+    let err = rt().block_on(Run::open(&path, o.clone())).unwrap_err();
+    assert_eq!(err.code().as_str(), "STORE_MISSING", "{err}");
+    assert!(err.to_string().contains("store/run.sqlite"), "{err}");
+    assert!(
+        obs.status(now_ts(), false).unwrap().head.is_none(),
+        "nothing was claimed in etcd"
+    );
+    std::fs::rename(
+        path.join("store").join("run.sqlite"),
+        tmp.path().join("run.sqlite.aside"),
+    )
+    .unwrap();
+    rt().block_on(async {
+        let run = Run::open(&path, o.clone()).await.unwrap();
+        assert_eq!(run.store().head().unwrap(), 0);
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
