@@ -1,7 +1,7 @@
 //! The checker: one trial's history and its recovered event log in, a verdict out
 //! (definitions in the module docs of [`super`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::history::{Line, Outcome, Seen};
 
@@ -45,6 +45,21 @@ pub struct Verdict {
     pub unavailable_ns: u64,
     /// The window `unavailable_ns` is out of.
     pub window_ns: u64,
+    /// Store writes invoked ([`check_store`]).
+    pub store_ops: u64,
+    /// Store writes acknowledged.
+    pub store_acked: u64,
+    /// Store writes answered `FENCED` (or refused): committed nowhere.
+    pub store_fenced: u64,
+    /// Store writes whose outcome is unknown (their worker killed, `OUTCOME_UNKNOWN`, ...).
+    pub store_unknown: u64,
+    /// Final reads of the store judged (exit 0).
+    pub store_reads: u64,
+    /// Acknowledged store writes whose key does not hold their value in a final read.
+    pub store_lost: Vec<String>,
+    /// Store writes present in a final read although answered `FENCED` (or invoked after
+    /// a newer generation's command had started).
+    pub store_deposed_counted: Vec<String>,
 }
 
 impl Verdict {
@@ -54,6 +69,8 @@ impl Verdict {
             && self.deposed_counted.is_empty()
             && self.double_owner.is_empty()
             && self.stale_reads.is_empty()
+            && self.store_lost.is_empty()
+            && self.store_deposed_counted.is_empty()
             && self.problems.is_empty()
     }
 }
@@ -303,4 +320,159 @@ pub fn check(history: &[Line], log: &[Seen], window: (u64, u64)) -> Verdict {
         prev = t;
     }
     v
+}
+
+/// One store write, its invoke joined with its outcome.
+#[derive(Debug, Clone)]
+struct Put<'a> {
+    value: &'a str,
+    generation: u64,
+    t0: u64,
+    outcome: Outcome,
+    rc: Option<i32>,
+    code: Option<&'a str>,
+    seq: Option<u64>,
+}
+
+/// Judge the store writes of `history` (`store_invoke` / `store_complete`) against its
+/// final reads of the store (`store_read`, each a new owner's view caught up from the
+/// engine), into `v` (definitions in the module docs of [`super`]): an acknowledged write
+/// must be in every final read with its value (else **store_lost**); a write answered
+/// `FENCED`, or invoked after a newer generation's command started, must be in none (else
+/// **store_deposed_counted**); a write whose outcome is unknown may be in them or not. A
+/// key no write put, a value other than its write's, no final read that succeeded, or one
+/// that failed (a healthy run refused) are problems.
+pub fn check_store(history: &[Line], v: &mut Verdict) {
+    let mut puts: BTreeMap<&str, Put> = BTreeMap::new();
+    let mut starts: Vec<(u64, u64)> = Vec::new(); // (t, generation)
+    let mut reads = Vec::new();
+    for l in history {
+        match l {
+            Line::StoreInvoke {
+                key,
+                value,
+                generation,
+                t,
+                ..
+            } => {
+                let put = Put {
+                    value,
+                    generation: *generation,
+                    t0: *t,
+                    outcome: Outcome::Info,
+                    rc: None,
+                    code: None,
+                    seq: None,
+                };
+                if puts.insert(key, put).is_some() {
+                    v.problems.push(format!("store write {key} invoked twice"));
+                }
+            }
+            Line::Start { generation, t, .. } => starts.push((*t, *generation)),
+            Line::StoreRead {
+                host, rc, docs, t0, ..
+            } => reads.push((*host, *t0, *rc, docs)),
+            _ => {}
+        }
+    }
+    for l in history {
+        if let Line::StoreComplete {
+            key,
+            outcome,
+            rc,
+            code,
+            seq,
+            ..
+        } = l
+        {
+            match puts.get_mut(key.as_str()) {
+                Some(p) => {
+                    p.outcome = *outcome;
+                    p.rc = Some(*rc);
+                    p.code = code.as_deref();
+                    p.seq = *seq;
+                }
+                None => v
+                    .problems
+                    .push(format!("store write {key} completed, never invoked")),
+            }
+        }
+    }
+    v.store_ops = puts.len() as u64;
+    let count = |o: Outcome| puts.values().filter(|p| p.outcome == o).count() as u64;
+    v.store_acked = count(Outcome::Ok);
+    v.store_fenced = count(Outcome::Fail);
+    v.store_unknown = count(Outcome::Info);
+    starts.sort();
+
+    let judged: Vec<_> = reads.iter().filter(|r| r.2 == 0).collect();
+    v.store_reads = judged.len() as u64;
+    for (host, t0, rc, _) in reads.iter().filter(|r| r.2 != 0) {
+        v.problems.push(format!(
+            "the final store read from h{host} (t={t0}) exited {rc}: a free run refused"
+        ));
+    }
+    if judged.is_empty() {
+        v.problems
+            .push("no final read of the store succeeded: the store writes are not judged".into());
+        return;
+    }
+
+    // Lost: every acknowledged write's key holds its value in every final read.
+    for (key, p) in puts.iter().filter(|(_, p)| p.outcome == Outcome::Ok) {
+        let wrong: Vec<String> = judged
+            .iter()
+            .filter_map(|(host, _, _, docs)| match docs.get(*key) {
+                Some(val) if val == p.value => None,
+                Some(val) => Some(format!("h{host} has {val:?}")),
+                None => Some(format!("h{host} has no such key")),
+            })
+            .collect();
+        if !wrong.is_empty() {
+            v.store_lost.push(format!(
+                "store write {key} = {:?} of generation {} acknowledged as commit {:?}, but in the final read {}",
+                p.value,
+                p.generation,
+                p.seq,
+                wrong.join(", ")
+            ));
+        }
+    }
+
+    // Deposed: nothing present was refused or invoked after a newer generation's command
+    // started; and everything present was written by a write of this trial, as written.
+    let mut deposed: BTreeSet<String> = BTreeSet::new();
+    let mut problems: BTreeSet<String> = BTreeSet::new();
+    for (host, _, _, docs) in &judged {
+        for (key, val) in docs.iter() {
+            let Some(p) = puts.get(key.as_str()) else {
+                problems.insert(format!(
+                    "the store holds {key} = {val:?} (final read from h{host}), which no write of this trial put"
+                ));
+                continue;
+            };
+            if val != p.value {
+                problems.insert(format!(
+                    "the store holds {key} = {val:?} (final read from h{host}), but its write put {:?}",
+                    p.value
+                ));
+            }
+            if p.outcome == Outcome::Fail {
+                deposed.insert(format!(
+                    "store write {key} of generation {} was answered {} (exit {}) but is in the store",
+                    p.generation,
+                    p.code.unwrap_or("FENCED"),
+                    p.rc.unwrap_or(-1)
+                ));
+            } else if let Some((t, g)) = starts.iter().find(|(t, g)| *g > p.generation && *t < p.t0)
+            {
+                deposed.insert(format!(
+                    "store write {key} of generation {} is in the store although invoked after generation {g}'s command started (t={t})",
+                    p.generation
+                ));
+            }
+        }
+    }
+    v.store_deposed_counted.extend(deposed);
+    v.problems.extend(problems);
 }

@@ -5,6 +5,7 @@
 //! (libfaketime, which steps the hosts' wall clocks, is told not to touch it).
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// What an operation's outcome says about its effect (Jepsen's vocabulary).
@@ -25,6 +26,20 @@ impl Outcome {
         match rc {
             0 => Outcome::Ok,
             75 => Outcome::Fail,
+            _ => Outcome::Info,
+        }
+    }
+
+    /// The outcome of a `runlease store put` (inside a command, through the owner's socket)
+    /// that exited with `rc`: 0 committed; 75 (`FENCED`: the owner was deposed, released
+    /// or past its self-fence deadline, or the engine's guard refused the record) and 77
+    /// (`STORE_REQUEST_REFUSED`: the socket refused the request) wrote nothing; anything
+    /// else may have been committed (71 `OUTCOME_UNKNOWN`, 74 the socket failed
+    /// mid-request, a killed client).
+    pub fn of_store(rc: i32) -> Outcome {
+        match rc {
+            0 => Outcome::Ok,
+            75 | 77 => Outcome::Fail,
             _ => Outcome::Info,
         }
     }
@@ -108,6 +123,54 @@ pub enum Line {
         /// What, for the reader (`isolate h2`, `heal`, ...).
         op: String,
     },
+    /// A store write (`runlease store put RUN KEY VALUE` inside a command) is about to be
+    /// attempted. Keys are unique per write, so a key present in the store names the write
+    /// that put it.
+    StoreInvoke {
+        /// The document's key (unique in the trial).
+        key: String,
+        /// The value written.
+        value: String,
+        /// Host.
+        host: usize,
+        /// The generation it writes as (its owner's).
+        generation: u64,
+        /// When (before the `runlease store put` process starts).
+        t: u64,
+    },
+    /// A store write's outcome (absent when its worker was killed first: then `info`).
+    StoreComplete {
+        /// The key of its `store_invoke`.
+        key: String,
+        /// ok / fail / info ([`Outcome::of_store`]).
+        outcome: Outcome,
+        /// `runlease store put`'s exit code.
+        rc: i32,
+        /// The error code it printed (`FENCED`, `OUTCOME_UNKNOWN`, ...), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+        /// The commit's sequence it was acknowledged with.
+        seq: Option<u64>,
+        /// When (after the process exited).
+        t: u64,
+    },
+    /// A read of the whole store at the trial's end, as a new owner on `host`
+    /// (`runlease run --retire-dead … -- runlease store list`): the view it caught up from
+    /// the engine.
+    StoreRead {
+        /// Host.
+        host: usize,
+        /// Invoked.
+        t0: u64,
+        /// Completed.
+        t1: u64,
+        /// `runlease run`'s exit code (only `0` reads are judged; -2: it exited 0 but its
+        /// output did not parse).
+        rc: i32,
+        /// Every document it listed, key to value (a value that is not UTF-8 as
+        /// `hex:<hex>`).
+        docs: BTreeMap<String, String>,
+    },
     /// A `runlease run` on `host` exited with `rc`.
     Exit {
         /// Host.
@@ -172,4 +235,50 @@ pub fn parse_events(text: &str) -> Result<Vec<Seen>, String> {
             })
         })
         .collect()
+}
+
+/// What `runlease --json store put` printed: the commit's sequence (`seq`) when it
+/// committed, else the error's `code`.
+pub fn store_written(stdout: &[u8]) -> (Option<u64>, Option<String>) {
+    let first = stdout.split(|b| *b == b'\n').next().unwrap_or_default();
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(first) else {
+        return (None, None);
+    };
+    (
+        v.get("seq").and_then(serde_json::Value::as_u64),
+        v.get("code")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string),
+    )
+}
+
+/// Parse `runlease --json store list` output (`runlease/cli/store-doc/1` objects, one a
+/// line) into key -> value; lines of another schema (none expected) are skipped, a bad
+/// document is an error naming the line.
+pub fn parse_store_docs(text: &str) -> Result<BTreeMap<String, String>, String> {
+    use serde_json::Value;
+    let mut docs = BTreeMap::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value =
+            serde_json::from_str(l).map_err(|e| format!("store list: bad JSON {l:?}: {e}"))?;
+        if v.get("schema").and_then(Value::as_str) != Some("runlease/cli/store-doc/1") {
+            continue;
+        }
+        let key = v
+            .get("key")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("store list: no key in {l}"))?;
+        let value = match (
+            v.get("value").and_then(Value::as_str),
+            v.get("value_hex").and_then(Value::as_str),
+        ) {
+            (Some(s), _) => s.to_string(),
+            (None, Some(h)) => format!("hex:{h}"),
+            (None, None) => return Err(format!("store list: no value in {l}")),
+        };
+        if docs.insert(key.to_string(), value).is_some() {
+            return Err(format!("store list: key {key:?} listed twice"));
+        }
+    }
+    Ok(docs)
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask partitions [--trials N] [--seed S] [--seconds T] [--scenario mixed|heal]
 //! [--no-pre-vote] [--keep]`: owners of one run on three hosts that fail like real hosts
-//! (issue #31), and a checker that judges what they were told against what the log holds.
+//! (issue #31), appending events and committing to the run's store (issue #32), and a
+//! checker that judges what they were told against what the log and the store hold.
 //!
 //! # The hosts
 //!
@@ -18,12 +19,25 @@
 //! Each host loops `runlease --authority etcd://… run h<k>/job --wait 60s --retire-dead
 //! --heartbeat 300 --self-fence-after 1500 --stale-after 2000 -- <xtask> partitions
 //! --worker …` (preloaded with libfaketime reading the host's wall-clock offset from a file,
-//! monotonic clocks untouched). The worker ([`mod@worker`]) appends events, each with a unique
-//! id in its payload, and writes `invoke` before and `complete` (ok = exit 0, fail = exit 75
-//! `FENCED`, info = anything else) after each `runlease append`; a worker killed in between
-//! leaves an invoke without completion (info). A reader reads the whole log (`runlease
-//! events --json`) from a random host every 0.3-0.8 s. Every line goes to one history
-//! ([`history`]).
+//! monotonic clocks untouched). The worker ([`mod@worker`]) writes as the owner, each
+//! operation at random one of:
+//! - an append (`runlease append`), a unique id in its payload, recorded `invoke` before
+//!   and `complete` after (ok = exit 0, fail = exit 75 `FENCED`, info = anything else);
+//! - a store commit through the owner (`runlease store put RUN KEY VALUE`, over the owner's
+//!   store socket; with the etcd authority the owner commits it as a record the engine
+//!   creates under its guard, issue #32), a key unique to the write, recorded
+//!   `store_invoke` before and `store_complete` after (ok = exit 0; fail = exit 75
+//!   `FENCED` or 77 refused: nothing written; info = anything else, `OUTCOME_UNKNOWN` (71)
+//!   or the socket failing mid-request (74) among them: it may or may not be committed).
+//!
+//! A worker killed in between leaves an invoke without completion (info). A `FENCED`
+//! answer ends the worker (75); after 5-59 operations it also ends by itself (exit 0), so
+//! `runlease run` releases the run and the next owner, on whichever host wins its wait,
+//! takes the run over, its store caught up from the engine into its host's view: the run
+//! moves between hosts through releases as well as through takeovers and retirements.
+//! Once the workload ends, a worker holds the run until it is killed. A reader reads the
+//! whole log (`runlease events --json`) from a random host every 0.3-0.8 s. Every line
+//! goes to one history ([`history`]).
 //!
 //! # The nemesis
 //!
@@ -47,7 +61,11 @@
 //! # The checker ([`check`])
 //!
 //! After the trial every runlease process is killed, the last owner retired once its etcd
-//! lease expired (`runlease retire`, which finalizes its cutoff), and the log read. Then:
+//! lease expired (`runlease retire`, which finalizes its cutoff), and the log read. Then the
+//! store is read back from every host in turn (a random one first), each time as a new owner
+//! of the free run: `runlease run --wait 30s --retire-dead … -- runlease --json store list`,
+//! whose open catches that host's view up from the engine; each read is a `store_read` line
+//! of the history, so the history alone replays the check. Then, for the appends:
 //! - **lost**: an acknowledged append that does not count in the recovered log at the
 //!   sequence and generation it was acknowledged with;
 //! - **deposed_counted**: an event that counts (in the log, or in any read) although its
@@ -61,19 +79,40 @@
 //!   Porcupine's or Knossos's register model would judge a log);
 //! - a counting event no operation wrote is a problem.
 //!
+//! and for the store commits ([`check::check_store`]), against every final read that
+//! exited 0:
+//! - **store_lost**: an acknowledged `store put` whose key does not hold its value in a
+//!   final read (one finding per write, naming the hosts);
+//! - **store_deposed_counted**: a key present whose write was answered `FENCED` (or 77), or
+//!   was invoked after a newer generation's command had started (its claim's epoch
+//!   already existed, so the engine's guard refuses every later record of the older
+//!   generation, PROTOCOL §18.2);
+//! - a write of unknown outcome may be present or not;
+//! - a key no write of the trial put, a value other than its write's, a final read that
+//!   failed (a free run refused: `run` exited non-zero) or no final read at all are
+//!   problems.
+//!
 //! Figures: `ops` = appends invoked, `acked` = acknowledged; `failover` = for each owner
 //! change, from the last acknowledged append of an older generation to the newer
 //! generation's command start (ms; p50 and p99 over every trial); `unavailable` = the
 //! share of the workload's time (first command start to the end of the quiet period) lying
-//! more than 1 s after the last acknowledged append.
+//! more than 1 s after the last acknowledged append (appends only, as before the store
+//! commits). Added at the end of the figure line (so the fields before them keep their
+//! place): `store_ops` = store writes invoked, `store_acked` = acknowledged, `store_lost`,
+//! `store_deposed_counted`, `store_fenced` = answered `FENCED` (what the deposed check
+//! had to judge), `store_unknown` = outcome unknown, `store_reads` = final reads judged.
+//! `run_exits` counts why each owner's `runlease run` ended: 0 its worker ended by
+//! itself (a release), 75 fenced, 76 held (its wait ran out), 137 killed at a trial's end;
+//! anything else refused a run nothing was wrong with.
 //!
 //! `--mutant NAME` (a test aid, not in the usage text) builds `runlease` with the planted
 //! protocol mutants of `cargo xtask mutants` and switches `NAME` on in every runlease
 //! process (`RUNLEASE_MUTANT`), to show the checker catching a real protocol bug end to end
 //! (`cutoff_one_too_high`, say).
 //!
-//! A failed trial's folder (history, events, etcd and runlease logs) is kept under
-//! `target/partitions/` and named; `--keep` keeps every trial's. A machine where network
+//! A failed trial's folder (history with its final store reads, events, etcd and runlease
+//! logs) is kept under `target/partitions/` and named; `--keep` keeps every trial's. A
+//! machine where network
 //! namespaces cannot be made (not root, a container without the right), or without `ip`,
 //! `nft`, `tc`, `etcd` or `curl`, gets a `SKIPPED:` line and exit 0, unless
 //! `RUNLEASE_REQUIRE_PARTITIONS` is set.
@@ -235,6 +274,13 @@ struct Totals {
     run_exits: std::collections::BTreeMap<i32, u64>,
     unavailable_ns: u64,
     window_ns: u64,
+    store_ops: u64,
+    store_acked: u64,
+    store_fenced: u64,
+    store_unknown: u64,
+    store_reads: u64,
+    store_lost: u64,
+    store_deposed: u64,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -324,12 +370,21 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         }
         tot.unavailable_ns += v.unavailable_ns;
         tot.window_ns += v.window_ns;
+        tot.store_ops += v.store_ops;
+        tot.store_acked += v.store_acked;
+        tot.store_fenced += v.store_fenced;
+        tot.store_unknown += v.store_unknown;
+        tot.store_reads += v.store_reads;
+        tot.store_lost += v.store_lost.len() as u64;
+        tot.store_deposed += v.store_deposed_counted.len() as u64;
         println!(
-            "trial {i}: ops={} acked={} reads={} owners={} unavailable={:.1}%{}",
+            "trial {i}: ops={} acked={} reads={} owners={} store_ops={} store_acked={} unavailable={:.1}%{}",
             v.ops,
             v.acked,
             v.reads,
             v.failovers_ms.len() + 1,
+            v.store_ops,
+            v.store_acked,
             100.0 * v.unavailable_ns as f64 / v.window_ns.max(1) as f64,
             if v.passed() { "" } else { " FAILED" }
         );
@@ -346,6 +401,12 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
                 .chain(v.deposed_counted.iter().map(|f| ("deposed_counted", f)))
                 .chain(v.double_owner.iter().map(|f| ("double_owner", f)))
                 .chain(v.stale_reads.iter().map(|f| ("stale_read", f)))
+                .chain(v.store_lost.iter().map(|f| ("store_lost", f)))
+                .chain(
+                    v.store_deposed_counted
+                        .iter()
+                        .map(|f| ("store_deposed_counted", f)),
+                )
                 .chain(v.problems.iter().map(|f| ("problem", f)))
                 .take(20)
             {
@@ -356,7 +417,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
     }
     tot.failovers.sort_unstable();
     println!(
-        "partitions: hosts={} trials={} ops={} acked={} lost={} deposed_counted={} double_owner={} failover_p50={}ms failover_p99={}ms unavailable={:.1}% reads={} undecided_reads={} stale_reads={} faults={}",
+        "partitions: hosts={} trials={} ops={} acked={} lost={} deposed_counted={} double_owner={} failover_p50={}ms failover_p99={}ms unavailable={:.1}% reads={} undecided_reads={} stale_reads={} faults={} store_ops={} store_acked={} store_lost={} store_deposed_counted={} store_fenced={} store_unknown={} store_reads={}",
         opts.hosts,
         tot.trials,
         tot.ops,
@@ -371,9 +432,17 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
         tot.undecided,
         tot.stale,
         tot.faults,
+        tot.store_ops,
+        tot.store_acked,
+        tot.store_lost,
+        tot.store_deposed,
+        tot.store_fenced,
+        tot.store_unknown,
+        tot.store_reads,
     );
-    // Why each `runlease run` ended: 75 fenced, 76 held (its wait ran out), 137 killed at
-    // a trial's end; anything else (65, 70, 74) refused a run that nothing was wrong with.
+    // Why each `runlease run` ended: 0 its worker ended by itself (a release), 75 fenced,
+    // 76 held (its wait ran out), 137 killed at a trial's end; anything else (65, 70, 74)
+    // refused a run that nothing was wrong with.
     let exits: Vec<String> = tot
         .run_exits
         .iter()

@@ -1,8 +1,8 @@
 //! The checker on synthetic histories: a clean one passes, and each kind of violation is
 //! found (so a figure of 0 means something).
 
-use super::check::check;
-use super::history::{Line, Outcome, Seen, parse, parse_events};
+use super::check::{Verdict, check, check_store};
+use super::history::{Line, Outcome, Seen, parse, parse_events, parse_store_docs, store_written};
 use super::{Mode, Scenario, parse_args};
 
 const S: u64 = 1_000_000_000;
@@ -260,4 +260,202 @@ fn arguments_parse_and_bad_ones_are_refused() {
     assert!(a(&["--scenario", "chaos"]).is_err());
     assert!(a(&["--worker", "--host", "1"]).is_err());
     assert!(a(&["--bogus"]).is_err());
+}
+
+/// A store write `key` = `v-<key>` of `generation`, invoked at `t0`, completed at `t1`
+/// with `rc` (`None`: never completed, its worker killed).
+fn put(key: &str, generation: u64, t0: u64, t1: u64, rc: Option<i32>) -> Vec<Line> {
+    let mut l = vec![Line::StoreInvoke {
+        key: key.into(),
+        value: format!("v-{key}"),
+        host: 1,
+        generation,
+        t: t0,
+    }];
+    if let Some(rc) = rc {
+        l.push(Line::StoreComplete {
+            key: key.into(),
+            outcome: Outcome::of_store(rc),
+            rc,
+            code: (rc == 75).then(|| "FENCED".to_string()),
+            seq: (rc == 0).then_some(1),
+            t: t1,
+        });
+    }
+    l
+}
+
+/// A final store read from `host` holding `keys`, each with its write's value.
+fn store_read(host: usize, keys: &[&str]) -> Line {
+    Line::StoreRead {
+        host,
+        t0: 9 * S,
+        t1: 9 * S + 1,
+        rc: 0,
+        docs: keys
+            .iter()
+            .map(|k| (k.to_string(), format!("v-{k}")))
+            .collect(),
+    }
+}
+
+/// Generation 1 puts a (acknowledged), generation 2 takes over and puts c
+/// (acknowledged); generation 1's b was answered FENCED, u1 and u2 are unknown (u1
+/// `OUTCOME_UNKNOWN`, u2 never completed), both invoked before generation 2 started.
+fn store_history() -> Vec<Line> {
+    let mut h = vec![start(1, 1, S)];
+    h.extend(put("a", 1, S + 1, S + 2, Some(0)));
+    h.extend(put("u1", 1, S + 3, S + 4, Some(71)));
+    h.extend(put("u2", 1, S + 5, 0, None));
+    h.push(start(2, 2, 3 * S));
+    h.extend(put("b", 1, 2 * S, 3 * S + 1, Some(75)));
+    h.extend(put("c", 2, 3 * S + 2, 3 * S + 3, Some(0)));
+    h
+}
+
+fn judge(h: &[Line]) -> Verdict {
+    let mut v = Verdict::default();
+    check_store(h, &mut v);
+    v
+}
+
+#[test]
+fn store_writes_acknowledged_and_read_back_pass_with_their_figures() {
+    let mut h = store_history();
+    h.push(store_read(1, &["a", "c"]));
+    h.push(store_read(3, &["a", "c"]));
+    let v = judge(&h);
+    assert!(v.passed(), "{v:?}");
+    assert_eq!(
+        (
+            v.store_ops,
+            v.store_acked,
+            v.store_fenced,
+            v.store_unknown,
+            v.store_reads
+        ),
+        (5, 2, 1, 2, 2)
+    );
+}
+
+#[test]
+fn an_acknowledged_store_write_missing_or_changed_is_lost() {
+    // Missing from one of the final reads: lost once, naming that host.
+    let mut h = store_history();
+    h.push(store_read(1, &["a", "c"]));
+    h.push(store_read(2, &["c"]));
+    let v = judge(&h);
+    assert_eq!(v.store_lost.len(), 1, "{v:?}");
+    assert!(v.store_lost[0].contains("h2 has no such key"), "{v:?}");
+    // Missing from every read: still one finding.
+    let mut h = store_history();
+    h.push(store_read(1, &["c"]));
+    h.push(store_read(2, &["c"]));
+    assert_eq!(judge(&h).store_lost.len(), 1);
+    // Present with another value.
+    let mut h = store_history();
+    let mut r = store_read(1, &["a", "c"]);
+    if let Line::StoreRead { docs, .. } = &mut r {
+        docs.insert("a".into(), "v-other".into());
+    }
+    h.push(r);
+    let v = judge(&h);
+    assert_eq!(v.store_lost.len(), 1, "{v:?}");
+    assert!(!v.passed());
+}
+
+#[test]
+fn a_fenced_store_write_found_in_the_store_is_deposed_counted() {
+    let mut h = store_history();
+    h.push(store_read(1, &["a", "b", "c"]));
+    let v = judge(&h);
+    assert_eq!(v.store_deposed_counted.len(), 1, "{v:?}");
+    assert!(v.store_deposed_counted[0].contains("FENCED"), "{v:?}");
+    assert!(v.store_lost.is_empty() && !v.passed(), "{v:?}");
+    // Refused by the socket (77) is as definite.
+    let mut h = vec![start(1, 1, S)];
+    h.extend(put("r", 1, S + 1, S + 2, Some(77)));
+    h.push(store_read(1, &["r"]));
+    assert_eq!(judge(&h).store_deposed_counted.len(), 1);
+}
+
+#[test]
+fn a_store_write_of_unknown_outcome_may_be_there_or_not() {
+    for keys in [
+        &["a", "c"][..],
+        &["a", "u1", "c"],
+        &["a", "u2", "c"],
+        &["a", "u1", "u2", "c"],
+    ] {
+        let mut h = store_history();
+        h.push(store_read(2, keys));
+        let v = judge(&h);
+        assert!(v.passed(), "{keys:?}: {v:?}");
+    }
+}
+
+#[test]
+fn a_store_write_invoked_after_a_newer_start_must_not_be_there() {
+    let mut h = store_history();
+    // Generation 1, invoked after generation 2 started; outcome unknown.
+    h.extend(put("late", 1, 3 * S + 5, 0, None));
+    h.push(store_read(1, &["a", "c", "late"]));
+    let v = judge(&h);
+    assert_eq!(v.store_deposed_counted.len(), 1, "{v:?}");
+    let mut h = store_history();
+    h.extend(put("late", 1, 3 * S + 5, 0, None));
+    h.push(store_read(1, &["a", "c"]));
+    assert!(judge(&h).passed());
+}
+
+#[test]
+fn store_reads_that_fail_or_show_strangers_are_problems() {
+    // No final read at all.
+    let v = judge(&store_history());
+    assert_eq!(v.problems.len(), 1, "{v:?}");
+    // A free run refused on one host, read on another.
+    let mut h = store_history();
+    h.push(Line::StoreRead {
+        host: 2,
+        t0: 9 * S,
+        t1: 9 * S + 1,
+        rc: 65,
+        docs: Default::default(),
+    });
+    h.push(store_read(1, &["a", "c"]));
+    let v = judge(&h);
+    assert_eq!((v.problems.len(), v.store_reads), (1, 1), "{v:?}");
+    assert!(v.problems[0].contains("exited 65"), "{v:?}");
+    // A key nobody wrote.
+    let mut h = store_history();
+    h.push(store_read(1, &["a", "c", "stranger"]));
+    assert_eq!(judge(&h).problems.len(), 1);
+}
+
+#[test]
+fn store_outputs_parse() {
+    let docs = "{\"schema\":\"runlease/cli/store-doc/1\",\"ok\":true,\"run\":\"r\",\"key\":\"a\",\"value\":\"x\",\"updated_seq\":3}\n\
+                {\"schema\":\"runlease/cli/store-doc/1\",\"ok\":true,\"run\":\"r\",\"key\":\"b\",\"value_hex\":\"ff00\",\"updated_seq\":4}\n";
+    let d = parse_store_docs(docs).unwrap();
+    assert_eq!(d.get("a").map(String::as_str), Some("x"));
+    assert_eq!(d.get("b").map(String::as_str), Some("hex:ff00"));
+    assert!(parse_store_docs("{\"schema\":\"runlease/cli/store-doc/1\",\"key\":\"a\"}\n").is_err());
+    assert!(parse_store_docs("not json\n").is_err());
+    assert_eq!(
+        store_written(b"{\"schema\":\"runlease/cli/store-write/1\",\"ok\":true,\"seq\":7}\n"),
+        (Some(7), None)
+    );
+    assert_eq!(
+        store_written(b"{\"ok\":false,\"code\":\"FENCED\",\"exit_code\":75}\n"),
+        (None, Some("FENCED".into()))
+    );
+    assert_eq!(store_written(b""), (None, None));
+    // Store lines round trip through the history.
+    let mut h = store_history();
+    h.push(store_read(1, &["a"]));
+    let text: String = h
+        .iter()
+        .map(|l| serde_json::to_string(l).unwrap() + "\n")
+        .collect();
+    assert_eq!(parse(&text).unwrap(), h);
 }

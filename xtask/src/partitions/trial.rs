@@ -319,10 +319,57 @@ pub fn run(
         serde_json::to_string(&log).unwrap_or_default(),
     )
     .map_err(|e| e.to_string())?;
+    // Then the store, read back as a new owner on every host in turn (from a random
+    // first one): each catches its view up from the engine before its command lists it.
+    let first = rng.range(0, hosts as u64) as usize;
+    for j in 0..hosts {
+        let k = (first + j) % hosts + 1;
+        let line = read_store(&trial, k);
+        history::put(&history, &line).map_err(|e| format!("history: {e}"))?;
+    }
     let text = std::fs::read_to_string(&history).map_err(|e| format!("history: {e}"))?;
     let lines = history::parse(&text)?;
     out.verdict = check::check(&lines, &log, (begin, end));
+    check::check_store(&lines, &mut out.verdict);
     Ok(out)
+}
+
+/// A final read of the store from host `k`: `runlease run --wait 30s --retire-dead` (the
+/// run is free after the closing recovery) whose command lists the store through the new
+/// owner (`runlease --json store list`), as a `store_read` line.
+fn read_store(t: &Trial, k: usize) -> Line {
+    let job = t.job(k);
+    let job = job.to_string_lossy();
+    let t0 = mono_ns();
+    let out = t
+        .runlease_in(k)
+        .args(["--quiet", "run", &job, "--wait", "30s", "--retire-dead"])
+        .args(POLICY)
+        .arg("--")
+        .arg(&t.runlease)
+        .args(["--json", "--quiet", "store", "list", &job])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let (rc, docs) = match out {
+        Ok(o) => {
+            let rc = code_of(o.status);
+            match history::parse_store_docs(&String::from_utf8_lossy(&o.stdout)) {
+                Ok(docs) => (rc, docs),
+                // Output that does not parse is no read to judge (-2).
+                Err(_) if rc == 0 => (-2, Default::default()),
+                Err(_) => (rc, Default::default()),
+            }
+        }
+        Err(_) => (-1, Default::default()),
+    };
+    Line::StoreRead {
+        host: k,
+        t0,
+        t1: mono_ns(),
+        rc,
+        docs,
+    }
 }
 
 /// The closing recovery: once the last owner's etcd lease expired, retire it (which

@@ -1,14 +1,23 @@
-//! The worker: the command under `runlease run` on one host. It appends until the trial's
-//! workload ends, then waits to be killed: it never exits by itself, because a clean exit
-//! releases the run with its store's seal, and until issue #32 the store does not follow
-//! the lease to another host (the next owner elsewhere would be refused,
-//! `STORE_IDENTITY_MISMATCH`).
+//! The worker: the command under `runlease run` on one host. Until the trial's workload
+//! ends it writes as the owner, each operation one of (at random, half and half):
+//! - an append (`runlease append`), its unique id in the payload;
+//! - a store commit through the owner (`runlease store put RUN KEY VALUE`, which goes over
+//!   the owner's store socket; with the etcd authority the owner makes it a guarded record
+//!   in the engine, issue #32), with a key unique to the write.
+//!
+//! Each is recorded before (`invoke` / `store_invoke`) and after (`complete` /
+//! `store_complete`, with ok / fail / info). A `FENCED` answer ends the worker (exit 75:
+//! this generation is over). After a random number of operations (5-59) it ends by itself
+//! (exit 0): `runlease run` then releases the run, and the next owner, on any host, takes
+//! the run over with its store caught up from the engine, so the run moves between hosts
+//! through releases as well as through takeovers. Once the workload ends it waits to be
+//! killed, holding the run, so the closing recovery finds an owner to retire.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use super::history::{Line, Outcome, put};
+use super::history::{Line, Outcome, put, store_written};
 use crate::torture::procs::{Rng, appended_sequence, code_of, mono_ns};
 
 /// Options of a worker.
@@ -26,7 +35,8 @@ pub struct WorkerOpts {
     pub seed: u64,
 }
 
-/// Append as the owner until `until` (see the module docs).
+/// Append and commit as the owner until `until`, or until its quota of operations (see
+/// the module docs).
 pub fn worker(w: &WorkerOpts) -> ExitCode {
     let (Ok(generation), Ok(owner), Ok(run)) = (
         std::env::var("RUNLEASE_GENERATION").map(|g| g.parse::<u64>()),
@@ -54,36 +64,73 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
         t: mono_ns(),
     });
     let mut rng = Rng::new(w.seed ^ u64::from(pid) ^ (generation << 32));
+    // Operations after which this owner ends by itself (exit 0: a release).
+    let quota = rng.range(5, 60);
     let mut n = 0u64;
     while mono_ns() < w.until {
+        if n >= quota {
+            return ExitCode::SUCCESS;
+        }
         n += 1;
         let id = format!("h{}-g{generation}-p{pid}-n{n}", w.host);
-        let payload = serde_json::json!({ "id": id }).to_string();
-        record(Line::Invoke {
-            id: id.clone(),
-            host: w.host,
-            generation,
-            t: mono_ns(),
-        });
-        let out = Command::new(&w.runlease)
-            .args(["--json", "--quiet", "append", &run, "--type", "partitions"])
-            .args(["--payload", &payload])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output();
-        let t = mono_ns();
-        let (rc, seq) = match out {
-            Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
-            Err(_) => (-1, None),
+        let (rc, outcome) = if rng.chance(50) {
+            let value = format!("v-{id}-t{}", mono_ns());
+            record(Line::StoreInvoke {
+                key: id.clone(),
+                value: value.clone(),
+                host: w.host,
+                generation,
+                t: mono_ns(),
+            });
+            let out = Command::new(&w.runlease)
+                .args(["--json", "--quiet", "store", "put", &run, &id, &value])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output();
+            let t = mono_ns();
+            let (rc, (seq, code)) = match out {
+                Ok(o) => (code_of(o.status), store_written(&o.stdout)),
+                Err(_) => (-1, (None, None)),
+            };
+            let outcome = Outcome::of_store(rc);
+            record(Line::StoreComplete {
+                key: id,
+                outcome,
+                rc,
+                code,
+                seq: seq.filter(|_| rc == 0),
+                t,
+            });
+            (rc, outcome)
+        } else {
+            let payload = serde_json::json!({ "id": id }).to_string();
+            record(Line::Invoke {
+                id: id.clone(),
+                host: w.host,
+                generation,
+                t: mono_ns(),
+            });
+            let out = Command::new(&w.runlease)
+                .args(["--json", "--quiet", "append", &run, "--type", "partitions"])
+                .args(["--payload", &payload])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output();
+            let t = mono_ns();
+            let (rc, seq) = match out {
+                Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
+                Err(_) => (-1, None),
+            };
+            let outcome = Outcome::of_append(rc);
+            record(Line::Complete {
+                id,
+                outcome,
+                rc,
+                seq: seq.filter(|_| rc == 0),
+                t,
+            });
+            (rc, outcome)
         };
-        let outcome = Outcome::of_append(rc);
-        record(Line::Complete {
-            id,
-            outcome,
-            rc,
-            seq: seq.filter(|_| rc == 0),
-            t,
-        });
         if outcome == Outcome::Fail {
             // Fenced: this generation is over; `runlease run` fences itself too.
             return ExitCode::from(75);
