@@ -1,9 +1,10 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `model [--deep]`, `dist`,
+//! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `bench-engine [--quick]`, `model [--deep]`, `dist`,
 //! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss`, `containment`, `mutants [--only NAME]` (see `USAGE`).
 
 mod bench;
+mod bench_engine;
 mod containment;
 mod dist;
 mod fuzz;
@@ -34,6 +35,12 @@ Commands:
                 figures and ratios vs raw baselines of the same run, written to
                 target/bench/summary.json (--quick: short measurements, 10,000 cycles of
                 history instead of 100,000; at most about 5 minutes)
+  bench-engine [--quick]
+                issue #32's figures of the store committed in etcd (lease-run's engine_store
+                bench, feature `etcd`, a 3-member etcd cluster on this machine): commit latency
+                p50/p99 against a plain and a guarded put, commits/s with 1/8/32 store-socket
+                clients, failover, catch-up at 10 MB; target/bench/engine_store.json
+                (--quick: about 50 s with a warm build)
   model [--deep] exhaustive bounded BFS model check of the protocol as implemented (release build)
   dist          shell completions (bash, zsh, fish) and man pages of runlease in target/dist/
   fuzz-smoke [--seconds N]
@@ -90,6 +97,11 @@ fn main() -> ExitCode {
             [] => bench::run(&workspace_root(), false),
             [flag] if flag == "--quick" => bench::run(&workspace_root(), true),
             _ => return usage(&format!("unexpected arguments to `bench`: {rest:?}")),
+        },
+        Some("bench-engine") => match rest {
+            [] => bench_engine::run(&workspace_root(), false),
+            [flag] if flag == "--quick" => bench_engine::run(&workspace_root(), true),
+            _ => return usage(&format!("unexpected arguments to `bench-engine`: {rest:?}")),
         },
         Some("fuzz-smoke") => match fuzz::parse_args(rest) {
             Ok(seconds) => fuzz::smoke(&workspace_root(), seconds),
