@@ -352,6 +352,14 @@ fn is_own_record(existing: Option<&[u8]>, ours: &[u8], retried: bool) -> bool {
     retried && existing == Some(ours)
 }
 
+/// The most store records one etcd range read asks for ([`EtcdRun`]'s `read_records`):
+/// with records of at most 1 MiB, an answer is at most this many MiB.
+const RECORDS_PER_RANGE: u32 = 32;
+
+/// The largest range answer accepted when reading store records (etcd-client's default
+/// decoding limit is 4 MiB): [`RECORDS_PER_RANGE`] records of 1 MiB and their keys.
+const RANGE_ANSWER_BYTES: usize = 40 << 20;
+
 /// How long one attempt of a call may wait when `remaining` is left of its operation's
 /// deadline: `call_timeout`, but at most a third of what is left (and at least 100 ms),
 /// so a call always gets about three attempts. A member cut off by a silent partition
@@ -814,8 +822,15 @@ impl EtcdRun {
     }
 
     /// The store's records from `from` on, in key order (20-digit names sort as
-    /// numbers): one range read of at most `max_count` keys, cut after the record that
-    /// reaches `max_bytes`. Names that do not parse are skipped, as a listing skips them.
+    /// numbers): at most `max_count` of them, cut after the record that reaches
+    /// `max_bytes`. Names that do not parse are skipped, as a listing skips them.
+    ///
+    /// Each etcd range read asks for at most [`RECORDS_PER_RANGE`] keys and accepts an
+    /// answer of up to [`RANGE_ANSWER_BYTES`]: a record is at most 1 MiB, so one answer is
+    /// bounded whatever the records hold (a range of 256 large records was a 15 MB answer,
+    /// above etcd-client's default 4 MiB decoding limit, and a new host could not catch
+    /// up: found by the engine store bench). Reads go on from the last key until the
+    /// count or the bytes are reached or the folder ends.
     async fn read_records(
         &self,
         from: Sequence,
@@ -823,40 +838,52 @@ impl EtcdRun {
         max_bytes: u64,
         deadline: Instant,
     ) -> Result<Response, EtcdError> {
-        let start = self.key(FileRef::StoreRecord(from));
         let dir = self.key_dir(Dir::StoreLog);
         // The first key after the folder (`/` + 1 = `0`).
         let end = format!("{}0", dir.trim_end_matches('/'));
-        let k = start.clone();
-        let resp = self
-            .call("range", &start, deadline, Call::Read, move |mut c| {
-                let (k, end) = (k.clone(), end.clone());
-                async move {
-                    c.get(
-                        k,
-                        Some(
-                            GetOptions::new()
-                                .with_range(end)
-                                .with_limit(i64::from(max_count.max(1))),
-                        ),
-                    )
-                    .await
-                }
-            })
-            .await?;
-        let mut out = Vec::new();
+        let mut out: Vec<(Sequence, Vec<u8>)> = Vec::new();
         let mut bytes = 0u64;
-        for kv in resp.kvs() {
-            if !out.is_empty() && bytes >= max_bytes {
-                break;
+        let mut next = from;
+        let want = max_count.max(1) as usize;
+        loop {
+            let start = self.key(FileRef::StoreRecord(next));
+            let limit = RECORDS_PER_RANGE.min((want - out.len()) as u32);
+            let (k, e) = (start.clone(), end.clone());
+            let resp = self
+                .call("range", &start, deadline, Call::Read, move |c| {
+                    let (k, e) = (k.clone(), e.clone());
+                    async move {
+                        c.kv_client()
+                            .max_decoding_message_size(RANGE_ANSWER_BYTES)
+                            .get(
+                                k,
+                                Some(GetOptions::new().with_range(e).with_limit(i64::from(limit))),
+                            )
+                            .await
+                    }
+                })
+                .await?;
+            let got = resp.kvs().len();
+            let mut last = None;
+            for kv in resp.kvs() {
+                let name = kv
+                    .key()
+                    .strip_prefix(dir.as_bytes())
+                    .and_then(|n| std::str::from_utf8(n).ok());
+                if let Some(FileRef::StoreRecord(s)) =
+                    name.and_then(|n| Dir::StoreLog.parse_name(n))
+                {
+                    last = Some(s);
+                    if out.len() < want && (out.is_empty() || bytes < max_bytes) {
+                        bytes = bytes.saturating_add(kv.value().len() as u64);
+                        out.push((s, kv.value().to_vec()));
+                    }
+                }
             }
-            let name = kv
-                .key()
-                .strip_prefix(dir.as_bytes())
-                .and_then(|n| std::str::from_utf8(n).ok());
-            if let Some(FileRef::StoreRecord(s)) = name.and_then(|n| Dir::StoreLog.parse_name(n)) {
-                bytes = bytes.saturating_add(kv.value().len() as u64);
-                out.push((s, kv.value().to_vec()));
+            let full = out.len() >= want || bytes >= max_bytes;
+            match last.and_then(|s| Sequence::new(s.get().checked_add(1)?)) {
+                Some(n) if !full && got >= limit as usize => next = n,
+                _ => break,
             }
         }
         Ok(Response::Records(out))

@@ -670,3 +670,38 @@ fn a_snapshot_is_written_under_the_guard_and_read_back() {
     assert_eq!(view.snapshot.map(|(f, _)| f), Some(file));
     assert_eq!(view.tail, c3.tail);
 }
+
+/// A log of large records (about 0.9 MiB each, 12 of them: 11 MB) reads back whole: each
+/// etcd range answer is bounded by the record limit, whatever a page of the reader asks
+/// for (a page of 256 such records was one 15 MB answer, above etcd-client's 4 MiB
+/// decoding limit, and a new host could not catch up).
+#[test]
+fn a_log_of_large_records_reads_back_whole() {
+    let Some(bin) = etcd_binary() else { return };
+    let _serial = lock_serial();
+    let cluster = Cluster::start(&bin);
+    let auth = cluster.authority(&[0, 1, 2], "t", opts());
+    let run = auth.run(RunId::new("store-large").unwrap());
+    let lease = run.claim(claim_params(&run, "owner-a", 1)).unwrap();
+    let mut tail = StoreTail::default();
+    for n in 1..=12u64 {
+        tail = run
+            .commit_record(
+                &lease,
+                params(&tail, vec![batch(&format!("c-{n}"), noise(700_000, n))]),
+            )
+            .unwrap()
+            .tail;
+    }
+    let view = run.read_store_log(Some(lease.generation), 0).unwrap();
+    assert_eq!(view.records.len(), 12);
+    assert_eq!(view.tail, tail);
+    assert!(view.tail.bytes > 11_000_000, "{}", view.tail.bytes);
+    for (i, r) in view.records.iter().enumerate() {
+        let n = i as u64 + 1;
+        assert_eq!(
+            r.record.batches[0].writes[0].value.as_ref().unwrap().0,
+            noise(700_000, n)
+        );
+    }
+}
