@@ -78,7 +78,10 @@ pub(super) fn build_new_store(
     let store_id = random_hex(16).map_err(|e| ctx.io("getrandom", e))?;
     let sq = |op, e| sqlite_err(ctx, op, e);
     let mut conn = connect(dir, tmp).map_err(|e| sq("open", e))?;
-    let mismatches = apply_durability(&conn).map_err(|e| sq("pragma", e))?;
+    // Built with full durability whatever the kind: the build fsyncs it before linking
+    // it into place, and every commit of the build is one the file needs.
+    let mismatches =
+        apply_durability(&conn, crate::schema::Kind::Store).map_err(|e| sq("pragma", e))?;
     if !mismatches.is_empty() {
         return Err(StoreError::Pragma {
             run: ctx.run.to_string(),

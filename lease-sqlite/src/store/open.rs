@@ -198,7 +198,7 @@ impl Store {
             Ok(m) => m,
             Err(e) => return Err(refuse(conn, e)),
         };
-        match apply_durability(&conn) {
+        match apply_durability(&conn, kind) {
             Ok(mismatches) if mismatches.is_empty() => {}
             Ok(mismatches) => {
                 return Err(refuse(
