@@ -41,7 +41,7 @@ pub struct Verdict {
     pub run_exits: BTreeMap<i32, u64>,
     /// Failover samples, ms (see the module docs).
     pub failovers_ms: Vec<u64>,
-    /// Time without an acknowledged append for more than 1 s, ns, and the window, ns.
+    /// Time without an acknowledged write (append or store commit) for more than 1 s, ns.
     pub unavailable_ns: u64,
     /// The window `unavailable_ns` is out of.
     pub window_ns: u64,
@@ -79,7 +79,7 @@ impl Verdict {
 /// `pending` (else counting).
 type ReadView<'a> = BTreeMap<&'a str, (u64, bool)>;
 
-/// A gap between acknowledged appends up to this long is not unavailability.
+/// A gap between acknowledged writes up to this long is not unavailability.
 const AVAILABLE_GAP_NS: u64 = 1_000_000_000;
 
 /// Judge `history` against `log` (the events after the closing recovery); `window` is
@@ -291,26 +291,48 @@ pub fn check(history: &[Line], log: &[Seen], window: (u64, u64)) -> Verdict {
         }
     }
 
-    // Failover: for each owner change, from the last acknowledged append of an older
+    // Every acknowledged write, appends and store commits: (generation, completed).
+    let mut store_gen: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut writes: Vec<(u64, u64)> = acked
+        .iter()
+        .filter_map(|(_, o)| o.t1.map(|t1| (o.generation, t1)))
+        .collect();
+    for l in history {
+        match l {
+            Line::StoreInvoke {
+                key, generation, ..
+            } => {
+                store_gen.insert(key, *generation);
+            }
+            Line::StoreComplete {
+                key,
+                outcome: Outcome::Ok,
+                t,
+                ..
+            } => writes.extend(store_gen.get(key.as_str()).map(|g| (*g, *t))),
+            _ => {}
+        }
+    }
+
+    // Failover: for each owner change, from the last acknowledged write of an older
     // generation to the newer generation's command start.
     for &(t, generation, _, _) in &starts {
-        let last_old = acked
+        let last_old = writes
             .iter()
-            .filter(|(_, o)| o.generation < generation)
-            .filter_map(|(_, o)| o.t1)
-            .filter(|t1| *t1 < t)
+            .filter(|(g, t1)| *g < generation && *t1 < t)
+            .map(|(_, t1)| *t1)
             .max();
         if let Some(t1) = last_old {
             v.failovers_ms.push((t - t1) / 1_000_000);
         }
     }
 
-    // Unavailability: time in the window more than 1 s after the last acknowledgement.
+    // Unavailability: time in the window more than 1 s after the last acknowledged write.
     let (w0, w1) = window;
     v.window_ns = w1.saturating_sub(w0);
-    let mut marks: Vec<u64> = acked
+    let mut marks: Vec<u64> = writes
         .iter()
-        .filter_map(|(_, o)| o.t1)
+        .map(|(_, t1)| *t1)
         .filter(|t| (w0..=w1).contains(t))
         .collect();
     marks.sort_unstable();

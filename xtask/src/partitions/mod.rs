@@ -53,7 +53,8 @@
 //! network, and two more late writes of deposed generations.
 //!
 //! `heal`: the fast-heal probe instead: with an owner running, isolate the member of a
-//! host that is neither the owner's nor the leader's for 2.5 s, heal, watch 4 s. A probe
+//! host that is neither the owner's nor the leader's for 2.5 s, heal, watch 4 s. Its
+//! workers never end by themselves (`--no-release`), so an owner change is a fencing. A probe
 //! fenced the healthy owner when that owner's `runlease run` exited or a newer generation
 //! started, counted apart while the follower was cut and after the heal. Printed as
 //! `heal: pre_vote=on|off probes=N fenced_while_cut=C fenced_after_heal=H`.
@@ -93,11 +94,13 @@
 //!   problems.
 //!
 //! Figures: `ops` = appends invoked, `acked` = acknowledged; `failover` = for each owner
-//! change, from the last acknowledged append of an older generation to the newer
-//! generation's command start (ms; p50 and p99 over every trial); `unavailable` = the
-//! share of the workload's time (first command start to the end of the quiet period) lying
-//! more than 1 s after the last acknowledged append (appends only, as before the store
-//! commits). Added at the end of the figure line (so the fields before them keep their
+//! change (a takeover, a retirement or a release), from the last acknowledged write
+//! (append or store commit) of an older generation to the newer generation's command
+//! start (ms; p50 and p99 over every trial); `unavailable` = the share of the workload's
+//! time (first command start to the end of the quiet period) lying more than 1 s after the
+//! last acknowledged write (append or store commit: with half the operations store
+//! commits, gaps between appends alone would count time the run was writable). Added at
+//! the end of the figure line (so the fields before them keep their
 //! place): `store_ops` = store writes invoked, `store_acked` = acknowledged, `store_lost`,
 //! `store_deposed_counted`, `store_fenced` = answered `FENCED` (what the deposed check
 //! had to judge), `store_unknown` = outcome unknown, `store_reads` = final reads judged.
@@ -190,6 +193,7 @@ pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
     };
     let (mut worker, mut host, mut history, mut runlease, mut until) =
         (false, None, None, None, None);
+    let mut releases = true;
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         let mut val = || {
@@ -234,6 +238,7 @@ pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
             "--history" => history = Some(PathBuf::from(val()?)),
             "--runlease" => runlease = Some(PathBuf::from(val()?)),
             "--until" => until = Some(num(val()?)?),
+            "--no-release" => releases = false,
             other => return Err(format!("unexpected argument to `partitions`: {other:?}")),
         }
     }
@@ -247,6 +252,7 @@ pub fn parse_args(rest: &[String]) -> Result<Mode, String> {
             runlease,
             until,
             seed: opts.seed,
+            releases,
         })),
         _ => Err("`partitions --worker` needs --host, --history, --runlease, --until".into()),
     }

@@ -259,6 +259,25 @@ fn arguments_parse_and_bad_ones_are_refused() {
     assert!(a(&["--seconds", "1"]).is_err());
     assert!(a(&["--scenario", "chaos"]).is_err());
     assert!(a(&["--worker", "--host", "1"]).is_err());
+    let worker = [
+        "--worker",
+        "--host",
+        "2",
+        "--history",
+        "h",
+        "--runlease",
+        "r",
+        "--until",
+        "9",
+    ];
+    match a(&worker) {
+        Ok(Mode::Worker(w)) => assert!(w.host == 2 && w.releases, "{w:?}"),
+        other => panic!("{other:?}"),
+    }
+    match a(&[&worker[..], &["--no-release"]].concat()) {
+        Ok(Mode::Worker(w)) => assert!(!w.releases, "{w:?}"),
+        other => panic!("{other:?}"),
+    }
     assert!(a(&["--bogus"]).is_err());
 }
 
@@ -336,6 +355,22 @@ fn store_writes_acknowledged_and_read_back_pass_with_their_figures() {
         ),
         (5, 2, 1, 2, 2)
     );
+}
+
+#[test]
+fn acknowledged_store_writes_count_for_availability_and_failover() {
+    // The clean history's 2 s gap between b and c, with a store write of generation 1
+    // acknowledged in it at 2 s: gaps under 1 s, and the failover measured from it.
+    let (mut h, log) = clean();
+    h.extend(put("s", 1, 2 * S + 1, 2 * S + 2, Some(0)));
+    let v = check(&h, &log, (S, 4 * S));
+    assert!(v.passed(), "{v:?}");
+    assert_eq!((v.unavailable_ns, v.failovers_ms.clone()), (0, vec![999]));
+    // Unknown or fenced, it counts for neither.
+    let (mut h, log) = clean();
+    h.extend(put("s", 1, 2 * S + 1, 2 * S + 2, Some(71)));
+    let v = check(&h, &log, (S, 4 * S));
+    assert_eq!((v.unavailable_ns, v.failovers_ms), (S - 2, vec![1999]));
 }
 
 #[test]

@@ -65,6 +65,8 @@ struct Trial {
     faketime: Option<PathBuf>,
     /// `RUNLEASE_MUTANT` for every runlease process (`--mutant`).
     mutant: Option<String>,
+    /// Which faults (the heal probe's workers do not release).
+    scenario: Scenario,
     /// The pid of each host's current `runlease run` (index 0 unused).
     current: Mutex<Vec<Option<u32>>>,
     stop: AtomicBool,
@@ -127,6 +129,10 @@ impl Trial {
                 .arg("--runlease")
                 .arg(&self.runlease)
                 .args(["--until", &until.to_string(), "--seed", &seed.to_string()]);
+            if self.scenario == Scenario::Heal {
+                // The probe takes any owner change for a fencing: no releases.
+                cmd.arg("--no-release");
+            }
             if let Some(lib) = &self.faketime {
                 // The host's wall clock, stepped by the nemesis through this file; the
                 // monotonic clocks stay real (histories and lease timing use them).
@@ -242,6 +248,7 @@ pub fn run(
         exe: exe.to_path_buf(),
         faketime: libfaketime(),
         mutant: opts.mutant.clone(),
+        scenario: opts.scenario,
         current: Mutex::new(vec![None; hosts + 1]),
         stop: AtomicBool::new(false),
     });

@@ -8,7 +8,8 @@
 //! Each is recorded before (`invoke` / `store_invoke`) and after (`complete` /
 //! `store_complete`, with ok / fail / info). A `FENCED` answer ends the worker (exit 75:
 //! this generation is over). After a random number of operations (5-59) it ends by itself
-//! (exit 0): `runlease run` then releases the run, and the next owner, on any host, takes
+//! (exit 0; not with `--no-release`, which the heal probe's workers get): `runlease run`
+//! then releases the run, and the next owner, on any host, takes
 //! the run over with its store caught up from the engine, so the run moves between hosts
 //! through releases as well as through takeovers. Once the workload ends it waits to be
 //! killed, holding the run, so the closing recovery finds an owner to retire.
@@ -33,6 +34,9 @@ pub struct WorkerOpts {
     pub until: u64,
     /// Seed of its pauses.
     pub seed: u64,
+    /// Whether it ends by itself after a random number of operations (not with
+    /// `--no-release`: the heal probe takes any owner change for a fencing).
+    pub releases: bool,
 }
 
 /// Append and commit as the owner until `until`, or until its quota of operations (see
@@ -68,7 +72,7 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
     let quota = rng.range(5, 60);
     let mut n = 0u64;
     while mono_ns() < w.until {
-        if n >= quota {
+        if w.releases && n >= quota {
             return ExitCode::SUCCESS;
         }
         n += 1;
