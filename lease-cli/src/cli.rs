@@ -90,8 +90,10 @@ containment, the self-fence on CLOCK_BOOTTIME, the store and its seal check.
 
 --authority etcd://host:port[,host:port...]/prefix (or RUNLEASE_AUTHORITY) keeps the lease
 in an etcd cluster instead of the run folder, for owners on several hosts: the run id is
-the run folder's name, the keys live under /prefix/<run id>/; run.json, command records,
-the owner lock, the cgroup and the store stay in the local run folder. Same codes, exit
+the run folder's name, the keys live under /prefix/<run id>/. The store's commits and
+run.json are committed in etcd too, so the run's state follows its lease to any host (the
+folder keeps a copy of run.json and store/view.sqlite, a view rebuilt from etcd); command
+records, the owner lock and the cgroup stay in the local run folder. Same codes, exit
 codes and --json as with the folder; `doctor` and `list` are folder-only (exit 64). Needs
 a build with `--features etcd` (else AUTHORITY_UNSUPPORTED, 64).";
 
@@ -320,7 +322,8 @@ Inside a command of the run's owner (under `runlease run`), every subcommand goe
 the owner: writes are committed as its generation and acknowledged once durable and covered
 by the lease's floor. Elsewhere a free run's store is read without writing anything, writes
 are refused (RUN_NOT_HELD, 64) with the command that makes them, and a held run is refused
-(76) with its holder named. See each subcommand's --help.
+(76) with its holder named. With --authority etcd://... the readers read the commits etcd
+holds, from any host, whoever owns the run. See each subcommand's --help.
 
 Examples:
   runlease run ./demo-run -- sh -c 'runlease store put \"$RUNLEASE_RUN\" config/model small'
@@ -556,8 +559,10 @@ reads a free run's store without writing anything (not even a lock file); the ru
 lock is held while it reads, so no owner starts meanwhile. A run held by an owner is
 refused (76) with the holder named (its commands read through it). A store a crashed owner
 left with a write-ahead log is refused (STORE_BUSY, 75) until the next `runlease run`
-replays it. Exit 1, printing nothing, when KEY does not exist (with --json: an object with
-\"found\": false).
+replays it. With --authority etcd://...: read from the commits etcd holds, on any host and
+whoever owns the run (nothing is written, the run folder need not exist here; a run etcd
+has no record of is STORE_MISSING, 65). Exit 1, printing nothing, when KEY does not exist
+(with --json: an object with \"found\": false).
 
 Examples:
   runlease store get ./demo-run config/model

@@ -594,3 +594,121 @@ fn a_stopped_owners_command_is_gone_before_the_next_owner_claims_over_etcd() {
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     assert_eq!(st.code(), Some(75), "{stderr}");
 }
+
+/// Issue #32: the store follows the lease. Values a command commits on host A's folder are
+/// read back with `store get`, `list` and `log` through a path on host B where no folder
+/// exists (the run id is the folder's name; nothing is created), while A's next owner holds
+/// the run too, and by a new owner's command on host B. A run the engine has no record of
+/// is `STORE_MISSING` (65), not an empty store.
+#[test]
+fn store_reads_over_etcd_come_from_the_engine_on_any_host() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bin) = etcd_binary() else { return };
+    let cluster = Cluster::start(&bin);
+    let a = url(&cluster, "cli-store");
+    let tmp = tempfile::tempdir().unwrap();
+    let on_a = tmp.path().join("host-a").join("job");
+    let on_b = tmp.path().join("host-b").join("job");
+    std::fs::create_dir_all(on_a.parent().unwrap()).unwrap();
+    std::fs::create_dir_all(on_b.parent().unwrap()).unwrap();
+    let (da, db) = (on_a.to_str().unwrap(), on_b.to_str().unwrap());
+
+    let mut args = vec!["run", da];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&[
+        "--",
+        "sh",
+        "-c",
+        r#"runlease store put "$RUNLEASE_RUN" cfg/model small && runlease store put "$RUNLEASE_RUN" cfg/size 3 && runlease store delete "$RUNLEASE_RUN" cfg/size"#,
+    ]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+
+    let check_reads = |why: &str| {
+        let o = rl(&a, &["store", "get", db, "cfg/model"]);
+        assert_eq!(o.status.code(), Some(0), "{why}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "small", "{why}");
+        let o = rl(&a, &["store", "get", db, "cfg/size"]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{why}: deleted: {}",
+            text(&o.stderr)
+        );
+        let o = rl(&a, &["--json", "store", "list", db, "cfg/"]);
+        assert_eq!(o.status.code(), Some(0), "{why}: {}", text(&o.stderr));
+        let docs = json_lines(&o);
+        assert_eq!(docs.len(), 1, "{why}: {docs:?}");
+        assert_eq!(
+            (docs[0]["key"].as_str(), docs[0]["value"].as_str()),
+            (Some("cfg/model"), Some("small")),
+            "{why}"
+        );
+        let o = rl(&a, &["--json", "store", "log", db]);
+        assert_eq!(o.status.code(), Some(0), "{why}: {}", text(&o.stderr));
+        let seqs: Vec<u64> = json_lines(&o)
+            .iter()
+            .map(|c| c["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, [1, 2, 3], "{why}");
+    };
+    check_reads("a free run");
+    assert!(!on_b.exists(), "a read made host B's folder");
+
+    // While an owner on host A holds the run, readers elsewhere still read the engine.
+    let mut args = vec!["run", da];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&["--", "sleep", "30"]);
+    let mut held = cmd(&["--authority", &a])
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let o = rl(&a, &["--json", "status", db]);
+        let s = json_lines(&o);
+        if s.first().is_some_and(|s| s["state"] == "active") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "never active: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check_reads("a run held on host A");
+    common::signal(held.id(), Signal::TERM);
+    wait_exit(&mut held, Duration::from_secs(10));
+
+    // A new owner on host B reads the same values through its own socket.
+    let mut args = vec!["run", db];
+    args.extend_from_slice(&FAST);
+    args.extend_from_slice(&[
+        "--wait",
+        "10s",
+        "--",
+        "sh",
+        "-c",
+        r#"test "$(runlease store get "$RUNLEASE_RUN" cfg/model)" = small"#,
+    ]);
+    let o = rl(&a, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+
+    // A run the engine never saw.
+    let other = tmp.path().join("host-b").join("jbo");
+    let o = rl(
+        &a,
+        &[
+            "--json",
+            "store",
+            "get",
+            other.to_str().unwrap(),
+            "cfg/model",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(65), "{}", text(&o.stderr));
+    assert_eq!(json_lines(&o)[0]["code"], "STORE_MISSING");
+    assert!(!other.exists());
+}

@@ -3,10 +3,12 @@
 //! under its guard; the SQLite file on this host (`store/view.sqlite`) is only a view of
 //! the engine's log, caught up or rebuilt at open and applied record by record after.
 //!
-//! **Partial (issue #32 in progress).** This module is the composition, tested on its own
-//! (`tests/engine_store.rs`); [`crate::Run`] does not use it yet: in etcd mode a run still
-//! commits to `store/run.sqlite`. Snapshots are written on request ([`EngineStore::snapshot`])
-//! but nothing truncates the log after them yet.
+//! [`crate::Run`] uses it when its authority commits in the engine
+//! ([`crate::LeaseAuthority::commits_in_engine`]): the owner's open catches the view up
+//! ([`EngineLog::catch_up`]), each group commit is a record, and every 1024 records a
+//! snapshot is written and the log truncated behind it. [`EngineReader`] reads the store
+//! without a lease. [`EngineStore`] holds a log with its view, for callers of this module
+//! alone (tests, examples, a library user composing the layers).
 //!
 //! ```
 //! use lease_core::mem::MemTransport;
@@ -45,11 +47,13 @@
 //! ```
 
 use crate::error::RunError;
-use lease_core::ops::{CommitParams, CommitRecord, OwnedLease, StoreLogView, commit_id};
+use lease_core::ops::{
+    CommitParams, CommitRecord, LoggedRecord, OwnedLease, StoreLogView, commit_id,
+};
 use lease_core::store_log::{
     Blob, DEFAULT_BUDGET_BYTES, RecordBatch, RecordWrite, StoreRecord, StoreTail, pack_batches,
 };
-use lease_core::{Code, LeaseOps, Timestamp, Transport};
+use lease_core::{Code, LeaseOps, RunId, Timestamp, Transport};
 use lease_sqlite::{Batch, Store, ViewPosition, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -133,6 +137,141 @@ fn batches_of(r: &StoreRecord) -> Vec<Batch> {
     r.batches.iter().map(Batch::from).collect()
 }
 
+/// A new view in `dir` at the snapshot `log` starts from (its image), or empty.
+fn rebuild<A: Transport + ?Sized>(
+    auth: &A,
+    run: &RunId,
+    log: &StoreLogView,
+    dir: &StoreDir<'_>,
+) -> Result<Store, RunError>
+where
+    RunError: From<A::Error>,
+{
+    let (image, at) = match &log.snapshot {
+        Some((file, m)) => (
+            Some(auth.read_snapshot(*file, m.clone())?),
+            ViewPosition {
+                record_seq: m.through.get(),
+                record_hash: Some(m.through_hash.clone()),
+                commits: m.commits.get(),
+            },
+        ),
+        None => (None, ViewPosition::EMPTY),
+    };
+    let io = |e: std::io::Error| RunError::Io(format!("{}: {e}", dir.path.display()));
+    Store::build_view_in(
+        run,
+        (dir.open)().map_err(io)?,
+        &dir.path,
+        image.as_deref(),
+        &at,
+    )?;
+    Ok(Store::open_view_in(
+        run,
+        (dir.open)().map_err(io)?,
+        &dir.path,
+        false,
+    )?)
+}
+
+/// Apply `records` (checked, in order, each following the view's position) to `view`.
+fn apply_records(view: &mut Store, records: &[LoggedRecord]) -> Result<(), RunError> {
+    for r in records {
+        let to = ViewPosition {
+            record_seq: r.record.sequence.get(),
+            record_hash: Some(r.hash.clone()),
+            commits: r.record.last_commit(),
+        };
+        view.apply_record(
+            r.record.generation,
+            r.record.first_commit.get(),
+            &batches_of(&r.record),
+            &to,
+        )?;
+    }
+    Ok(())
+}
+
+/// The engine's store read without a lease (`runlease store get`, `list` and `log` over
+/// etcd, from any host, whoever owns the run): the log and its newest snapshot are read
+/// and checked as an owner's catch-up reads them (§18.4), and a view is built from them
+/// in a private scratch folder (mode 0700, removed when the reader is dropped). What it
+/// shows is every commit the engine had accepted when the read began, and possibly some
+/// accepted while it read: never an unaccepted one. Writes nothing: not the engine, not
+/// the run folder.
+#[derive(Debug)]
+pub struct EngineReader {
+    // Field order: the view closes before its folder is removed.
+    view: Store,
+    tail: StoreTail,
+    _scratch: tempfile::TempDir,
+}
+
+/// How often [`EngineReader::open`] reads again when the owner truncated the log under
+/// the read (`CONCURRENT_CHANGE`): a truncation follows a snapshot, so the next read
+/// starts from that snapshot.
+const READ_ATTEMPTS: usize = 4;
+
+impl EngineReader {
+    /// Read the store of `auth`'s run (see the type's docs).
+    ///
+    /// # Errors
+    /// `STORE_MISSING` (65) when the engine holds no record of the run at all (no epoch,
+    /// no store record: a misspelt run, or one never opened with this authority);
+    /// `STORE_LOG_INVALID` (65) for a log whose chain, numbering or generations do not
+    /// hold; the engine's own errors (`UNAVAILABLE`, 69); `CONCURRENT_CHANGE` (75) when
+    /// the log was truncated under every one of a few reads; the scratch folder's I/O.
+    pub fn open<A: Transport + ?Sized>(auth: &A) -> Result<EngineReader, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        let run = auth.run_id().clone();
+        let mut attempt = 0;
+        let log = loop {
+            attempt += 1;
+            match auth.read_store_log(None, 0).map_err(RunError::from) {
+                Err(e) if e.code() == Code::ConcurrentChange && attempt < READ_ATTEMPTS => {}
+                other => break other?,
+            }
+        };
+        if log.tail.last.is_none() && log.snapshot.is_none() {
+            let view = auth.status(crate::wall_now()?, false)?;
+            if view.head.is_none() {
+                return Err(RunError::Store(lease_sqlite::StoreError::Missing {
+                    run: run.to_string(),
+                    file: "store/log/ in the engine".into(),
+                    detail: "the engine holds no epoch and no store record of this run (is the run name right? an owner's open makes its store)".into(),
+                }));
+            }
+        }
+        let scratch = tempfile::Builder::new()
+            .prefix("runlease-view-")
+            .tempdir()
+            .map_err(|e| RunError::Io(format!("a scratch folder for the view: {e}")))?;
+        let path = scratch.path().to_path_buf();
+        let p = path.clone();
+        let open = move || std::fs::File::open(&p).map(OwnedFd::from);
+        let dir = StoreDir { open: &open, path };
+        let mut view = rebuild(auth, &run, &log, &dir)?;
+        apply_records(&mut view, &log.records)?;
+        Ok(EngineReader {
+            view,
+            tail: log.tail,
+            _scratch: scratch,
+        })
+    }
+
+    /// The store as read, to read from.
+    pub fn store(&self) -> &Store {
+        &self.view
+    }
+
+    /// The log's tail as read.
+    pub fn tail(&self) -> &StoreTail {
+        &self.tail
+    }
+}
+
 impl EngineLog {
     /// Catch up as the owner of `lease` (§18.4), before serving anything: read the engine's
     /// log (checked: chain, numbering, generations; `FENCED` if a newer generation wrote
@@ -171,39 +310,11 @@ impl EngineLog {
             (Some(v), Some(i)) => (v, false, i),
             (v, _) => {
                 drop(v);
-                let (image, at) = match &log.snapshot {
-                    Some((file, m)) => (
-                        Some(auth.read_snapshot(*file, m.clone())?),
-                        ViewPosition {
-                            record_seq: m.through.get(),
-                            record_hash: Some(m.through_hash.clone()),
-                            commits: m.commits.get(),
-                        },
-                    ),
-                    None => (None, ViewPosition::EMPTY),
-                };
-                let folder = (dir.open)()
-                    .map_err(|e| RunError::Io(format!("{}: {e}", dir.path.display())))?;
-                Store::build_view_in(run, folder, &dir.path, image.as_deref(), &at)?;
-                let folder = (dir.open)()
-                    .map_err(|e| RunError::Io(format!("{}: {e}", dir.path.display())))?;
-                (Store::open_view_in(run, folder, &dir.path, false)?, true, 0)
+                (rebuild(auth, run, &log, dir)?, true, 0)
             }
         };
         let applied = log.records.len() - from;
-        for r in &log.records[from..] {
-            let to = ViewPosition {
-                record_seq: r.record.sequence.get(),
-                record_hash: Some(r.hash.clone()),
-                commits: r.record.last_commit(),
-            };
-            view.apply_record(
-                r.record.generation,
-                r.record.first_commit.get(),
-                &batches_of(&r.record),
-                &to,
-            )?;
-        }
+        apply_records(&mut view, &log.records[from..])?;
         let caught_up = match (rebuilt, applied) {
             (true, n) => CatchUp::Rebuilt(n),
             (false, 0) => CatchUp::UpToDate,

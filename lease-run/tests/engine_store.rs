@@ -8,7 +8,7 @@
 use lease_core::mem::MemTransport;
 use lease_core::ops::{ClaimParams, OwnedLease, Request, Response, RetireParams};
 use lease_core::{Code, Holder, Identity, LeaseOps, RunId, Timestamp, TimingPolicy, Transport};
-use lease_run::engine_store::{CatchUp, EngineStore};
+use lease_run::engine_store::{CatchUp, EngineReader, EngineStore};
 use lease_run::{Batch, RunError};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -403,4 +403,59 @@ fn commits_snapshot_and_truncate_by_themselves_and_a_new_host_catches_up_from_th
     assert_eq!(sb.caught_up(), CatchUp::Rebuilt(2));
     assert_eq!(sb.view().head().unwrap(), 12);
     assert!(value(&sb, "k0").is_some() && value(&sb, "k11").is_some());
+}
+
+/// A reader without a lease (`runlease store get` over etcd, on any host) builds the
+/// same documents and commits the owner's view holds, from the newest snapshot and the
+/// records after it, while the owner still holds the run; it writes nothing to the engine.
+/// A run the engine has no epoch of is `STORE_MISSING`; a claimed run with no commit
+/// reads as an empty store.
+#[test]
+fn a_reader_without_a_lease_builds_the_owners_view_from_the_engine() {
+    let e = Engine::new();
+    let err = EngineReader::open(&e).unwrap_err();
+    assert_eq!(err.code(), Code::StoreMissing, "{err}");
+    let a = claim(&e, "owner-a", "host-a");
+    let r = EngineReader::open(&e).unwrap();
+    assert!(r.store().scan_prefix("").unwrap().is_empty());
+    assert_eq!(r.store().head().unwrap(), 0);
+    let host_a = tempfile::tempdir().unwrap();
+    let mut s = EngineStore::open_at(&e, &a, host_a.path()).unwrap();
+    s.set_snapshot_every(5);
+    for i in 0..12 {
+        commit(
+            &mut s,
+            &e,
+            &[Batch::new().put(format!("k{i}"), format!("v{i}"))],
+        )
+        .unwrap();
+    }
+    commit(&mut s, &e, &[Batch::new().delete("k3").log("dropped k3")]).unwrap();
+    let before = e.mem.disk().files.clone();
+    let r = EngineReader::open(&e).unwrap();
+    assert_eq!(e.mem.disk().files, before, "the reader wrote to the engine");
+    let commits = |st: &lease_sqlite::Store| {
+        st.commits_since(0)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.seq, c.token, c.writes, c.log))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        r.store().scan_prefix("").unwrap(),
+        s.view().scan_prefix("").unwrap()
+    );
+    assert_eq!(r.store().get("k3").unwrap(), None);
+    assert_eq!(r.store().head().unwrap(), 13);
+    assert_eq!(commits(r.store()), commits(s.view()));
+    assert_eq!(r.tail(), s.tail());
+    // Built from the snapshot (records 1-10 are gone from the log) and records 11-13.
+    let log = e.mem.read_store_log(None, 0).unwrap();
+    assert_eq!(
+        (
+            log.snapshot.map(|(_, m)| m.through.get()),
+            log.records.len()
+        ),
+        (Some(10), 3)
+    );
 }

@@ -8,6 +8,7 @@
 
 use crate::common::{CliError, Out};
 use lease_core::{Code, LeaseOps};
+use lease_run::engine_store::EngineReader;
 use lease_run::store_read::StoreReader;
 use lease_run::store_socket::{SOCKET_VAR, StoreClient};
 use lease_run::{Batch, Commit, Document, Write};
@@ -45,6 +46,8 @@ fn doc_json(run: &str, d: &Document) -> Value {
 enum Source {
     Served(StoreClient),
     Local(Box<StoreReader>),
+    /// Over an engine (etcd): a view built from the engine's log, whoever owns the run.
+    Engine(Box<EngineReader>),
 }
 
 /// Whether this process is a command of the owner of the run at `dir`, serving its store:
@@ -76,6 +79,19 @@ fn source(dir: &Path, authority: &lease_run::Authority) -> Result<Source, CliErr
             )),
         };
     }
+    if authority.url().is_some() {
+        // The store is committed in the engine (docs/PROTOCOL.md §18): read it there,
+        // from any host and whoever owns the run; the run folder is not read.
+        let lease = crate::common::open_lease(dir, authority, None)?;
+        if lease.auth.commits_in_engine() {
+            return EngineReader::open(&*lease.auth)
+                .map(|r| Source::Engine(Box::new(r)))
+                .map_err(|e| {
+                    CliError::from(e)
+                        .with_hint(format!("the store was read from {}", lease.auth.describe()))
+                });
+        }
+    }
     open(dir, authority).map(|r| Source::Local(Box::new(r)))
 }
 
@@ -84,6 +100,7 @@ impl Source {
         Ok(match self {
             Source::Served(c) => c.get(key)?,
             Source::Local(r) => r.store().get(key).map_err(lease_run::RunError::from)?,
+            Source::Engine(r) => r.store().get(key).map_err(lease_run::RunError::from)?,
         })
     }
 
@@ -122,6 +139,18 @@ impl Source {
                 }
                 Ok(())
             }
+            Source::Engine(r) => {
+                for d in r
+                    .store()
+                    .scan_prefix(prefix)
+                    .map_err(lease_run::RunError::from)?
+                {
+                    if !each(&d) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -130,6 +159,14 @@ impl Source {
         Ok(match self {
             Source::Served(c) => c.commits_page(after, Some(max as u64))?,
             Source::Local(r) => {
+                let page = r
+                    .store()
+                    .commits_page(after, max)
+                    .map_err(lease_run::RunError::from)?;
+                let more = page.len() == max;
+                (page, more)
+            }
+            Source::Engine(r) => {
                 let page = r
                     .store()
                     .commits_page(after, max)
