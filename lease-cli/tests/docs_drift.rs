@@ -5,6 +5,10 @@
 //! `lease_run::RUN_ERROR_CODES`, `lease_run::ETCD_ERROR_CODES`, the CLI's own) against
 //! docs/PROTOCOL.md §12. A code missing from a document, a stale row, or a different exit
 //! code fails here.
+//!
+//! Only in a build with the `etcd` feature (the test command's `--all-features`): without
+//! it `lease_run::ETCD_ERROR_CODES` is absent and the documents name codes no table has.
+#![cfg(feature = "etcd")]
 
 use lease_cli::exit_codes::{CLI_ERROR_CODES, EXIT_CODES, exit_for};
 use std::collections::BTreeMap;
