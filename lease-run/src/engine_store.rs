@@ -207,9 +207,9 @@ pub struct EngineReader {
     _scratch: tempfile::TempDir,
 }
 
-/// How often [`EngineReader::open`] reads again when the owner truncated the log under
-/// the read (`CONCURRENT_CHANGE`): a truncation follows a snapshot, so the next read
-/// starts from that snapshot.
+/// How often [`EngineReader::open`] reads when the owner truncated the log or removed the
+/// snapshot under the read (`CONCURRENT_CHANGE`): a truncation follows a newer snapshot,
+/// so the next read starts from that one.
 const READ_ATTEMPTS: usize = 4;
 
 impl EngineReader {
@@ -225,15 +225,24 @@ impl EngineReader {
     where
         RunError: From<A::Error>,
     {
-        let run = auth.run_id().clone();
         let mut attempt = 0;
-        let log = loop {
+        loop {
             attempt += 1;
-            match auth.read_store_log(None, 0).map_err(RunError::from) {
+            match Self::read_once(auth) {
                 Err(e) if e.code() == Code::ConcurrentChange && attempt < READ_ATTEMPTS => {}
-                other => break other?,
+                other => return other,
             }
-        };
+        }
+    }
+
+    /// One read: the log, then the snapshot's image, either of which a truncation by the
+    /// owner may remove under it (`CONCURRENT_CHANGE`: [`EngineReader::open`] reads again).
+    fn read_once<A: Transport + ?Sized>(auth: &A) -> Result<EngineReader, RunError>
+    where
+        RunError: From<A::Error>,
+    {
+        let run = auth.run_id().clone();
+        let log = auth.read_store_log(None, 0)?;
         if log.tail.last.is_none() && log.snapshot.is_none() {
             let view = auth.status(crate::wall_now()?, false)?;
             if view.head.is_none() {

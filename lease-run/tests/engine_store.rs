@@ -38,7 +38,12 @@ struct Engine {
     lose: AtomicU32,
     /// Drop the next guarded creates before they reach the engine (a partition).
     drop_next: AtomicU32,
+    /// Run once, just before the first read of a snapshot chunk reaches the engine (an
+    /// owner's snapshot and truncation racing a reader).
+    on_chunk_read: std::sync::Mutex<Option<ChunkHook>>,
 }
+
+type ChunkHook = Box<dyn FnOnce(&MemTransport) + Send>;
 
 impl Engine {
     fn new() -> Engine {
@@ -46,6 +51,7 @@ impl Engine {
             mem: MemTransport::new(run()),
             lose: AtomicU32::new(0),
             drop_next: AtomicU32::new(0),
+            on_chunk_read: std::sync::Mutex::new(None),
         }
     }
 }
@@ -72,6 +78,15 @@ impl Transport for Engine {
                 detail: "test: the answer was lost".into(),
             })
         };
+        if matches!(
+            req,
+            Request::Read(lease_core::FileRef::SnapshotChunk { .. })
+        ) {
+            let hook = self.on_chunk_read.lock().unwrap().take();
+            if let Some(hook) = hook {
+                hook(&self.mem);
+            }
+        }
         if guarded && take(&self.drop_next) {
             return Err(unknown());
         }
@@ -457,5 +472,51 @@ fn a_reader_without_a_lease_builds_the_owners_view_from_the_engine() {
             log.records.len()
         ),
         (Some(10), 3)
+    );
+}
+
+/// A reader whose snapshot is replaced and removed while it reads it (the owner wrote a
+/// newer snapshot and truncated behind it) is told `CONCURRENT_CHANGE` by the read and
+/// reads again from the newer snapshot: same documents as the owner, never an error.
+#[test]
+fn a_reader_racing_a_snapshot_and_truncation_reads_again() {
+    let e = Engine::new();
+    let a = claim(&e, "owner-a", "host-a");
+    let host_a = tempfile::tempdir().unwrap();
+    let mut s = EngineStore::open_at(&e, &a, host_a.path()).unwrap();
+    s.set_snapshot_every(5);
+    for i in 0..12 {
+        commit(
+            &mut s,
+            &e,
+            &[Batch::new().put(format!("k{i}"), format!("v{i}"))],
+        )
+        .unwrap();
+    }
+    // The image the owner will snapshot during the read: after record 12.
+    let image = s.view().image().unwrap();
+    let tail = s.tail().clone();
+    let ran = std::sync::Arc::new(AtomicU32::new(0));
+    let ran2 = ran.clone();
+    *e.on_chunk_read.lock().unwrap() = Some(Box::new(move |mem: &MemTransport| {
+        let file = mem.write_snapshot(&a, &tail, image, 0x99, now()).unwrap();
+        let t = mem.truncate_store_log(file).unwrap();
+        assert!(t.records == 2 && t.snapshot_files >= 2, "{t:?}");
+        ran2.fetch_add(1, Ordering::SeqCst);
+    }));
+    let r = EngineReader::open(&e).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the race was not run");
+    assert_eq!(
+        r.store().scan_prefix("").unwrap(),
+        s.view().scan_prefix("").unwrap()
+    );
+    assert_eq!(r.store().head().unwrap(), 12);
+    let log = e.mem.read_store_log(None, 0).unwrap();
+    assert_eq!(
+        (
+            log.snapshot.map(|(_, m)| m.through.get()),
+            log.records.len()
+        ),
+        (Some(12), 0)
     );
 }
