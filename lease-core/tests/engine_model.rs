@@ -9,12 +9,17 @@
 //! same record ([`CommitRecord::again`]), as lease-run does. Owners on other hosts retire the
 //! owner (its etcd lease expired while it was cut off: the engine's liveness says dead),
 //! claim, catch up by reading the log, and commit, while the deposed owner keeps trying.
+//! Owners also snapshot and truncate the log behind the snapshot (§18.5) while a reader
+//! without a lease reads it (`runlease store get` over etcd), and reads again when told
+//! `CONCURRENT_CHANGE`.
 //!
 //! Checked in every state: **S1** every acknowledged record is in the log, byte for byte;
 //! **S2** no record of a generation lands once an epoch above it exists (checked when it
 //! lands, including a late delivery), and no record whose writer was told `FENCED` or
-//! `CONCURRENT_CHANGE` is ever in the log; **S3** the log reads as one valid chain; and,
-//! when a catch-up read answers, it holds every record acknowledged before it began.
+//! `CONCURRENT_CHANGE` is ever in the log; **S3** the log reads as one valid chain, and a
+//! slot is never held by two different records over time; and, when a read answers (an
+//! owner's catch-up or a reader's), it holds every record acknowledged before it began:
+//! among its records, or folded into its snapshot (whose `through_hash` leads back to it).
 //!
 //! `RUNLEASE_MODEL=ci` (`cargo xtask model`) and `deep` (`cargo xtask model --deep`)
 //! explore larger configurations than the default `cargo test` bound.
@@ -36,6 +41,10 @@ enum Do {
     /// Catch up: read the log as the owner.
     Read,
     Commit,
+    /// Snapshot the owner's view at its tail, then truncate the log behind it (§18.5).
+    Snapshot,
+    /// Read the log without a lease (a reader on any host: `runlease store get` over etcd).
+    Observe,
 }
 
 #[derive(Clone, Debug)]
@@ -45,6 +54,10 @@ enum Op {
     /// With the number of records acknowledged when it began.
     Read(ReadStoreLog, usize),
     Commit(CommitRecord),
+    Snapshot(WriteSnapshot),
+    Truncate(TruncateStoreLog),
+    /// With the number of records acknowledged when it began.
+    Observe(ReadStoreLog, usize),
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +72,8 @@ struct Actor {
     tail: StoreTail,
     /// A commit whose answer was lost: resolved before anything else.
     unresolved: Option<CommitRecord>,
+    /// A snapshot written: truncate behind it next.
+    truncate: Option<FileRef>,
 }
 
 #[derive(Clone)]
@@ -70,6 +85,13 @@ struct World {
     losses_left: u8,
     acked: Vec<(u64, Vec<u8>)>,
     refused: Vec<Vec<u8>>,
+    /// Every store record that ever landed, by sequence (a ghost: truncation removes
+    /// records from the engine, not from here), to judge acknowledged records a snapshot
+    /// covers.
+    landed: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// Reads without a lease told `CONCURRENT_CHANGE` (coverage only: not in the
+    /// fingerprint).
+    observer_retries: u32,
 }
 
 struct Config {
@@ -96,12 +118,15 @@ fn world(c: &Config) -> World {
                 lease: None,
                 tail: StoreTail::default(),
                 unresolved: None,
+                truncate: None,
             })
             .collect(),
         network: Vec::new(),
         losses_left: c.losses,
         acked: Vec::new(),
         refused: Vec::new(),
+        landed: Default::default(),
+        observer_retries: 0,
     }
 }
 
@@ -112,20 +137,21 @@ impl World {
             .iter()
             .map(|a| {
                 format!(
-                    "{}{}:{:?}:{:?}:{:?}:{:?}:{:?}",
+                    "{}{}:{:?}:{:?}:{:?}:{:?}:{:?}:{:?}",
                     a.name,
                     a.pc,
                     a.op,
                     a.pending,
                     a.lease.as_ref().map(|l| l.generation),
                     a.tail,
-                    a.unresolved.as_ref().map(|u| u.record().to_vec())
+                    a.unresolved.as_ref().map(|u| u.record().to_vec()),
+                    a.truncate
                 )
             })
             .collect();
         hash128(&format!(
-            "{:?}|{actors:?}|{:?}|{}|{:?}|{:?}",
-            self.disk.files, self.network, self.losses_left, self.acked, self.refused
+            "{:?}|{actors:?}|{:?}|{}|{:?}|{:?}|{:?}",
+            self.disk.files, self.network, self.losses_left, self.acked, self.refused, self.landed
         ))
     }
 
@@ -161,6 +187,20 @@ impl World {
                     r.sequence.get()
                 ));
             }
+            // A slot a truncation emptied may be filled again by a late delivery of the
+            // same record (the guard lets the current owner's own late request in); a
+            // different record there would be a fork.
+            let seq = r.sequence.get();
+            match self.landed.get(&seq) {
+                Some(before) if *before != bytes => {
+                    return Err(format!(
+                        "S3: slot {seq} held two different records over time"
+                    ));
+                }
+                _ => {
+                    self.landed.insert(seq, bytes);
+                }
+            }
         }
         Ok(resp)
     }
@@ -176,6 +216,11 @@ impl World {
             (
                 Op::Commit(u.again()),
                 format!("{name} resolves record {}", u.sequence().get()),
+            )
+        } else if let Some(file) = a.truncate.take() {
+            (
+                Op::Truncate(TruncateStoreLog::new(file)),
+                format!("{name} truncates behind {file}"),
             )
         } else {
             let what = *a.script.get(a.pc)?;
@@ -236,6 +281,23 @@ impl World {
                     let line = format!("{name} commits record {}", op.sequence().get());
                     (Op::Commit(op), line)
                 }
+                Do::Snapshot => {
+                    let l = a.lease.as_ref()?;
+                    let (through, _) = a.tail.last.clone()?;
+                    // The image stands for the view's contents (never read back here: the
+                    // model judges records, and a snapshot by its manifest's chain).
+                    let image = format!("image of {name} through {}", through.get()).into_bytes();
+                    let nonce = u64::from(a.pid) * 100 + a.pc as u64;
+                    let op = WriteSnapshot::new(l, &a.tail, image, nonce, t(100)).ok()?;
+                    (
+                        Op::Snapshot(op),
+                        format!("{name} snapshots through {}", through.get()),
+                    )
+                }
+                Do::Observe => (
+                    Op::Observe(ReadStoreLog::new(run_id(), None, 0), self.acked.len()),
+                    format!("{name} reads the log without a lease"),
+                ),
             }
         };
         a.op = Some(op);
@@ -275,10 +337,8 @@ impl World {
                     match r {
                         Ok(view) => {
                             for (seq, bytes) in &self.acked[..before] {
-                                let h = Digest::of(bytes);
-                                if !view.records.iter().any(|x| x.record.sequence.get() == *seq && x.hash == h) {
-                                    return Err(format!("a catch-up read lacks acknowledged record {seq}"));
-                                }
+                                covers(&self.landed, &view, *seq, bytes)
+                                    .map_err(|e| format!("a catch-up read lacks acknowledged record {seq}: {e}"))?;
                             }
                             a.tail = view.tail;
                         }
@@ -304,6 +364,40 @@ impl World {
                             }
                         }
                         Err(e) => return Err(format!("a commit failed unexpectedly: {e}")),
+                    }
+                })
+            }
+            Op::Snapshot(m) => drive!(m, r => {
+                a.op = None;
+                match r {
+                    Ok(file) => a.truncate = Some(file),
+                    Err(e) if e.code() == Code::Fenced => a.lease = None,
+                    Err(e) => return Err(format!("a snapshot failed unexpectedly: {e}")),
+                }
+            }),
+            Op::Truncate(m) => drive!(m, r => {
+                a.op = None;
+                if let Err(e) = r {
+                    return Err(format!("a truncation failed: {e}"));
+                }
+            }),
+            Op::Observe(m, acked_before) => {
+                let before = *acked_before;
+                drive!(m, r => {
+                    a.op = None;
+                    match r {
+                        Ok(view) => {
+                            for (seq, bytes) in &self.acked[..before] {
+                                covers(&self.landed, &view, *seq, bytes)
+                                    .map_err(|e| format!("a reader without a lease lacks acknowledged record {seq}: {e}"))?;
+                            }
+                        }
+                        // A truncation under the read: the reader reads again (EngineReader).
+                        Err(e) if e.code() == Code::ConcurrentChange => {
+                            a.pc -= 1;
+                            self.observer_retries += 1;
+                        }
+                        Err(e) => return Err(format!("a reader's read of a valid log failed: {e}")),
                     }
                 })
             }
@@ -333,10 +427,18 @@ impl World {
             let r = w
                 .perform(req.clone())
                 .and_then(|resp| w.feed(i, Some(resp)));
-            out.push(w.checked(r, format!("{who}: {} answered", describe(&req))));
-            // A store commit's request, lost: its answer (it landed), or itself (held).
+            let again = if w.observer_retries > self.observer_retries {
+                " (a truncation under the read: it reads again)"
+            } else {
+                ""
+            };
+            out.push(w.checked(r, format!("{who}: {} answered{again}", describe(&req))));
+            // A store commit's or a snapshot's request, lost: its answer (it landed), or
+            // itself (held). A commit is then resolved; a snapshot is abandoned (its
+            // writer counts it failed and writes the next one with another nonce).
             let commit = matches!(self.actors[i].op, Some(Op::Commit(_)));
-            if commit && self.losses_left > 0 {
+            let snapshot = matches!(self.actors[i].op, Some(Op::Snapshot(_)));
+            if (commit || snapshot) && self.losses_left > 0 {
                 for landed in [true, false] {
                     let mut w = self.clone();
                     w.losses_left -= 1;
@@ -379,10 +481,21 @@ impl World {
 
     /// S1, S2 (refused records never in the log) and S3 (one valid chain).
     fn check(&mut self) -> Result<(), String> {
+        // S3 first: the log as any reader reads it, whole.
+        let mut d = self.disk.clone();
+        let view = d
+            .run(&mut ReadStoreLog::new(run_id(), None, 0), &all_dead)
+            .map_err(|e| format!("S3: the log does not read as one chain: {e}"))?;
         for (seq, bytes) in &self.acked {
             let f = FileRef::StoreRecord(Sequence::new(*seq).unwrap());
+            if self.landed.get(seq) != Some(bytes) {
+                return Err(format!("S1: acknowledged record {seq} never landed"));
+            }
+            // In the engine as it was acknowledged, or folded into the snapshot readers
+            // start from (its chain leads back to it).
             if self.disk.files.get(&f) != Some(bytes) {
-                return Err(format!("S1: acknowledged record {seq} is not in the log"));
+                covers(&self.landed, &view, *seq, bytes)
+                    .map_err(|e| format!("S1: acknowledged record {seq} is not in the log: {e}"))?;
             }
         }
         let log: Vec<&Vec<u8>> = self
@@ -397,10 +510,57 @@ impl World {
                 return Err("S2: a record its writer was told was refused is in the log".into());
             }
         }
-        let mut d = self.disk.clone();
-        d.run(&mut ReadStoreLog::new(run_id(), None, 0), &all_dead)
-            .map_err(|e| format!("S3: the log does not read as one chain: {e}"))?;
         Ok(())
+    }
+}
+
+/// Whether the log `view` (as a reader found it) holds the acknowledged record `seq`
+/// (`bytes`): among its records, or folded into its snapshot, whose `through_hash` leads
+/// back along the landed records' `prev_hash` links to exactly these bytes.
+fn covers(
+    landed: &std::collections::BTreeMap<u64, Vec<u8>>,
+    view: &StoreLogView,
+    seq: u64,
+    bytes: &[u8],
+) -> Result<(), String> {
+    let h = Digest::of(bytes);
+    if view
+        .records
+        .iter()
+        .any(|x| x.record.sequence.get() == seq && x.hash == h)
+    {
+        return Ok(());
+    }
+    let Some((_, m)) = view
+        .snapshot
+        .as_ref()
+        .filter(|(_, m)| m.through.get() >= seq)
+    else {
+        return Err("not among the records read and no snapshot covers it".into());
+    };
+    let mut k = m.through.get();
+    let mut want = m.through_hash.clone();
+    loop {
+        let Some(b) = landed.get(&k) else {
+            return Err(format!(
+                "the snapshot's chain reaches record {k}, which never landed"
+            ));
+        };
+        if Digest::of(b) != want {
+            return Err(format!(
+                "the snapshot's chain does not lead to the record {k} that landed"
+            ));
+        }
+        if k == seq {
+            return if b.as_slice() == bytes {
+                Ok(())
+            } else {
+                Err(format!("the snapshot folds in another record {seq}"))
+            };
+        }
+        let r: StoreRecord = decode(b).map_err(|e| e.to_string())?;
+        want = r.prev_hash.ok_or("the chain ends before the record")?;
+        k -= 1;
     }
 }
 
@@ -436,6 +596,10 @@ struct Coverage {
     held: usize,
     late: usize,
     resolutions: usize,
+    /// Truncations started, and reads without a lease that met a truncation (and so read
+    /// again: the state after is one seen before, so these are counted as transitions).
+    truncations: usize,
+    observer_retries: usize,
 }
 
 /// Breadth-first exploration: ((states, shortest violating trace), what it covered).
@@ -463,6 +627,8 @@ fn explore_covering(c: &Config) -> ((usize, Option<Vec<String>>), Coverage) {
             cov.held += usize::from(line.contains("held by the network"));
             cov.late += usize::from(line.contains("late"));
             cov.resolutions += usize::from(line.contains("resolves"));
+            cov.truncations += usize::from(line.contains("truncates"));
+            cov.observer_retries += usize::from(line.contains("reads again"));
             if seen.insert(next.fingerprint()) {
                 cov.refused += usize::from(!next.refused.is_empty());
                 links.push((idx, line));
@@ -510,6 +676,16 @@ fn configs(mode: &str) -> Vec<Config> {
             losses: if deep { 2 } else { 1 },
             max_states: cap(150_000.0),
         },
+        Config {
+            name: "snapshots and truncation by an owner and its taker, a reader without a lease, lost answers",
+            scripts: vec![
+                ('a', vec![Claim, Commit, Commit, Snapshot, Commit]),
+                ('b', vec![Retire, Claim, Read, Commit, Snapshot, Commit]),
+                ('o', vec![Observe, Observe]),
+            ],
+            losses: if deep { 2 } else { 1 },
+            max_states: cap(150_000.0),
+        },
     ]
 }
 
@@ -549,6 +725,13 @@ fn engine_model_check_the_store_log_as_implemented() {
             cov.refused > 0 && cov.lost > 0 && cov.held > 0 && cov.late > 0 && cov.resolutions > 0,
             "the model did not reach every case it is for: {cov:?}"
         );
+        if c.name.starts_with("snapshots") {
+            // A reader racing a truncation needs more than the default bound's states.
+            assert!(
+                cov.truncations > 0 && cov.observer_retries > 0,
+                "the snapshot configuration did not truncate under a reader: {cov:?}"
+            );
+        }
     }
 }
 

@@ -443,6 +443,41 @@ fn a_truncation_under_a_reader_is_a_concurrent_change_not_damage() {
     assert_eq!(view.records.len(), 1);
 }
 
+/// The same race when the truncation removes every record the reader would have read: an
+/// empty page is then no end of the log. Before the reader listed the snapshots again at
+/// the end, it answered an empty log (found by the engine model's snapshot configuration).
+#[test]
+fn a_truncation_of_the_whole_log_under_a_reader_is_a_concurrent_change_not_an_empty_log() {
+    let (mut d, l, tail) = owner_with(2);
+    let mut reader = ReadStoreLog::new(run_id(), None, 0);
+    let Step::Io(list) = reader.next(None) else {
+        panic!()
+    };
+    let listed = d.perform(list, &all_alive);
+    let file = d
+        .run(
+            &mut WriteSnapshot::new(&l, &tail, image(100), 9, t(600)).unwrap(),
+            &all_alive,
+        )
+        .unwrap();
+    let cut = d.run(&mut TruncateStoreLog::new(file), &all_alive).unwrap();
+    assert_eq!(cut.records, 2);
+    let mut input = Some(listed);
+    let r = loop {
+        match reader.next(input.take()) {
+            Step::Io(req) => input = Some(d.perform(req, &all_alive)),
+            Step::Done(r) => break r,
+        }
+    };
+    let e = r.expect_err("a truncated log read as an empty one");
+    assert_eq!(e.code(), Code::ConcurrentChange, "{e}");
+    let view = read_log(&mut d, None).unwrap();
+    assert_eq!(
+        (view.records.len(), view.tail.last, view.tail.commits),
+        (0, tail.last, tail.commits)
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Act {
     /// The current owner commits `n` batches.

@@ -96,6 +96,16 @@ const ENGINE_MODEL_CI: Check = Check {
     env: &[("RUNLEASE_MODEL", "ci")],
 };
 
+/// The engine model at the plain `cargo test` bound (seconds): its snapshot configuration
+/// truncates under a reader without a lease.
+const ENGINE_MODEL_DEFAULT: Check = Check {
+    package: "lease-core",
+    release: true,
+    target: Target::Test("engine_model"),
+    filter: Some("engine_model_check"),
+    env: &[],
+};
+
 /// The model checker's one configuration of an owner beating in place against a taker
 /// (every interleaving, seconds): an owner's beat between the taker's look and its commit.
 const MODEL_BEAT_VS_TAKER: Check = Check {
@@ -328,6 +338,16 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         breaks: "S2 / §18.2 (a store record is created without the engine's guard)",
         planted: "lease-core/src/ops/store.rs (CommitRecord)",
         checks: &[test("lease-core", "store_log", "deposed"), ENGINE_MODEL_CI],
+        expected_survivor_until: None,
+    },
+    Mutant {
+        name: "store_read_end_unchecked",
+        breaks: "S1 / §18.4 (a read that met a truncation of the whole rest of the log answers a shorter log)",
+        planted: "lease-core/src/ops/store.rs (ReadStoreLog)",
+        checks: &[
+            test("lease-core", "store_log", "a_truncation_of_the_whole_log"),
+            ENGINE_MODEL_DEFAULT,
+        ],
         expected_survivor_until: None,
     },
     Mutant {

@@ -346,8 +346,10 @@ pub struct StoreLogView {
 /// reader's own generation) is `FENCED`: the reader was replaced. A missing record below a
 /// later one, a broken link or a wrong number is `STORE_LOG_INVALID`, unless the
 /// snapshots changed while it read (a truncation after a new snapshot), which is
-/// `CONCURRENT_CHANGE` (read again). Records up to `keep_after` are checked and counted,
-/// not kept (a local view already holds them).
+/// `CONCURRENT_CHANGE` (read again). At the end of the log the snapshots are listed again:
+/// an end that a truncation made (a newer snapshot now) is `CONCURRENT_CHANGE` too, never a
+/// shorter log. Records up to `keep_after` are checked and counted, not kept (a local view
+/// already holds them).
 #[derive(Debug, Clone)]
 pub struct ReadStoreLog {
     run: RunId,
@@ -370,6 +372,9 @@ enum ReadLogState {
     Records,
     /// A record is missing: did a newer snapshot appear meanwhile?
     Confirm(Box<LeaseError>),
+    /// The end of the log was reached: was it the end, or did a truncation behind a newer
+    /// snapshot remove the records after the reader's position?
+    End,
     Done,
 }
 
@@ -603,6 +608,27 @@ impl Operation for ReadStoreLog {
                 if n > 0 && cut {
                     self.st = ReadLogState::Records;
                     return Step::Io(self.read_page());
+                }
+                // An empty page is the end of the log only if no truncation removed what
+                // followed: a truncation comes after its snapshot's manifest, and the
+                // newest manifest stays until a newer one exists, so the same newest
+                // snapshot now as at the start means nothing was truncated past it.
+                // (Found by the engine model: a reader that listed no snapshot, then
+                // read record 1 after a snapshot and truncation, took the log for empty.)
+                // mutant store_read_end_unchecked: the empty page taken for the end.
+                if crate::mutant::mutant("store_read_end_unchecked") {
+                    self.st = ReadLogState::Done;
+                    return Step::Done(Ok(std::mem::take(&mut self.view)));
+                }
+                self.st = ReadLogState::End;
+                Step::Io(Request::List(Dir::StoreSnapshots))
+            }
+            (ReadLogState::End, Some(Response::Listing(files))) => {
+                if Self::newest(&files) != self.first_through {
+                    return self.fail(LeaseError::ConcurrentChange {
+                        run: self.run.to_string(),
+                        detail: "a new snapshot truncated the store's log while it was read".into(),
+                    });
                 }
                 self.st = ReadLogState::Done;
                 Step::Done(Ok(std::mem::take(&mut self.view)))
