@@ -630,7 +630,8 @@ fn a_view_rewound_by_a_power_loss_resumes_from_its_own_position() {
     }
     let mut v = Store::open_view(&run(), &dir, false).unwrap();
     let b3 = Batch::new().put("r/3", "r 3").log("r log 3");
-    v.apply_record(g(1), 3, &[b3.clone()], &at(3, 3)).unwrap();
+    v.apply_record(g(1), 3, std::slice::from_ref(&b3), &at(3, 3))
+        .unwrap();
     drop(v);
     // The power loss: the third record's commit is gone, files as they were kept.
     for e in std::fs::read_dir(&dir).unwrap() {
