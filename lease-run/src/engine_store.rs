@@ -244,7 +244,9 @@ impl EngineReader {
         let run = auth.run_id().clone();
         let log = auth.read_store_log(None, 0)?;
         if log.tail.last.is_none() && log.snapshot.is_none() {
-            let view = auth.status(crate::wall_now()?, false)?;
+            let now = <Timestamp as lease_fs::WallClock>::now()
+                .map_err(|e| RunError::Io(e.to_string()))?;
+            let view = auth.status(now, false)?;
             if view.head.is_none() {
                 return Err(RunError::Store(lease_sqlite::StoreError::Missing {
                     run: run.to_string(),
