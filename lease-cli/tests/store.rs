@@ -384,9 +384,17 @@ fn a_stranger_a_fenced_owner_and_a_gone_owner_are_refused_and_nothing_changes() 
     let o = late.wait_with_output().unwrap();
     // Either answered FENCED, or stopped first by the fenced owner as one of its commands:
     // it carries the incarnation's secret, which is how a fence finds its commands (#29).
-    // Either way its write is not made (checked below).
+    // Or (a race seen once in CI, left open: the fence stops the socket's threads, and a
+    // connection still in its handshake is reset, not answered) IO_ERROR saying nothing was
+    // requested. Every way, its write is not made (checked below).
     use std::os::unix::process::ExitStatusExt;
     match o.status.code() {
+        Some(74) => assert!(
+            text(&o.stderr).contains("during the handshake")
+                && text(&o.stderr).contains("nothing was requested"),
+            "{}",
+            text(&o.stderr)
+        ),
         Some(code) => {
             assert_eq!(code, 75, "{}", text(&o.stderr));
             assert!(text(&o.stderr).contains("FENCED"), "{}", text(&o.stderr));
