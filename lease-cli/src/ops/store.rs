@@ -111,7 +111,7 @@ impl Source {
         prefix: &str,
         mut each: impl FnMut(&Document) -> bool,
     ) -> Result<(), CliError> {
-        match self {
+        let docs = match self {
             Source::Served(c) => {
                 let mut after: Option<String> = None;
                 loop {
@@ -127,54 +127,28 @@ impl Source {
                     }
                 }
             }
-            Source::Local(r) => {
-                for d in r
-                    .store()
-                    .scan_prefix(prefix)
-                    .map_err(lease_run::RunError::from)?
-                {
-                    if !each(&d) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Source::Engine(r) => {
-                for d in r
-                    .store()
-                    .scan_prefix(prefix)
-                    .map_err(lease_run::RunError::from)?
-                {
-                    if !each(&d) {
-                        break;
-                    }
-                }
-                Ok(())
+            Source::Local(r) => r.store().scan_prefix(prefix),
+            Source::Engine(r) => r.store().scan_prefix(prefix),
+        }
+        .map_err(lease_run::RunError::from)?;
+        for d in &docs {
+            if !each(d) {
+                break;
             }
         }
+        Ok(())
     }
 
     /// The commits after `after`, at most `max`, and whether more may follow.
     fn commits_page(&mut self, after: u64, max: usize) -> Result<(Vec<Commit>, bool), CliError> {
-        Ok(match self {
-            Source::Served(c) => c.commits_page(after, Some(max as u64))?,
-            Source::Local(r) => {
-                let page = r
-                    .store()
-                    .commits_page(after, max)
-                    .map_err(lease_run::RunError::from)?;
-                let more = page.len() == max;
-                (page, more)
-            }
-            Source::Engine(r) => {
-                let page = r
-                    .store()
-                    .commits_page(after, max)
-                    .map_err(lease_run::RunError::from)?;
-                let more = page.len() == max;
-                (page, more)
-            }
-        })
+        let page = match self {
+            Source::Served(c) => return Ok(c.commits_page(after, Some(max as u64))?),
+            Source::Local(r) => r.store().commits_page(after, max),
+            Source::Engine(r) => r.store().commits_page(after, max),
+        }
+        .map_err(lease_run::RunError::from)?;
+        let more = page.len() == max;
+        Ok((page, more))
     }
 }
 
