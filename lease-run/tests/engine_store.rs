@@ -420,6 +420,22 @@ fn commits_snapshot_and_truncate_by_themselves_and_a_new_host_catches_up_from_th
     assert!(value(&sb, "k0").is_some() && value(&sb, "k11").is_some());
 }
 
+/// `a`'s store in `dir` after 12 commits putting `k<i>` = `v<i>`, snapshotting every 5
+/// records (so a snapshot through record 10, and records 11 and 12 after it).
+fn twelve_puts_snapshotting_every_five(e: &Engine, a: &OwnedLease, dir: &Path) -> EngineStore {
+    let mut s = EngineStore::open_at(e, a, dir).unwrap();
+    s.set_snapshot_every(5);
+    for i in 0..12 {
+        commit(
+            &mut s,
+            e,
+            &[Batch::new().put(format!("k{i}"), format!("v{i}"))],
+        )
+        .unwrap();
+    }
+    s
+}
+
 /// A reader without a lease (`runlease store get` over etcd, on any host) builds the
 /// same documents and commits the owner's view holds, from the newest snapshot and the
 /// records after it, while the owner still holds the run; it writes nothing to the engine.
@@ -435,16 +451,7 @@ fn a_reader_without_a_lease_builds_the_owners_view_from_the_engine() {
     assert!(r.store().scan_prefix("").unwrap().is_empty());
     assert_eq!(r.store().head().unwrap(), 0);
     let host_a = tempfile::tempdir().unwrap();
-    let mut s = EngineStore::open_at(&e, &a, host_a.path()).unwrap();
-    s.set_snapshot_every(5);
-    for i in 0..12 {
-        commit(
-            &mut s,
-            &e,
-            &[Batch::new().put(format!("k{i}"), format!("v{i}"))],
-        )
-        .unwrap();
-    }
+    let mut s = twelve_puts_snapshotting_every_five(&e, &a, host_a.path());
     commit(&mut s, &e, &[Batch::new().delete("k3").log("dropped k3")]).unwrap();
     let before = e.mem.disk().files.clone();
     let r = EngineReader::open(&e).unwrap();
@@ -483,16 +490,7 @@ fn a_reader_racing_a_snapshot_and_truncation_reads_again() {
     let e = Engine::new();
     let a = claim(&e, "owner-a", "host-a");
     let host_a = tempfile::tempdir().unwrap();
-    let mut s = EngineStore::open_at(&e, &a, host_a.path()).unwrap();
-    s.set_snapshot_every(5);
-    for i in 0..12 {
-        commit(
-            &mut s,
-            &e,
-            &[Batch::new().put(format!("k{i}"), format!("v{i}"))],
-        )
-        .unwrap();
-    }
+    let s = twelve_puts_snapshotting_every_five(&e, &a, host_a.path());
     // The image the owner will snapshot during the read: after record 12.
     let image = s.view().image().unwrap();
     let tail = s.tail().clone();
