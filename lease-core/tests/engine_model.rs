@@ -336,10 +336,8 @@ impl World {
                     a.op = None;
                     match r {
                         Ok(view) => {
-                            for (seq, bytes) in &self.acked[..before] {
-                                covers(&self.landed, &view, *seq, bytes)
-                                    .map_err(|e| format!("a catch-up read lacks acknowledged record {seq}: {e}"))?;
-                            }
+                            holds_acked(&self.landed, &self.acked[..before], &view)
+                                .map_err(|e| format!("a catch-up read lacks acknowledged {e}"))?;
                             a.tail = view.tail;
                         }
                         Err(e) if e.code() == Code::Fenced => a.lease = None,
@@ -387,10 +385,8 @@ impl World {
                     a.op = None;
                     match r {
                         Ok(view) => {
-                            for (seq, bytes) in &self.acked[..before] {
-                                covers(&self.landed, &view, *seq, bytes)
-                                    .map_err(|e| format!("a reader without a lease lacks acknowledged record {seq}: {e}"))?;
-                            }
+                            holds_acked(&self.landed, &self.acked[..before], &view)
+                                .map_err(|e| format!("a reader without a lease lacks acknowledged {e}"))?;
                         }
                         // A truncation under the read: the reader reads again (EngineReader).
                         Err(e) if e.code() == Code::ConcurrentChange => {
@@ -512,6 +508,19 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether the log `view` (as a read answered it) holds every record of `acked` (those
+/// acknowledged before the read began); the first it lacks, as `record N: why`.
+fn holds_acked(
+    landed: &std::collections::BTreeMap<u64, Vec<u8>>,
+    acked: &[(u64, Vec<u8>)],
+    view: &StoreLogView,
+) -> Result<(), String> {
+    for (seq, bytes) in acked {
+        covers(landed, view, *seq, bytes).map_err(|e| format!("record {seq}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Whether the log `view` (as a reader found it) holds the acknowledged record `seq`
