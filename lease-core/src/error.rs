@@ -27,6 +27,8 @@ pub enum RecordKind {
     StoreRecord,
     /// `runlease/store-snapshot/1` (§18)
     StoreSnapshot,
+    /// `runlease/verified-mark/1` (§13.1, issue #33)
+    VerifiedMark,
 }
 
 impl RecordKind {
@@ -43,6 +45,7 @@ impl RecordKind {
             RecordKind::Event => "event",
             RecordKind::StoreRecord => "store record",
             RecordKind::StoreSnapshot => "store snapshot",
+            RecordKind::VerifiedMark => "verified mark",
         }
     }
 }

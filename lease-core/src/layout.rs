@@ -20,6 +20,8 @@ pub enum Dir {
     Intents,
     /// `lease/checkpoints`
     Checkpoints,
+    /// `lease/marks`: verified-prefix marks of the event log (PROTOCOL §13.1, issue #33).
+    Marks,
     /// `events`
     Events,
     /// `commands`
@@ -38,12 +40,13 @@ impl Dir {
     pub const ENGINE_STORE: [Dir; 2] = [Dir::StoreLog, Dir::StoreSnapshots];
 
     /// All directories of a run folder's layout, parents before children.
-    pub const ALL: [Dir; 7] = [
+    pub const ALL: [Dir; 8] = [
         Dir::Epochs,
         Dir::Beats,
         Dir::Cutoffs,
         Dir::Intents,
         Dir::Checkpoints,
+        Dir::Marks,
         Dir::Events,
         Dir::Commands,
     ];
@@ -56,6 +59,7 @@ impl Dir {
             Dir::Cutoffs => "lease/cutoffs",
             Dir::Intents => "lease/intents",
             Dir::Checkpoints => "lease/checkpoints",
+            Dir::Marks => "lease/marks",
             Dir::Events => "events",
             Dir::Commands => "commands",
             Dir::StoreLog => "store/log",
@@ -80,6 +84,7 @@ impl Dir {
             Dir::Cutoffs => gen20(stem).map(FileRef::Cutoff),
             Dir::Checkpoints => gen20(stem).map(FileRef::Checkpoint),
             Dir::Events => num20(stem).and_then(Sequence::new).map(FileRef::Event),
+            Dir::Marks => num20(stem).and_then(Sequence::new).map(FileRef::Mark),
             Dir::Intents => {
                 let (g, n) = stem.split_once('-')?;
                 let generation = gen20(g)?;
@@ -165,6 +170,8 @@ pub enum FileRef {
     Checkpoint(Generation),
     /// `events/<sequence:020>.json`
     Event(Sequence),
+    /// `lease/marks/<through_sequence:020>.json`: a verified-prefix mark (PROTOCOL §13.1).
+    Mark(Sequence),
     /// `commands/<generation:020>-<pid>.json`
     Command {
         /// The generation that started the command.
@@ -206,6 +213,7 @@ impl FileRef {
             FileRef::Intent { .. } => Dir::Intents,
             FileRef::Checkpoint(_) => Dir::Checkpoints,
             FileRef::Event(_) => Dir::Events,
+            FileRef::Mark(_) => Dir::Marks,
             FileRef::Command { .. } => Dir::Commands,
             FileRef::RunStatus => return None,
             FileRef::StoreRecord(_) => Dir::StoreLog,
@@ -222,7 +230,7 @@ impl FileRef {
             FileRef::Intent { generation, nonce } => {
                 format!("{:020}-{nonce:016x}.json", generation.get())
             }
-            FileRef::Event(s) => format!("{:020}.json", s.get()),
+            FileRef::Event(s) | FileRef::Mark(s) => format!("{:020}.json", s.get()),
             FileRef::Command { generation, pid } => {
                 format!("{:020}-{pid}.json", generation.get())
             }
@@ -278,6 +286,7 @@ mod tests {
             FileRef::Cutoff(g),
             FileRef::Checkpoint(g),
             FileRef::Event(Sequence::new(7).unwrap()),
+            FileRef::Mark(Sequence::new(7).unwrap()),
             FileRef::Intent {
                 generation: g,
                 nonce: 0xdead_beef,

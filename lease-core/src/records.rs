@@ -483,6 +483,39 @@ impl Record for Checkpoint {
     }
 }
 
+/// A verified-prefix mark of the event log: `lease/marks/<through_sequence>.json`
+/// (PROTOCOL §13.1, issue #33). Whoever wrote it had checked events `1..=through_sequence`
+/// link by link (from the mark before it, by induction) and found event
+/// `through_sequence` hashing to `through_hash`, and had made `events/` durable first.
+/// `append`, `run`, `status` and the admission of a new owner check the log only from the
+/// newest mark on (its event's hash first); `verify` and `doctor` still check it all, every
+/// mark included, so tampering below a mark is found there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifiedMark {
+    /// The run.
+    pub run_id: RunId,
+    /// The last event of the verified prefix.
+    pub through_sequence: Sequence,
+    /// SHA-256 of that event's canonical bytes.
+    pub through_hash: Digest,
+    /// When it was written (writer's wall time; informational, never judged).
+    pub verified_at: Timestamp,
+    /// Who wrote it.
+    pub verified_by: Identity,
+}
+
+impl Record for VerifiedMark {
+    const KIND: RecordKind = RecordKind::VerifiedMark;
+    const VERSION: &'static str = "runlease/verified-mark/1";
+    fn validate(&self) -> Result<(), String> {
+        self.verified_by.check_word("verified_by")
+    }
+    fn run_id(&self) -> Option<&RunId> {
+        Some(&self.run_id)
+    }
+}
+
 /// Lifecycle status of a run as written to `run.json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

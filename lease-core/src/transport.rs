@@ -311,8 +311,23 @@ pub trait LeaseOps: Transport {
         if p.tail_hint.is_none() {
             p.tail_hint = self.tail_hint().get();
         }
+        let now = p.now;
         let a = self.drive(&mut Append::new(lease, p))?;
         self.tail_hint().set(a.sequence, a.hash.clone());
+        // Every MARK_EVERY-th event of the log, its appender checks the tail since the
+        // newest mark and leaves a new one (PROTOCOL §13.1), so a later tail check by
+        // `append`, `run` or `status` stays short even when only in-process appenders
+        // (which check nothing themselves) wrote the log. Best-effort: the event is
+        // already acknowledged; a tail that does not verify is refused, with its code, by
+        // the next entry point that checks it, and no mark is written over it.
+        if a.sequence.get() % crate::ops::MARK_EVERY == 0 {
+            if let Ok(VerifyReport {
+                last: Some((s, h)), ..
+            }) = self.verify_tail()
+            {
+                let _ = self.write_mark(s, h, lease.owner_id.clone(), now);
+            }
+        }
         Ok(a)
     }
 
@@ -345,9 +360,39 @@ pub trait LeaseOps: Transport {
         Ok(())
     }
 
-    /// Walk both hash chains (§13).
+    /// Walk both hash chains (§13), the whole log from event 1 and every
+    /// verified-prefix mark checked against its event.
     fn verify(&self) -> Result<VerifyReport, Self::Error> {
         self.drive(&mut Verify::new(self.run_id().clone()))
+    }
+
+    /// [`LeaseOps::verify`], but the log walked only from its newest verified-prefix mark
+    /// (§13.1, [`Verify::tail`]): the check of `append`, `run`, `status` and every
+    /// change of owner, whose cost does not grow with the log. Read-only.
+    fn verify_tail(&self) -> Result<VerifyReport, Self::Error> {
+        self.drive(&mut Verify::tail(self.run_id().clone()))
+    }
+
+    /// The last sequence of the log (0 when empty), from the newest verified-prefix mark
+    /// with `Exists` probes ([`crate::ops::LogEnd`]): O(log n), never a listing of the
+    /// events; checks nothing.
+    fn log_end(&self) -> Result<u64, Self::Error> {
+        self.drive(&mut crate::ops::LogEnd::new())
+    }
+
+    /// Leave a verified-prefix mark at event `through`, which the caller verified to hash
+    /// to `hash` ([`crate::ops::WriteMark`]: events fsynced first, then the mark, then
+    /// older marks removed). A writer calls it with [`VerifyReport::mark_due`] once its
+    /// own write succeeded, never on a refusal.
+    fn write_mark(
+        &self,
+        through: Sequence,
+        hash: Digest,
+        by: Identity,
+        now: Timestamp,
+    ) -> Result<Sequence, Self::Error> {
+        let mut op = crate::ops::WriteMark::new(self.run_id().clone(), through, hash, by, now)?;
+        self.drive(&mut op)
     }
 
     /// Commit one record of the engine-committed store as the owner of `lease` (§18.3):

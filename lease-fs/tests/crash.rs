@@ -97,9 +97,25 @@ fn claim_a(run: &RunDir, policy: TimingPolicy) -> lease_core::ops::OwnedLease {
 }
 
 fn pre_owned(run: &RunDir) -> Pre {
+    pre_with_events(run, 2)
+}
+
+/// Owned, with 127 events: a mark at 64 (left by the appender of event 64), and the next
+/// append (event 128) leaves a new mark and removes the one at 64 (PROTOCOL §13.1).
+fn pre_marked(run: &RunDir) -> Pre {
+    let pre = pre_with_events(run, 127);
+    let marks = std::fs::read_dir(run.root().join("lease/marks"));
+    assert!(
+        marks.is_err() || run.verify_tail().unwrap().started_at.is_some(),
+        "the appender of event 64 left a mark"
+    );
+    pre
+}
+
+fn pre_with_events(run: &RunDir, n: u64) -> Pre {
     let l = claim_a(run, durable());
     let mut acked = BTreeSet::new();
-    for i in 0..2u64 {
+    for i in 0..n {
         acked.insert(
             run.append(
                 &l,
@@ -295,7 +311,7 @@ fn op_prune_strays(run: &RunDir, pre: &Pre) -> Result<Outcome, FsError> {
     op_prune(run, pre)
 }
 
-const SCENARIOS: [(&str, Prepare, Operate); 10] = [
+const SCENARIOS: [(&str, Prepare, Operate); 11] = [
     ("claim-empty", pre_empty, op_claim),
     ("claim-after-release", pre_churn, op_claim),
     ("heartbeat-durable", pre_owned, op_heartbeat),
@@ -308,6 +324,7 @@ const SCENARIOS: [(&str, Prepare, Operate); 10] = [
     ("takeover", pre_owned, op_takeover),
     ("retire", pre_owned, op_retire),
     ("append", pre_owned, op_append),
+    ("append-leaving-a-mark", pre_marked, op_append),
     ("prune", pre_churn, op_prune),
     ("prune-strays", pre_strays, op_prune_strays),
 ];
@@ -352,6 +369,9 @@ fn check_recovered(sim: &SimFs, pre: &Pre, outcome: Option<&Outcome>, what: &str
     }
     run.verify()
         .unwrap_or_else(|e| panic!("{what}: hash chains broken after recovery: {e}"));
+    // The check every writer makes (from the newest verified-prefix mark) agrees.
+    run.verify_tail()
+        .unwrap_or_else(|e| panic!("{what}: the tail check refuses after recovery: {e}"));
     // Progress: a new owner gets the run (retiring the dead one if needed) and appends.
     let l = match status.status {
         Status::Free => run.claim(lease_core::ops::ClaimParams {

@@ -86,6 +86,10 @@ pub struct Admitted {
     /// Whether the checks of step 3 ran (false only when the action cannot change the
     /// owner: a claim of a held run).
     pub verified: bool,
+    /// A verified-prefix mark the writer may leave once its own write succeeded (the tail
+    /// check read at least [`lease_core::ops::MARK_EVERY`] events past the newest mark:
+    /// [`lease_core::ops::VerifyReport::mark_due`]); never written on a refusal.
+    pub mark_due: Option<(Sequence, lease_core::Digest)>,
 }
 
 /// Judge `action` on the run whose lease is `auth` and whose folder on this host is
@@ -124,14 +128,18 @@ pub fn judge(
         return Ok(Admitted {
             view,
             verified: false,
+            mark_due: None,
         });
     }
     // 3. The whole run.
-    let whole = || -> Result<(), RunError> {
+    let mut mark_due = None;
+    let mut whole = || -> Result<(), RunError> {
         if let Some(f) = folder {
             crate::run::preflight(f.dir)?;
         }
-        auth.verify()?;
+        // The log from its newest verified-prefix mark (PROTOCOL §13.1): what `verify`
+        // rejects after the mark is refused with the same code; below it is `verify`'s.
+        mark_due = auth.verify_tail()?.mark_due();
         if engine {
             // The engine's store log, checked as the new owner's catch-up will check it
             // (§18.4), so a broken one refuses before anything is written.
@@ -166,6 +174,7 @@ pub fn judge(
     Ok(Admitted {
         view,
         verified: true,
+        mark_due,
     })
 }
 
@@ -255,15 +264,14 @@ pub fn read_run_json_of(
 
 /// The generation of the newest event and its file (`None`: an empty log, or its newest event
 /// unreadable: the verify walk of step 3 names that). Events are generation-monotone (I13),
-/// so the newest one carries the highest generation: one count and one read, whatever the
-/// log's length. The verify walk refuses an event above the head too (its generation has
+/// so the newest one carries the highest generation: a few `Exists` probes and one read,
+/// whatever the log's length. The verify walk refuses an event above the head too (its generation has
 /// no epoch); this look is O(1) and comes first, before the action is known to change the
 /// owner.
 fn newest_event(auth: &dyn LeaseAuthority) -> Result<Option<(u64, String)>, RunError> {
-    let highest = match auth.perform(Request::CountEvents)? {
-        Response::EventCount { highest, .. } => highest,
-        _ => 0,
-    };
+    // From the newest verified-prefix mark with `Exists` probes (issue #33), not a count
+    // of `events/`: O(log n). A stray far past a gap is the whole `verify`'s to find.
+    let highest = auth.log_end()?;
     let Some(seq) = Sequence::new(highest) else {
         return Ok(None);
     };
@@ -472,7 +480,7 @@ pub fn status_view(
 /// `tmp/`, `owner.lock`: 65, or `RUN_NOT_OWNED`, 77). Read-only; command records are only
 /// listed here, not judged against `/proc` (the writers' check adds that).
 pub fn check_layout(dir: &RunDir) -> Result<(), RunError> {
-    crate::run::list_layout(dir)
+    crate::run::list_layout(dir, true)
 }
 
 /// A run folder borrowed as the lease's authority, for the observers that hold a

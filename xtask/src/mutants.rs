@@ -341,6 +341,17 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         expected_survivor_until: None,
     },
     Mutant {
+        name: "mark_before_events_durable",
+        breaks: "§13.1 (a verified-prefix mark is written only after `events/` is durable: a power loss never leaves a mark above the log's durable end)",
+        planted: "lease-core/src/ops/log/mark.rs (WriteMark)",
+        checks: &[test(
+            "lease-core",
+            "marks",
+            "a_power_loss_never_leaves_a_mark_above_the_durable_log",
+        )],
+        expected_survivor_until: None,
+    },
+    Mutant {
         name: "store_read_end_unchecked",
         breaks: "S1 / §18.4 (a read that met a truncation of the whole rest of the log answers a shorter log)",
         planted: "lease-core/src/ops/store.rs (ReadStoreLog)",

@@ -114,12 +114,14 @@ pub(super) fn owned_head(
 /// from `RUNLEASE_GENERATION`/`RUNLEASE_OWNER`). Exit 0 only when the event is durable and
 /// authoritative; 75 when the generation is fenced.
 ///
-/// First the whole run is verified with the very call `runlease verify` makes: whatever
-/// verify rejects (a gap, a broken link, an unreadable record, a directory or FIFO named
-/// like an event), append refuses with the same code and writes nothing, instead of
-/// appending past it. That costs O(n) in the log's length per append (docs/BENCHMARKS.md:
-/// about 1.3 s for 100,000 events on the reference VM, release build); the in-process
-/// appender of a running owner does not pay it.
+/// First the run is verified as `runlease verify` checks it, the log from its newest
+/// verified-prefix mark on (PROTOCOL §13.1, issue #33): whatever verify rejects there (a
+/// gap, a broken link, an unreadable record, a directory or FIFO named like an event, an
+/// event below the mark that no longer hashes to what the mark recorded), append refuses
+/// with the same code and writes nothing. The walk reads about [`lease_core::ops::MARK_EVERY`]
+/// events at most, whatever the log's length: each append that walked that many leaves a
+/// new mark once its event counts. Tampering further below the mark is `verify`'s and
+/// `doctor`'s to find.
 pub fn append(
     dir: &Path,
     authority: &RunAuthority,
@@ -137,9 +139,13 @@ pub fn append(
     };
     let opened = open_lease(dir, authority, None)?;
     let run = &*opened.auth;
-    // One rule for the log: what `runlease verify` rejects, append refuses, same code.
-    run.verify()
+    // One rule for the log: what `runlease verify` rejects after the newest
+    // verified-prefix mark, append refuses, same code (PROTOCOL §13.1: what lies below the
+    // mark is `verify`'s and `doctor`'s to find; the walk does not grow with the log).
+    let checked = run
+        .verify_tail()
         .map_err(|e| CliError::from(e).with_hint("nothing was appended"))?;
+    let now = wall_now()?;
     // Act as that owner: the append's own pre- and post-checks decide whether it counts.
     let (lease, _) = owned_head(run, generation, &owner, "nothing was appended")?;
     let appended = run
@@ -148,7 +154,7 @@ pub fn append(
             AppendParams {
                 event_type: event_type.clone(),
                 payload,
-                now: wall_now()?,
+                now,
                 tail_hint: None,
             },
         )
@@ -158,6 +164,11 @@ pub fn append(
             }
             _ => CliError::from(e),
         })?;
+    // The event counts: leave the mark the check made due (best-effort: a failure only
+    // makes the next check walk further).
+    if let Some((s, h)) = checked.mark_due() {
+        let _ = run.write_mark(s, h, owner.clone(), now);
+    }
     if let Some(by) = appended.superseded_by {
         eprintln!(
             "runlease: warning: event {} counts, but generation {generation} was superseded by generation {by} meanwhile: stop writing",

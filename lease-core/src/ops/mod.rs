@@ -26,8 +26,9 @@ pub use lease::{
     Retire, RetireParams, Retired, Takeover, TakeoverParams, TakeoverTrigger, refine_claim_refusal,
 };
 pub use log::{
-    Append, AppendParams, Appended, ChainView, EventLogView, JudgeLog, JudgedEvent,
-    MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Standing, Verify, VerifyReport, judge_event,
+    Append, AppendParams, Appended, ChainView, EventLogView, JudgeLog, JudgedEvent, LogEnd,
+    MARK_EVERY, MAX_APPEND_COLLISIONS, ReadEvents, ShortTail, Standing, Verify, VerifyReport,
+    WriteMark, judge_event,
 };
 pub use observe::{
     AuthorityLease, Freshness, LivenessEvidence, LockEvidence, ProcessState, ReadStatus, Status,

@@ -18,7 +18,7 @@ use crate::sync::lock_std;
 use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::{
-    ClaimParams, Expectation, OwnedLease, ReleaseParams, Request, Response, RetireParams, Status,
+    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status,
     TakeoverParams, TakeoverTrigger,
 };
 use lease_core::{Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal};
@@ -91,6 +91,9 @@ struct Opening {
     /// The preflight verified the log and both chains (so a replacement in the claim step
     /// need not walk them again).
     verified: bool,
+    /// The verified-prefix mark the preflight's tail check made due, left by the claim
+    /// step once the claim succeeded (never on a refusal).
+    mark_due: Option<(lease_core::Sequence, lease_core::Digest)>,
     /// The takeover of the claim step may have replaced a live owner (OQ-5): commands
     /// wait until `CLOCK_BOOTTIME` reaches this (ns).
     commands_after: Option<(lease_core::ops::Preempted, u64)>,
@@ -452,6 +455,7 @@ async fn owner_lock(cx: &Ctx<'_>, run_id: RunId) -> Result<Opening, RunError> {
         current: None,
         carry_seal: Arc::new(Mutex::new(None)),
         verified: false,
+        mark_due: None,
         commands_after: None,
     })
 }
@@ -479,11 +483,9 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
         let (d, a) = (dir.clone(), auth.clone());
         let (previous, events) = blocking(name, StepName::ReadStatus, deadline, move || {
             let previous = crate::admission::read_run_json_of(&*a, &d)?;
-            // How long the log is (a streamed count), to bound the walk below.
-            let events = match a.perform(Request::CountEvents)? {
-                Response::EventCount { count, .. } => count,
-                _ => 0,
-            };
+            // Where the log ends (a few `Exists` probes from the newest mark), to bound
+            // the walk below: at most that many events (a log with a recent mark walks few).
+            let events = a.log_end()?;
             Ok((previous, events))
         })
         .await?;
@@ -501,6 +503,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     })
     .await?;
     st.verified = checked.verified;
+    st.mark_due = checked.mark_due.clone();
     // Until the claim reads its own epoch: the seal a claim of this free head inherits.
     if let Some(h) = checked.view.head.as_ref().filter(|h| !h.is_active()) {
         *lock_std(&st.carry_seal) = h.epoch.seal.clone();
@@ -523,6 +526,7 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
     let (cb, deadline) = (&opts.on_step, opts.step_deadline);
     let dir = st.auth.clone();
     let (retire_dead, verified) = (opts.retire_dead, st.verified);
+    let mark_due = st.mark_due.take();
     let policy = durable_where_needed(dir.as_ref(), opts.policy);
     let takeover = opts.takeover.clone();
     // No watch, no takeover: without one the core refuses (watched 0 ms), writing nothing.
@@ -563,6 +567,14 @@ async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease, u64), RunE
             let (lease, failed) = match attempt {
                 Ok((l, p)) => {
                     *lock_std(&preempted) = p;
+                    // The claim succeeded: leave the mark the preflight made due
+                    // (PROTOCOL §13.1). Best-effort: a failure costs the next tail check
+                    // a longer walk, nothing else.
+                    if let (Some((s, h)), Ok(now)) = (mark_due, wall_now()) {
+                        if let Err(e) = dir.write_mark(s, h, l.owner_id.clone(), now) {
+                            tracing::debug!(error = %e, "the verified-prefix mark was not written");
+                        }
+                    }
                     (l, None)
                 }
                 Err(e) => match own_head(&*dir, &owner_id, &holder) {
@@ -618,7 +630,7 @@ fn claim_blocking(
         // advises ("do not take over"). The preflight verified it (under the owner lock,
         // with the same call) unless told otherwise.
         if !a.verified {
-            dir.verify()?;
+            dir.verify_tail()?;
         }
         return dir.takeover_reporting(TakeoverParams {
             run_id: dir.run_id().clone(),
@@ -685,7 +697,7 @@ fn claim_or_retire(dir: &dyn LeaseAuthority, a: ClaimAttempt) -> Result<OwnedLea
                 (Status::Dead, Some(head)) => {
                     // Verified by the preflight only if it saw the owner dead already.
                     if !a.verified {
-                        dir.verify()?;
+                        dir.verify_tail()?;
                     }
                     let retirer = new_owner_id()?;
                     let retired = dir.retire(RetireParams {

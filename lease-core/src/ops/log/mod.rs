@@ -4,11 +4,14 @@
 //! log and the chain ([`ReadEvents`], [`JudgeLog`]), `verify` checks both hash chains.
 
 mod append;
+mod mark;
 mod read;
 mod standing;
 mod verify;
 
 pub use append::{Append, AppendParams, Appended, MAX_APPEND_COLLISIONS};
+pub use mark::{LogEnd, MARK_EVERY, WriteMark};
+pub(crate) use mark::{decode_mark, mark_mismatch, mark_past_end, marks_of};
 pub use read::{EventLogView, JudgeLog, JudgedEvent, ReadEvents};
 pub use standing::{ChainView, Standing, judge_event};
 pub use verify::{ShortTail, Verify, VerifyReport};

@@ -3,12 +3,13 @@
 
 use super::decode_event;
 use super::standing::{ChainView, Standing, judge_event};
+use super::{decode_mark, mark_mismatch, mark_past_end, marks_of};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
 use crate::ops::common::{
-    Cut, Finalize, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
-    removed_cutoff,
+    Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
+    newest_checkpoint, removed_cutoff,
 };
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::records::Event;
@@ -204,7 +205,17 @@ pub struct ReadEvents {
     /// The last event read, for the next link and the result.
     last: Option<(Sequence, Digest)>,
     top_generation: Option<Generation>,
+    /// Start at the newest verified-prefix mark instead of event 1 ([`ReadEvents::tail`]).
+    from_mark: bool,
+    /// The mark the walk started from (`None`: event 1).
+    pub(super) started_at: Option<Sequence>,
+    /// Events read and linked by this walk (the mark's own event not counted).
+    pub(super) walked: u64,
 }
+
+/// How often a tail reader lists the marks again after the newest one vanished (a newer
+/// mark's writer removed it) before it walks the whole log instead.
+const MARK_RETRIES: u32 = 8;
 
 /// How often a reader re-reads the chain after a concurrent prune before giving up.
 const MAX_RESTARTS: u32 = 8;
@@ -212,6 +223,18 @@ const MAX_RESTARTS: u32 = 8;
 #[derive(Debug, Clone)]
 pub(super) enum ReadState {
     Start,
+    /// Tail mode: the marks listed (the count of earlier tries).
+    ListMarks(u32),
+    /// Tail mode: mark `s` read.
+    ReadMark(Sequence, u32),
+    /// Tail mode: the mark's event read, to compare with the mark's hash.
+    ReadMarkEvent(Sequence, Digest),
+    /// Tail mode: the mark's event is missing; is there an event after it?
+    MarkGap(Sequence),
+    /// Tail mode: the end of the log found from the mark's event.
+    Tail(Tail),
+    /// Tail mode, after the walk: is there an event two past the end (a gap below it)?
+    ProbePastEnd(Sequence),
     ListEvents,
     ReadEvent(usize),
     ListCheckpoints,
@@ -247,6 +270,22 @@ impl ReadEvents {
             keep: true,
             last: None,
             top_generation: None,
+            from_mark: false,
+            started_at: None,
+            walked: 0,
+        }
+    }
+
+    /// Like [`ReadEvents::chain_only`], but the walk of the log starts at the newest
+    /// verified-prefix mark (PROTOCOL §13.1): its event is read and must hash to what the
+    /// mark recorded (else `CHAIN_BROKEN`), the end of the log is found from there with
+    /// `Exists` probes (TAIL, never a listing of `events/`), and only the events after
+    /// the mark are read and linked. Without a mark it is [`ReadEvents::chain_only`]
+    /// exactly. What lies below the mark is `verify`'s to check, not this reader's.
+    pub fn tail(run: RunId) -> ReadEvents {
+        ReadEvents {
+            from_mark: true,
+            ..ReadEvents::chain_only(run, None)
         }
     }
 
@@ -259,6 +298,36 @@ impl ReadEvents {
             keep: false,
             ..ReadEvents::new(run, finalize)
         }
+    }
+
+    /// Whether this reader starts at the newest mark ([`ReadEvents::tail`]).
+    pub(super) fn is_tail(&self) -> bool {
+        self.from_mark
+    }
+
+    /// Tail mode: the mark's event `m` checked, the log ends at `end`: read `m+1..=end`
+    /// in order (the gaps and links a whole walk would find there), then the chain.
+    fn walk_from_mark(&mut self, m: Sequence, end: u64) -> Step<EventLogView> {
+        self.highest = end;
+        if let Some(n) = Sequence::new(m.get() + 1).filter(|n| n.get() <= end) {
+            self.st = ReadState::ReadEvent(m.get() as usize);
+            return Step::Io(Request::Read(FileRef::Event(n)));
+        }
+        self.past_end()
+    }
+
+    /// After the walk: in tail mode, the guard's probe past the end (`Exists(end + 2)`,
+    /// as append's GUARD probes, §7.6: a stray there is the gap a whole walk reports);
+    /// then the chain. A stray further out is the whole `verify`'s to find (§13.1).
+    fn past_end(&mut self) -> Step<EventLogView> {
+        if let Some(s) = Sequence::new(self.highest.saturating_add(2))
+            .filter(|_| self.started_at.is_some() && self.highest < u64::MAX - 1)
+        {
+            self.st = ReadState::ProbePastEnd(s);
+            return Step::Io(Request::Exists(FileRef::Event(s)));
+        }
+        self.st = ReadState::ListCheckpoints;
+        Step::Io(Request::List(Dir::Checkpoints))
     }
 
     fn next_pending(&mut self) -> Step<EventLogView> {
@@ -294,8 +363,99 @@ impl Operation for ReadEvents {
         loop {
             match std::mem::replace(&mut self.st, ReadState::Done) {
                 ReadState::Start => {
+                    if self.from_mark && self.started_at.is_none() {
+                        self.st = ReadState::ListMarks(0);
+                        return Step::Io(Request::List(Dir::Marks));
+                    }
                     self.st = ReadState::ListEvents;
                     return Step::Io(Request::CountEvents);
+                }
+                ReadState::ListMarks(tries) => {
+                    let Some(Response::Listing(l)) = input.take() else {
+                        return Step::Done(Err(violation("Listing", &input)));
+                    };
+                    match marks_of(l).pop() {
+                        Some(m) if tries < MARK_RETRIES => {
+                            self.st = ReadState::ReadMark(m, tries);
+                            return Step::Io(Request::Read(FileRef::Mark(m)));
+                        }
+                        // No mark (or they keep vanishing): the whole log, from event 1.
+                        _ => {
+                            self.from_mark = false;
+                            self.st = ReadState::ListEvents;
+                            return Step::Io(Request::CountEvents);
+                        }
+                    }
+                }
+                ReadState::ReadMark(m, tries) => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        let mark = match decode_mark(&run, m, &b) {
+                            Ok(mark) => mark,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        self.st = ReadState::ReadMarkEvent(m, mark.through_hash);
+                        return Step::Io(Request::Read(FileRef::Event(m)));
+                    }
+                    // Removed since the listing by the writer of a newer mark: list again.
+                    Some(Response::Content(None)) => {
+                        self.st = ReadState::ListMarks(tries + 1);
+                        return Step::Io(Request::List(Dir::Marks));
+                    }
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
+                ReadState::ReadMarkEvent(m, want) => match input.take() {
+                    Some(Response::Content(Some(b))) => {
+                        let ev = match decode_event(&run, m, &b) {
+                            Ok(ev) => ev,
+                            Err(e) => return Step::Done(Err(e)),
+                        };
+                        let hash = Digest::of(&b);
+                        if hash != want {
+                            return Step::Done(Err(mark_mismatch(&run, m)));
+                        }
+                        self.started_at = Some(m);
+                        self.top_generation = Some(ev.generation);
+                        self.last = Some((m, hash));
+                        let mut t = Tail::new(m.get());
+                        match t.next(None) {
+                            Step::Io(r) => {
+                                self.st = ReadState::Tail(t);
+                                return Step::Io(r);
+                            }
+                            Step::Done(Err(e)) => return Step::Done(Err(e)),
+                            Step::Done(Ok(end)) => return self.walk_from_mark(m, end),
+                        }
+                    }
+                    Some(Response::Content(None)) => match m.next(&run) {
+                        Ok(after) => {
+                            self.st = ReadState::MarkGap(m);
+                            return Step::Io(Request::Exists(FileRef::Event(after)));
+                        }
+                        Err(e) => return Step::Done(Err(e)),
+                    },
+                    other => return Step::Done(Err(violation("Content", &other))),
+                },
+                // What a whole walk finds for the same log: a gap at `m` when a later event
+                // exists, else a log that ends before the mark.
+                ReadState::MarkGap(m) => match input.take() {
+                    Some(Response::Exists(true)) => {
+                        return Step::Done(Err(LeaseError::EventLogGap {
+                            run: run.to_string(),
+                            missing: m.get(),
+                            later: m.get() + 1,
+                        }));
+                    }
+                    Some(Response::Exists(false)) => {
+                        return Step::Done(Err(mark_past_end(&run, m, None)));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
+                ReadState::Tail(t) => {
+                    let end = sub_step!(self.st, ReadState::Tail, [], t, input.take());
+                    let Some(m) = self.started_at else {
+                        return Step::Done(Err(violation("a mark", &None)));
+                    };
+                    return self.walk_from_mark(m, end);
                 }
                 ReadState::ListEvents => {
                     // The log is 1..=highest. With fewer files than that, some sequence is
@@ -324,6 +484,7 @@ impl Operation for ReadEvents {
                                 Err(e) => return Step::Done(Err(e)),
                             };
                         self.last = Some((s, hash.clone()));
+                        self.walked += 1;
                         self.top_generation = self.top_generation.max(Some(ev.generation));
                         if self.keep {
                             self.events.push((ev, hash));
@@ -335,9 +496,22 @@ impl Operation for ReadEvents {
                             return Step::Io(Request::Read(FileRef::Event(n)));
                         }
                     }
-                    self.st = ReadState::ListCheckpoints;
-                    return Step::Io(Request::List(Dir::Checkpoints));
+                    return self.past_end();
                 }
+                ReadState::ProbePastEnd(s) => match input.take() {
+                    Some(Response::Exists(false)) => {
+                        self.st = ReadState::ListCheckpoints;
+                        return Step::Io(Request::List(Dir::Checkpoints));
+                    }
+                    Some(Response::Exists(true)) => {
+                        return Step::Done(Err(LeaseError::EventLogGap {
+                            run: run.to_string(),
+                            missing: s.get() - 1,
+                            later: s.get(),
+                        }));
+                    }
+                    other => return Step::Done(Err(violation("Exists", &other))),
+                },
                 ReadState::ListCheckpoints => {
                     let Some(Response::Listing(l)) = input.take() else {
                         return Step::Done(Err(violation("Listing", &input)));

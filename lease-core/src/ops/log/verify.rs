@@ -2,6 +2,7 @@
 
 use super::read::{EventLogView, ReadEvents, ReadState};
 use super::standing::ChainView;
+use super::{decode_mark, mark_mismatch, mark_past_end, marks_of};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, RunId, Sequence};
@@ -26,6 +27,24 @@ pub struct VerifyReport {
     /// completed (so it was never acknowledged) can vanish below a cutoff that a finalizer
     /// made durable; after a plain crash it means the log's tail was deleted.
     pub short_tail: Option<ShortTail>,
+    /// Where the walk of the log started: `None` from event 1 (a whole walk, `verify`),
+    /// `Some(m)` from the verified-prefix mark `m` ([`Verify::tail`]).
+    pub started_at: Option<Sequence>,
+    /// How many events this walk read and linked (the mark's own event not counted).
+    pub walked: u64,
+    /// The last event of the log as the walk found it (its sequence and hash), `None`
+    /// for an empty log: where a new mark may be written ([`crate::ops::WriteMark`]).
+    pub last: Option<(Sequence, Digest)>,
+}
+
+impl VerifyReport {
+    /// The mark a writer should leave once its own write succeeded: the walk read at
+    /// least [`crate::ops::MARK_EVERY`] events past the mark it started from.
+    pub fn mark_due(&self) -> Option<(Sequence, Digest)> {
+        (self.walked >= crate::ops::MARK_EVERY)
+            .then(|| self.last.clone())
+            .flatten()
+    }
 }
 
 /// The log ends before a sequence that the chain says was there (see
@@ -62,6 +81,15 @@ enum VerifyState {
     Reading,
     /// The chain and the log checked; reading event `through_sequence` for the checkpoint.
     Through(Box<Pending>, u64, Digest),
+    /// Whole walk only: every mark checked against its event (the rest still to read).
+    Marks(Box<Pending>),
+    /// Mark `s` read (the rest still to check).
+    ReadMark(Box<Pending>, Vec<Sequence>, Sequence),
+    /// The event of mark `s` read, to compare with its hash.
+    MarkEvent(Box<Pending>, Vec<Sequence>, Sequence, Digest),
+    /// Mark `s` is above the log this walk read: an event appended (and marked) since, or
+    /// a log whose tail was deleted?
+    MarkAbove(Box<Pending>, Vec<Sequence>, Sequence),
     ListBeats(Box<Pending>),
     /// A record names a generation above the head: is the head still the one verified?
     Confirm(Box<Pending>, Box<LeaseError>),
@@ -76,13 +104,58 @@ struct Pending {
 }
 
 impl Verify {
-    /// Start verifying `run`.
+    /// Start verifying `run`: the whole log from event 1, and every verified-prefix mark
+    /// against its event (`runlease verify`, `doctor`).
     pub fn new(run: RunId) -> Verify {
         Verify {
             read: ReadEvents::chain_only(run, None),
             all_gens: Vec::new(),
             st: VerifyState::Reading,
         }
+    }
+
+    /// Start verifying `run` from its newest verified-prefix mark (PROTOCOL §13.1): the
+    /// same checks as [`Verify::new`] on the epochs, cutoffs, checkpoint and beats, but
+    /// the log is walked only from the mark (whose event must still hash to what the mark
+    /// recorded), so the cost does not grow with the log. Whatever [`Verify::new`]
+    /// rejects among the events after the mark, this rejects with the same code; what
+    /// lies below the mark is left to [`Verify::new`]. Without a mark it is
+    /// [`Verify::new`]'s walk. `append`, `run`, `status` and the admission of a new owner
+    /// use it.
+    pub fn tail(run: RunId) -> Verify {
+        Verify {
+            read: ReadEvents::tail(run),
+            all_gens: Vec::new(),
+            st: VerifyState::Reading,
+        }
+    }
+
+    /// After the checkpoint's event: the marks (whole walk only), then the beats.
+    fn after_through(&mut self, pending: Box<Pending>) -> Step<VerifyReport> {
+        if pending.report.started_at.is_none() && !self.read.is_tail() {
+            self.st = VerifyState::Marks(pending);
+            return Step::Io(Request::List(Dir::Marks));
+        }
+        self.beats(pending)
+    }
+
+    fn beats(&mut self, pending: Box<Pending>) -> Step<VerifyReport> {
+        self.st = VerifyState::ListBeats(pending);
+        Step::Io(Request::List(Dir::Beats))
+    }
+
+    /// The next mark to check, or the beats.
+    fn next_mark(&mut self, pending: Box<Pending>, mut rest: Vec<Sequence>) -> Step<VerifyReport> {
+        let Some(s) = rest.pop() else {
+            return self.beats(pending);
+        };
+        let tail = pending.report.last.as_ref().map_or(0, |(l, _)| l.get());
+        if s.get() > tail {
+            self.st = VerifyState::MarkAbove(pending, rest, s);
+            return Step::Io(Request::Exists(FileRef::Event(s)));
+        }
+        self.st = VerifyState::ReadMark(pending, rest, s);
+        Step::Io(Request::Read(FileRef::Mark(s)))
     }
 
     fn broken(&self, chain: &'static str, at: u64, detail: String) -> LeaseError {
@@ -247,6 +320,9 @@ impl Verify {
                     strays,
                     floor,
                     short_tail,
+                    started_at: self.read.started_at,
+                    walked: self.read.walked,
+                    last: view.last.clone(),
                 },
                 head,
             },
@@ -400,20 +476,60 @@ impl Operation for Verify {
                     // Past the tail: `short_tail` reports it.
                     _ => {}
                 }
-                self.st = VerifyState::ListBeats(Box::new(pending));
-                Step::Io(Request::List(Dir::Beats))
+                self.after_through(Box::new(pending))
             }
             VerifyState::Through(pending, t, want) => match input {
                 Some(Response::Content(Some(b))) => {
                     if Digest::of(&b) != want {
                         return Step::Done(Err(self.through_mismatch(t)));
                     }
-                    self.st = VerifyState::ListBeats(pending);
-                    Step::Io(Request::List(Dir::Beats))
+                    self.after_through(pending)
                 }
                 Some(Response::Content(None)) => Step::Done(Err(LeaseError::EventLogGap {
                     run: self.read.run.to_string(),
                     missing: t,
+                    later: pending.report.events,
+                })),
+                other => Step::Done(Err(violation("Content", &other))),
+            },
+            VerifyState::Marks(pending) => {
+                let Some(Response::Listing(l)) = input else {
+                    return Step::Done(Err(violation("Listing", &input)));
+                };
+                self.next_mark(pending, marks_of(l))
+            }
+            VerifyState::MarkAbove(pending, rest, s) => match input {
+                // Appended and marked after this walk counted the log.
+                Some(Response::Exists(true)) => self.next_mark(pending, rest),
+                Some(Response::Exists(false)) => {
+                    let tail = pending.report.last.as_ref().map_or(0, |(l, _)| l.get());
+                    Step::Done(Err(mark_past_end(&self.read.run, s, Some(tail))))
+                }
+                other => Step::Done(Err(violation("Exists", &other))),
+            },
+            VerifyState::ReadMark(pending, rest, s) => match input {
+                Some(Response::Content(Some(b))) => match decode_mark(&self.read.run, s, &b) {
+                    Ok(m) => {
+                        self.st = VerifyState::MarkEvent(pending, rest, s, m.through_hash);
+                        Step::Io(Request::Read(FileRef::Event(s)))
+                    }
+                    Err(e) => Step::Done(Err(e)),
+                },
+                // Removed since the listing by the writer of a newer mark.
+                Some(Response::Content(None)) => self.next_mark(pending, rest),
+                other => Step::Done(Err(violation("Content", &other))),
+            },
+            VerifyState::MarkEvent(pending, rest, s, want) => match input {
+                Some(Response::Content(Some(b))) if Digest::of(&b) == want => {
+                    self.next_mark(pending, rest)
+                }
+                Some(Response::Content(Some(_))) => {
+                    Step::Done(Err(mark_mismatch(&self.read.run, s)))
+                }
+                // The walk read it a moment ago and events are never removed.
+                Some(Response::Content(None)) => Step::Done(Err(LeaseError::EventLogGap {
+                    run: self.read.run.to_string(),
+                    missing: s.get(),
                     later: pending.report.events,
                 })),
                 other => Step::Done(Err(violation("Content", &other))),
