@@ -41,9 +41,9 @@
 //! ```
 
 use crate::ops::{
-    Append, AppendParams, Appended, Claim, ClaimParams, EventLogView, Heartbeat, JudgeLog,
-    JudgedEvent, Operation, OwnedLease, Prune, PruneParams, PruneReport, ReadEvents, Release,
-    ReleaseParams, Request, Response, Retire, RetireParams, Retired, StatusView, Takeover,
+    Append, AppendParams, Appended, Claim, ClaimParams, CompactPolicy, EventLogView, Heartbeat,
+    JudgeLog, JudgedEvent, Operation, OwnedLease, Prune, PruneParams, PruneReport, ReadEvents,
+    Release, ReleaseParams, Request, Response, Retire, RetireParams, Retired, StatusView, Takeover,
     TakeoverParams, Verify, VerifyReport,
 };
 use crate::{Code, Digest, EpochRecord, FileRef, Generation, Identity, LeaseError, RunId};
@@ -268,12 +268,36 @@ pub trait LeaseOps: Transport {
     }
 
     /// Release the lease with the store's seal, if any (§7.3); returns the release
-    /// epoch's generation. `FENCED` (a no-op) if superseded.
+    /// epoch's generation. `FENCED` (a no-op) if superseded. Then compacts the lease when
+    /// due (§7.3 step 7, [`CompactPolicy::DEFAULT`]): best-effort, never this release's
+    /// error (see [`LeaseOps::release_compacting`]).
     fn release(&self, p: ReleaseParams) -> Result<Generation, Self::Error> {
+        self.release_compacting(p, Some(CompactPolicy::DEFAULT))
+    }
+
+    /// [`LeaseOps::release`] with the compaction of §7.3 step 7 under `compact` (`None`:
+    /// none; the caller compacts by itself, as lease-run does once its owner lock is let
+    /// go). Once the release itself is durable ([`Release::committed`]), nothing fails it:
+    /// a refusal of the prune is dropped, and so is a failed request of the prune (the
+    /// transport's error): the release's generation is returned, and the next release
+    /// tries again.
+    fn release_compacting(
+        &self,
+        p: ReleaseParams,
+        compact: Option<CompactPolicy>,
+    ) -> Result<Generation, Self::Error> {
         let lease = p.lease.clone();
         self.begin()?;
         let bound = self.default_bound();
-        let outcome = crate::ops::drive(&mut Release::new(p), |req| self.execute(req, bound))?;
+        let mut op = Release::new(p).compacting(compact);
+        let outcome = match crate::ops::drive(&mut op, |req| self.execute(req, bound)) {
+            Ok(outcome) => outcome,
+            Err(e) => match op.committed() {
+                // A request of the compaction failed: the release stands.
+                Some(g) => Ok(g),
+                None => return Err(e),
+            },
+        };
         // Released, or superseded: either way the lease has ended.
         if outcome.is_ok() || outcome.as_ref().is_err_and(|e| e.code() == Code::Fenced) {
             self.released(&lease);

@@ -187,11 +187,16 @@ fn pre_churn(run: &RunDir) -> Pre {
             .sequence
             .get(),
         );
-        run.release(lease_core::ops::ReleaseParams {
-            lease: l.clone(),
-            now: t(i * 100 + 2),
-            seal: None,
-        })
+        // Without the release's own compaction (PROTOCOL §7.3 step 7): the tenth release
+        // would be due, and the scenarios below want the whole history for their prune.
+        run.release_compacting(
+            lease_core::ops::ReleaseParams {
+                lease: l.clone(),
+                now: t(i * 100 + 2),
+                seal: None,
+            },
+            None,
+        )
         .unwrap();
         last = Some(l);
     }

@@ -34,7 +34,7 @@ pub use observe::{
     AuthorityLease, Freshness, LivenessEvidence, LockEvidence, ProcessState, ReadStatus, Status,
     StatusView, definitely_dead, freshness,
 };
-pub use prune::{Prune, PruneParams, PruneReport};
+pub use prune::{CompactPolicy, Prune, PruneParams, PruneReport};
 pub use store::{
     CommitParams, CommitRecord, Committed, LoggedRecord, READ_PAGE_BYTES, READ_PAGE_RECORDS,
     ReadSnapshot, ReadStoreLog, StoreLogView, TruncateStoreLog, Truncated, WriteSnapshot,

@@ -27,6 +27,46 @@ pub struct PruneParams {
     pub now: Timestamp,
 }
 
+/// When a release compacts the lease (PROTOCOL §7.3 step 7): once the chain has grown by
+/// `every` generations since the last checkpoint, prune keeping the newest `keep`.
+///
+/// The rule ([`CompactPolicy::is_due`]): with the newest checkpoint's floor `F0` (1 if
+/// none) and the release epoch `H`, due when `H − F0 ≥ every + keep − 1`, that is when the
+/// chain grew by `every` generations since the compaction that kept `keep` and made `F0`.
+/// `lease/` then holds at most about `every + keep` generations' records after a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactPolicy {
+    /// Compact once the chain grew by this many generations since the last checkpoint.
+    pub every: u64,
+    /// How many of the newest generations a compaction keeps (below 2 is raised to 2, as
+    /// [`Prune`] does).
+    pub keep: u64,
+}
+
+impl CompactPolicy {
+    /// Every 16 generations (eight claim+release cycles), keeping the newest 4: `status`,
+    /// `verify` and the seal/floor of the next owner read at most the last two
+    /// (docs/DECISIONS.md, 2026-12-04).
+    pub const DEFAULT: CompactPolicy = CompactPolicy { every: 16, keep: 4 };
+
+    /// Whether a chain whose newest checkpoint is at `floor` (generation 1 when there is
+    /// none) and whose head is `head` is due for compaction. A head below the floor (a
+    /// checkpoint written by hand) is never due.
+    pub fn is_due(&self, floor: Generation, head: Generation) -> bool {
+        let span = self
+            .every
+            .saturating_add(self.keep.max(2))
+            .saturating_sub(1);
+        head.get().saturating_sub(floor.get()) >= span
+    }
+}
+
+impl Default for CompactPolicy {
+    fn default() -> CompactPolicy {
+        CompactPolicy::DEFAULT
+    }
+}
+
 /// What a prune did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PruneReport {

@@ -90,6 +90,24 @@ pub fn release(disk: &mut MemDisk, lease: &OwnedLease, now: u64) -> Result<Gener
     )
 }
 
+/// A release without lease-core's automatic compaction (§7.3 step 7), for tests of an
+/// explicit prune over a long history.
+pub fn release_uncompacted(
+    disk: &mut MemDisk,
+    lease: &OwnedLease,
+    now: u64,
+) -> Result<Generation, LeaseError> {
+    disk.run(
+        &mut Release::new(ReleaseParams {
+            lease: lease.clone(),
+            now: t(now),
+            seal: None,
+        })
+        .compacting(None),
+        &all_alive,
+    )
+}
+
 pub fn takeover_params(owner: &str, pid: u32, now: u64, expect: Expectation) -> TakeoverParams {
     TakeoverParams {
         run_id: run_id(),

@@ -1,13 +1,17 @@
 //! release (PROTOCOL §7.3): create the next epoch as `released`, finalize this
-//! generation's cutoff, remove the heartbeat.
+//! generation's cutoff, remove the heartbeat; then, when due, compact the lease (step 7,
+//! issue #33: every user of the release gets it, not only lease-run).
 
 use super::gate::{Gate, bind};
 use super::{OwnedLease, fenced, next_epoch};
 use crate::error::LeaseError;
 use crate::ids::Generation;
-use crate::layout::FileRef;
-use crate::ops::common::{Finalize, Observe, Recheck};
-use crate::ops::{Durability, Operation, Request, Response, Step, sub_step, violation};
+use crate::layout::{Dir, FileRef};
+use crate::ops::common::{Finalize, Observe, Recheck, newest_checkpoint};
+use crate::ops::{
+    CompactPolicy, Durability, Operation, Prune, PruneParams, PruneReport, Request, Response, Step,
+    sub_step, violation,
+};
 use crate::records::{EpochRecord, EpochState, RetireReason, RetiredOwner, Seal};
 use crate::time::Timestamp;
 
@@ -25,10 +29,26 @@ pub struct ReleaseParams {
 /// Release a lease: create the next epoch as `released` (with the seal), finalize this
 /// generation's cutoff, remove the heartbeat file. A superseded owner's release changes
 /// nothing and reports `FENCED`.
+///
+/// **Compaction (PROTOCOL §7.3 step 7, issue #33).** Then, unless turned off
+/// ([`Release::compacting`]`(None)`), the release lists `lease/checkpoints/` (newest floor
+/// `F0`, 1 if none) and, when [`CompactPolicy::is_due`] (by default
+/// [`CompactPolicy::DEFAULT`]: every 16 generations, keeping 4), runs the [`Prune`] step
+/// machine as a sub-step, as the releasing owner, at the release's `now`. Its writes and
+/// their order are the prune's own (§7.10), so a crash between any two of them leaves a
+/// valid state. It is best-effort: the release has already succeeded, so a refusal of the
+/// prune still ends the release with its generation ([`Release::compaction`] keeps the
+/// prune's outcome), and a driver whose request failed after [`Release::committed`] is
+/// `Some` reports the release as done (as [`crate::LeaseOps::release`] does). A run whose
+/// owners only claim and release, and never prune, so keeps a bounded `lease/` folder and
+/// a claim or release costs the same at any history.
 #[derive(Debug, Clone)]
 pub struct Release {
     p: ReleaseParams,
     st: ReleaseState,
+    compact: Option<CompactPolicy>,
+    committed: Option<Generation>,
+    compaction: Option<Result<PruneReport, LeaseError>>,
 }
 
 #[derive(Debug, Clone)]
@@ -39,18 +59,46 @@ enum ReleaseState {
     Recheck(Generation, Recheck),
     Finalize(Generation, Finalize),
     Remove(Generation),
+    /// Step 7: `List(checkpoints)` answered → due or not.
+    ListCheckpoints(Generation),
+    /// Step 7: the prune, as a sub-step.
+    Compact(Generation, Box<Prune>),
     Done,
 }
 
 impl Release {
-    /// Start a release.
+    /// Start a release that compacts when due with [`CompactPolicy::DEFAULT`].
     pub fn new(p: ReleaseParams) -> Release {
         // The heartbeat record is not needed to release: a torn one must not block it.
         let obs = Observe::new(p.lease.run_id.clone()).without_beat();
         Release {
             p,
             st: ReleaseState::Observe(obs),
+            compact: Some(CompactPolicy::DEFAULT),
+            committed: None,
+            compaction: None,
         }
+    }
+
+    /// Compact with `policy` after the release (`None`: never; the caller compacts by
+    /// itself, as lease-run does after letting go of its owner lock).
+    pub fn compacting(mut self, policy: Option<CompactPolicy>) -> Release {
+        self.compact = policy;
+        self
+    }
+
+    /// The `released` epoch's generation once the release itself (§7.3 steps 1–6) is done
+    /// and durable: from then on nothing fails it, so a driver whose request fails later
+    /// (one of the compaction's) answers with this generation.
+    pub fn committed(&self) -> Option<Generation> {
+        self.committed
+    }
+
+    /// What the compaction of step 7 did: `None` if it did not run (turned off, not due,
+    /// or the release did not get that far); otherwise the prune's report or why it
+    /// failed or refused (never the release's error).
+    pub fn compaction(&self) -> Option<&Result<PruneReport, LeaseError>> {
+        self.compaction.as_ref()
     }
 }
 
@@ -186,11 +234,55 @@ impl Operation for Release {
                     ));
                 }
                 ReleaseState::Remove(g) => {
-                    return match input {
-                        Some(Response::Done) => Step::Done(Ok(g)),
-                        other => Step::Done(Err(violation("Done", &other))),
-                    };
+                    match input.take() {
+                        Some(Response::Done) => {}
+                        other => return Step::Done(Err(violation("Done", &other))),
+                    }
+                    self.committed = Some(g);
+                    if self.compact.is_none() {
+                        return Step::Done(Ok(g));
+                    }
+                    // Step 7: one listing of `lease/checkpoints/` decides whether it is due.
+                    self.st = ReleaseState::ListCheckpoints(g);
+                    return Step::Io(Request::List(Dir::Checkpoints));
                 }
+                ReleaseState::ListCheckpoints(g) => {
+                    let policy = self.compact.unwrap_or(CompactPolicy::DEFAULT);
+                    let floor = match input.take() {
+                        Some(Response::Listing(l)) => {
+                            newest_checkpoint(l).unwrap_or(Generation::FIRST)
+                        }
+                        other => {
+                            // Best-effort: the release stands; the answer is kept.
+                            self.compaction = Some(Err(violation("Listing", &other)));
+                            return Step::Done(Ok(g));
+                        }
+                    };
+                    // A floor above the head (a checkpoint written by hand) is never due:
+                    // `verify` and `doctor` report it.
+                    if !policy.is_due(floor, g) {
+                        return Step::Done(Ok(g));
+                    }
+                    let prune = Prune::new(PruneParams {
+                        run_id: run.clone(),
+                        keep: policy.keep,
+                        by: lease.owner_id.clone(),
+                        now: self.p.now,
+                    });
+                    self.st = ReleaseState::Compact(g, Box::new(prune));
+                }
+                ReleaseState::Compact(g, mut prune) => match prune.next(input.take()) {
+                    Step::Io(r) => {
+                        self.st = ReleaseState::Compact(g, prune);
+                        return Step::Io(r);
+                    }
+                    Step::Done(r) => {
+                        // A refusal (an invalid head, a concurrent prune, ...) is the
+                        // compaction's, never the release's: the next release tries again.
+                        self.compaction = Some(r);
+                        return Step::Done(Ok(g));
+                    }
+                },
                 ReleaseState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));
                 }
