@@ -15,6 +15,17 @@
 //! [`release`] (`runlease release` with the token, `runlease takeover`'s
 //! takeover-then-release through [`crate::replace::Replacer`]).
 //!
+//! **Why lease-run compacts by itself (issue #33).** Every release of lease-core compacts
+//! when due (PROTOCOL §7.3 step 7, [`CompactPolicy::DEFAULT`]), so every user of
+//! `LeaseOps::release` gets it: a lease-fs `RunDir`, etcd, the model. lease-run's own
+//! releases turn that off (`LeaseOps::release_compacting(p, None)`) and run the same prune
+//! here instead, with the same rule and the same constants (one source: [`COMPACT_EVERY`]
+//! and [`COMPACT_KEEP`] are lease-core's), for three reasons: the prune then runs after
+//! `Run` has let go of the owner lock (a next owner is never held up by it); its outcome is
+//! reported as a [`Compaction`] (the core's release only returns its generation), so the
+//! report says truthfully whether a prune ran and what it did; and the temp collection goes
+//! with it. Passing `None` is also what keeps the prune from running twice.
+//!
 //! **Best-effort.** The release has already succeeded and is durable when this runs: a
 //! failed or interrupted compaction never fails it. The outcome is returned
 //! ([`Compaction`]) and logged with `tracing` (a warning when something failed). The next
@@ -32,17 +43,19 @@ use crate::authority::LeaseAuthority;
 use crate::diagnosis::TEMP_MIN_AGE_SECS;
 use crate::error::RunError;
 use crate::run::wall_now;
-use lease_core::ops::{PruneParams, PruneReport, ReleaseParams, Request, Status};
+use lease_core::ops::{CompactPolicy, PruneParams, PruneReport, ReleaseParams, Request, Status};
 use lease_core::{Dir, FileRef, Generation, Identity, LeaseError, LeaseOps};
 use lease_fs::RunDir;
 
 /// Compact once the chain has grown by this many generations since the last checkpoint
-/// (docs/DECISIONS.md, 2026-12-04: eight `runlease run` cycles).
-pub const COMPACT_EVERY: u64 = 16;
+/// (docs/DECISIONS.md, 2026-12-04: eight `runlease run` cycles): lease-core's
+/// [`CompactPolicy::DEFAULT`], the one every release uses.
+pub const COMPACT_EVERY: u64 = CompactPolicy::DEFAULT.every;
 
 /// How many of the newest generations an automatic compaction keeps (`runlease status`,
-/// `verify` and the seal/floor of the next owner read at most the last two).
-pub const COMPACT_KEEP: u64 = 4;
+/// `verify` and the seal/floor of the next owner read at most the last two):
+/// lease-core's [`CompactPolicy::DEFAULT`].
+pub const COMPACT_KEEP: u64 = CompactPolicy::DEFAULT.keep;
 
 /// What the compaction after a release did. Never an error of the release itself.
 #[derive(Debug)]
@@ -98,11 +111,12 @@ pub struct Released {
 /// compaction that made `floor` (that one kept [`COMPACT_KEEP`], so its head was
 /// `floor + COMPACT_KEEP − 1`).
 pub fn is_due(floor: Generation, head: Generation) -> bool {
-    head.get().saturating_sub(floor.get()) >= COMPACT_EVERY + COMPACT_KEEP - 1
+    CompactPolicy::DEFAULT.is_due(floor, head)
 }
 
-/// Release `p.lease` ([`LeaseOps::release`], PROTOCOL §7.3) and then compact if due
-/// ([`after_release`]). The release's own errors are returned as they are (`FENCED` and
+/// Release `p.lease` ([`LeaseOps::release_compacting`] without the core's compaction,
+/// PROTOCOL §7.3 steps 1–6) and then compact if due ([`after_release`], the same rule as
+/// step 7, reported). The release's own errors are returned as they are (`FENCED` and
 /// the rest); the compaction's never are (they are in [`Released::compaction`]).
 /// `folder` is the run folder whose temp files may be collected (`None`: none).
 pub fn release(
@@ -111,7 +125,8 @@ pub fn release(
     p: ReleaseParams,
 ) -> Result<Released, RunError> {
     let by = p.lease.owner_id.clone();
-    let generation = auth.release(p)?;
+    // The core's step 7 off: the compaction is this module's (see the module docs).
+    let generation = auth.release_compacting(p, None)?;
     let compaction = after_release(auth, folder, generation, by);
     Ok(Released {
         generation,

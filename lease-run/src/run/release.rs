@@ -297,11 +297,16 @@ impl Run {
             &cb,
             StepName::ReleaseLease,
             blocking(&name, StepName::ReleaseLease, deadline, move || {
-                auth.release(ReleaseParams {
-                    lease: l.clone(),
-                    now: wall_now()?,
-                    seal,
-                })
+                // lease-core's compaction off: it runs below, after the unlock and
+                // reported (crate::compact's docs say why).
+                auth.release_compacting(
+                    ReleaseParams {
+                        lease: l.clone(),
+                        now: wall_now()?,
+                        seal,
+                    },
+                    None,
+                )
             }),
         )
         .await?;
