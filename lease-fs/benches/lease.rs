@@ -404,7 +404,167 @@ fn interleaved(_: &mut Criterion) {
     let json = format!(
         "{{\"rounds\": {rounds}, \"link_exclusive_create_us\": {create:.2}, \"claim_release_warm_us\": {cycle:.2}, \"takeover_us\": {took:.2}, \"takeover_chain_us\": {took_chain:.2}}}\n"
     );
-    std::fs::write(&out, json).unwrap();
+    write_out(Path::new(&out), &json);
+}
+
+/// Write a bench's JSON file, creating its folder first (a fresh clone has no
+/// `target/bench/`).
+fn write_out(out: &Path, text: &str) {
+    if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("create {}: {e}", d.display()));
+    }
+    std::fs::write(out, text).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+}
+
+/// One run cycled through lease-fs alone: each cycle a claim by a new owner and its
+/// release, never a prune.
+struct Cycles {
+    run: RunDir,
+    n: u64,
+}
+
+impl Cycles {
+    fn create(path: &Path) -> Cycles {
+        Cycles {
+            run: RunDir::create(path).unwrap(),
+            n: 0,
+        }
+    }
+
+    /// One claim + release, timed.
+    fn cycle(&mut self, holder: &lease_core::Holder) -> Duration {
+        self.n += 1;
+        let now = t(self.n * 10);
+        let owner = format!("c{}", self.n);
+        let start = Instant::now();
+        let l = claim(&self.run, &owner, holder, TimingPolicy::default(), now);
+        self.run
+            .release(lease_core::ops::ReleaseParams {
+                lease: l,
+                now,
+                seal: None,
+            })
+            .unwrap();
+        start.elapsed()
+    }
+}
+
+fn files_below(p: &Path) -> u64 {
+    std::fs::read_dir(p).map_or(0, |rd| {
+        rd.map(|e| e.unwrap())
+            .map(|e| {
+                if e.file_type().unwrap().is_dir() {
+                    files_below(&e.path())
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
+/// Re-claim with **no prune at all** (issue #33): a claim + release cycle of one run through
+/// lease-fs alone (no lease-run, so no automatic compaction of the run layer), the bench
+/// never calling prune: whatever lease-fs does by itself after a release is part of what is
+/// measured. Timed at cycle ~10 (cycles 11 to 18 of a run made anew, untimed, every 8
+/// cycles) and after `RUNLEASE_BENCH_RECLAIM_HISTORY` cycles (default 100,000), interleaved:
+/// each round times one cycle of each, in alternating order, so both see the machine at the
+/// same moments; the medians of `RUNLEASE_BENCH_RECLAIM_ROUNDS` rounds (default 100) go to
+/// the JSON file `RUNLEASE_BENCH_RECLAIM` names (runs only when it is set: `cargo xtask
+/// bench` sets it). The existing re-claim figures (`growth` in lease-run, and
+/// `claim_release_warm_run` above) prune; this one is the issue's "library owner that never
+/// prunes".
+///
+/// The history is made by the same cycles (nothing written by hand), on tmpfs (`/dev/shm`,
+/// where fsync is free) unless `RUNLEASE_BENCH_DIR` names another folder. When a cycle's
+/// cost grows with the history, building it is quadratic (hours for 100,000 cycles), so the
+/// build stops after `RUNLEASE_BENCH_RECLAIM_BUDGET` seconds (default 600): the JSON then
+/// has the cycles actually made (`history`, below `history_requested`, `cut_short: true`),
+/// and the large side is timed there.
+fn reclaim_no_prune(_: &mut Criterion) {
+    let Some(out) = std::env::var_os("RUNLEASE_BENCH_RECLAIM") else {
+        return;
+    };
+    let env_u64 = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(d)
+    };
+    let requested = env_u64("RUNLEASE_BENCH_RECLAIM_HISTORY", 100_000);
+    let budget = Duration::from_secs(env_u64("RUNLEASE_BENCH_RECLAIM_BUDGET", 600));
+    let rounds = env_u64("RUNLEASE_BENCH_RECLAIM_ROUNDS", 100);
+    let (base, where_) = match std::env::var_os("RUNLEASE_BENCH_DIR") {
+        Some(d) => (std::path::PathBuf::from(d), "RUNLEASE_BENCH_DIR"),
+        None if Path::new("/dev/shm").is_dir() => ("/dev/shm".into(), "tmpfs (/dev/shm)"),
+        None => (std::env::temp_dir(), "the temp folder"),
+    };
+    let scratch = tempfile::Builder::new()
+        .prefix("runlease-reclaim-")
+        .tempdir_in(&base)
+        .unwrap();
+    let holder = this_holder().unwrap();
+
+    let mut large = Cycles::create(&scratch.path().join("large"));
+    let start = Instant::now();
+    let mut cut_short = false;
+    while large.n < requested {
+        large.cycle(&holder);
+        if start.elapsed() > budget {
+            cut_short = true;
+            break;
+        }
+    }
+    let built = start.elapsed();
+    let history = large.n;
+    let lease_files_built = files_below(&scratch.path().join("large/lease"));
+    println!(
+        "reclaim_no_prune: built {history} cycles of {requested} on {where_} in {:.1} s{}; lease/ holds {lease_files_built} files",
+        built.as_secs_f64(),
+        if cut_short {
+            " (cut short by RUNLEASE_BENCH_RECLAIM_BUDGET)"
+        } else {
+            ""
+        }
+    );
+
+    let mut small: Option<Cycles> = None;
+    let mut made = 0u64;
+    let (mut s_times, mut l_times) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        if small.as_ref().is_none_or(|s| s.n >= 18) {
+            made += 1;
+            let mut s = Cycles::create(&scratch.path().join(format!("small-{made}")));
+            for _ in 0..10 {
+                s.cycle(&holder);
+            }
+            small = Some(s);
+        }
+        let s = small.as_mut().unwrap();
+        if r % 2 == 0 {
+            s_times.push(s.cycle(&holder));
+            l_times.push(large.cycle(&holder));
+        } else {
+            l_times.push(large.cycle(&holder));
+            s_times.push(s.cycle(&holder));
+        }
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2].as_secs_f64() * 1e6
+    };
+    let (small_us, large_us) = (median(s_times), median(l_times));
+    let lease_files = files_below(&scratch.path().join("large/lease"));
+    println!(
+        "reclaim_no_prune: cycle at ~10 cycles {small_us:.1} µs, at {history} cycles {large_us:.1} µs ({:.2}x; {rounds} interleaved rounds, medians); lease/ holds {lease_files} files",
+        large_us / small_us
+    );
+    let json = format!(
+        "{{\"rounds\": {rounds}, \"history\": {history}, \"history_requested\": {requested}, \"cut_short\": {cut_short}, \"build_seconds\": {:.2}, \"where\": \"{where_}\", \"lease_files\": {lease_files}, \"cycle_10_us\": {small_us:.2}, \"cycle_history_us\": {large_us:.2}}}\n",
+        built.as_secs_f64()
+    );
+    write_out(Path::new(&out), &json);
 }
 
 criterion_group! {
@@ -413,6 +573,6 @@ criterion_group! {
         .sample_size(20)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2));
-    targets = raw, lease, append, interleaved
+    targets = raw, lease, append, interleaved, reclaim_no_prune
 }
 criterion_main!(benches);

@@ -13,6 +13,10 @@
 //!   fsync `dir`. Not durable (0 fsyncs, heartbeats under the `local` policy): write temp →
 //!   rename. After a crash the target is the old or the new content, or (not durable only)
 //!   possibly empty/torn, which readers report as invalid.
+//! - **replace_whole** (1 fsync, issue #33: `run.json`): write temp → fsync it → `rename`,
+//!   no directory fsync. After a crash or a power loss the target is the old content or the
+//!   new, each whole (the new one's data was fsynced before the rename): for a record where
+//!   either is a valid state and nothing rests on the new one surviving a power loss.
 //! - **remove** (1 fsync, or 0 for files that are never read again): unlink → fsync `dir`.
 //! - **write_beat** (heartbeats, the two-slot format of `lease_core::beat`): beat 1, or a
 //!   missing file, is a replace of the whole fresh file (as above, durable or not); every
@@ -68,6 +72,9 @@ pub struct PrimOp {
     /// A heartbeat's slot: its beat number and bytes (written in place).
     slot: Option<(u64, Vec<u8>)>,
     durable: bool,
+    /// With `durable`: whether the directory is fsynced after the rename or link (false
+    /// only for [`PrimOp::replace_whole`]).
+    sync_dir: bool,
     st: PrimState,
     /// The answer once finished: `true` = created/done, `false` = already existed.
     outcome: bool,
@@ -121,6 +128,14 @@ impl PrimOp {
         PrimOp::new(PrimKind::Replace, path, bytes, durable, tmp)
     }
 
+    /// Replace `path` with `bytes` whole but without the directory fsync: temp → fsync →
+    /// rename (see the module docs, **replace_whole**).
+    pub fn replace_whole(path: &str, bytes: Vec<u8>, tmp: String) -> PrimOp {
+        let mut p = PrimOp::new(PrimKind::Replace, path, bytes, true, tmp);
+        p.sync_dir = false;
+        p
+    }
+
     /// Remove `path` (missing is fine): unlink → [fsync dir].
     pub fn remove(path: &str, durable: bool) -> PrimOp {
         let mut p = PrimOp::new(PrimKind::Remove, path, Vec::new(), durable, String::new());
@@ -159,6 +174,7 @@ impl PrimOp {
             bytes,
             slot: None,
             durable,
+            sync_dir: true,
             st: PrimState::WriteTemp,
             outcome: true,
             error: None,
@@ -274,7 +290,7 @@ impl PrimOp {
             PrimState::Rename => match fs.rename(&self.tmp, &self.path) {
                 Err(e) => self.fail(&e),
                 Ok(()) => {
-                    if self.durable {
+                    if self.durable && self.sync_dir {
                         self.st = PrimState::FsyncDir;
                         None
                     } else {
@@ -385,6 +401,15 @@ pub fn create_exclusive(fs: &dyn Fs, path: &str, bytes: &[u8]) -> io::Result<boo
 /// and the directory after it.
 pub fn replace(fs: &dyn Fs, path: &str, bytes: &[u8], durable: bool) -> io::Result<()> {
     PrimOp::replace(path, bytes.to_vec(), durable, temp_path(split(path).0))
+        .run(fs)
+        .map(|_| ())
+}
+
+/// Replace `path` with `bytes`, the new content fsynced before the rename and the
+/// directory not fsynced (1 fsync): after a power loss `path` holds the old content or the
+/// new, each whole (see the module docs).
+pub fn replace_whole(fs: &dyn Fs, path: &str, bytes: &[u8]) -> io::Result<()> {
+    PrimOp::replace_whole(path, bytes.to_vec(), temp_path(split(path).0))
         .run(fs)
         .map(|_| ())
 }

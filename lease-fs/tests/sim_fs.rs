@@ -530,3 +530,44 @@ fn unlinked_files_still_named_durably_come_back_after_a_crash_despite_collection
             .all(|(p, b)| p.starts_with("d/keep") && b == b"k")
     );
 }
+
+// PROTOCOL §9 (run.json, issue #33): `replace_whole` (temp → fsync → rename, no directory
+// fsync). A crash after any call, with or without a power loss and a torn last write,
+// leaves the old content or the new, each whole, never a mix, an empty file or nothing.
+#[test]
+fn replace_whole_crashed_after_each_call_leaves_the_old_or_the_new_content_whole() {
+    let (old, new): (&[u8], &[u8]) = (b"run.json, generation 1, done", b"run.json, generation 3, running");
+    let prepared = || {
+        let fs = fresh();
+        lease_fs::primitives::create_exclusive(&fs, "d/run.json", old).unwrap();
+        fs.reset_counters();
+        fs
+    };
+    let full = prepared();
+    lease_fs::primitives::replace_whole(&full, "d/run.json", new).unwrap();
+    let n = full.calls();
+    assert_eq!((full.fsync_count(), full.fsync_dir_count()), (1, 0), "one fsync");
+    for k in 0..=n {
+        for tear in [false, true] {
+            for power_loss in [false, true] {
+                let fs = prepared();
+                fs.crash_after(k);
+                let result = lease_fs::primitives::replace_whole(&fs, "d/run.json", new);
+                assert_eq!(result.is_ok(), k >= n, "k={k}");
+                if power_loss {
+                    fs.crash(tear);
+                }
+                fs.resume();
+                let got = fs.read("d/run.json", 1 << 10).unwrap();
+                assert!(
+                    got.as_deref() == Some(old) || got.as_deref() == Some(new),
+                    "k={k} tear={tear} power_loss={power_loss}: {got:?}"
+                );
+                // Without a power loss, a returned rename is visible.
+                if !power_loss && k >= n {
+                    assert_eq!(got.as_deref(), Some(new), "k={k}");
+                }
+            }
+        }
+    }
+}

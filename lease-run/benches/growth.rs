@@ -10,7 +10,8 @@
 //! the folders live on tmpfs (`/dev/shm`, where fsync costs nothing) unless
 //! `RUNLEASE_BENCH_DIR` names another folder; `RUNLEASE_BENCH_HISTORY` overrides 100,000.
 //! The time to build it is printed and written to
-//! `target/criterion/growth/history.json` (with the files left in `lease/`).
+//! `target/criterion/growth/history.json` (with the files left in `lease/`;
+//! `RUNLEASE_BENCH_GROWTH_HISTORY` names another file).
 //!
 //! **Same phase for both.** A compaction runs every `COMPACT_EVERY` generations (every 8
 //! cycles), so what a claim lists depends on where in that period it falls. Every
@@ -24,7 +25,11 @@
 //! moments.
 //!
 //! **Baseline.** `growth/claim_uncompacted/10000`: the same claim on a run of 10,000
-//! cycles released without compaction (what every run looked like before issue #17).
+//! cycles released without compaction (what every run looked like before issue #17);
+//! `RUNLEASE_BENCH_UNCOMPACTED` changes the count (`cargo xtask bench --smoke`: 200).
+//!
+//! `RUNLEASE_BENCH_SMOKE` (`cargo xtask bench --smoke`): the group keeps the command line's
+//! criterion settings (the short ones of the smoke pass) instead of its own.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use lease_core::ops::{ClaimParams, OwnedLease, ReleaseParams};
@@ -38,7 +43,8 @@ use std::time::{Duration, Instant};
 
 const SMALL: u64 = 10;
 const LARGE: u64 = 100_000;
-/// History of the uncompacted baseline (its claims list every epoch, so it is kept short).
+/// History of the uncompacted baseline (its claims list every epoch, so it is kept short;
+/// `RUNLEASE_BENCH_UNCOMPACTED` overrides it).
 const UNCOMPACTED: u64 = 10_000;
 
 /// One cycle: the claim (timed in `claim`), the release with its compaction.
@@ -217,14 +223,26 @@ fn growth(c: &mut Criterion) {
         "event_files": events,
         "where": where_,
     });
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion/growth");
-    let _ = std::fs::create_dir_all(&out);
-    let _ = std::fs::write(out.join("history.json"), report.to_string());
+    // `cargo xtask bench` reads it (and names it in `RUNLEASE_BENCH_GROWTH_HISTORY`): its
+    // folder is created first (a fresh clone has none before criterion's first result),
+    // and a failure to write it fails the bench.
+    let out = std::env::var_os("RUNLEASE_BENCH_GROWTH_HISTORY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/criterion/growth/history.json")
+        });
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("create {}: {e}", d.display()));
+    }
+    std::fs::write(&out, report.to_string())
+        .unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
 
     let mut g = c.benchmark_group("growth");
-    g.sample_size(30)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
+    if std::env::var_os("RUNLEASE_BENCH_SMOKE").is_none() {
+        g.sample_size(30)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3));
+    }
     let mut small = SmallRuns {
         base: scratch.path().to_path_buf(),
         current: None,
@@ -260,18 +278,23 @@ fn growth(c: &mut Criterion) {
     }
     // Baseline, the issue's "before": the same claim on a run whose 10,000 cycles were never
     // compacted (claim lists every epoch). Building it is quadratic (minutes), so
-    // `cargo xtask bench --quick` (RUNLEASE_BENCH_QUICK) leaves it out.
-    if std::env::var_os("RUNLEASE_BENCH_QUICK").is_none() {
+    // `cargo xtask bench --quick` (RUNLEASE_BENCH_QUICK) leaves it out unless
+    // RUNLEASE_BENCH_UNCOMPACTED names a count (the smoke pass: a short one).
+    let uncompacted = std::env::var("RUNLEASE_BENCH_UNCOMPACTED")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if uncompacted.is_some() || std::env::var_os("RUNLEASE_BENCH_QUICK").is_none() {
+        let uncompacted = uncompacted.unwrap_or(UNCOMPACTED);
         let mut raw = Cycler::create(&scratch.path().join("uncompacted"));
         raw.compacting = false;
-        for _ in 0..UNCOMPACTED {
+        for _ in 0..uncompacted {
             raw.cycle();
         }
-        g.bench_function(BenchmarkId::new("claim_uncompacted", UNCOMPACTED), |b| {
+        g.bench_function(BenchmarkId::new("claim_uncompacted", uncompacted), |b| {
             b.iter_custom(|iters| (0..iters).map(|_| raw.timed(false)).sum())
         });
         println!(
-            "growth/claim_uncompacted: that run went from {UNCOMPACTED} to {} cycles while measured",
+            "growth/claim_uncompacted: that run went from {uncompacted} to {} cycles while measured",
             raw.n
         );
     }

@@ -620,7 +620,9 @@ impl Replacer {
                     )));
                 }
             }
-            primitives::replace(&**folder.fs(), &FileRef::RunStatus.path(), &b, true).map_err(|e| {
+            // The data fsynced before the rename, the folder not (issue #33, PROTOCOL §9:
+            // the old run.json or the new, each whole, are both valid after a power loss).
+            primitives::replace_whole(&**folder.fs(), &FileRef::RunStatus.path(), &b).map_err(|e| {
                 RunError::from(lease_fs::FsError::io(
                     self.auth.run_id().as_str(),
                     "replace",

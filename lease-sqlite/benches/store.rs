@@ -98,9 +98,13 @@ fn store(c: &mut Criterion) {
     };
 
     let mut g = c.benchmark_group("store");
-    g.sample_size(20)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+    // `cargo xtask bench --smoke` (RUNLEASE_BENCH_SMOKE): the command line's short criterion
+    // settings, not the group's own.
+    if std::env::var_os("RUNLEASE_BENCH_SMOKE").is_none() {
+        g.sample_size(20)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(4));
+    }
     g.bench_function("raw_insert_one_row", |b| {
         b.iter_custom(|iters| {
             let mut own = Duration::ZERO;

@@ -1,6 +1,6 @@
 //! `cargo xtask` — the runlease task runner (alias defined in `.cargo/config.toml`).
 //!
-//! Subcommands: `ci`, `purity`, `test [--deep]`, `bench`, `bench-engine [--quick]`, `model [--deep]`, `dist`,
+//! Subcommands: `ci`, `purity`, `test [--deep]`, `bench [--quick | --smoke]`, `bench-engine [--quick]`, `model [--deep]`, `dist`,
 //! `fuzz-smoke [--seconds N]`, `fuzz --long [--max-seconds N] [--target T]`, `loom`, `torture [--procs N --seconds S]`, `rss`, `containment`, `mutants [--only NAME]` (see `USAGE`).
 
 mod bench;
@@ -30,11 +30,15 @@ Commands:
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
-  bench [--quick] criterion benchmarks of lease-fs, lease-sqlite, lease-run's bounded growth and store socket,
-                whole-process timings of `runlease run R -- true` and `runlease append`, then
-                figures and ratios vs raw baselines of the same run, written to
-                target/bench/summary.json (--quick: short measurements, 10,000 cycles of
-                history instead of 100,000; at most about 5 minutes)
+  bench [--quick | --smoke]
+                criterion benchmarks of lease-fs, lease-sqlite, lease-run's bounded growth and store socket,
+                whole-process timings of `runlease run R -- true`, `status` and `append` (also on a
+                100,000-event log and with 2,000 idle processes on the machine), then figures and
+                ratios vs baselines of the same run, each with its target and verdict (met/missed),
+                written to target/bench/summary.json (--quick: short measurements, 10,000 cycles
+                or events instead of 100,000; about 5 minutes, more while a re-claim without prune
+                grows; --smoke: every bench once with minimal work, fails if a bench panics or a
+                summary line is missing; CI runs it)
   bench-engine [--quick]
                 issue #32's figures of the store committed in etcd (lease-run's engine_store
                 bench, feature `etcd`, a 3-member etcd cluster on this machine): commit latency
@@ -93,10 +97,9 @@ fn main() -> ExitCode {
         Some(name @ ("ci" | "purity" | "dist")) => {
             return usage(&format!("`{name}` takes no arguments, got {rest:?}"));
         }
-        Some("bench") => match rest {
-            [] => bench::run(&workspace_root(), false),
-            [flag] if flag == "--quick" => bench::run(&workspace_root(), true),
-            _ => return usage(&format!("unexpected arguments to `bench`: {rest:?}")),
+        Some("bench") => match bench::parse_args(rest) {
+            Ok(mode) => bench::run(&workspace_root(), mode),
+            Err(reason) => return usage(&reason),
         },
         Some("bench-engine") => match rest {
             [] => bench_engine::run(&workspace_root(), false),

@@ -380,7 +380,12 @@ fn remove_own_records(dir: &RunDir, ours: Generation) -> Result<(), RunError> {
         if let Some(f @ FileRef::Command { generation, .. }) = Dir::Commands.parse_name(&n) {
             if generation == ours {
                 let p = f.path();
-                primitives::remove(&**dir.fs(), &p, true)
+                // Not fsynced (issue #33): only a power loss can bring the record back,
+                // and that is a new boot, whose next open removes another boot's records
+                // unread (their processes died with it, `reap_or_refuse`); within one boot
+                // a record whose process is gone is judged gone and removed. Never a
+                // signal without proof either way (PROTOCOL §11.1).
+                primitives::remove(&**dir.fs(), &p, false)
                     .map_err(|e| FsError::io(&run, "remove", &p, e))?;
             }
         }

@@ -73,7 +73,12 @@ pub(super) fn write_status_blocking(
             });
         }
     }
-    primitives::replace(&**dir.fs(), &FileRef::RunStatus.path(), &bytes, true)
+    // Order of writes: temp → fsync → rename, no fsync of the run folder (issue #33):
+    // after a power loss run.json is the old record or this one, each whole (its data was
+    // fsynced first), and both are valid states: run.json is advisory, its generation is
+    // never above the durable chain's (the epoch was durable before either write), and no
+    // decision rests on this write surviving. One fsync instead of two.
+    primitives::replace_whole(&**dir.fs(), &FileRef::RunStatus.path(), &bytes)
         .map_err(|e| FsError::io(lease.run_id.as_str(), "replace", "run.json", e))?;
     Ok(())
 }
