@@ -85,7 +85,10 @@ fn the_tail_check_reads_only_the_events_after_the_newest_mark() {
     assert_eq!(r.last.as_ref().map(|(s, _)| s.get()), Some(150));
     assert_eq!(r.mark_due(), None, "22 events are fewer than MARK_EVERY");
     let whole = verify(&mut d).unwrap();
-    assert_eq!((whole.started_at, whole.walked, whole.events), (None, 150, 150));
+    assert_eq!(
+        (whole.started_at, whole.walked, whole.events),
+        (None, 150, 150)
+    );
     // Without a mark the tail check is the whole walk, and a mark is then due.
     let (mut d, _) = log(150, &[]);
     let r = verify_tail(&mut d).unwrap();
@@ -168,7 +171,11 @@ fn a_forged_or_misnamed_mark_is_refused_naming_its_file() {
     for r in [verify_tail(&mut d), verify(&mut d)] {
         let e = r.unwrap_err();
         assert_eq!(e.code().as_str(), "RECORD_INVALID");
-        assert!(e.to_string().contains("lease/marks/00000000000000000065.json"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("lease/marks/00000000000000000065.json"),
+            "{e}"
+        );
     }
 }
 

@@ -536,7 +536,10 @@ fn unlinked_files_still_named_durably_come_back_after_a_crash_despite_collection
 // leaves the old content or the new, each whole, never a mix, an empty file or nothing.
 #[test]
 fn replace_whole_crashed_after_each_call_leaves_the_old_or_the_new_content_whole() {
-    let (old, new): (&[u8], &[u8]) = (b"run.json, generation 1, done", b"run.json, generation 3, running");
+    let (old, new): (&[u8], &[u8]) = (
+        b"run.json, generation 1, done",
+        b"run.json, generation 3, running",
+    );
     let prepared = || {
         let fs = fresh();
         lease_fs::primitives::create_exclusive(&fs, "d/run.json", old).unwrap();
@@ -546,7 +549,11 @@ fn replace_whole_crashed_after_each_call_leaves_the_old_or_the_new_content_whole
     let full = prepared();
     lease_fs::primitives::replace_whole(&full, "d/run.json", new).unwrap();
     let n = full.calls();
-    assert_eq!((full.fsync_count(), full.fsync_dir_count()), (1, 0), "one fsync");
+    assert_eq!(
+        (full.fsync_count(), full.fsync_dir_count()),
+        (1, 0),
+        "one fsync"
+    );
     for k in 0..=n {
         for tear in [false, true] {
             for power_loss in [false, true] {
