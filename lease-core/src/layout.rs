@@ -46,9 +46,10 @@ impl Dir {
         Dir::Cutoffs,
         Dir::Intents,
         Dir::Checkpoints,
-        Dir::Marks,
         Dir::Events,
         Dir::Commands,
+        // Last (issue #33), so the positions of the others stay what they were.
+        Dir::Marks,
     ];
 
     /// The directory's path relative to the run root.
