@@ -214,6 +214,8 @@ pub(crate) trait Tracking {
     fn refresh_alive(&mut self, scan: &Self::Scan) -> bool;
     /// SIGKILL everything tracked.
     fn kill_all(&mut self, scan: &Self::Scan);
+    /// A command is about to be started ([`start_tracked`], under the tracking lock).
+    fn before_start(&mut self) {}
 }
 
 /// The outcome of one watchdog tick.
@@ -250,12 +252,15 @@ pub(crate) fn fence_tick<S, T: Tracking>(core: &FenceCore<S>, tracked: &Mutex<T>
 
 /// Start a command and track it in one critical section of the tracking lock (see
 /// [`fence_tick`]); `Run::spawn` starts its stopped gate this way, then records it, then
-/// lets it run only if the run is still live ([`gate`]).
-pub(crate) fn start_tracked<T, C, E>(
+/// lets it run only if the run is still live ([`gate`]). [`Tracking::before_start`] runs
+/// first, in the same critical section (for `procs::Tracked`: the pid counter before the
+/// first command).
+pub(crate) fn start_tracked<T: Tracking, C, E>(
     tracked: &Mutex<T>,
     start: impl FnOnce(&mut T) -> Result<C, E>,
 ) -> Result<C, E> {
     let mut t = lock(tracked);
+    t.before_start();
     start(&mut t)
 }
 

@@ -23,8 +23,44 @@
 //! (`systemd-run`, `at`, a D-Bus activation). **How to close it:** run the owner where it
 //! may create a cgroup v2 directory, e.g. with systemd's user-manager delegation,
 //! `systemd-run --user --scope -p Delegate=yes runlease run ...`: every descendant is then
-//! born in the run's cgroup and `cgroup.kill` ends it whatever it does (see
-//! [`crate::cgroup`]).
+//! born in the run's cgroup and `cgroup.kill` ends it whatever it does, short of moving
+//! itself out (which needs write access to another cgroup's `cgroup.procs`: root, or a
+//! cgroup of the same delegated subtree; the scans below still look for such a process),
+//! see [`crate::cgroup`].
+//!
+//! ## What a scan reads (issue #33)
+//!
+//! The kill is driven by scans of `/proc`: at release, on every watchdog tick (100 ms) and
+//! for each forwarded signal. Without the run's cgroup each scan reads every process's
+//! `/proc/<pid>/stat` ([`scan`]), so it costs in proportion to the machine's process count.
+//! With the cgroup a scan ([`Tracked::snapshot`]) reads the stat of only the owner, the
+//! known descendants and leaders, the cgroup's members, and the pids the kernel allocated
+//! since the pid counter was read right before the run's first command ([`PidCounter`],
+//! [`PidWindow`]): each number of that window is looked up (a `pidfd_open`, which fails at
+//! once for a free number or a thread) while the window holds fewer numbers than half the
+//! system's tasks, else `/proc` is listed once and filtered. Everything the rules above
+//! count was started after that reading (descendants and group members after their
+//! command; the sweep and the adoption rule take nothing that started before the first
+//! command), so its pid is in that window, unless the counter has gone once around since.
+//! That is ruled out from the kernel's own counts ([`PidCounter::window_now`]); when it
+//! cannot be, the scan is full.
+//!
+//! **What the window gives up, and why only with a cgroup.** The lap check counts forks,
+//! and two things move the counter without one: a fork that fails after its pid was
+//! allocated (a `pids.max` limit reached, no free descriptor for `CLONE_PIDFD`), and a
+//! privileged process setting the counter (`ns_last_pid`, `clone3`'s `set_tid`). A process
+//! started after a lap made that way has a pid outside the window and is not read. In the
+//! cgroup that changes nothing (members are read from `cgroup.procs`, and `cgroup.kill`
+//! ends them whatever their pid). So a windowed scan can miss only a process **outside**
+//! the cgroup (one that moved itself out, one handed the mark, one started with the secret
+//! by something outside the run) **and** started after such an unseen lap. Without a
+//! cgroup nothing else would reach it, so there every scan stays full. A process started
+//! before the first command is no longer read at all (unless known or a member): before,
+//! it could count only as a member that joined a command's group from the same session
+//! (the group signal still reaches it while the leader lives), as a child of a process
+//! moved into the cgroup by hand, or if it started in the same clock tick as the first
+//! command: none of them started by the run. A windowed scan's cost follows what was
+//! started since the first command (by anyone on the machine), not how many processes run.
 
 use rustix::process::{Pid, Signal};
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,21 +104,271 @@ pub fn parse_stat(pid: u32, line: &str) -> Option<ProcInfo> {
 
 /// `/proc/<pid>/stat` of one process, `None` if it does not exist.
 pub fn proc_info(pid: u32) -> Option<ProcInfo> {
-    let line = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(pid, &line)
+    stat_at(rustix::fs::CWD, &format!("/proc/{pid}/stat"), pid)
+}
+
+/// Read one `/proc/<pid>/stat` (`rel`, relative to `dir`) and parse it: one `openat`, one
+/// `read` into a stack buffer (a stat line is a few hundred bytes; the kernel hands the
+/// whole line to the first read that has room for it), one `close`. `read_to_string` made
+/// that a `statx` and five or six `read`s more per process, in every scan (issue #33).
+/// `comm` may hold any bytes: decoded lossily, so such a process is not invisible.
+fn stat_at<Fd: rustix::fd::AsFd>(dir: Fd, rel: &str, pid: u32) -> Option<ProcInfo> {
+    use rustix::fs::{Mode, OFlags, openat};
+    let fd = openat(
+        dir,
+        rel,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    let mut long = Vec::new();
+    loop {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
+        }
+        if buf[..len].ends_with(b"\n") {
+            break;
+        }
+        if len == buf.len() {
+            long.extend_from_slice(&buf);
+            len = 0;
+        }
+    }
+    long.extend_from_slice(&buf[..len]);
+    parse_stat(pid, &String::from_utf8_lossy(&long))
 }
 
 /// Every process visible in this pid namespace's `/proc`.
 pub fn scan() -> Vec<ProcInfo> {
+    scan_where(|_| true)
+}
+
+/// The processes listed in `/proc` whose pid `wanted` accepts: one listing, and a
+/// `/proc/<pid>/stat` read (through one descriptor of `/proc`) for each accepted pid only.
+fn scan_where(wanted: impl Fn(u32) -> bool) -> Vec<ProcInfo> {
+    use rustix::fs::{Mode, OFlags, openat};
+    let Ok(proc) = openat(
+        rustix::fs::CWD,
+        "/proc",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Vec::new();
+    };
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| {
         let e = e.ok()?;
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        proc_info(pid)
+        if !wanted(pid) {
+            return None;
+        }
+        stat_at(&proc, &format!("{pid}/stat"), pid)
     })
     .collect()
+}
+
+/// The processes among `pids`, each looked up by number instead of listing `/proc`: a
+/// `pidfd_open` first, which fails at once for a free number (`ESRCH`) and for a thread
+/// that does not lead its group (`ENOENT`, `EINVAL` before Linux 6.9) (`/proc/<tid>` exists for those too, but a listing never shows
+/// them, and they are not processes), then the `stat` of each process (a zombie
+/// included). `None` when pidfds cannot say (an old kernel, no free descriptor): then
+/// the caller lists `/proc`.
+fn probe(pids: impl Iterator<Item = u32>) -> Option<Vec<ProcInfo>> {
+    use rustix::fs::{Mode, OFlags, openat};
+    use rustix::io::Errno;
+    let proc = openat(
+        rustix::fs::CWD,
+        "/proc",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let mut out = Vec::new();
+    for pid in pids {
+        let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+            continue;
+        };
+        match rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) {
+            Ok(_leader) => {
+                if let Some(info) = stat_at(&proc, &format!("{pid}/stat"), pid) {
+                    out.push(info);
+                }
+            }
+            // No such process; a thread that does not lead its group (`ENOENT` since
+            // Linux 6.9, `EINVAL` before).
+            Err(Errno::SRCH | Errno::NOENT | Errno::INVAL) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The pid counter of this pid namespace and the kernel's task counts at one moment: the
+/// base of a [`PidWindow`] (issue #33).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidCounter {
+    /// The last pid allocated in this process's pid namespace (the last field of
+    /// `/proc/loadavg`, as `/proc/sys/kernel/ns_last_pid`).
+    last: u32,
+    /// Tasks (threads) on the system then (`nr_threads`, the 4th field of `/proc/loadavg`).
+    tasks: u64,
+    /// Tasks ever created (`processes` of `/proc/stat`), read **before** `last`.
+    forks: u64,
+    /// `kernel.pid_max`.
+    pid_max: u32,
+}
+
+/// The first pid the kernel hands out after its counter wraps (`RESERVED_PIDS`): a lap of
+/// the counter passes at least `pid_max - RESERVED_PIDS` numbers.
+const RESERVED_PIDS: u32 = 300;
+
+impl PidCounter {
+    /// Read the counter now: the fork count first, then the last pid and the task count
+    /// (one read of `/proc/loadavg`), then `pid_max`. `None` if any cannot be read.
+    pub fn read() -> Option<PidCounter> {
+        let forks = forks_now()?;
+        let (last, tasks) = loadavg_now()?;
+        Some(PidCounter {
+            last,
+            tasks,
+            forks,
+            pid_max: pid_max_now()?,
+        })
+    }
+
+    /// The pids allocated in this pid namespace since this reading, if that can be proved:
+    /// the numbers after `last`, up to the last pid allocated now, around the wrap when the
+    /// counter wrapped. `None` when the counter may have gone once around (or more) since:
+    /// then a pid allocated since may be any number, and only a full scan finds it.
+    ///
+    /// The check (every quantity from the kernel, read in an order that errs on the side of
+    /// `None`): the counter skips pids in use and allocates each free one it passes, so a
+    /// lap passes `pid_max - 300` numbers, each either allocated during the lap or in use
+    /// when passed; a number in use then was in use at the base (at most 3 per task then:
+    /// its pid, group and session) or was allocated since. With `A` pids allocated since
+    /// the base and `T` tasks then, a lap needs `2A + 3T >= pid_max - 300`. Every pid
+    /// allocated is a task created, counted in `processes` (`A <= Δforks`), and the tasks at
+    /// the base were at most `T` read then plus those created since (`<= Δforks`). So with
+    /// `5·Δforks + 3T < pid_max - 300` the counter cannot have lapped. `pid_max` changed:
+    /// `None`.
+    ///
+    /// **What this does not see** (PROTOCOL §11.1): a fork that fails after the kernel
+    /// allocated its pid (a `pids.max` limit reached, no descriptor for `CLONE_PIDFD`) moves
+    /// the counter without counting a fork, and a privileged process can set the counter
+    /// itself (`ns_last_pid`, `clone3`'s `set_tid`). A process that made the counter lap
+    /// that way gets pids outside the window.
+    pub fn window_now(&self) -> Option<PidWindow> {
+        let (last, tasks) = loadavg_now()?;
+        let forks = forks_now()?;
+        if pid_max_now()? != self.pid_max {
+            return None;
+        }
+        let delta = forks.checked_sub(self.forks)?;
+        let need = delta
+            .checked_mul(5)?
+            .checked_add(self.tasks.checked_mul(3)?)?;
+        let lap = u64::from(self.pid_max.saturating_sub(RESERVED_PIDS));
+        (need < lap).then_some(PidWindow {
+            after: self.last,
+            through: last,
+            pid_max: self.pid_max,
+            tasks,
+        })
+    }
+}
+
+/// The pids allocated between two readings of the pid counter ([`PidCounter::window_now`]):
+/// the numbers after `after` up to `through`, cyclically below `pid_max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidWindow {
+    after: u32,
+    through: u32,
+    pid_max: u32,
+    /// The system's task count at the second reading.
+    tasks: u64,
+}
+
+impl PidWindow {
+    /// Whether `pid` may have been allocated in the window.
+    pub fn contains(&self, pid: u32) -> bool {
+        if self.after <= self.through {
+            self.after < pid && pid <= self.through
+        } else {
+            pid > self.after || pid <= self.through
+        }
+    }
+
+    /// The numbers in the window (all of them from 1 once the counter wrapped: from 300 on
+    /// after its first wrap, below on a young system).
+    fn pids(&self) -> impl Iterator<Item = u32> {
+        let from = self.after.saturating_add(1);
+        let (a, b) = if self.after <= self.through {
+            (from..=self.through, None)
+        } else {
+            (
+                from..=self.pid_max.saturating_sub(1),
+                Some(1..=self.through),
+            )
+        };
+        a.chain(b.into_iter().flatten())
+    }
+
+    /// How many numbers [`PidWindow::pids`] yields.
+    fn len(&self) -> u64 {
+        if self.after <= self.through {
+            u64::from(self.through - self.after)
+        } else {
+            u64::from(self.pid_max.saturating_sub(1).saturating_sub(self.after))
+                + u64::from(self.through)
+        }
+    }
+}
+
+/// `processes` of `/proc/stat`: tasks created since boot.
+fn forks_now() -> Option<u64> {
+    read_procfs("/proc/stat")?
+        .lines()
+        .find_map(|l| l.strip_prefix("processes "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The last pid allocated in this pid namespace and the system's task count, from one
+/// read of `/proc/loadavg` (`… running/tasks last_pid`).
+fn loadavg_now() -> Option<(u32, u64)> {
+    let text = read_procfs("/proc/loadavg")?;
+    let mut f = text.split_ascii_whitespace();
+    let tasks = f.nth(3)?.split_once('/')?.1.parse().ok()?;
+    let last = f.next()?.parse().ok()?;
+    Some((last, tasks))
+}
+
+/// `kernel.pid_max`.
+fn pid_max_now() -> Option<u32> {
+    read_procfs("/proc/sys/kernel/pid_max")?.trim().parse().ok()
+}
+
+/// The text of a file of `/proc`, only if it is the kernel's own (procfs): a container's
+/// overlay of `/proc/loadavg` or `/proc/stat` (LXCFS, on FUSE) counts the container's
+/// tasks, not the kernel's, and would make [`PidCounter::window_now`] unsound.
+fn read_procfs(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let fs = rustix::fs::fstatfs(&f).ok()?;
+    if fs.f_type != rustix::fs::PROC_SUPER_MAGIC {
+        return None;
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// The gate every command starts as (`argv[0..4]`, then the command's argv): it stops
@@ -519,6 +805,10 @@ fn fd_links(pid: u32) -> impl Iterator<Item = (std::path::PathBuf, std::path::Pa
 /// - every process of this uid, started no earlier than the first command, that holds
 ///   the incarnation's mark or carries its secret in its environment (the sweep): what
 ///   left the tree by reparenting to another subreaper still counts.
+///
+/// With the run's cgroup, "started no earlier than the first command" is judged, before any
+/// `stat` is read, as "allocated a pid after the counter reading taken right before the
+/// first command" (module docs, "What a scan reads").
 #[derive(Debug, Default, Clone)]
 pub struct Tracked {
     /// Recorded process groups (each command's pid = pgid).
@@ -549,17 +839,34 @@ pub struct Tracked {
     /// The run's guard process (pid, start time; `crate::guard`): a child of the owner in
     /// a group of its own, started after the first command, which must never be adopted.
     pub(crate) guard: Option<(u32, u64)>,
+    /// The pid counter read right before the run's first command was started
+    /// ([`Tracked::note_spawn`]): every process the run started has a pid allocated after
+    /// it. With the run's cgroup, a scan reads only what was allocated since
+    /// ([`Tracked::snapshot`]).
+    pub(crate) pid_base: PidBase,
+}
+
+/// The pid counter before a run's first command (the `pid_base` of a [`Tracked`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum PidBase {
+    /// No command was started yet.
+    #[default]
+    Unset,
+    /// The counter could not be read before the first command: every scan is full.
+    Unknown,
+    /// The counter before the first command.
+    At(PidCounter),
 }
 
 /// The environment variable that carries an incarnation's secret to its commands.
 pub const INCARNATION_VAR: &str = "RUNLEASE_INCARNATION";
 
 impl Tracked {
-    /// Refresh from a scan: add every process whose group or session is a recorded group,
-    /// whose parent is a known descendant, that is an adoptable child of the owner, or
-    /// that the sweep proves (see the type's docs), to a fixpoint; forget known pids that
-    /// are gone or reused, and groups with no process left at all (not even a zombie, so
-    /// the number could be reused).
+    /// Refresh from a scan ([`Tracked::snapshot`]): add every process whose group or
+    /// session is a recorded group, whose parent is a known descendant, that is an
+    /// adoptable child of the owner, or that the sweep proves (see the type's docs), to a
+    /// fixpoint; forget known pids that are gone or reused, and groups with no process
+    /// left in the scan (not even a zombie, so the number could be reused).
     pub fn refresh(&mut self, procs: &[ProcInfo]) {
         // One index of the scan: `not_ours` can hold every process of the host started
         // since the first command, and this runs on the watchdog's 100 ms tick.
@@ -568,10 +875,14 @@ impl Tracked {
         self.known.retain(|pid, st| present(*pid, *st));
         self.leaders.retain(|(pid, st)| present(*pid, *st));
         self.not_ours.retain(|(pid, st)| present(*pid, *st));
+        // Another run's leaders need not be in this run's snapshot ([`Tracked::snapshot`]):
+        // one missing from it is looked up before it is forgotten.
         ALL_LEADERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|(pid, st)| present(*pid, *st));
+            .retain(|(pid, st)| {
+                present(*pid, *st) || proc_info(*pid).is_some_and(|p| p.start_time == *st)
+            });
         if let Some(cg) = &self.cgroup {
             for pid in crate::cgroup::pids_in(cg) {
                 if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
@@ -594,6 +905,69 @@ impl Tracked {
                 self.groups.remove(&g);
             }
         }
+    }
+
+    /// Called under the tracking lock right before each command is started
+    /// (`fence::start_tracked`): before the first one, read the pid counter
+    /// ([`Tracked::pid_base`]). Never later: a base read after a command started would
+    /// leave that command's first processes outside every window.
+    pub(crate) fn note_spawn(&mut self) {
+        if self.pid_base == PidBase::Unset {
+            self.pid_base = PidCounter::read().map_or(PidBase::Unknown, PidBase::At);
+        }
+    }
+
+    /// The processes a [`Tracked::refresh`] needs to see (issue #33).
+    ///
+    /// With the run's cgroup and a pid window proved since the first command
+    /// ([`PidCounter::window_now`]): a `/proc/<pid>/stat` read only for this process, the
+    /// known descendants and leaders, the cgroup's members and every pid allocated since the
+    /// first command was started (each number looked up by a `pidfd_open` while the window holds
+    /// fewer numbers than half the system's tasks, else picked from one listing of `/proc`),
+    /// so its cost follows what the run and the machine started since, not the machine's
+    /// process count. Every process the
+    /// run started was allocated in that window; so was everything the sweep and the
+    /// adoption rule can count (they take nothing started before the first command).
+    /// Otherwise (no cgroup, no window: the counter may have lapped, or could not be read)
+    /// every process ([`scan`]).
+    pub fn snapshot(&self) -> Vec<ProcInfo> {
+        // Until the first command is started, nothing can be ours (no group, no member of
+        // the cgroup, no descendant; nothing is adopted or swept before `since`): no scan.
+        // From then on every snapshot reads, even when nothing is tracked: an orphan whose
+        // parent and leader exited between two scans is reparented to this subreaper and
+        // must be adopted then.
+        let never_started = self.pid_base == PidBase::Unset
+            && self.groups.is_empty()
+            && self.known.is_empty()
+            && self.since.is_none();
+        if never_started {
+            return Vec::new();
+        }
+        let window = match (&self.cgroup, self.pid_base) {
+            (Some(_), PidBase::At(base)) => base.window_now(),
+            _ => None,
+        };
+        let (Some(window), Some(cg)) = (window, &self.cgroup) else {
+            return scan();
+        };
+        let me = std::process::id();
+        let mut read: BTreeSet<u32> = self.known.keys().copied().collect();
+        read.extend(self.leaders.iter().map(|(pid, _)| *pid));
+        read.extend(crate::cgroup::pids_in(cg));
+        read.insert(me);
+        // Fewer numbers in the window than half the tasks on the system: look each one
+        // up rather than list every process.
+        if window.len().saturating_mul(2) <= window.tasks {
+            let outside: Vec<u32> = read
+                .iter()
+                .copied()
+                .filter(|p| !window.contains(*p))
+                .collect();
+            if let Some(procs) = probe(window.pids().chain(outside)) {
+                return procs;
+            }
+        }
+        scan_where(|pid| window.contains(pid) || read.contains(&pid))
     }
 
     /// Forget every process: the commands were handed over (`Run::release_detached`);
@@ -807,7 +1181,7 @@ impl Tracked {
 /// Stop everything tracked: SIGTERM, wait up to `grace`, then SIGKILL, wait up to
 /// `kill_wait`. Returns whether everything is gone. Blocking (call off the runtime).
 pub fn terminate(tracked: &mut Tracked, grace: Duration, kill_wait: Duration) -> bool {
-    let procs = scan();
+    let procs = tracked.snapshot();
     tracked.refresh(&procs);
     if !tracked.any_alive(&procs) {
         return true;
@@ -824,7 +1198,7 @@ pub fn terminate(tracked: &mut Tracked, grace: Duration, kill_wait: Duration) ->
 pub fn wait_gone(tracked: &mut Tracked, within: Duration, sig: Option<Signal>) -> bool {
     let end = Instant::now() + within;
     loop {
-        let procs = scan();
+        let procs = tracked.snapshot();
         tracked.refresh(&procs);
         if !tracked.any_alive(&procs) {
             return true;
@@ -879,6 +1253,177 @@ mod tests {
             ..z
         };
         assert!(t.adoptable(&other, me, Some(1)));
+    }
+
+    #[test]
+    fn a_pid_window_runs_after_its_base_around_the_wrap() {
+        let w = PidWindow {
+            after: 100,
+            through: 200,
+            pid_max: 32_768,
+            tasks: 0,
+        };
+        assert!(!w.contains(100) && w.contains(101) && w.contains(200) && !w.contains(201));
+        assert!(!w.contains(1) && !w.contains(99));
+        // The counter wrapped: from past the base to pid_max, then from the bottom.
+        let w = PidWindow {
+            after: 32_000,
+            through: 400,
+            pid_max: 32_768,
+            tasks: 0,
+        };
+        assert!(w.contains(32_001) && w.contains(32_767) && w.contains(300));
+        assert!(w.contains(400) && !w.contains(401) && !w.contains(32_000));
+        // Nothing allocated since.
+        let w = PidWindow {
+            after: 7,
+            through: 7,
+            pid_max: 32_768,
+            tasks: 0,
+        };
+        assert!(!w.contains(7) && !w.contains(8) && !w.contains(6));
+        assert_eq!((w.len(), w.pids().count()), (0, 0));
+        // What a probe looks up is exactly what the window holds.
+        for (after, through) in [(100, 200), (32_000, 400), (32_766, 3), (5, 32_767)] {
+            let w = PidWindow {
+                after,
+                through,
+                pid_max: 32_768,
+                tasks: 0,
+            };
+            let pids: Vec<u32> = w.pids().collect();
+            assert_eq!(pids.len() as u64, w.len(), "{w:?}");
+            assert!(pids.iter().all(|p| w.contains(*p) && *p > 0 && *p < 32_768));
+            let held: BTreeSet<u32> = pids.iter().copied().collect();
+            assert!(
+                (1..32_768).all(|p| w.contains(p) == held.contains(&p)),
+                "{w:?}"
+            );
+        }
+    }
+
+    /// A probe by number finds processes (a zombie too) and never a thread that does not
+    /// lead its group, though `/proc/<tid>/stat` exists for it.
+    #[test]
+    fn a_probe_finds_processes_and_not_threads() {
+        let me = std::process::id();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let _ = stop_rx.recv();
+        });
+        let tid: u32 = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .find(|t| *t != me)
+            .expect("a thread besides the main one");
+        assert!(proc_info(tid).is_some(), "/proc/<tid>/stat exists");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let zombie = child.id();
+        while state_of(zombie) != Some('Z') {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let found: Vec<u32> = probe([me, tid, zombie, 0, u32::MAX].into_iter())
+            .expect("pidfds")
+            .iter()
+            .map(|p| p.pid)
+            .collect();
+        assert_eq!(found, vec![me, zombie]);
+        stop_tx.send(()).unwrap();
+        thread.join().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn no_window_once_enough_forks_could_have_lapped_the_counter() {
+        let now = PidCounter::read().expect("/proc/loadavg and /proc/stat");
+        if now.window_now().is_none() {
+            // Only with more tasks than a sixth of pid_max (then every scan is full).
+            assert!(3 * now.tasks + 5_000 >= u64::from(now.pid_max - RESERVED_PIDS));
+        }
+        // Every fork since boot counted against the base: more than a lap's worth on any
+        // machine that ran a test suite.
+        let long_ago = PidCounter { forks: 0, ..now };
+        let forks = forks_now().unwrap();
+        if 5 * forks + 3 * now.tasks >= u64::from(now.pid_max - RESERVED_PIDS) {
+            assert_eq!(long_ago.window_now(), None);
+        }
+        // As many tasks as the pid space holds could make a single allocation a lap.
+        let crowded = PidCounter {
+            tasks: u64::from(now.pid_max),
+            ..now
+        };
+        assert_eq!(crowded.window_now(), None);
+        // pid_max changed since the base.
+        let other_max = PidCounter {
+            pid_max: now.pid_max - 1,
+            ..now
+        };
+        assert_eq!(other_max.window_now(), None);
+    }
+
+    /// With a cgroup and a base, a snapshot reads what was started since the base (and
+    /// what is tracked), not the processes that were there before.
+    #[test]
+    fn a_snapshot_reads_the_processes_started_since_the_first_command() {
+        /// A `sleep` child, killed and reaped on drop.
+        struct Sleep(std::process::Child);
+        impl Drop for Sleep {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let sleep = || {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("30");
+            Sleep(c.spawn().unwrap())
+        };
+        let older = sleep();
+        let cg = tempfile::tempdir().unwrap();
+        std::fs::write(cg.path().join("cgroup.procs"), "").unwrap();
+        let mut t = Tracked {
+            cgroup: Some(cg.path().to_path_buf()),
+            ..Tracked::default()
+        };
+        assert!(t.snapshot().is_empty(), "nothing started: nothing read");
+        t.note_spawn();
+        let PidBase::At(base) = t.pid_base else {
+            panic!("no pid counter: {:?}", t.pid_base);
+        };
+        let newer = sleep();
+        // Read once: a later spawn keeps the base.
+        t.note_spawn();
+        assert_eq!(t.pid_base, PidBase::At(base));
+        let Some(window) = base.window_now() else {
+            eprintln!("SKIPPED: too many tasks for a pid window here: {base:?}");
+            return;
+        };
+        assert!(window.contains(newer.0.id()));
+        let snap = t.snapshot();
+        let pids: BTreeSet<u32> = snap.iter().map(|p| p.pid).collect();
+        assert!(pids.contains(&newer.0.id()), "started since the base");
+        assert!(pids.contains(&std::process::id()), "the owner itself");
+        if !window.contains(older.0.id()) {
+            assert!(!pids.contains(&older.0.id()), "started before the base");
+        }
+        // Without a cgroup every process is read.
+        let full = Tracked {
+            cgroup: None,
+            ..t.clone()
+        }
+        .snapshot();
+        assert!(full.iter().any(|p| p.pid == older.0.id()));
+    }
+
+    #[test]
+    fn a_stat_line_is_read_whole_whatever_the_name() {
+        let me = proc_info(std::process::id()).unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert_eq!(
+            Some(me.start_time),
+            lease_fs::probe::process_start_time(me.pid).unwrap()
+        );
+        assert_eq!(proc_info(0), None);
     }
 }
 

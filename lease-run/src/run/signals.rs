@@ -2,7 +2,6 @@
 
 use super::{FinalStatus, Run};
 use crate::error::RunError;
-use crate::procs;
 use rustix::process::Signal;
 use std::future::poll_fn;
 use std::task::Poll;
@@ -149,10 +148,13 @@ impl std::fmt::Debug for CommandSignaller {
 }
 
 impl CommandSignaller {
-    /// Send `sig` to every process the run tracks (blocking: one `/proc` scan).
+    /// Send `sig` to every process the run tracks (blocking: one `/proc` scan, taken under
+    /// the tracking lock as the watchdog's is, so a command started meanwhile is either in
+    /// it or not yet tracked: a scan taken before the lock would make the refresh forget
+    /// that command's group, `fence::fence_tick`).
     pub fn signal(&self, sig: Signal) {
-        let procs = procs::scan();
         let mut t = self.shared.tracked();
+        let procs = t.snapshot();
         t.refresh(&procs);
         t.signal_all(sig, &procs);
     }

@@ -72,14 +72,8 @@ impl Tracking for Tracked {
     type Scan = Vec<procs::ProcInfo>;
 
     fn scan(&self) -> Self::Scan {
-        // Until the first command, nothing can be ours. From then on every tick scans,
-        // even when nothing is tracked: an orphan whose parent and leader exited between
-        // two scans is reparented to this subreaper and must be adopted then.
-        if self.groups.is_empty() && self.known.is_empty() && self.since.is_none() {
-            Vec::new()
-        } else {
-            procs::scan()
-        }
+        // Nothing before the first command; then only what the run can count (issue #33).
+        self.snapshot()
     }
 
     fn refresh_alive(&mut self, scan: &Self::Scan) -> bool {
@@ -90,6 +84,10 @@ impl Tracking for Tracked {
 
     fn kill_all(&mut self, scan: &Self::Scan) {
         self.signal_all(Signal::KILL, scan);
+    }
+
+    fn before_start(&mut self) {
+        self.note_spawn();
     }
 }
 
