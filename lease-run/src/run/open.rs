@@ -18,8 +18,8 @@ use crate::sync::lock_std;
 use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::{
-    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status,
-    TakeoverParams, TakeoverTrigger,
+    ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status, TakeoverParams,
+    TakeoverTrigger,
 };
 use lease_core::{Generation, Identity, LeaseError, RunId, RunState, RunStatus, Seal};
 use lease_fs::lock::OwnerLock;
