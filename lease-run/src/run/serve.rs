@@ -21,27 +21,45 @@
 //! connection is closed as it is accepted, holding no slot, and so is one whose first
 //! frame already announces more than [`MAX_HELLO`] bytes (after the bare refusal). So
 //! the heartbeat (which opens the beat file) always finds a descriptor. Memory: before
-//! authentication a connection owns one [`MAX_HELLO`]-byte buffer; after it, the request
-//! bodies being read or carried out share a budget of [`REQUEST_BYTES`] (a reader waits
-//! for its turn), and the committer's queue holds at most one request per authenticated
-//! connection.
+//! authentication a connection owns one [`MAX_HELLO`]-byte buffer; after it, a
+//! [`READ_AHEAD`]-byte read buffer (a small request is read in one system call), and the
+//! request bodies being read or carried out share a budget of [`REQUEST_BYTES`] (a reader
+//! waits for its turn), and the committer's queue holds at most one request per
+//! authenticated connection.
 //!
 //! ## A commit, in order
 //!
 //! 1. The connection task (authenticated by the handshake, which bound its generation)
 //!    checks the live owner and queues its batch for the committer.
-//! 2. The committer takes every batch queued so far (at most [`MAX_GROUP`]) and commits
-//!    them in one store transaction (`RunStore::commit_group`: one fencing check, one WAL
-//!    fsync, one sequence each); the slot's head is raised to the last sequence.
-//! 3. It writes one **durable** heartbeat (fsynced whatever the policy) carrying that
-//!    head, under the beat lock the heartbeat task also takes.
-//! 4. Only then are the requests answered, each with its sequence.
+//! 2. The committer forms a group: every batch queued so far (at most [`MAX_GROUP`]),
+//!    then, if connections that committed in the groups just before are missing, a short
+//!    wait for them ([`Gatherer`], issue #33: at most the last group's commit and beat
+//!    time, at most [`GATHER_MAX`]; a lone command never waits). Meanwhile nothing of the
+//!    group is written.
+//! 3. It commits the group in one store transaction (`RunStore::commit_group`: the fencing
+//!    check, one WAL fsync, one sequence each); the slot's head is raised to the last
+//!    sequence.
+//! 4. Once that returned, it writes one **durable** heartbeat (fsynced whatever the
+//!    policy) under the beat lock the heartbeat task also takes. The head it carries is
+//!    read under that lock, after 3, so it is at or above every sequence of the group.
+//! 5. Only then are the group's requests answered, each with its sequence; then the next
+//!    group is formed (the requests that arrived meanwhile wait in the queue).
 //!
-//! A crash between 2 and 4 leaves commits in the store that nobody was told about (as a
+//! So when an answer says a commit is made, all of this is durable and was checked: its
+//! batch is in the store's WAL, fsynced (3 returned); a heartbeat that started after that,
+//! carrying a head at or above its sequence, is fsynced (4 returned); the run was live
+//! when the group was committed (the store's commit gate) and when the beat started
+//! (`check_live` under the beat lock), and no newer owner existed when the beat landed
+//! (the beat's own check, R4). One group is in 3 to 5 at a time, and each is answered
+//! with the outcome of its own beat. A fenced owner answers nothing but refusals: a
+//! group committed before the fence was seen is refused by its beat (which fails
+//! `FENCED`, or finds the run fenced), one gathered after it by the store's gate.
+//!
+//! A crash between 3 and 5 leaves commits in the store that nobody was told about (as a
 //! lost answer always can); the floor a replacer records is the previous one, which those
-//! commits are above, so nothing acknowledged is ever below the floor. A crash after 3
+//! commits are above, so nothing acknowledged is ever below the floor. A crash after 4
 //! leaves a floor that covers every answered commit: a store rewound below it is refused
-//! (`STORE_BEHIND_SEAL`) by the next open. If the beat of step 3 fails, the commits are
+//! (`STORE_BEHIND_SEAL`) by the next open. If the beat of step 4 fails, the commits are
 //! in the store but not known to be under the floor: with an etcd authority the requests
 //! are answered `OUTCOME_UNKNOWN` (71: in the store, `runlease store log` shows them; not
 //! to be committed again blindly), on the run folder `IO_ERROR` naming the commits; a
@@ -59,10 +77,10 @@ use crate::store_socket::{
 use lease_core::Code;
 use lease_core::ops::OwnedLease;
 use lease_sqlite::Batch;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -80,6 +98,12 @@ pub const FD_RESERVE: u64 = 128;
 /// being committed): four full frames.
 pub const REQUEST_BYTES: usize = 4 * MAX_FRAME;
 
+/// The read buffer of an authenticated connection: a request this small (a commit of a
+/// few hundred bytes of values) arrives with its length in one read (issue #33: the
+/// connections' thread does the reading and answering of a whole group between its
+/// commits).
+pub const READ_AHEAD: usize = 1024;
+
 /// The unit of [`REQUEST_BYTES`]' semaphore.
 const MEM_UNIT: usize = 4096;
 
@@ -94,6 +118,14 @@ const LIST_PAGE: usize = 10_000;
 const PAGE_BYTES: usize = MAX_FRAME;
 
 type Reply = oneshot::Sender<Answer>;
+
+/// A commit queued for the committer.
+struct Request {
+    /// The connection it came on (its slot id: unique in this server).
+    from: u64,
+    batch: Batch,
+    reply: Reply,
+}
 
 /// How many connections the server holds at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +188,7 @@ struct Ctx {
     freed: tokio::sync::Notify,
     authenticated: Arc<Semaphore>,
     request_bytes: Arc<Semaphore>,
-    tx: mpsc::Sender<(Batch, Reply)>,
+    tx: mpsc::Sender<Request>,
     /// The runtime of the authenticated connections and the committer.
     served: tokio::runtime::Handle,
 }
@@ -585,14 +617,15 @@ async fn connection(mut s: UnixStream, ctx: Arc<Ctx>, id: u64, spoke: Arc<Atomic
     ctx.served.spawn(async move {
         let _permit = permit;
         if let Ok(s) = UnixStream::from_std(std) {
-            requests(s, &c).await;
+            requests(s, &c, id).await;
         }
     });
 }
 
 /// The requests of an authenticated connection.
-async fn requests(mut s: UnixStream, ctx: &Arc<Ctx>) {
+async fn requests(s: UnixStream, ctx: &Arc<Ctx>, from: u64) {
     let run = &ctx.shared.run;
+    let mut s = tokio::io::BufReader::with_capacity(READ_AHEAD, s);
     loop {
         let mut len = [0u8; 4];
         if !matches!(
@@ -607,7 +640,7 @@ async fn requests(mut s: UnixStream, ctx: &Arc<Ctx>) {
                 Code::ArgumentInvalid,
                 format!("run {run}: a request of {n} bytes (at most {MAX_FRAME})"),
             );
-            let _ = timeout(READ_TIMEOUT, send(&mut s, &a)).await;
+            let _ = timeout(READ_TIMEOUT, send(s.get_mut(), &a)).await;
             return;
         }
         let units = u32::try_from(n.div_ceil(MEM_UNIT).max(1)).unwrap_or(u32::MAX);
@@ -628,11 +661,11 @@ async fn requests(mut s: UnixStream, ctx: &Arc<Ctx>) {
             ),
             Ok(op) => {
                 drop(body);
-                handle(op, ctx).await
+                handle(op, ctx, from).await
             }
         };
         if !matches!(
-            timeout(READ_TIMEOUT, send(&mut s, &answer)).await,
+            timeout(READ_TIMEOUT, send(s.get_mut(), &answer)).await,
             Ok(Ok(()))
         ) {
             return;
@@ -654,7 +687,7 @@ fn refusal(e: &RunError) -> Answer {
 }
 
 /// Carry out an authenticated request.
-async fn handle(op: Op, ctx: &Arc<Ctx>) -> Answer {
+async fn handle(op: Op, ctx: &Arc<Ctx>, from: u64) -> Answer {
     let shared = &ctx.shared;
     let run = &shared.run;
     if let Err(e) = shared.check_live() {
@@ -673,7 +706,8 @@ async fn handle(op: Op, ctx: &Arc<Ctx>) -> Answer {
             };
             drop((writes, log));
             let (reply, answer) = oneshot::channel();
-            if ctx.tx.send((batch, reply)).await.is_err() {
+            let request = Request { from, batch, reply };
+            if ctx.tx.send(request).await.is_err() {
                 return refusal(&RunError::Released { run: run.clone() });
             }
             answer
@@ -774,9 +808,12 @@ fn read_op(store: &RunStore, op: Op) -> Result<Answer, RunError> {
     Ok(a)
 }
 
-/// The committer: group commits (see the module docs).
+/// The longest a group waits for more commits (see [`Gatherer`]).
+pub const GATHER_MAX: Duration = Duration::from_millis(1);
+
+/// The committer: group commits, one group at a time (see the module docs).
 async fn committer(
-    mut rx: mpsc::Receiver<(Batch, Reply)>,
+    mut rx: mpsc::Receiver<Request>,
     auth: Arc<dyn LeaseAuthority>,
     shared: Arc<Shared>,
     lease: OwnedLease,
@@ -784,15 +821,18 @@ async fn committer(
     let store = RunStore {
         shared: shared.clone(),
     };
+    let mut gatherer = Gatherer::default();
     while let Some(first) = rx.recv().await {
+        // Step 2 (module docs): what is queued, then the regulars missing from it.
         let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(r) => group.push(r),
-                Err(_) => break,
-            }
-        }
-        let (batches, replies): (Vec<Batch>, Vec<Reply>) = group.into_iter().unzip();
+        take_queued(&mut rx, &mut group);
+        gatherer.gather(&mut rx, &mut group).await;
+        let started = Instant::now();
+        let (batches, replies): (Vec<Batch>, Vec<Reply>) =
+            group.into_iter().map(|r| (r.batch, r.reply)).unzip();
+        // Step 3: one store transaction (the fencing check, one WAL fsync); once it
+        // returned the group is durable in the store and the slot's head is at or above
+        // its last sequence.
         let s = store.clone();
         let committed = tokio::task::spawn_blocking(move || s.commit_group(&batches))
             .await
@@ -800,68 +840,166 @@ async fn committer(
         // With the store in the engine (issue #32) a commit is acknowledged once the
         // engine created its record: no floor to cover, no beat.
         let in_engine = shared.engine.get().is_some();
-        let answers: Vec<Answer> = match committed {
-            Err(e) => vec![refusal(&e); replies.len()],
-            Ok(seqs) if in_engine => seqs
-                .iter()
-                .map(|seq| Answer {
-                    ok: true,
-                    seq: Some(*seq),
-                    generation: Some(shared.generation.get()),
-                    ..Answer::default()
-                })
-                .collect(),
+        match committed {
+            Err(e) => answer(replies, std::iter::repeat(refusal(&e))),
+            Ok(seqs) if in_engine => answer(replies, seqs.iter().map(|s| ok(&shared, *s))),
+            // Step 4: one durable heartbeat, begun after step 3 returned, so the head it
+            // reads under the beat lock covers the whole group. Step 5: the answers, only
+            // once it is fsynced, with the outcome of this group's own beat.
             Ok(seqs) => match beat(&auth, &shared, &lease, true).await {
-                Ok(()) => seqs
-                    .iter()
-                    .map(|seq| Answer {
-                        ok: true,
-                        seq: Some(*seq),
-                        generation: Some(shared.generation.get()),
-                        ..Answer::default()
-                    })
-                    .collect(),
+                Ok(()) => answer(replies, seqs.iter().map(|s| ok(&shared, *s))),
                 Err(e) => {
-                    let (first, last) = (
-                        seqs.first().copied().unwrap_or(0),
-                        seqs.last().copied().unwrap_or(0),
-                    );
-                    let a = if shared.is_fenced() {
-                        let io = RunError::Io(format!(
-                            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
-                            shared.run,
-                            e.code().prefixed(&e)
-                        ));
-                        refusal(&shared.check_live().err().unwrap_or(io))
-                    } else if auth.folder().is_none() {
-                        // The etcd cluster did not take the beat (issue #31): the commits
-                        // are in the store, and whether the floor covers them is unknown
-                        // (a later beat of this owner covers them; a replacer records the
-                        // floor it last saw). Not a plain failure: a client retrying it
-                        // blindly would commit the batch twice.
-                        Answer::refused(
-                            Code::OutcomeUnknown,
-                            format!(
-                                "run {}: commits {first}..={last} are in the store (generation {}), but the durable heartbeat that puts them under the lease's floor did not succeed ({}), so whether a replacing owner's floor covers them is unknown; do not commit them again blindly: `runlease store log` shows them",
-                                shared.run,
-                                shared.generation,
-                                e.code().prefixed(&e)
-                            ),
-                        )
-                    } else {
-                        refusal(&RunError::Io(format!(
-                            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
-                            shared.run,
-                            e.code().prefixed(&e)
-                        )))
-                    };
-                    vec![a; replies.len()]
+                    let refused = not_covered(&auth, &shared, &seqs, &e);
+                    answer(replies, std::iter::repeat(refused));
                 }
             },
-        };
-        for (reply, a) in replies.into_iter().zip(answers) {
-            let _ = reply.send(a);
         }
+        gatherer.last = started.elapsed();
+    }
+}
+
+/// Move what is already queued into `group` (up to [`MAX_GROUP`]).
+fn take_queued(rx: &mut mpsc::Receiver<Request>, group: &mut Vec<Request>) {
+    while group.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(r) => group.push(r),
+            Err(_) => break,
+        }
+    }
+}
+
+/// The gathering window of group commit (issue #33). A group takes what is queued, then
+/// waits only for the **regulars** missing from it: the connections that were in one of
+/// the two groups before (a command that commits back to back is answered, and sends its
+/// next commit while this group forms), unless the group before was formed so long ago
+/// that they had time to come and did not. It waits at most as long as the last group's
+/// store commit and covering beat took, and never more than [`GATHER_MAX`]; it stops as
+/// soon as every regular is in. So a lone command never waits (the only regular is its
+/// own connection, already in the group), and neither does a group when nobody else
+/// committed lately; a command left alone right after others stopped waits for them at
+/// most twice (they stop being regulars after two groups without them). Without the
+/// wait, K commands fall into cohorts that alternate, and groups stay near K/2 (issue #20's
+/// figures): each cohort's answers go out just as the other's group starts.
+#[derive(Default)]
+struct Gatherer {
+    /// Each regular connection and the number of the last group it was in.
+    regulars: HashMap<u64, u64>,
+    /// The number of the group being formed.
+    group: u64,
+    /// When the group before was formed.
+    formed: Option<Instant>,
+    /// How long the group before took to commit and cover (a window of zero before the
+    /// first).
+    last: Duration,
+}
+
+impl Gatherer {
+    /// Add the regulars missing from `group` as they arrive, within the window.
+    async fn gather(&mut self, rx: &mut mpsc::Receiver<Request>, group: &mut Vec<Request>) {
+        let (n, now) = (self.group, Instant::now());
+        self.group += 1;
+        let window = self.last.min(GATHER_MAX);
+        if self
+            .formed
+            .is_some_and(|t| now - t > self.last + GATHER_MAX)
+        {
+            // The regulars had time to come back and did not: wait for nobody.
+            self.regulars.clear();
+        } else {
+            self.regulars.retain(|_, last| *last + 2 >= n);
+        }
+        self.note(n, group);
+        // A connection has at most one commit queued, so the regulars count the commits
+        // this group can expect.
+        let expected = self.regulars.len().min(MAX_GROUP);
+        if group.len() < expected && !window.is_zero() {
+            // tokio's timers tick in whole milliseconds: the window is a sleep on a
+            // blocking thread (left to finish on its own if the regulars come first).
+            let mut timer = tokio::task::spawn_blocking(move || std::thread::sleep(window));
+            while group.len() < expected {
+                tokio::select! {
+                    biased;
+                    r = rx.recv() => match r {
+                        Some(r) => {
+                            let from = group.len();
+                            group.push(r);
+                            take_queued(rx, group);
+                            self.note(n, &group[from..]);
+                        }
+                        None => break,
+                    },
+                    _ = &mut timer => break,
+                }
+            }
+        }
+        self.formed = Some(Instant::now());
+    }
+
+    /// `requests` are in group `n`.
+    fn note(&mut self, n: u64, requests: &[Request]) {
+        for r in requests {
+            self.regulars.insert(r.from, n);
+        }
+    }
+}
+
+/// Send each reply its answer, in order (`commit_group` gives one sequence per batch).
+fn answer(replies: Vec<Reply>, answers: impl IntoIterator<Item = Answer>) {
+    for (reply, a) in replies.into_iter().zip(answers) {
+        let _ = reply.send(a);
+    }
+}
+
+/// A commit's acknowledgement.
+fn ok(shared: &Shared, seq: u64) -> Answer {
+    Answer {
+        ok: true,
+        seq: Some(seq),
+        generation: Some(shared.generation.get()),
+        ..Answer::default()
+    }
+}
+
+/// The answer to commits `seqs` that are in the store when the durable heartbeat that
+/// was to cover them failed with `e`.
+fn not_covered(
+    auth: &Arc<dyn LeaseAuthority>,
+    shared: &Shared,
+    seqs: &[u64],
+    e: &RunError,
+) -> Answer {
+    let (first, last) = (
+        seqs.first().copied().unwrap_or(0),
+        seqs.last().copied().unwrap_or(0),
+    );
+    if shared.is_fenced() {
+        let io = RunError::Io(format!(
+            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
+            shared.run,
+            e.code().prefixed(e)
+        ));
+        refusal(&shared.check_live().err().unwrap_or(io))
+    } else if auth.folder().is_none() {
+        // The etcd cluster did not take the beat (issue #31): the commits
+        // are in the store, and whether the floor covers them is unknown
+        // (a later beat of this owner covers them; a replacer records the
+        // floor it last saw). Not a plain failure: a client retrying it
+        // blindly would commit the batch twice.
+        Answer::refused(
+            Code::OutcomeUnknown,
+            format!(
+                "run {}: commits {first}..={last} are in the store (generation {}), but the durable heartbeat that puts them under the lease's floor did not succeed ({}), so whether a replacing owner's floor covers them is unknown; do not commit them again blindly: `runlease store log` shows them",
+                shared.run,
+                shared.generation,
+                e.code().prefixed(e)
+            ),
+        )
+    } else {
+        refusal(&RunError::Io(format!(
+            "run {}: commits {first}..={last} are in the store but the heartbeat that makes them part of the floor failed ({}); they are not acknowledged",
+            shared.run,
+            e.code().prefixed(e)
+        )))
     }
 }
 
