@@ -26,7 +26,7 @@ Usage: cargo xtask <COMMAND>
 
 Commands:
   ci            fmt --check, clippy -D warnings, doc -D warnings, purity, `cargo test --workspace --all-features`,
-                model, containment, mutants, rss, loom, torture (all of .ci/run but fuzz-smoke)
+                model, bench --smoke, containment, mutants, rss, loom, torture (all of .ci/run but fuzz-smoke)
   purity        prove lease-core stays sans-IO (dependency closure, clippy, source grep)
   test [--deep] `cargo test --workspace --all-features` (the etcd feature's tests included);
                 --deep sets RUNLEASE_DEEP=1 (100x proptest cases)
@@ -314,6 +314,8 @@ fn ci() -> Result<(), String> {
     step("purity", || purity::run(&workspace_root()))?;
     step("test", || test(false))?;
     step("model", || model(false))?;
+    // Issue #33: every benchmark once, as `.ci/run` does after the model step.
+    step("bench --smoke", || bench::run(&workspace_root(), bench::Mode::Smoke))?;
     step("containment", containment::run)?;
     step("mutants", || mutants::run(&[]))?;
     step("rss", || rss::run(&workspace_root(), 1.5))?;
