@@ -315,7 +315,9 @@ fn ci() -> Result<(), String> {
     step("test", || test(false))?;
     step("model", || model(false))?;
     // Issue #33: every benchmark once, as `.ci/run` does after the model step.
-    step("bench --smoke", || bench::run(&workspace_root(), bench::Mode::Smoke))?;
+    step("bench --smoke", || {
+        bench::run(&workspace_root(), bench::Mode::Smoke)
+    })?;
     step("containment", containment::run)?;
     step("mutants", || mutants::run(&[]))?;
     step("rss", || rss::run(&workspace_root(), 1.5))?;
