@@ -1,8 +1,8 @@
 //! Decoding what the sub-steps read: the generations in a listing, and records checked
 //! against the name of the file they were read from.
 
-use crate::canonical::decode_for;
-use crate::error::{LeaseError, RecordKind};
+use crate::canonical::{Record, decode_for};
+use crate::error::LeaseError;
 use crate::ids::{Generation, RunId};
 use crate::layout::FileRef;
 use crate::records::{Checkpoint, EpochRecord, HeartbeatRecord, RetirementRecord};
@@ -31,25 +31,45 @@ pub(crate) fn newest_checkpoint(listing: Vec<FileRef>) -> Option<Generation> {
         .max()
 }
 
+/// Decode `bytes`, read from `file`, as `run`'s record `R`, and check that the number the
+/// file's name carries (`named`) is the one its content carries (`content`, named `what` in
+/// the message): else `RECORD_INVALID` naming the file. The one check of name against
+/// content behind every `decode_*` of a record named by a number.
+pub(crate) fn decode_named<R: Record>(
+    run: &RunId,
+    file: FileRef,
+    what: &str,
+    named: u64,
+    content: impl Fn(&R) -> u64,
+    bytes: &[u8],
+) -> Result<R, LeaseError> {
+    let file = file.path();
+    let rec: R = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
+    let says = content(&rec);
+    if says != named {
+        return Err(LeaseError::RecordInvalid {
+            run: run.to_string(),
+            kind: R::KIND,
+            file: Some(file),
+            detail: format!("file name says {what} {named}, content says {says}"),
+        });
+    }
+    Ok(rec)
+}
+
 pub(crate) fn decode_epoch(
     run: &RunId,
     g: Generation,
     bytes: &[u8],
 ) -> Result<EpochRecord, LeaseError> {
-    let file = FileRef::Epoch(g).path();
-    let rec: EpochRecord = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if rec.generation != g {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: crate::error::RecordKind::Epoch,
-            file: Some(file),
-            detail: format!(
-                "file name says generation {g}, content says {}",
-                rec.generation
-            ),
-        });
-    }
-    Ok(rec)
+    decode_named(
+        run,
+        FileRef::Epoch(g),
+        "generation",
+        g.get(),
+        |r: &EpochRecord| r.generation.get(),
+        bytes,
+    )
 }
 
 pub(crate) fn decode_beat(
@@ -78,38 +98,27 @@ pub(crate) fn decode_cutoff(
     g: Generation,
     bytes: &[u8],
 ) -> Result<RetirementRecord, LeaseError> {
-    let file = FileRef::Cutoff(g).path();
-    let rec: RetirementRecord = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if rec.generation != g {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: crate::error::RecordKind::Retirement,
-            file: Some(file),
-            detail: format!(
-                "file name says generation {g}, content says {}",
-                rec.generation
-            ),
-        });
-    }
-    Ok(rec)
+    decode_named(
+        run,
+        FileRef::Cutoff(g),
+        "generation",
+        g.get(),
+        |r: &RetirementRecord| r.generation.get(),
+        bytes,
+    )
 }
+
 pub(crate) fn decode_checkpoint(
     run: &RunId,
     g: Generation,
     bytes: &[u8],
 ) -> Result<Checkpoint, LeaseError> {
-    let file = FileRef::Checkpoint(g).path();
-    let cp: Checkpoint = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if cp.floor_generation != g {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: RecordKind::Checkpoint,
-            file: Some(file),
-            detail: format!(
-                "file name says floor {g}, content says {}",
-                cp.floor_generation
-            ),
-        });
-    }
-    Ok(cp)
+    decode_named(
+        run,
+        FileRef::Checkpoint(g),
+        "floor",
+        g.get(),
+        |c: &Checkpoint| c.floor_generation.get(),
+        bytes,
+    )
 }

@@ -14,7 +14,8 @@ mod recheck;
 mod tail;
 
 pub(crate) use decode::{
-    decode_beat, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of, newest_checkpoint,
+    decode_beat, decode_checkpoint, decode_cutoff, decode_epoch, decode_named, epochs_of,
+    newest_checkpoint,
 };
 pub(crate) use finalize::{Cut, Finalize, removed_cutoff};
 pub use observe::Head;

@@ -1,11 +1,11 @@
 //! Verified-prefix marks (PROTOCOL §13.1, issue #33): where a tail check of the log may
 //! start instead of at event 1, and the operation that writes one.
 
-use crate::canonical::{decode_for, encode};
-use crate::error::{LeaseError, RecordKind};
+use crate::canonical::encode;
+use crate::error::LeaseError;
 use crate::ids::{Digest, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
-use crate::ops::{Durability, Operation, Request, Response, Step, violation};
+use crate::ops::{Durability, Operation, Request, Response, Step, sub_step, violation};
 use crate::records::VerifiedMark;
 use crate::time::Timestamp;
 
@@ -35,20 +35,14 @@ pub(crate) fn decode_mark(
     s: Sequence,
     bytes: &[u8],
 ) -> Result<VerifiedMark, LeaseError> {
-    let file = FileRef::Mark(s).path();
-    let m: VerifiedMark = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if m.through_sequence != s {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: RecordKind::VerifiedMark,
-            file: Some(file),
-            detail: format!(
-                "file name says sequence {s}, content says {}",
-                m.through_sequence
-            ),
-        });
-    }
-    Ok(m)
+    crate::ops::common::decode_named(
+        run,
+        FileRef::Mark(s),
+        "sequence",
+        s.get(),
+        |m: &VerifiedMark| m.through_sequence.get(),
+        bytes,
+    )
 }
 
 /// `CHAIN_BROKEN` for a mark whose event is not the one it recorded.
@@ -235,22 +229,10 @@ impl Operation for LogEnd {
                 };
                 let from = marks_of(l).pop().map_or(0, Sequence::get);
                 let t = crate::ops::common::Tail::new(from);
-                self.tail(t, None)
+                Step::Done(Ok(sub_step!(self.st, EndState::Tail, [], t, None)))
             }
-            EndState::Tail(t) => self.tail(t, input),
+            EndState::Tail(t) => Step::Done(Ok(sub_step!(self.st, EndState::Tail, [], t, input))),
             EndState::Done => Step::Done(Err(violation("nothing (the end was found)", &input))),
-        }
-    }
-}
-
-impl LogEnd {
-    fn tail(&mut self, mut t: crate::ops::common::Tail, input: Option<Response>) -> Step<u64> {
-        match t.next(input) {
-            Step::Io(r) => {
-                self.st = EndState::Tail(t);
-                Step::Io(r)
-            }
-            done => done,
         }
     }
 }

@@ -16,22 +16,18 @@ pub use read::{EventLogView, JudgeLog, JudgedEvent, ReadEvents};
 pub use standing::{ChainView, Standing, judge_event};
 pub use verify::{ShortTail, Verify, VerifyReport};
 
-use crate::canonical::decode_for;
-use crate::error::{LeaseError, RecordKind};
+use crate::error::LeaseError;
 use crate::ids::{RunId, Sequence};
 use crate::layout::FileRef;
 use crate::records::Event;
 
 pub(crate) fn decode_event(run: &RunId, s: Sequence, bytes: &[u8]) -> Result<Event, LeaseError> {
-    let file = FileRef::Event(s).path();
-    let ev: Event = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    if ev.sequence != s {
-        return Err(LeaseError::RecordInvalid {
-            run: run.to_string(),
-            kind: RecordKind::Event,
-            file: Some(file),
-            detail: format!("file name says sequence {s}, content says {}", ev.sequence),
-        });
-    }
-    Ok(ev)
+    crate::ops::common::decode_named(
+        run,
+        FileRef::Event(s),
+        "sequence",
+        s.get(),
+        |e: &Event| e.sequence.get(),
+        bytes,
+    )
 }

@@ -300,11 +300,6 @@ impl ReadEvents {
         }
     }
 
-    /// Whether this reader starts at the newest mark ([`ReadEvents::tail`]).
-    pub(super) fn is_tail(&self) -> bool {
-        self.from_mark
-    }
-
     /// Tail mode: the mark's event `m` checked, the log ends at `end`: read `m+1..=end`
     /// in order (the gaps and links a whole walk would find there), then the chain.
     fn walk_from_mark(&mut self, m: Sequence, end: u64) -> Step<EventLogView> {
@@ -363,7 +358,7 @@ impl Operation for ReadEvents {
         loop {
             match std::mem::replace(&mut self.st, ReadState::Done) {
                 ReadState::Start => {
-                    if self.from_mark && self.started_at.is_none() {
+                    if self.from_mark {
                         self.st = ReadState::ListMarks(0);
                         return Step::Io(Request::List(Dir::Marks));
                     }
@@ -416,15 +411,9 @@ impl Operation for ReadEvents {
                         self.started_at = Some(m);
                         self.top_generation = Some(ev.generation);
                         self.last = Some((m, hash));
-                        let mut t = Tail::new(m.get());
-                        match t.next(None) {
-                            Step::Io(r) => {
-                                self.st = ReadState::Tail(t);
-                                return Step::Io(r);
-                            }
-                            Step::Done(Err(e)) => return Step::Done(Err(e)),
-                            Step::Done(Ok(end)) => return self.walk_from_mark(m, end),
-                        }
+                        let t = Tail::new(m.get());
+                        let end = sub_step!(self.st, ReadState::Tail, [], t, None);
+                        return self.walk_from_mark(m, end);
                     }
                     Some(Response::Content(None)) => match m.next(&run) {
                         Ok(after) => {

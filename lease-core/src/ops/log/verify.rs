@@ -130,9 +130,10 @@ impl Verify {
         }
     }
 
-    /// After the checkpoint's event: the marks (whole walk only), then the beats.
+    /// After the checkpoint's event: the marks (a walk from event 1 only: `verify`, or a
+    /// tail check that found no mark), then the beats.
     fn after_through(&mut self, pending: Box<Pending>) -> Step<VerifyReport> {
-        if pending.report.started_at.is_none() && !self.read.is_tail() {
+        if pending.report.started_at.is_none() {
             self.st = VerifyState::Marks(pending);
             return Step::Io(Request::List(Dir::Marks));
         }
