@@ -3,21 +3,12 @@
 //! `Run::open`'s own preflight: a run.json written beyond the lease chain is CHAIN_BROKEN
 //! and the refusal writes nothing (PROTOCOL §7.1, §12).
 
-use lease_core::{Code, HeartbeatDurability, TimingPolicy};
+use lease_core::Code;
 use lease_run::{Acquire, AcquireError, Acquired, FinalStatus, NextStep, OpenOptions, Run, Wait};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::rt;
-
-fn fast() -> OpenOptions {
-    OpenOptions {
-        policy: TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap(),
-        term_grace: Duration::from_millis(300),
-        kill_wait: Duration::from_secs(1),
-        ..OpenOptions::default()
-    }
-}
+use support::{fast_patient as fast, rt};
 
 #[test]
 fn a_held_run_is_refused_with_its_holder_and_next_step_and_a_released_one_is_claimed() {

@@ -13,22 +13,10 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 mod support;
-use support::{fast, now_ts, rt};
+use support::{command_env, fast, now_ts, rt};
 
 /// Commands committing at once.
 const CLIENTS: usize = 8;
-
-/// What a command of `run` needs to reach its store socket, read from a real command.
-async fn command_env(run: &Run) -> BTreeMap<String, String> {
-    let out = run.command("env").output().await.unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// `CLIENTS` connections, made before any of them commits.
 fn clients(env: &BTreeMap<String, String>, generation: u64) -> Vec<StoreClient> {

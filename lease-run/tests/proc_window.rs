@@ -7,27 +7,12 @@
 //! Both need a cgroup v2 subtree (root, or `systemd-run --user --scope -p Delegate=yes`):
 //! without one every scan is full, as before, and the tests say SKIPPED.
 
-use lease_core::{HeartbeatDurability, TimingPolicy};
-use lease_run::{FinalStatus, OpenOptions, Run};
+use lease_run::{FinalStatus, Run};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn fast() -> OpenOptions {
-    OpenOptions {
-        policy: TimingPolicy::from_millis(100, 300, 1000, HeartbeatDurability::Local).unwrap(),
-        term_grace: Duration::from_millis(300),
-        kill_wait: Duration::from_secs(1),
-        ..OpenOptions::default()
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+mod support;
+use support::{fast_patient as fast, rt};
 
 fn alive(pid: u32) -> bool {
     matches!(lease_run::procs::state_of(pid), Some(c) if c != 'Z' && c != 'X')

@@ -15,19 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 mod support;
-use support::{fast, now_ts, rt};
-
-/// The variables a command of `run` is given, read from a real command.
-async fn command_env(run: &Run) -> BTreeMap<String, String> {
-    let out = run.command("env").output().await.unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use support::{command_env, fast, now_ts, rt};
 
 fn client(env: &BTreeMap<String, String>, secret: &str, generation: u64) -> StoreClient {
     StoreClient::connect(&env[SOCKET_VAR], &env["RUNLEASE_RUN"], generation, secret).unwrap()

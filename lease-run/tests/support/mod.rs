@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use lease_core::{HeartbeatDurability, Timestamp, TimingPolicy};
-use lease_run::OpenOptions;
+use lease_run::{OpenOptions, Run};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Fast timing (heartbeat 100 ms, self-fence 300 ms, stale 1 s) and short stop waits.
@@ -13,6 +14,28 @@ pub fn fast() -> OpenOptions {
         kill_wait: Duration::from_millis(500),
         ..OpenOptions::default()
     }
+}
+
+/// [`fast`]'s timing with longer stop waits (term grace 300 ms, kill wait 1 s), for tests
+/// whose commands must be seen to go (or stay) at release.
+pub fn fast_patient() -> OpenOptions {
+    OpenOptions {
+        term_grace: Duration::from_millis(300),
+        kill_wait: Duration::from_secs(1),
+        ..fast()
+    }
+}
+
+/// The variables a command of `run` is given, read from a real command (`env`).
+pub async fn command_env(run: &Run) -> BTreeMap<String, String> {
+    let out = run.command("env").output().await.unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// A two-worker tokio runtime.
