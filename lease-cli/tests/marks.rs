@@ -33,6 +33,18 @@ fn marks(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A copy of the run `dir` under the same name (its run id) in a sibling folder `beside`.
+fn copy_beside(dir: &Path, beside: &str) -> std::path::PathBuf {
+    let copy = dir
+        .parent()
+        .unwrap()
+        .join(beside)
+        .join(dir.file_name().unwrap());
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    copy_tree(dir, &copy);
+    copy
+}
+
 fn edit_event(dir: &Path, s: u64) {
     let p = dir.join(format!("events/{s:020}.json"));
     let text = std::fs::read_to_string(&p).unwrap();
@@ -60,12 +72,7 @@ fn an_edit_below_the_mark_is_found_by_verify_and_doctor_and_one_after_it_by_ever
     assert_eq!(marks(&dir), [format!("{:020}.json", 64)]);
 
     // Below the mark.
-    let below = {
-        let copy = dir.parent().unwrap().join("below").join("demo-run");
-        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-        copy_tree(&dir, &copy);
-        copy
-    };
+    let below = copy_beside(&dir, "below");
     edit_event(&below, 10);
     let b = below.to_str().unwrap();
     let v = runlease(&["verify", b]);
@@ -92,13 +99,7 @@ fn an_edit_below_the_mark_is_found_by_verify_and_doctor_and_one_after_it_by_ever
 
     // The mark's own event, and one after it: refused before anything is written.
     for s in [64, 67] {
-        let copy = dir
-            .parent()
-            .unwrap()
-            .join(format!("at{s}"))
-            .join("demo-run");
-        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-        copy_tree(&dir, &copy);
+        let copy = copy_beside(&dir, &format!("at{s}"));
         edit_event(&copy, s);
         let c = copy.to_str().unwrap();
         let before = tree(&copy);
