@@ -503,7 +503,7 @@ async fn read_status(st: &mut Opening, cx: &Ctx<'_>) -> Result<(), RunError> {
     })
     .await?;
     st.verified = checked.verified;
-    st.mark_due = checked.mark_due.clone();
+    st.mark_due = checked.mark_due;
     // Until the claim reads its own epoch: the seal a claim of this free head inherits.
     if let Some(h) = checked.view.head.as_ref().filter(|h| !h.is_active()) {
         *lock_std(&st.carry_seal) = h.epoch.seal.clone();
