@@ -12,6 +12,8 @@
 //! #33's costs that must not grow) also has `n_high` and `n_low`: the sizes of the figure
 //! and of its baseline (events in the log, idle processes on the machine, cycles of
 //! history), which the `--quick` and `--smoke` runs make smaller than the line's name says.
+//! A peak-memory line (`peak_rss_*_100k_vs_10k`, issue #33) has `median_kib` and
+//! `baseline_median_kib` (peak resident set, KiB) instead of the two `_us` keys.
 //!
 //! Every figure is read from a file this run wrote: a result older than the run's start
 //! (a criterion estimate or a JSON file left by an earlier run) counts as missing, and a
@@ -63,8 +65,11 @@ struct Plan {
     socket_rounds: u64,
     /// Whole-process timings per figure.
     n: usize,
-    /// Events in the long log of the `*_at_100k_*` lines (their baseline: 10 events, or none).
+    /// Events in the long log of the `*_at_100k_*` lines (their baseline: 10 events, or none)
+    /// and of the `peak_rss_*_100k_vs_10k` lines (their baseline: a tenth of it).
     log_events: u64,
+    /// Peak-RSS probes per size of each `peak_rss_*` line (the median is the figure).
+    rss_probes: usize,
     /// Idle processes added to the machine for `run_true_2000_procs_vs_100`: (high, low).
     procs: (usize, usize),
     /// Cycles of history of `reclaim_no_prune` (lease-fs, no prune), the seconds its build
@@ -87,6 +92,7 @@ impl Plan {
                 socket_rounds: 7,
                 n: 40,
                 log_events: 100_000,
+                rss_probes: 5,
                 procs: (2_000, 100),
                 reclaim_history: 100_000,
                 reclaim_budget_s: 600,
@@ -108,6 +114,7 @@ impl Plan {
                 socket_rounds: 3,
                 n: 15,
                 log_events: 10_000,
+                rss_probes: 5,
                 procs: (2_000, 100),
                 reclaim_history: 10_000,
                 reclaim_budget_s: 120,
@@ -136,6 +143,7 @@ impl Plan {
                 socket_rounds: 1,
                 n: 2,
                 log_events: 1_000,
+                rss_probes: 3,
                 procs: (500, 100),
                 reclaim_history: 500,
                 reclaim_budget_s: 30,
@@ -278,11 +286,26 @@ struct Processes {
     run_true_empty: f64,
     status_long: f64,
     status_empty: f64,
+    /// Issue #33: peak memory of the same processes on a long log and on one a tenth as long.
+    rss: PeakRss,
     /// Issue #33: `runlease run R -- true` with `procs.0` and with `procs.1` idle processes
     /// added to the machine.
     procs: (usize, usize),
     run_true_procs_high: f64,
     run_true_procs_low: f64,
+}
+
+/// Issue #33: peak resident set (KiB, each the median of `Plan::rss_probes` probes by
+/// [`crate::rss::peak_kib`]) of whole `runlease` processes on a run whose log has
+/// `events.0` events and on one with `events.1` (a tenth as many), as (long, short).
+struct PeakRss {
+    events: (u64, u64),
+    /// `runlease run R -- true`.
+    run_true: (u64, u64),
+    /// `runlease append R`, inside the run held by an [`Owner`] (each probe adds an event).
+    append: (u64, u64),
+    /// `runlease status R`.
+    status: (u64, u64),
 }
 
 /// One link-exclusive create (`lease_fs::primitives::create_exclusive`: temp, write, fsync,
@@ -297,9 +320,14 @@ fn timed_create(fs: &lease_fs::RealFs, n: usize) -> Result<Duration, String> {
     Ok(t.elapsed())
 }
 
-fn median_us(mut v: Vec<Duration>) -> f64 {
+fn median_us(v: Vec<Duration>) -> f64 {
+    median(v).as_secs_f64() * 1e6
+}
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+fn median<T: Ord + Copy>(mut v: Vec<T>) -> T {
     v.sort();
-    v[v.len() / 2].as_secs_f64() * 1e6
+    v[v.len() / 2]
 }
 
 /// A `runlease` command (release build) on `run`, its output discarded: `args`, the run,
@@ -338,9 +366,20 @@ fn run_true(bin: &Path, run: &Path) -> Command {
 /// which the median leaves out.
 fn pairs(
     n: usize,
-    mut a: impl FnMut() -> Result<Duration, String>,
-    mut b: impl FnMut() -> Result<Duration, String>,
+    a: impl FnMut() -> Result<Duration, String>,
+    b: impl FnMut() -> Result<Duration, String>,
 ) -> Result<(f64, f64), String> {
+    let (ma, mb) = interleaved(n, a, b)?;
+    Ok((ma.as_secs_f64() * 1e6, mb.as_secs_f64() * 1e6))
+}
+
+/// [`pairs`] of any measure (`pairs`: times; [`peak_rss`]: KiB): the medians of `n` rounds
+/// of `a` once and `b` once, in alternating order.
+fn interleaved<T: Ord + Copy>(
+    n: usize,
+    mut a: impl FnMut() -> Result<T, String>,
+    mut b: impl FnMut() -> Result<T, String>,
+) -> Result<(T, T), String> {
     let (mut va, mut vb) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n {
         if i % 2 == 0 {
@@ -351,7 +390,7 @@ fn pairs(
             va.push(a()?);
         }
     }
-    Ok((median_us(va), median_us(vb)))
+    Ok((median(va), median(vb)))
 }
 
 /// An owner that sleeps: `runlease run -q R -- sleep 600`, with its generation, owner id
@@ -552,22 +591,33 @@ fn processes(target: &Path, plan: &Plan) -> Result<Processes, String> {
     let append = median_us(times);
     let append_create = median_us(creates);
 
-    // Issue #33: the same processes on a long log and on a short one. Each log is filled
-    // before the owner whose appends are timed starts.
-    let (empty, short, long) = (
+    // Issue #33: the same processes on a long log and on a short one (and, for peak
+    // memory, on one a tenth as long). Each log is filled before the owner whose appends
+    // are timed starts.
+    let (empty, short, tenth, long) = (
         tmp.path().join("log-empty"),
         tmp.path().join("log-10"),
+        tmp.path().join("log-tenth"),
         tmp.path().join("log-long"),
     );
-    for r in [&empty, &short, &long] {
+    for r in [&empty, &short, &tenth, &long] {
         timed(run_true(&bin, r))?;
     }
     let t = Instant::now();
+    let sizes = (plan.log_events, plan.log_events / 10);
     fill_log(&bin, &short, 10)?;
-    fill_log(&bin, &long, plan.log_events)?;
+    fill_log(&bin, &tenth, sizes.1)?;
+    fill_log(&bin, &long, sizes.0)?;
     println!(
-        "processes: logs of 10 and {} events filled in {:.1} s",
-        plan.log_events,
+        "processes: logs of 10, {} and {} events filled in {:.1} s",
+        sizes.1,
+        sizes.0,
+        t.elapsed().as_secs_f64()
+    );
+    let t = Instant::now();
+    let rss = peak_rss(&bin, plan.rss_probes, (&long, &tenth), sizes)?;
+    println!(
+        "processes: peak RSS probed in {:.1} s",
         t.elapsed().as_secs_f64()
     );
     let (run_true_long, run_true_empty) = pairs(
@@ -628,9 +678,45 @@ fn processes(target: &Path, plan: &Plan) -> Result<Processes, String> {
         run_true_empty,
         status_long,
         status_empty,
+        rss,
         procs: plan.procs,
         run_true_procs_high: median_us(at_high),
         run_true_procs_low: median_us(at_low),
+    })
+}
+
+/// Issue #33: the [`PeakRss`] figures of the runs `long` and `short`, whose logs have
+/// `events` events: `run R -- true`, `status R`, then `append R` inside each run held by an
+/// [`Owner`], each measured in `probes` interleaved pairs.
+fn peak_rss(
+    bin: &Path,
+    probes: usize,
+    (long, short): (&Path, &Path),
+    events: (u64, u64),
+) -> Result<PeakRss, String> {
+    let kib = |c: Command| crate::rss::peak_kib(&c);
+    let run = interleaved(
+        probes,
+        || kib(run_true(bin, long)),
+        || kib(run_true(bin, short)),
+    )?;
+    let status = interleaved(
+        probes,
+        || kib(runlease(bin, &["status"], long, &[])),
+        || kib(runlease(bin, &["status"], short, &[])),
+    )?;
+    let (owner_long, owner_short) = (Owner::start(bin, long)?, Owner::start(bin, short)?);
+    let append = interleaved(
+        probes,
+        || kib(owner_long.append(bin, long, 0)),
+        || kib(owner_short.append(bin, short, 0)),
+    )?;
+    drop((owner_long, owner_short));
+    Ok(PeakRss {
+        events,
+        run_true: run,
+        append,
+        status,
     })
 }
 
@@ -664,8 +750,8 @@ fn fmt_ns(ns: f64) -> String {
 }
 
 /// One line of the summary: an operation, its baseline and the issue's target ratio.
-/// `median` and `baseline_median` are in the line's `unit` (µs, or commits/s for a
-/// throughput line); the ratio is always median / baseline median.
+/// `median` and `baseline_median` are in the line's `unit` (µs, commits/s for a throughput
+/// line, KiB for a peak-memory line); the ratio is always median / baseline median.
 struct Line {
     key: &'static str,
     median: f64,
@@ -713,6 +799,8 @@ enum Unit {
     Us,
     /// A throughput in operations per second.
     PerS,
+    /// A peak resident set size in KiB (lower is better).
+    KiB,
 }
 
 /// Print the report and write `target/bench/summary.json`; `Err` if a figure is missing.
@@ -764,11 +852,11 @@ fn report(target: &Path, plan: &Plan, since: SystemTime, p: &Processes) -> Resul
     let raw_insert = get("store/raw_insert_one_row");
     let reclaim_10 = get("growth/claim/10");
     let il_create = il_get("link_exclusive_create_us");
-    let line = |key, median_us, baseline, baseline_median_us, target| Line {
+    let line = |key, median, baseline, baseline_median, target| Line {
         key,
-        median: median_us,
+        median,
         baseline,
-        baseline_median: baseline_median_us,
+        baseline_median,
         target,
         target_min: None,
         unit: Unit::Us,
@@ -776,9 +864,22 @@ fn report(target: &Path, plan: &Plan, since: SystemTime, p: &Processes) -> Resul
         judged: true,
     };
     // The same cost at two sizes (issue #33).
-    let sized = |key, median_us, baseline, baseline_median_us, target, n: (u64, u64)| Line {
+    let sized = |key, median, baseline, baseline_median, target, n: (u64, u64)| Line {
         n: Some(n),
-        ..line(key, median_us, baseline, baseline_median_us, target)
+        ..line(key, median, baseline, baseline_median, target)
+    };
+    // Issue #33: peak memory (KiB) of a whole process on a long log against one a tenth as
+    // long, `(long, short)`.
+    let rss_line = |key, (long, short): (u64, u64), baseline| Line {
+        unit: Unit::KiB,
+        ..sized(
+            key,
+            long as f64,
+            baseline,
+            short as f64,
+            Some(1.1),
+            p.rss.events,
+        )
     };
     let reclaim_key: &'static str = match history {
         10_000 => "reclaim_10000",
@@ -978,6 +1079,23 @@ fn report(target: &Path, plan: &Plan, since: SystemTime, p: &Processes) -> Resul
             Some(1.2),
             (p.procs.0 as u64, p.procs.1 as u64),
         ),
+        // Issue #33: peak RSS at 100,000 events <= 1.1x at 10,000 (each the median of a few
+        // probes; the append lines' runs held by an owner).
+        rss_line(
+            "peak_rss_run_true_100k_vs_10k",
+            p.rss.run_true,
+            "peak_rss_run_true_10k",
+        ),
+        rss_line(
+            "peak_rss_append_100k_vs_10k",
+            p.rss.append,
+            "peak_rss_append_10k",
+        ),
+        rss_line(
+            "peak_rss_status_100k_vs_10k",
+            p.rss.status,
+            "peak_rss_status_10k",
+        ),
     ];
     println!("summary (medians of this run; ratio = median / baseline median):");
     let mut json = serde_json::Map::new();
@@ -998,12 +1116,13 @@ fn report(target: &Path, plan: &Plan, since: SystemTime, p: &Processes) -> Resul
         let fmt = |x: f64| match l.unit {
             Unit::Us => fmt_us(x),
             Unit::PerS => format!("{x:.0}/s"),
+            Unit::KiB => format!("{x:.0} KiB"),
         };
         let sizes =
             l.n.map(|(hi, lo)| format!("  (n {hi} vs {lo})"))
                 .unwrap_or_default();
         println!(
-            "  {:<28} {:>11}  baseline {:<33} {:>11}  {:>7.2}x  {:<8} {shown}{sizes}",
+            "  {:<29} {:>11}  baseline {:<33} {:>11}  {:>7.2}x  {:<8} {shown}{sizes}",
             l.key,
             fmt(l.median),
             l.baseline,
@@ -1014,6 +1133,7 @@ fn report(target: &Path, plan: &Plan, since: SystemTime, p: &Processes) -> Resul
         let (median_key, baseline_key) = match l.unit {
             Unit::Us => ("median_us", "baseline_median_us"),
             Unit::PerS => ("median_per_s", "baseline_median_per_s"),
+            Unit::KiB => ("median_kib", "baseline_median_kib"),
         };
         let num = |x: f64| {
             if x.is_finite() {

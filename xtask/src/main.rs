@@ -33,7 +33,8 @@ Commands:
   bench [--quick | --smoke]
                 criterion benchmarks of lease-fs, lease-sqlite, lease-run's bounded growth and store socket,
                 whole-process timings of `runlease run R -- true`, `status` and `append` (also on a
-                100,000-event log and with 2,000 idle processes on the machine), then figures and
+                100,000-event log and with 2,000 idle processes on the machine) and their peak RSS
+                at 100,000 vs 10,000 events (`xtask rss-probe`, KiB), then figures and
                 ratios vs baselines of the same run, each with its target and verdict (met/missed),
                 written to target/bench/summary.json (--quick: short measurements, 10,000 cycles
                 or events instead of 100,000; about 5 minutes, more while a re-claim without prune

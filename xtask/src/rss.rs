@@ -89,10 +89,16 @@ fn prefill(root: &Path, run: &RunId, owner: &Identity, n: u64) -> Result<(), Str
     Ok(())
 }
 
-fn peak_kib(exe: &Path, cmd: &[&str]) -> Result<u64, String> {
+/// Peak RSS in KiB of `cmd` run to its end under a fresh `xtask rss-probe` (this xtask
+/// binary): only its program and arguments are passed on (not its stdio, environment or
+/// folder), and it must exit 0. Used by `cargo xtask rss` and by `cargo xtask bench`'s
+/// peak-RSS lines.
+pub(crate) fn peak_kib(cmd: &Command) -> Result<u64, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this xtask: {e}"))?;
     let out = Command::new(exe)
         .arg("rss-probe")
-        .args(cmd)
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
         .output()
         .map_err(|e| format!("cannot start the probe: {e}"))?;
     if !out.status.success() {
@@ -111,8 +117,6 @@ fn peak_kib(exe: &Path, cmd: &[&str]) -> Result<u64, String> {
 pub fn run(root: &Path, max_ratio: f64) -> Result<(), String> {
     let runlease = crate::build_runlease(root)?;
     let target = crate::target_dir(root);
-    let runlease_s = runlease.display().to_string();
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this xtask: {e}"))?;
     let work = target.join("rss").join(std::process::id().to_string());
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
@@ -138,10 +142,7 @@ pub fn run(root: &Path, max_ratio: f64) -> Result<(), String> {
         let run_id = RunId::new(format!("run-{n}")).map_err(|e| e.to_string())?;
         prefill(&dir, &run_id, &epoch.owner_id, n)?;
         for (k, c) in commands.iter().enumerate() {
-            let mut argv = vec![runlease_s.as_str()];
-            argv.extend_from_slice(c);
-            argv.push(&dir_s);
-            table[k].push(peak_kib(&exe, &argv)?);
+            table[k].push(peak_kib(Command::new(&runlease).args(*c).arg(&dir))?);
         }
     }
     let mut worst: f64 = 0.0;
