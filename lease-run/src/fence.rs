@@ -8,7 +8,11 @@
 //! - the store slot: a commit holds the slot's mutex for its whole duration and checks the
 //!   flag inside it; the release barrier takes the store out under the same mutex (after a
 //!   commit in flight, before any later one); a fence drops it (`try_lock`: the watchdog
-//!   never waits on a commit; a commit that holds it drops it when it sees the flag);
+//!   never waits on a commit; a commit that holds it drops it when it sees the flag). The
+//!   slot may hold a *deferred* store (issue #33, PROTOCOL §9): the first access opens it,
+//!   under the slot's mutex and after the flag check, so an open never starts once fenced
+//!   and never races the barrier; a barrier that finds it still deferred learns that no
+//!   commit ever ran ([`Taken::Deferred`]);
 //! - the store head of the last acknowledged commit (raised under the slot's mutex), which
 //!   each heartbeat reports as the floor;
 //! - the last heartbeat failure (its code and message) and how many there were, so a lapse
@@ -40,8 +44,32 @@ pub(crate) enum Access<E> {
     Fenced,
     /// The store is not open (before the `seal` step, or after the release barrier).
     Closed,
+    /// Opening a deferred store failed (it stays deferred: the next access tries again).
+    OpenFailed(E),
     /// The operation itself failed.
     Failed(E),
+}
+
+/// The store slot's content.
+enum Slot<S> {
+    /// No store: before the `seal` step, after the barrier, or dropped by a fence.
+    Empty,
+    /// A store checked by the preflight and not opened yet: the first access opens it.
+    Deferred,
+    /// An open, checked store.
+    Open(S),
+}
+
+/// What the release barrier took out of the slot ([`FenceCore::take_store`]).
+#[derive(Debug)]
+pub(crate) enum Taken<S> {
+    /// The open store (to seal).
+    Open(S),
+    /// The store was deferred and never opened: no commit ran, the seal the chain
+    /// required is still the store's.
+    Deferred,
+    /// Nothing: never installed, or dropped by a fence.
+    Empty,
 }
 
 /// See the module docs.
@@ -49,7 +77,7 @@ pub(crate) struct FenceCore<S> {
     beat_ns: AtomicU64,
     fenced: AtomicBool,
     reason: Mutex<Option<String>>,
-    store: Mutex<Option<S>>,
+    store: Mutex<Slot<S>>,
     store_head: AtomicU64,
     has_store: AtomicBool,
     last_failure: Mutex<Option<HeartbeatFailure>>,
@@ -62,7 +90,7 @@ impl<S> FenceCore<S> {
             beat_ns: AtomicU64::new(beat_ns),
             fenced: AtomicBool::new(false),
             reason: Mutex::new(None),
-            store: Mutex::new(None),
+            store: Mutex::new(Slot::Empty),
             store_head: AtomicU64::new(0),
             has_store: AtomicBool::new(false),
             last_failure: Mutex::new(None),
@@ -141,31 +169,57 @@ impl<S> FenceCore<S> {
     pub(crate) fn install_store(&self, store: S, head: u64) {
         let mut slot = lock(&self.store);
         self.store_head.store(head, Ordering::SeqCst);
-        *slot = Some(store);
+        *slot = Slot::Open(store);
+        self.has_store.store(true, Ordering::SeqCst);
+    }
+
+    /// Defer the store: the first [`with_store`](Self::with_store) opens it. `head` is
+    /// the head the chain vouches for (the seal's sequence), reported by heartbeats
+    /// until the store is opened.
+    pub(crate) fn defer_store(&self, head: u64) {
+        let mut slot = lock(&self.store);
+        self.store_head.store(head, Ordering::SeqCst);
+        *slot = Slot::Deferred;
         self.has_store.store(true, Ordering::SeqCst);
     }
 
     /// Run `f` on the store, holding the slot for its whole duration. Refused once fenced
-    /// (the store is dropped then), or when no store is open. `f` gets the core too, to
+    /// (the store is dropped then), or when no store is open. A deferred store is opened
+    /// first by `open` (which returns it with its head), still under the slot and after
+    /// the fence check: an open that fails leaves it deferred. `f` gets the core too, to
     /// [`acknowledge`](Self::acknowledge) a commit while the slot is held.
     pub(crate) fn with_store<T, E>(
         &self,
+        open: impl FnOnce() -> Result<(S, u64), E>,
         f: impl FnOnce(&Self, &mut S) -> Result<T, E>,
     ) -> Result<T, Access<E>> {
         let mut slot = lock(&self.store);
         if self.is_fenced() {
             self.has_store.store(false, Ordering::SeqCst);
-            slot.take();
+            *slot = Slot::Empty;
             return Err(Access::Fenced);
         }
-        let Some(store) = slot.as_mut() else {
+        if matches!(*slot, Slot::Deferred) {
+            let (store, head) = open().map_err(Access::OpenFailed)?;
+            if self.is_fenced() {
+                // Fenced while opening (the watchdog does not wait for the slot): the
+                // store goes at once, unused.
+                drop(store);
+                self.has_store.store(false, Ordering::SeqCst);
+                *slot = Slot::Empty;
+                return Err(Access::Fenced);
+            }
+            self.store_head.fetch_max(head, Ordering::SeqCst);
+            *slot = Slot::Open(store);
+        }
+        let Slot::Open(store) = &mut *slot else {
             return Err(Access::Closed);
         };
         let r = f(self, store);
         if r.is_err() && self.is_fenced() {
             // Fenced by the gate or meanwhile: close the store for the next owner.
             self.has_store.store(false, Ordering::SeqCst);
-            slot.take();
+            *slot = Slot::Empty;
         }
         r.map_err(Access::Failed)
     }
@@ -177,7 +231,8 @@ impl<S> FenceCore<S> {
         self.store_head.fetch_max(seq, Ordering::SeqCst);
     }
 
-    /// The head to report in a heartbeat: `None` while no store is open.
+    /// The head to report in a heartbeat: `None` while no store is installed (a deferred
+    /// store reports the head the chain vouches for).
     pub(crate) fn reported_head(&self) -> Option<u64> {
         self.has_store
             .load(Ordering::SeqCst)
@@ -186,18 +241,22 @@ impl<S> FenceCore<S> {
 
     /// The release barrier: take the store (waiting for a commit in flight); afterwards
     /// every access is `Closed`.
-    pub(crate) fn take_store(&self) -> Option<S> {
+    pub(crate) fn take_store(&self) -> Taken<S> {
         let mut slot = lock(&self.store);
         self.has_store.store(false, Ordering::SeqCst);
-        slot.take()
+        match std::mem::replace(&mut *slot, Slot::Empty) {
+            Slot::Empty => Taken::Empty,
+            Slot::Deferred => Taken::Deferred,
+            Slot::Open(s) => Taken::Open(s),
+        }
     }
 
     /// On a fence: drop the store unless a commit holds it (that commit drops it when it
-    /// sees the flag). Never waits.
+    /// sees the flag). Never waits. A deferred store is never opened afterwards.
     pub(crate) fn drop_store_if_free(&self) {
         if let Ok(mut slot) = self.store.try_lock() {
             self.has_store.store(false, Ordering::SeqCst);
-            slot.take();
+            *slot = Slot::Empty;
         }
     }
 }
@@ -319,11 +378,14 @@ mod loom_models {
     /// A commit: the gate (the fence flag) is checked by `with_store` under the slot; the
     /// sequence is acknowledged while the slot is held.
     fn commit(core: &FenceCore<FakeStore>) -> Result<u64, Access<()>> {
-        core.with_store(|c, s| {
-            s.commits += 1;
-            c.acknowledge(s.commits);
-            Ok(s.commits)
-        })
+        core.with_store(
+            || panic!("no deferred store here"),
+            |c, s| {
+                s.commits += 1;
+                c.acknowledge(s.commits);
+                Ok(s.commits)
+            },
+        )
     }
 
     /// Two fences race: exactly one wins, its reason is the one kept, and an observer that
@@ -396,7 +458,10 @@ mod loom_models {
                     );
                 }
             });
-            let sealed = core.take_store().map(|s| s.commits);
+            let sealed = match core.take_store() {
+                Taken::Open(s) => Some(s.commits),
+                Taken::Deferred | Taken::Empty => None,
+            };
             let ok = committer.join().unwrap();
             heartbeat.join().unwrap();
             assert_eq!(sealed, Some(ok), "a commit landed after the barrier");
@@ -511,20 +576,111 @@ mod loom_models {
             } else {
                 match core.take_store() {
                     // The store's commit gate runs first in `Store::seal`.
-                    Some(s) if !core.is_fenced() => Some(s.commits),
-                    Some(_) | None => None,
+                    Taken::Open(s) if !core.is_fenced() => Some(s.commits),
+                    _ => None,
                 }
             };
             watchdog.join().unwrap();
             // Nobody kept it and nobody dropped it twice (checked before anything else
             // could take a leftover out of the slot).
             assert_eq!(drops.load(Ordering::SeqCst), 1, "the store is dropped once");
-            assert!(core.take_store().is_none(), "no store left behind");
+            assert!(
+                matches!(core.take_store(), Taken::Empty),
+                "no store left behind"
+            );
             assert!(core.is_fenced());
             assert!(matches!(commit(&core), Err(Access::Fenced)));
             if let Some(head) = sealed {
                 assert_eq!(head, 0);
             }
+        });
+    }
+
+    /// A deferred store (issue #33): two commits race the release barrier and a fence.
+    /// The store is opened at most once, never after the fence was seen, and dropped
+    /// exactly once if it was opened; a barrier that finds it still deferred saw no
+    /// commit succeed (so carrying the chain's seal forward is truthful); a heartbeat
+    /// reports at least every acknowledged commit.
+    #[test]
+    fn a_deferred_store_opens_once_never_after_the_fence_and_the_barrier_sees_every_commit() {
+        loom::model(|| {
+            let core: Arc<FenceCore<FakeStore>> = Arc::new(FenceCore::new(0));
+            let drops = Arc::new(AtomicUsize::new(0));
+            let opens = Arc::new(AtomicUsize::new(0));
+            core.defer_store(0);
+            let acked = Arc::new(AtomicU64::new(0));
+            let commit_lazily = {
+                let (drops, opens) = (drops.clone(), opens.clone());
+                move |core: &FenceCore<FakeStore>| -> Result<u64, Access<()>> {
+                    core.with_store(
+                        || {
+                            opens.fetch_add(1, Ordering::SeqCst);
+                            Ok((
+                                FakeStore {
+                                    commits: 0,
+                                    drops: drops.clone(),
+                                },
+                                0,
+                            ))
+                        },
+                        |c, s| {
+                            s.commits += 1;
+                            c.acknowledge(s.commits);
+                            Ok(s.commits)
+                        },
+                    )
+                }
+            };
+            let (c1, a1, k1) = (core.clone(), acked.clone(), commit_lazily.clone());
+            let committer = thread::spawn(move || {
+                let mut ok = 0;
+                for _ in 0..2 {
+                    match k1(&c1) {
+                        Ok(seq) => {
+                            ok += 1;
+                            a1.store(seq, Ordering::SeqCst);
+                            if let Some(head) = c1.reported_head() {
+                                assert!(head >= seq, "beat reports {head} < acknowledged {seq}");
+                            }
+                        }
+                        Err(Access::Closed | Access::Fenced) => {}
+                        Err(other) => panic!("unexpected {other:?}"),
+                    }
+                }
+                ok
+            });
+            let w = core.clone();
+            let watchdog = thread::spawn(move || {
+                w.fence("lapsed".into());
+                w.drop_store_if_free();
+            });
+            let taken = core.take_store();
+            let ok = committer.join().unwrap();
+            watchdog.join().unwrap();
+            let opened = opens.load(Ordering::SeqCst);
+            assert!(opened <= 1, "opened {opened} times");
+            match taken {
+                Taken::Deferred => {
+                    assert_eq!(ok, 0, "a commit succeeded but the barrier saw none");
+                    assert_eq!(opened, 0);
+                }
+                Taken::Open(s) => {
+                    assert_eq!(s.commits, ok, "a commit landed after the barrier");
+                    drop(s);
+                }
+                Taken::Empty => assert!(core.is_fenced(), "emptied without a fence"),
+            }
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                opened,
+                "an opened store leaked"
+            );
+            assert!(matches!(commit_lazily(&core), Err(Access::Fenced)));
+            assert_eq!(
+                opens.load(Ordering::SeqCst),
+                opened,
+                "opened after the fence"
+            );
         });
     }
 }

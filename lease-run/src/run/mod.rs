@@ -108,6 +108,23 @@ struct Shared {
     /// engine's log state beside the view that `core` holds. Lock order: `core`'s store
     /// slot, then this.
     engine: std::sync::OnceLock<EngineSlot>,
+    /// Set at the `seal` step when the store is deferred (issue #33): what its first
+    /// access needs to open it ([`open::open_deferred`]).
+    deferred: std::sync::OnceLock<DeferredStore>,
+}
+
+/// A store the open did not open (issue #33, PROTOCOL §9): the claimed-over head was a
+/// clean release whose seal the preflight checked the store against, read-only. The first
+/// access opens and checks it again; a release that finds it never opened carries the seal.
+struct DeferredStore {
+    /// The run's id (the store is bound to it).
+    run_id: lease_core::RunId,
+    /// The held run root; `store/` is opened beneath it.
+    root: Arc<lease_fs::RealFs>,
+    /// `store/` as a path, for messages.
+    store_dir: std::path::PathBuf,
+    /// The seal and floor the chain requires (the seal is always there).
+    req: lease_core::seal::Requirements,
 }
 
 /// The engine-committed store's state beside its view (docs/PROTOCOL.md §18).

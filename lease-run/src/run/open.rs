@@ -12,7 +12,7 @@ use super::{
 };
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
-use crate::fence::FenceCore;
+use crate::fence::{FenceCore, Taken};
 use crate::procs::{Tracked, boottime_ns};
 use crate::sync::lock_std;
 use lease_core::Code;
@@ -117,6 +117,9 @@ use lease_core::seal::Requirements;
 enum Unchecked {
     Local(OpenedStore, Requirements),
     Engine(Store, Box<crate::engine_store::EngineLog>),
+    /// Not opened (issue #33): the chain's seal is the store's, the preflight checked the
+    /// store against it, and the first access opens it ([`open_deferred`]).
+    Deferred(super::DeferredStore),
 }
 
 impl Run {
@@ -301,7 +304,11 @@ impl Run {
         if let Some(lease) = st.lease.clone() {
             let fenced = shared.as_ref().is_some_and(|sh| sh.is_fenced());
             if !fenced {
-                let store = shared.as_ref().and_then(|sh| sh.core.take_store());
+                // A deferred store was never opened: the carried seal is its seal.
+                let store = shared.as_ref().and_then(|sh| match sh.core.take_store() {
+                    Taken::Open(s) => Some(s),
+                    Taken::Deferred | Taken::Empty => None,
+                });
                 let carried = lock_std(&st.carry_seal).clone().map(|s| Seal {
                     generation: lease.generation,
                     ..s
@@ -791,6 +798,7 @@ fn share(
         release_request: tokio::sync::Notify::new(),
         store_socket: std::sync::OnceLock::new(),
         engine: std::sync::OnceLock::new(),
+        deferred: std::sync::OnceLock::new(),
         guard: Mutex::new(GuardSlot {
             program: opts.guard.clone(),
             ..GuardSlot::default()
@@ -988,12 +996,21 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
         )
         .await;
     }
-    let (opened, req) = timed(
+    let lazy = cx.opts.lazy_store;
+    timed(
         cb,
         StepName::Store,
         blocking(name, StepName::Store, deadline, move || {
             let req = requirements(&*dir, g)?;
             *lock_std(&carry) = req.seal().cloned();
+            if lazy && deferrable(&req) {
+                return Ok(Unchecked::Deferred(super::DeferredStore {
+                    run_id: rid,
+                    root,
+                    store_dir,
+                    req,
+                }));
+            }
             let create = req.names_no_store();
             let expect = req.seal().map(|s| Expected {
                 store_id: s.store_id.clone(),
@@ -1010,11 +1027,76 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
                 lease_core::layout::STORE_FILE_NAME,
                 lease_sqlite::OpenOptions { create, expect },
             )?;
-            Ok((opened, req))
+            Ok(Unchecked::Local(opened, req))
         }),
     )
-    .await?;
-    Ok(Unchecked::Local(opened, req))
+    .await
+}
+
+/// Whether the store may be opened lazily (issue #33, PROTOCOL §9): the chain names a
+/// seal (the claimed-over head was a clean release, which closed the store at that
+/// sequence) and no floor above it (no change of owner recorded a higher head since).
+/// Then, until a commit needs it, the sealed store is exactly what the next owner must
+/// find, and the release may carry that seal forward. The preflight has already checked
+/// the store against the seal and floor (read-only). A store that must be created, or
+/// one only a floor vouches for (after a takeover or retirement), is opened eagerly.
+fn deferrable(req: &Requirements) -> bool {
+    req.seal()
+        .is_some_and(|seal| req.floor().is_none_or(|(f, _)| f <= seal.sequence))
+}
+
+/// Open a deferred store at its first access (called by the fence core under its store
+/// slot, after the fence check): `store/` beneath the held root, `run.sqlite` with the
+/// sealed identity expected (never created), checked against the seal and floor, and the
+/// commit gate installed, exactly as the eager `store` and `seal` steps do. Returns the
+/// store with its head.
+pub(super) fn open_deferred(
+    shared: &Arc<Shared>,
+    d: &super::DeferredStore,
+) -> Result<(Store, u64), RunError> {
+    let rid = &d.run_id;
+    let folder = d
+        .root
+        .open_dir(lease_core::layout::STORE_DIR)
+        .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
+    let expect = d.req.seal().map(|s| Expected {
+        store_id: s.store_id.clone(),
+    });
+    let mut store = Store::open_in(
+        rid,
+        folder,
+        &d.store_dir,
+        lease_core::layout::STORE_FILE_NAME,
+        lease_sqlite::OpenOptions {
+            create: false,
+            expect,
+        },
+    )?
+    .check(&d.req)?;
+    let head = store.head()?;
+    store.set_commit_gate(commit_gate(shared, shared.run.clone(), shared.generation));
+    Ok((store, head))
+}
+
+/// The store's commit gate: the self-fence rule of `shared` (while it exists), as the
+/// store error the commit returns.
+fn commit_gate(shared: &Arc<Shared>, run_s: String, g: Generation) -> lease_sqlite::CommitGate {
+    let weak = Arc::downgrade(shared);
+    Box::new(move || match weak.upgrade() {
+        Some(sh) => sh.check_live().map_err(|e| {
+            // The fence's own reason, not its message: one prefix per message.
+            let reason = match e {
+                RunError::Fenced { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            StoreError::from(sh.fenced_lease_error(reason))
+        }),
+        None => Err(StoreError::from(LeaseError::Fenced {
+            run: run_s.clone(),
+            generation: g,
+            detail: "the run is gone".into(),
+        })),
+    })
 }
 
 /// (8), the store in the engine (docs/PROTOCOL.md §18.4): the view `store/view.sqlite`
@@ -1063,7 +1145,7 @@ async fn seal(
     opened: Unchecked,
 ) -> Result<(), RunError> {
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
-    let (sh, weak) = (shared.clone(), Arc::downgrade(shared));
+    let sh = shared.clone();
     let (run_s, g) = (name.clone(), lease.generation);
     timed(
         cb,
@@ -1072,23 +1154,17 @@ async fn seal(
             let (mut store, engine) = match opened {
                 Unchecked::Local(opened, req) => (opened.check(&req)?, None),
                 Unchecked::Engine(view, log) => (view, Some(log)),
+                Unchecked::Deferred(d) => {
+                    // Nothing opened, nothing written: heartbeats report the seal's
+                    // sequence (the head the chain vouches for) until a commit opens it.
+                    let head = d.req.seal().map_or(0, |s| s.sequence);
+                    let _ = sh.deferred.set(d);
+                    sh.core.defer_store(head);
+                    return Ok(());
+                }
             };
             let head = store.head()?;
-            store.set_commit_gate(Box::new(move || match weak.upgrade() {
-                Some(sh) => sh.check_live().map_err(|e| {
-                    // The fence's own reason, not its message: one prefix per message.
-                    let reason = match e {
-                        RunError::Fenced { reason, .. } => reason,
-                        other => other.to_string(),
-                    };
-                    StoreError::from(sh.fenced_lease_error(reason))
-                }),
-                None => Err(StoreError::from(LeaseError::Fenced {
-                    run: run_s.clone(),
-                    generation: g,
-                    detail: "the run is gone".into(),
-                })),
-            }));
+            store.set_commit_gate(commit_gate(&sh, run_s, g));
             if let Some(log) = engine {
                 let _ = sh.engine.set(super::EngineSlot {
                     auth: auth.clone(),

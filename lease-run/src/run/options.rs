@@ -100,6 +100,16 @@ pub struct OpenOptions {
     /// fails the spawn (`SPAWN_FAILED`). Default `None` (the watchdog thread alone);
     /// `runlease run` sets it to its own binary (`runlease __guard`).
     pub guard: Option<crate::guard::GuardProgram>,
+    /// Open the store lazily (default: true; issue #33, PROTOCOL §9): when the run was
+    /// released cleanly with a seal and no change of owner recorded a higher head, the
+    /// open checks the store against that seal read-only (the preflight) and does not
+    /// open it; the first [`RunStore`](crate::RunStore) call opens and checks it, and a
+    /// release that never opened it carries the seal forward. A command that never
+    /// touches the store then costs no store open, seal or checkpoint (5 fsyncs). `false`
+    /// opens it at the `store` step, as before: a store the preflight could not judge
+    /// (say, one a crashed owner left with a write-ahead log) is then refused before the
+    /// command starts rather than at its first commit.
+    pub lazy_store: bool,
 }
 
 impl Default for OpenOptions {
@@ -123,6 +133,7 @@ impl Default for OpenOptions {
             folder: None,
             owner_id: None,
             guard: None,
+            lazy_store: true,
         }
     }
 }
@@ -145,6 +156,7 @@ impl std::fmt::Debug for OpenOptions {
             .field("authority", &self.authority)
             .field("serve_store", &self.serve_store)
             .field("folder", &self.folder)
+            .field("lazy_store", &self.lazy_store)
             .field("owner_id", &self.owner_id)
             .field("guard", &self.guard)
             .finish_non_exhaustive()

@@ -6,11 +6,12 @@ use super::status::{wall_now, write_status_blocking};
 use super::step::{blocking, timed};
 use super::{Run, StepName, WATCHDOG_TICK};
 use crate::error::RunError;
+use crate::fence::Taken;
 use crate::procs;
 use crate::sync::lock_std;
 use lease_core::LeaseOps;
 use lease_core::ops::ReleaseParams;
-use lease_core::{Code, Dir, FileRef, Generation, RunState, Timestamp};
+use lease_core::{Code, Dir, FileRef, Generation, RunState, Seal, Timestamp};
 use lease_fs::{FsError, RunDir, primitives};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -223,16 +224,26 @@ impl Run {
         // With the store in the engine (issue #32) the view is closed, not sealed: the
         // engine's log is the store, and the next owner catches up from it.
         let in_engine = self.shared.engine.get().is_some();
+        let carried = self
+            .shared
+            .deferred
+            .get()
+            .and_then(|d| d.req.seal().cloned())
+            .map(|s| Seal { generation: g, ..s });
         let sealed = timed(
             &cb,
             StepName::SealStore,
             blocking(&name, StepName::SealStore, deadline, move || match store {
-                Some(s) if in_engine => {
+                Taken::Open(s) if in_engine => {
                     s.close()?;
                     Ok(None)
                 }
-                Some(s) => Ok(Some(s.seal(g)?)),
-                None => Err(RunError::Io(
+                Taken::Open(s) => Ok(Some(s.seal(g)?)),
+                // Deferred and never opened (issue #33): no commit ran, so the store is
+                // still exactly what the chain's seal says; the release carries that seal,
+                // stamped with this generation (as a failed open's undo does).
+                Taken::Deferred => Ok(carried),
+                Taken::Empty => Err(RunError::Io(
                     "the store was closed before the release (fenced?)".into(),
                 )),
             }),

@@ -47,9 +47,20 @@ impl RunStore {
     where
         RunError: From<E>,
     {
-        match self.shared.core.with_store(f) {
+        let sh = &self.shared;
+        let open = || match sh.deferred.get() {
+            Some(d) => super::open::open_deferred(sh, d),
+            None => Err(RunError::Io(format!(
+                "run {}: the store was deferred without what opens it",
+                sh.run
+            ))),
+        };
+        match sh
+            .core
+            .with_store(open, |c, s| f(c, s).map_err(RunError::from))
+        {
             Ok(x) => Ok(x),
-            Err(Access::Failed(e)) => Err(e.into()),
+            Err(Access::Failed(e) | Access::OpenFailed(e)) => Err(e),
             Err(Access::Fenced) => {
                 self.shared.check_live()?;
                 Err(RunError::Fenced {

@@ -241,3 +241,113 @@ fn a_sealed_store_that_disappeared_is_refused_65_and_never_recreated() {
         assert!(!store.exists());
     });
 }
+
+/// The bytes of the store's files (`run.sqlite`, and its `-wal` if one exists).
+fn store_bytes(path: &Path) -> (Vec<u8>, Option<Vec<u8>>) {
+    let s = path.join("store");
+    (
+        std::fs::read(s.join("run.sqlite")).unwrap(),
+        std::fs::read(s.join("run.sqlite-wal")).ok(),
+    )
+}
+
+/// Issue #33: after a clean release with a seal, a run that never touches its store does
+/// not open it (not one byte of the store changes, no `-wal` appears), its heartbeats
+/// report the sealed head as the floor, and its release carries the seal (this store, the
+/// same sequence, this generation). The next run that commits opens it on first use and
+/// seals the new head. With `lazy_store: false` the same run does change the store (the
+/// seal raises its fencing token): what this test measures can tell the two apart.
+#[test]
+fn a_run_that_never_touches_its_store_leaves_it_unopened_and_carries_the_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-lazy");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        let store_id = run.store().store_id().unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+        let before = store_bytes(&path);
+        assert!(before.1.is_none(), "a released store keeps no -wal");
+
+        let run = Run::open(&path, fast()).await.unwrap();
+        let g = run.generation().get();
+        // Wait for a heartbeat after the open (the open's own first beat precedes its
+        // store step and reports no store): it reports the sealed head as the floor while
+        // the store is unopened.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let floor = loop {
+            let view = run.dir().status(now_ts(), false).unwrap();
+            if let Some(h) = view.head.and_then(|h| h.beat).and_then(|b| b.store_head) {
+                break h;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no heartbeat with a store head"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(floor, 1, "the floor a deferred store reports");
+        run.release(FinalStatus::Done).await.unwrap();
+        assert_eq!(store_bytes(&path), before, "the untouched store was opened");
+        let rel = epoch(&path, g + 1);
+        let seal = rel.seal.expect("the release carries a seal");
+        assert_eq!(
+            (seal.store_id.as_str(), seal.sequence, seal.generation.get()),
+            (store_id.as_str(), 1, g)
+        );
+        assert_eq!(read_status(&path).sealed_sequence, Some(1));
+
+        // First use opens it (checked against that seal); the release seals the new head.
+        let run = Run::open(&path, fast()).await.unwrap();
+        let g = run.generation().get();
+        assert_eq!(run.store().get("a").unwrap().unwrap().value, b"1");
+        assert_eq!(run.commit(Batch::new().put("a", "2")).await.unwrap(), 2);
+        run.release(FinalStatus::Done).await.unwrap();
+        let seal = epoch(&path, g + 1).seal.expect("sealed");
+        assert_eq!((seal.sequence, seal.generation.get()), (2, g));
+
+        // Eager: the same untouched run writes the store (its seal).
+        let before = store_bytes(&path);
+        let eager = OpenOptions {
+            lazy_store: false,
+            ..fast()
+        };
+        let run = Run::open(&path, eager).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+        assert_ne!(store_bytes(&path), before, "an eager open seals the store");
+    });
+}
+
+/// Issue #33: a deferred store that cannot be opened at its first use (here: removed
+/// under the owner) is that call's error, named with the store's code and file; the run
+/// is not fenced, its release carries the seal the chain required (it committed nothing),
+/// and the next open refuses the missing store before its claim, never recreating it.
+#[test]
+fn a_deferred_store_that_cannot_be_opened_fails_the_call_and_the_seal_is_carried() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-lazy-gone");
+    let store = path.join("store").join("run.sqlite");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.commit(Batch::new().put("a", "1")).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+
+        let run = Run::open(&path, fast()).await.unwrap();
+        let g = run.generation().get();
+        std::fs::remove_file(&store).unwrap();
+        let e = run.commit(Batch::new().put("a", "2")).await.unwrap_err();
+        assert_eq!(e.code().as_str(), "STORE_MISSING", "{e}");
+        assert!(e.to_string().contains("run.sqlite"), "names the file: {e}");
+        run.check_live().unwrap();
+        // Still deferred: the next call tries again, and fails the same way.
+        let e = run.store().head().unwrap_err();
+        assert_eq!(e.code().as_str(), "STORE_MISSING", "{e}");
+        run.release(FinalStatus::Done).await.unwrap();
+        let seal = epoch(&path, g + 1).seal.expect("the seal is carried");
+        assert_eq!((seal.sequence, seal.generation.get()), (1, g));
+        assert!(!store.exists(), "never recreated");
+        let e = Run::open(&path, fast()).await.unwrap_err();
+        assert_eq!(e.code().as_str(), "STORE_MISSING", "{e}");
+        assert!(!store.exists(), "never recreated");
+    });
+}
