@@ -1003,7 +1003,7 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
         blocking(name, StepName::Store, deadline, move || {
             let req = requirements(&*dir, g)?;
             *lock_std(&carry) = req.seal().cloned();
-            if lazy && deferrable(&req) {
+            if lazy && deferrable(&req) && !leftover_log(&root) {
                 return Ok(Unchecked::Deferred(super::DeferredStore {
                     run_id: rid,
                     root,
@@ -1043,6 +1043,33 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
 fn deferrable(req: &Requirements) -> bool {
     req.seal()
         .is_some_and(|seal| req.floor().is_none_or(|(f, _)| f <= seal.sequence))
+}
+
+/// Whether `store/` holds a write-ahead log or rollback journal beside the store (a crash
+/// left commits to replay, or something unexplained is there), or cannot be looked at: then
+/// the store is opened eagerly, so the replay happens (and anything wrong is refused)
+/// before the command starts, and the step `store get`'s `STORE_BUSY` names ("run it
+/// once") does what it says. A clean close removes the `-wal`, so after a clean release
+/// there is none. One `fstatat` each, beneath the held root, no symlink followed.
+fn leftover_log(root: &RealFs) -> bool {
+    let Ok(folder) = root.open_dir(lease_core::layout::STORE_DIR) else {
+        return true;
+    };
+    [
+        format!("{}-wal", lease_core::layout::STORE_FILE_NAME),
+        format!("{}-journal", lease_core::layout::STORE_FILE_NAME),
+    ]
+    .iter()
+    .any(|name| {
+        !matches!(
+            rustix::fs::statat(
+                &folder,
+                name.as_str(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW
+            ),
+            Err(rustix::io::Errno::NOENT)
+        )
+    })
 }
 
 /// Open a deferred store at its first access (called by the fence core under its store
