@@ -55,6 +55,11 @@ const KNOWN: &[(u64, &str, bool)] = &[
     (0x858458F6, "ramfs", false),
 ];
 
+/// The file systems whose every change is a local kernel event (see
+/// [`FileSystem::changes_are_local_events`]): ext2/3/4 (`EXT4_SUPER_MAGIC`, shared by
+/// ext2 and ext3), xfs, btrfs, tmpfs, f2fs. Magic numbers from `linux/magic.h`.
+const LOCAL_EVENTS: &[u64] = &[0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010];
+
 impl FileSystem {
     /// Classify a magic number. Unknown file systems are taken as local disks (the
     /// documented list of supported ones is in PROTOCOL §5.3).
@@ -71,6 +76,17 @@ impl FileSystem {
                 loses_unsynced_writes: false,
             },
         }
+    }
+
+    /// Whether every change of a directory's entries and of its files' sizes on this file
+    /// system is made by a system call of this kernel, which queues its inotify event before
+    /// it returns: the allowlist of the cached `lease/epochs` listing
+    /// ([`crate::listing`]). Only ext2/3/4, xfs, btrfs, tmpfs and f2fs. Everything else,
+    /// known or not, is `false`: a network file system (NFS, SMB/CIFS, Ceph, …) changes
+    /// on the server or another client, FUSE in its daemon, overlayfs in its layers and 9p
+    /// on its host, none of which queues an event here.
+    pub fn changes_are_local_events(&self) -> bool {
+        LOCAL_EVENTS.contains(&self.magic)
     }
 
     /// The file system of the directory (or file) `fd` is open on.
@@ -96,6 +112,43 @@ mod tests {
             assert!(!FileSystem::from_magic(m).loses_unsynced_writes, "{m:#x}");
         }
         assert_eq!(FileSystem::from_magic(0x6969).name, "nfs");
+    }
+
+    #[test]
+    fn only_local_disk_file_systems_are_allowlisted_for_the_cached_listing() {
+        // ext2/3/4, xfs, btrfs, tmpfs, f2fs.
+        for m in [
+            0xEF53u64,
+            0x5846_5342,
+            0x9123_683E,
+            0x0102_1994,
+            0xF2F5_2010,
+        ] {
+            assert!(
+                FileSystem::from_magic(m).changes_are_local_events(),
+                "{m:#x}"
+            );
+        }
+        // NFS, SMB, SMB2, CIFS, FUSE, overlayfs, 9p, Ceph, ZFS (not on the list), ramfs,
+        // and an unknown magic.
+        for m in [
+            0x6969u64,
+            0x517B,
+            0xFE53_4D42,
+            0xFF53_4D42,
+            0x6573_5546,
+            0x794C_7630,
+            0x0102_1997,
+            0x00C3_6400,
+            0x2FC1_2FC1,
+            0x8584_58F6,
+            0x1234,
+        ] {
+            assert!(
+                !FileSystem::from_magic(m).changes_are_local_events(),
+                "{m:#x}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!   descriptor of the run root; [`RealFs`] implements it with `openat2`-style calls that
 //!   never follow a symlink, and [`SimFs`] simulates it for crash tests (data durable only
 //!   after fsync, directory entries only after fsync of their directory, torn writes,
-//!   failing the N-th call).
+//!   failing the N-th call). RECHECK's listing of `lease/epochs` (every heartbeat) is
+//!   replayed while an inotify watch on that folder has queued nothing, on local disk file
+//!   systems only ([`listing`]).
 //! - [`primitives`]: link-exclusive create, atomic replace, remove, orphan temp cleanup, each
 //!   with its order of writes and fsyncs.
 //! - [`RunDir`]: the run folder as a lease-core [`Transport`](lease_core::Transport), so
@@ -55,6 +57,7 @@ pub mod clock;
 pub mod error;
 pub mod fs;
 pub mod fstype;
+pub mod listing;
 pub mod lock;
 pub mod owned;
 pub mod primitives;

@@ -21,8 +21,13 @@
 //! written through it. The checks use `fstat` of the descriptors already held (or the stat
 //! the call makes anyway), never a second path lookup. A symlink, or a non-directory where a
 //! directory should be, is refused with an error that names the offending path.
+//!
+//! The listing of `lease/epochs` (RECHECK's, on every heartbeat) is replayed while an
+//! inotify watch on that directory has queued nothing since it was made, on local disk file
+//! systems only: [`crate::listing`] (its soundness argument and what it costs).
 
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::fmt;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -35,6 +40,9 @@ use rustix::fs::{self as rfs, AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags
 use rustix::io::Errno;
 
 use crate::fs::{EntryKind, Fs, check_rel, join, judge_record, split};
+use crate::listing::{
+    CACHED_DIR, Entry, EpochsCache, Facts, ListingCache, ListingCacheStats, Plan,
+};
 
 /// Set once `openat2` turned out to be unavailable (ENOSYS, or EPERM from a seccomp filter
 /// that does not know it): every [`RealFs`] then walks paths component by component.
@@ -174,6 +182,9 @@ pub struct RealFs {
     in_place: Mutex<Option<(String, Arc<OwnedFd>)>>,
     /// The file system of the root, from `fstatfs` at open.
     file_system: crate::fstype::FileSystem,
+    /// The cached listing of `lease/epochs` and the inotify watch that guards it
+    /// ([`crate::listing`]).
+    epochs: Mutex<EpochsCache>,
 }
 
 impl fmt::Debug for RealFs {
@@ -275,6 +286,7 @@ impl RealFs {
             use_openat2: true,
             in_place: Mutex::new(None),
             file_system,
+            epochs: Mutex::new(EpochsCache::new(ListingCache::Auto)),
         })
     }
 
@@ -292,6 +304,7 @@ impl RealFs {
             use_openat2: self.use_openat2,
             in_place: Mutex::new(None),
             file_system: self.file_system,
+            epochs: Mutex::new(EpochsCache::new(self.lock_epochs().mode())),
         })
     }
 
@@ -382,6 +395,22 @@ impl RealFs {
         self.use_openat2 = false;
         self.lock_dirs().clear();
         self
+    }
+
+    /// This adapter with the cached listing of `lease/epochs` in `mode` ([`crate::listing`];
+    /// [`ListingCache::Auto`] unless set), forgetting what was cached.
+    pub fn with_listing_cache(self, mode: ListingCache) -> RealFs {
+        *self.lock_epochs() = EpochsCache::new(mode);
+        self
+    }
+
+    /// What the cached listing of `lease/epochs` has done so far on this adapter.
+    pub fn listing_cache_stats(&self) -> ListingCacheStats {
+        self.lock_epochs().stats()
+    }
+
+    fn lock_epochs(&self) -> MutexGuard<'_, EpochsCache> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether `openat2` is used to resolve directories (false if the kernel refused it, or
@@ -507,9 +536,15 @@ impl RealFs {
     /// The descriptor of directory `dir` (`""` = the root), from the cache if it still names
     /// the same directory. `path` (`dir` or a path below it) is named in refusals.
     fn dir_fd(&self, dir: &str, path: &str) -> io::Result<Arc<OwnedFd>> {
+        Ok(self.dir_fd_id(dir, path)?.0)
+    }
+
+    /// [`dir_fd`](Self::dir_fd), with the `(st_dev, st_ino)` the descriptor was just
+    /// re-validated against (or found to have when opened).
+    fn dir_fd_id(&self, dir: &str, path: &str) -> io::Result<(Arc<OwnedFd>, (u64, u64))> {
         check_rel(dir)?;
         if dir.is_empty() {
-            return Ok(self.root.clone());
+            return Ok((self.root.clone(), self.root_id));
         }
         // Every component is judged, not only the last: `lease/` as well as `lease/epochs/`.
         if let Some((parent, _)) = dir.rsplit_once('/') {
@@ -521,7 +556,7 @@ impl RealFs {
                 Ok(st) if id_of(&st) == c.id => {
                     // The stat made anyway: a folder chowned or opened up since is refused.
                     check_trusted(&self.root_path, &st, dir)?;
-                    return Ok(c.fd);
+                    return Ok((c.fd, c.id));
                 }
                 _ => {
                     self.lock_dirs().remove(dir);
@@ -541,15 +576,11 @@ impl RealFs {
                 id: id_of(&st),
             },
         );
-        Ok(fd)
+        Ok((fd, id_of(&st)))
     }
 
-    /// Like [`dir_fd`](Self::dir_fd), but a missing directory is `None`.
     /// Call `f` with the folder's descriptor, each entry of directory `dir` (`.` and `..`
-    /// left out) and its name; a missing folder has none. A fresh open file description
-    /// (`openat(dir, ".")`), so concurrent listings do not share a directory offset with
-    /// each other or with the cached descriptor. Names this crate writes are ASCII; a stray
-    /// non-UTF-8 name is passed lossily (callers ignore names they do not parse).
+    /// left out) and its name; a missing folder has none ([`each_entry_in`]).
     fn each_entry(
         &self,
         dir: &str,
@@ -558,18 +589,140 @@ impl RealFs {
         let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
             return Ok(());
         };
-        for entry in Dir::read_from(&*dfd)? {
-            let entry = entry?;
-            let raw = entry.file_name().to_bytes();
-            if raw == b"." || raw == b".." {
-                continue;
+        each_entry_in(&dfd, f)
+    }
+
+    /// [`Fs::list_records`] of `dir` in the folder `dfd` (resolved and judged by the
+    /// caller), read from the directory.
+    fn list_records_in(
+        &self,
+        dfd: &OwnedFd,
+        dir: &str,
+        limit: usize,
+        is_record: &dyn Fn(&str) -> bool,
+        each: &mut dyn FnMut(&str),
+    ) -> io::Result<()> {
+        each_entry_in(dfd, &mut |dfd, entry, name| {
+            if is_record(name) {
+                let path = join(dir, name);
+                match kind_of(entry.file_type()) {
+                    // `getdents` said what it is: no further call for a non-file.
+                    Some(k) if k != EntryKind::File => judge_record(&path, k, 0, limit)?,
+                    // A regular file (its size is needed) or `DT_UNKNOWN`: one `fstatat`.
+                    _ => match retry(|| {
+                        rfs::statat(dfd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    }) {
+                        Ok(st) => judge_stat(&path, &st, limit)?,
+                        // Removed since the listing (a concurrent prune): listed anyway.
+                        Err(Errno::NOENT) => {}
+                        Err(e) => return Err(self.path_err(e, &path)),
+                    },
+                }
             }
-            let name = String::from_utf8_lossy(raw);
-            f(&dfd, &entry, &name)?;
+            each(name);
+            Ok(())
+        })
+    }
+
+    /// The facts [`list_records_in`](Self::list_records_in) judges by, collected from the
+    /// directory `dfd` for the cache: the same calls in the same order, and before each
+    /// `fstatat` of a record file, `watch` (which adds that file's inotify watch).
+    fn collect_records_in(
+        &self,
+        dfd: &OwnedFd,
+        dir: &str,
+        is_record: &dyn Fn(&str) -> bool,
+        watch: &mut dyn FnMut(&CStr),
+    ) -> io::Result<Vec<Entry>> {
+        let mut entries = Vec::new();
+        each_entry_in(dfd, &mut |dfd, entry, name| {
+            let facts = if !is_record(name) {
+                Facts::Unjudged
+            } else {
+                match kind_of(entry.file_type()) {
+                    Some(k) if k != EntryKind::File => Facts::Known(k, 0),
+                    _ => {
+                        watch(entry.file_name());
+                        match retry(|| {
+                            rfs::statat(dfd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                        }) {
+                            Ok(st) => Facts::Known(kind_of_stat(&st), size_of(&st)),
+                            Err(Errno::NOENT) => Facts::Vanished,
+                            Err(e) => return Err(self.path_err(e, &join(dir, name))),
+                        }
+                    }
+                }
+            };
+            entries.push(Entry {
+                name: name.to_string(),
+                facts,
+            });
+            Ok(())
+        })?;
+        Ok(entries)
+    }
+
+    /// [`Fs::list_records`] of `lease/epochs`: replayed from the cache while its watch has
+    /// queued nothing, else read (and kept when the watch allows) ([`crate::listing`]).
+    /// The descriptors are re-validated against their paths and trusted first, every time.
+    fn list_records_cached(
+        &self,
+        dir: &str,
+        limit: usize,
+        is_record: &dyn Fn(&str) -> bool,
+        each: &mut dyn FnMut(&str),
+    ) -> io::Result<()> {
+        let (dfd, id) = match self.dir_fd_id(dir, dir) {
+            Ok(found) => found,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.lock_epochs().missing();
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let entries = {
+            let mut cache = self.lock_epochs();
+            let mut plan = cache.plan(&dfd, id);
+            if let Plan::Replay(entries) = &plan {
+                let covered = entries
+                    .iter()
+                    .all(|e| !matches!(e.facts, Facts::Unjudged) || !is_record(&e.name));
+                plan = if covered {
+                    cache.replayed();
+                    plan
+                } else {
+                    cache.miss()
+                };
+            }
+            match plan {
+                Plan::Replay(entries) => entries,
+                Plan::Relist { keep } => {
+                    // Held across the listing: an event drained by a concurrent listing
+                    // after this one began must not be lost under this one's answer.
+                    let mut watched = keep;
+                    let entries = self.collect_records_in(&dfd, dir, is_record, &mut |name| {
+                        watched = watched && cache.watch_file(&dfd, name);
+                    })?;
+                    cache.listed(entries, watched)
+                }
+                Plan::Stream => {
+                    drop(cache);
+                    return self.list_records_in(&dfd, dir, limit, is_record, each);
+                }
+            }
+        };
+        for e in entries.iter() {
+            if is_record(&e.name) {
+                if let Facts::Known(kind, size) = e.facts {
+                    judge_record(&join(dir, &e.name), kind, size, limit)?;
+                }
+            }
+            each(&e.name);
         }
         Ok(())
     }
 
+    /// Like [`dir_fd`](Self::dir_fd), but a missing directory is `None`.
     fn dir_fd_opt(&self, dir: &str, path: &str) -> io::Result<Option<Arc<OwnedFd>>> {
         match self.dir_fd(dir, path) {
             Ok(fd) => Ok(Some(fd)),
@@ -803,6 +956,27 @@ fn create_dir_all_private(path: &Path) -> io::Result<Option<OwnedFd>> {
     Ok(Some(fd))
 }
 
+/// Call `f` with `dfd`, each entry of the directory `dfd` names (`.` and `..` left out)
+/// and its name, read through a fresh open file description (`openat(dfd, ".")`), so
+/// concurrent listings do not share a directory offset with each other or with `dfd`.
+/// Names this crate writes are ASCII; a stray non-UTF-8 name is passed lossily (callers
+/// ignore names they do not parse).
+fn each_entry_in(
+    dfd: &OwnedFd,
+    f: &mut dyn FnMut(&OwnedFd, &rustix::fs::DirEntry, &str) -> io::Result<()>,
+) -> io::Result<()> {
+    for entry in Dir::read_from(dfd)? {
+        let entry = entry?;
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        let name = String::from_utf8_lossy(raw);
+        f(dfd, &entry, &name)?;
+    }
+    Ok(())
+}
+
 impl Fs for RealFs {
     fn ensure_dir(&self, dir: &str) -> io::Result<bool> {
         check_rel(dir)?;
@@ -914,26 +1088,13 @@ impl Fs for RealFs {
         is_record: &dyn Fn(&str) -> bool,
         each: &mut dyn FnMut(&str),
     ) -> io::Result<()> {
-        self.each_entry(dir, &mut |dfd, entry, name| {
-            if is_record(name) {
-                let path = join(dir, name);
-                match kind_of(entry.file_type()) {
-                    // `getdents` said what it is: no further call for a non-file.
-                    Some(k) if k != EntryKind::File => judge_record(&path, k, 0, limit)?,
-                    // A regular file (its size is needed) or `DT_UNKNOWN`: one `fstatat`.
-                    _ => match retry(|| {
-                        rfs::statat(&*dfd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
-                    }) {
-                        Ok(st) => judge_stat(&path, &st, limit)?,
-                        // Removed since the listing (a concurrent prune): listed anyway.
-                        Err(Errno::NOENT) => {}
-                        Err(e) => return Err(self.path_err(e, &path)),
-                    },
-                }
-            }
-            each(name);
-            Ok(())
-        })
+        if dir == CACHED_DIR {
+            return self.list_records_cached(dir, limit, is_record, each);
+        }
+        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
+            return Ok(());
+        };
+        self.list_records_in(&dfd, dir, limit, is_record, each)
     }
 
     fn exists(&self, path: &str) -> io::Result<bool> {
