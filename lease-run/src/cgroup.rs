@@ -126,29 +126,6 @@ impl Cgroup {
         &self.path
     }
 
-    /// Start, on a thread of its own, a migration of this process into the cgroup it is
-    /// already in (the parent of this one, where [`Cgroup::create`] made it): a no-op for
-    /// membership, done only for its cost. The kernel's first migration after a quiet spell
-    /// waits for an RCU grace period (the write side of its cgroup threadgroup lock), 6–11 ms
-    /// measured on the reference VM, while one that follows another within about a grace
-    /// period costs some 50 µs. Started when the run's cgroup is made, this one pays that
-    /// wait while the open goes on with its other steps, so the command's own move ([`Cgroup::add`],
-    /// a few milliseconds later) usually finds the lock warm (issue #19). Best effort: a
-    /// failure (no permission on the parent's `cgroup.procs`, controllers enabled there) is
-    /// ignored and costs nothing but the lost saving; the kernel takes the lock before it
-    /// checks either, so even a refused write warms it.
-    pub fn warm_migration_lock(&self) {
-        let Some(parent) = self.path.parent().map(|p| p.join("cgroup.procs")) else {
-            return;
-        };
-        let pid = std::process::id().to_string();
-        let _ = std::thread::Builder::new()
-            .name("lease-run-cgroup-warm".into())
-            .spawn(move || {
-                let _ = std::fs::write(parent, pid);
-            });
-    }
-
     /// Move `pid` (and its threads) into it.
     pub fn add(&self, pid: u32) -> io::Result<()> {
         std::fs::write(self.path.join("cgroup.procs"), pid.to_string())

@@ -290,8 +290,10 @@
 //!
 //! **With a cgroup v2 subtree** ([`OpenOptions::cgroup`], default on; [`cgroup`] module):
 //! at open the owner creates `runlease-<key>-<generation>` below its own cgroup (`<key>`:
-//! 16 hex digits of SHA-256 over the run's path and id). Each command is moved into it
-//! while its spawn gate is stopped, so everything it ever starts is born inside, whatever
+//! 16 hex digits of SHA-256 over the run's path and id). Each command's spawn gate is
+//! started directly inside it (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7, when its
+//! standard streams are inherited), or else moved into it while the gate is stopped, so
+//! everything it ever starts is born inside, whatever
 //! it does with process groups, sessions or forks. A kill writes `cgroup.kill` (the kernel
 //! kills every member, including ones forked meanwhile) besides the signals below; a member
 //! counts as alive until it leaves `cgroup.procs`. The release removes the emptied
@@ -390,6 +392,7 @@ pub mod admission;
 #[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
+mod clone_into;
 #[cfg(not(loom))]
 pub mod compact;
 #[cfg(not(loom))]

@@ -865,10 +865,10 @@ async fn heartbeat(
     if opts.cgroup {
         let key = crate::cgroup::run_key(path, lease.run_id.as_str());
         match crate::cgroup::Cgroup::create(&key, lease.generation.get()) {
-            Ok(cg) => {
-                cg.warm_migration_lock();
-                shared.tracked().cgroup = Some(cg.path().to_path_buf());
-            }
+            // No warm-up migration any more (issue #33): it took the kernel's cgroup
+            // threadgroup lock for writing, and every fork waited for it, the gate's
+            // `clone3` into this cgroup included (`crate::clone_into`).
+            Ok(cg) => shared.tracked().cgroup = Some(cg.path().to_path_buf()),
             Err(reason) => tracing::info!(
                 run = %name,
                 %reason,

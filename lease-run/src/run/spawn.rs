@@ -26,7 +26,7 @@ use tokio::io::AsyncReadExt;
 /// fence's reason) instead of "killed by signal 9".
 pub struct RunCommand {
     pid: u32,
-    child: tokio::process::Child,
+    child: Child,
     shared: Arc<Shared>,
     /// The command's stdin, if it was [`Command::stdin`]`(Stdio::piped())`.
     pub stdin: Option<tokio::process::ChildStdin>,
@@ -42,6 +42,122 @@ impl std::fmt::Debug for RunCommand {
             .field("pid", &self.pid)
             .field("run", &self.shared.run)
             .finish_non_exhaustive()
+    }
+}
+
+/// The gate's process as this process holds it: tokio's child (started by tokio, moved into
+/// the cgroup afterwards), or one started directly in the cgroup ([`crate::clone_into`]),
+/// held by its pidfd.
+enum Child {
+    Tokio(tokio::process::Child),
+    Own(OwnChild),
+}
+
+/// A child started by [`crate::clone_into`]: waited for through its pidfd (readable once
+/// it exited; `waitid(P_PIDFD)` reaps it), never by pid.
+struct OwnChild {
+    /// `None` only once dropped.
+    pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    status: Option<ExitStatus>,
+}
+
+impl Drop for OwnChild {
+    /// Never leave a zombie behind (as tokio reaps a dropped child in the background): a
+    /// child still running when its handle goes is reaped by a thread of its own, blocked
+    /// on its pidfd until it exits.
+    fn drop(&mut self) {
+        if self.status.is_some() || matches!(self.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let Some(fd) = self.pidfd.take() else {
+            return;
+        };
+        let fd = fd.into_inner();
+        let _ = std::thread::Builder::new()
+            .name("lease-run-reap".into())
+            .spawn(move || {
+                let _ = rustix::process::waitid(
+                    rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&fd)),
+                    rustix::process::WaitIdOptions::EXITED,
+                );
+            });
+    }
+}
+
+impl OwnChild {
+    fn new(pidfd: std::os::fd::OwnedFd) -> std::io::Result<OwnChild> {
+        Ok(OwnChild {
+            pidfd: Some(crate::clone_into::watch_pidfd(pidfd)?),
+            status: None,
+        })
+    }
+
+    fn fd(&self) -> std::io::Result<&tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+        self.pidfd
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the child's pidfd is gone"))
+    }
+
+    /// Reap it if it exited (`WNOHANG`).
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if let Some(st) = self.status {
+            return Ok(Some(st));
+        }
+        use rustix::process::{WaitId, WaitIdOptions, waitid};
+        let got = waitid(
+            WaitId::PidFd(std::os::fd::AsFd::as_fd(self.fd()?.get_ref())),
+            WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+        )?;
+        // A wait status as `waitpid` gives it: the code in the second byte, or the signal
+        // (with 0x80 when it dumped core).
+        let raw = got.and_then(|w| match (w.exit_status(), w.terminating_signal()) {
+            (Some(code), _) => Some((code & 0xff) << 8),
+            (None, Some(sig)) => Some(sig | if w.dumped() { 0x80 } else { 0 }),
+            (None, None) => None,
+        });
+        self.status = raw.map(ExitStatus::from_raw);
+        Ok(self.status)
+    }
+
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        loop {
+            if let Some(st) = self.try_wait()? {
+                return Ok(st);
+            }
+            let mut ready = self.fd()?.readable().await?;
+            ready.clear_ready();
+        }
+    }
+}
+
+impl Child {
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Child::Tokio(c) => c.wait().await,
+            Child::Own(c) => c.wait().await,
+        }
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        match self {
+            Child::Tokio(c) => c.try_wait(),
+            Child::Own(c) => c.try_wait(),
+        }
+    }
+
+    /// Its piped standard streams (none for a directly started child: it inherits them).
+    #[allow(clippy::type_complexity)]
+    fn take_stdio(
+        &mut self,
+    ) -> (
+        Option<tokio::process::ChildStdin>,
+        Option<tokio::process::ChildStdout>,
+        Option<tokio::process::ChildStderr>,
+    ) {
+        match self {
+            Child::Tokio(c) => (c.stdin.take(), c.stdout.take(), c.stderr.take()),
+            Child::Own(_) => (None, None, None),
+        }
     }
 }
 
@@ -353,56 +469,34 @@ impl Run {
             run: run.clone(),
             detail,
         };
-        let mut cmd = tokio::process::Command::new(procs::GATE[0]);
-        cmd.arg(procs::GATE[1])
-            .arg(procs::GATE[2])
-            .arg(procs::GATE[3])
-            .arg(&spec.program)
-            .args(&spec.args)
-            .process_group(0);
-        if spec.env_clear {
-            cmd.env_clear();
-        }
-        for (k, v) in &spec.envs {
-            match v {
-                Some(v) => cmd.env(k, v),
-                None => cmd.env_remove(k),
-            };
-        }
-        if let Some(d) = &spec.cwd {
-            cmd.current_dir(d);
-        }
-        if let Some(s) = spec.stdin.take() {
-            cmd.stdin(s);
-        }
-        if let Some(s) = spec.stdout.take() {
-            cmd.stdout(s);
-        }
-        if let Some(s) = spec.stderr.take() {
-            cmd.stderr(s);
-        }
-        // The run's own variables, after the caller's so they cannot be overridden: the
-        // same as `runlease run` gives its command.
-        cmd.env("RUNLEASE_RUN", &self.path)
-            .env(
-                "RUNLEASE_GENERATION",
-                self.lease.generation.get().to_string(),
-            )
-            .env("RUNLEASE_OWNER", self.lease.owner_id.as_str());
+        // The gate's environment as operations on the inherited one (or on an empty one
+        // after `env_clear`), in order: the caller's, then the run's own variables, set
+        // after the caller's so they cannot be overridden.
+        let mut env: Vec<(OsString, Option<OsString>)> = spec.envs.clone();
+        let mut set = |k: &str, v: Option<&OsStr>| env.push((k.into(), v.map(OsStr::to_os_string)));
+        set("RUNLEASE_RUN", Some(self.path.as_os_str()));
+        set(
+            "RUNLEASE_GENERATION",
+            Some(OsStr::new(&self.lease.generation.get().to_string())),
+        );
+        set(
+            "RUNLEASE_OWNER",
+            Some(OsStr::new(self.lease.owner_id.as_str())),
+        );
         // The authority, so `runlease append`/`release` in the command find the lease
         // where it lives; an inherited one must not point the command elsewhere.
-        match self.opts.authority.url() {
-            Some(url) => cmd.env("RUNLEASE_AUTHORITY", url),
-            None => cmd.env_remove("RUNLEASE_AUTHORITY"),
-        };
+        set(
+            "RUNLEASE_AUTHORITY",
+            self.opts.authority.url().as_deref().map(OsStr::new),
+        );
         // The proof a later owner asks for before it signals a process this one started
         // (PROTOCOL §11.1); set after `env`, so a caller cannot override it.
-        cmd.env(INCARNATION_VAR, &self.shared.incarnation);
+        set(INCARNATION_VAR, Some(OsStr::new(&self.shared.incarnation)));
         // The store socket this owner serves (an inherited one names another owner's).
-        match self.shared.store_socket.get() {
-            Some(name) => cmd.env(crate::store_socket::SOCKET_VAR, name),
-            None => cmd.env_remove(crate::store_socket::SOCKET_VAR),
-        };
+        set(
+            crate::store_socket::SOCKET_VAR,
+            self.shared.store_socket.get().map(OsStr::new),
+        );
         let incarnation = CommandRecord::incarnation_digest(
             &self.lease.run_id,
             self.lease.generation,
@@ -425,22 +519,90 @@ impl Run {
             }
             t.mark.clone()
         };
-        match &mark {
-            Some(m) => cmd.env(procs::MARK_FD_VAR, m.fd_number().to_string()),
-            None => cmd.env_remove(procs::MARK_FD_VAR),
+        let mark_fd = mark.as_ref().map(|m| m.fd_number().to_string());
+        set(procs::MARK_FD_VAR, mark_fd.as_deref().map(OsStr::new));
+        let gate_argv: Vec<&OsStr> = procs::GATE[1..]
+            .iter()
+            .map(OsStr::new)
+            .chain(std::iter::once(spec.program.as_os_str()))
+            .chain(spec.args.iter().map(OsString::as_os_str))
+            .collect();
+        // Born in the run's cgroup when the kernel can (`clone3(CLONE_INTO_CGROUP)`, issue
+        // #33: a move afterwards waits an RCU grace period that blocks every fork), for a
+        // command whose standard streams are inherited (`std::process::Stdio` cannot be
+        // taken apart into descriptors); otherwise tokio's spawn and the move below.
+        let cgroup = self.shared.tracked().cgroup.clone();
+        let direct = match &cgroup {
+            Some(cg) if spec.stdin.is_none() && spec.stdout.is_none() && spec.stderr.is_none() => {
+                let mut vars: std::collections::BTreeMap<OsString, OsString> = if spec.env_clear {
+                    Default::default()
+                } else {
+                    std::env::vars_os().collect()
+                };
+                for (k, v) in &env {
+                    match v {
+                        Some(v) => vars.insert(k.clone(), v.clone()),
+                        None => vars.remove(k),
+                    };
+                }
+                let argv =
+                    std::iter::once(OsStr::new(procs::GATE[0])).chain(gate_argv.iter().copied());
+                let program = crate::clone_into::Program::new(
+                    OsStr::new(procs::GATE[0]),
+                    argv,
+                    vars,
+                    spec.cwd.as_deref(),
+                )
+                .map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
+                Some(program.into_direct(cg.clone()))
+            }
+            _ => None,
         };
+        let mut cmd = tokio::process::Command::new(procs::GATE[0]);
+        cmd.args(&gate_argv).process_group(0);
+        if spec.env_clear {
+            cmd.env_clear();
+        }
+        for (k, v) in &env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        if let Some(d) = &spec.cwd {
+            cmd.current_dir(d);
+        }
+        if let Some(s) = spec.stdin.take() {
+            cmd.stdin(s);
+        }
+        if let Some(s) = spec.stdout.take() {
+            cmd.stdout(s);
+        }
+        if let Some(s) = spec.stderr.take() {
+            cmd.stderr(s);
+        }
         // Start and track in one critical section of the tracking lock, so the watchdog
         // never takes a snapshot without the group (`fence::fence_tick`).
         let adopt = self.opts.subreaper;
-        let (mut child, pid) = start_tracked(&self.shared.tracked, |t| {
-            let spawned = match &mark {
-                Some(m) => m.inheritable(|| cmd.spawn()),
-                None => cmd.spawn(),
+        let (mut child, pid, born_inside) = start_tracked(&self.shared.tracked, |t| {
+            let mut start = || -> std::io::Result<(Child, u32, bool)> {
+                if let Some(d) = &direct {
+                    if let Some((pid, pidfd)) = d.spawn()? {
+                        return Ok((Child::Own(OwnChild::new(pidfd)?), pid, true));
+                    }
+                }
+                let c = cmd.spawn()?;
+                let pid = c
+                    .id()
+                    .ok_or_else(|| std::io::Error::other("the child has no pid"))?;
+                Ok((Child::Tokio(c), pid, false))
             };
-            let child = spawned.map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
-            let pid = child
-                .id()
-                .ok_or_else(|| spawn_err("the child has no pid".into()))?;
+            let spawned = match &mark {
+                Some(m) => m.inheritable(start),
+                None => start(),
+            };
+            let (child, pid, born_inside) =
+                spawned.map_err(|e| spawn_err(format!("cannot start /bin/sh: {e}")))?;
             t.groups.insert(pid);
             t.adopt_children = adopt;
             // The leader's start time at once (it is our unreaped child, its pid cannot be
@@ -452,7 +614,7 @@ impl Run {
                 crate::procs::register_leader(pid, st);
                 t.since = Some(t.since.map_or(st, |s| s.min(st)));
             }
-            Ok::<_, RunError>((child, pid))
+            Ok::<_, RunError>((child, pid, born_inside))
         })?;
         // Dropped (cancelled) from here until the gate is continued or killed, the gate is
         // killed: its program never runs, and no stopped gate is left behind.
@@ -460,7 +622,6 @@ impl Run {
         // Wait until the gate has stopped itself, then record, then continue it.
         let (dir, lease, argv2) = (self.dir.clone(), self.lease.clone(), argv);
         let mark_id = mark.as_ref().map(|m| m.id.clone());
-        let cgroup = self.shared.tracked().cgroup.clone();
         let recorded = blocking(
             &run,
             StepName::Commands,
@@ -488,7 +649,7 @@ impl Run {
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
                 }
-                if let Some(cg) = &cgroup {
+                if let Some(cg) = cgroup.as_ref().filter(|_| !born_inside) {
                     // Before the program starts: all it ever forks is born inside.
                     crate::cgroup::Cgroup::at(cg.clone())
                         .add(pid)
@@ -586,11 +747,12 @@ impl Run {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        let (stdin, stdout, stderr) = child.take_stdio();
         Ok(RunCommand {
             pid,
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
+            stdin,
+            stdout,
+            stderr,
             child,
             shared: self.shared.clone(),
         })

@@ -82,3 +82,86 @@ fn a_killed_owners_escaped_daemon_is_reaped_through_its_cgroup_by_the_next_open(
         run.release(FinalStatus::Done).await.unwrap();
     });
 }
+
+/// Issue #33: both ways a command starts put its program in the run's cgroup before it
+/// runs: started directly inside (`clone3(CLONE_INTO_CGROUP)`, inherited standard
+/// streams) and started then moved while its gate is stopped (piped streams, which the
+/// direct start cannot take). Each program reads its own `/proc/self/cgroup` first thing;
+/// the direct one also gets the run's variables and the working folder asked for.
+#[test]
+fn a_command_runs_in_the_runs_cgroup_whether_started_inside_or_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-born");
+    if !cgroup_available(&path) {
+        return;
+    }
+    let out = dir.path().join("inherited.txt");
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        let name = run.cgroup().unwrap();
+        let name = name.file_name().unwrap().to_str().unwrap().to_string();
+        let script = format!(
+            "grep '^0::' /proc/self/cgroup > {o}; echo \"$RUNLEASE_GENERATION $X\" >> {o}; pwd >> {o}",
+            o = out.display()
+        );
+        let mut cmd = run
+            .command("sh")
+            .args(["-c", script.as_str()])
+            .env("X", "given")
+            .current_dir(dir.path())
+            .spawn()
+            .await
+            .unwrap();
+        assert!(cmd.wait().await.unwrap().success());
+        let text = std::fs::read_to_string(&out).unwrap();
+        let mut lines = text.lines();
+        assert!(lines.next().unwrap().ends_with(&format!("/{name}")), "{text}");
+        assert_eq!(
+            lines.next().unwrap(),
+            format!("{} given", run.generation().get())
+        );
+        assert_eq!(lines.next().unwrap(), dir.path().to_str().unwrap());
+
+        let piped = run
+            .command("sh")
+            .args(["-c", "grep '^0::' /proc/self/cgroup"])
+            .output()
+            .await
+            .unwrap();
+        assert!(piped.status.success());
+        let text = String::from_utf8(piped.stdout).unwrap();
+        assert!(text.trim_end().ends_with(&format!("/{name}")), "{text}");
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
+
+/// Issue #33: a command started directly in the cgroup whose handle is dropped while it
+/// runs is still reaped when it exits (no zombie left for the owner's lifetime), as tokio
+/// reaps a dropped child.
+#[test]
+fn a_dropped_handle_leaves_no_zombie() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run-drop");
+    if !cgroup_available(&path) {
+        return;
+    }
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        let cmd = run
+            .spawn(&["sleep".to_string(), "0.3".to_string()], &[])
+            .await
+            .unwrap();
+        let pid = cmd.pid();
+        drop(cmd);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while lease_run::procs::state_of(pid).is_some() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {pid} still there (state {:?})",
+                lease_run::procs::state_of(pid)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        run.release(FinalStatus::Done).await.unwrap();
+    });
+}
