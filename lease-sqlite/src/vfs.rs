@@ -11,9 +11,9 @@
 //! descriptor's directory, not to a path: nothing below the run root is looked up by name
 //! from outside. The last component is still opened `O_NOFOLLOW` by the `unix` VFS.
 //!
-//! This module is the crate's (and the workspace's) only `unsafe` code: reading SQLite's
-//! VFS table and registering a copy of it. It is kept to those two calls and one
-//! `extern "C"` function that copies a string.
+//! This module is the crate's only `unsafe` code (the workspace's other is lease-run's
+//! `clone_into`): reading SQLite's VFS table and registering a copy of it. It is kept to
+//! those two calls and one `extern "C"` function that copies a string.
 
 #![allow(unsafe_code)]
 
