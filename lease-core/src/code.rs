@@ -114,6 +114,22 @@ codes! {
     StoreRequestRefused = "STORE_REQUEST_REFUSED",
 }
 
+/// Every code the etcd engine (lease-etcd's `EtcdError`) raises beyond lease-core's own
+/// (`TAKEOVER_ACTIVE_REFUSED` 76 and every [`ERROR_CODES`](crate::ERROR_CODES) code are
+/// shared with it). Listed here, with the vocabulary, rather than in lease-etcd: error
+/// codes are part of the product's contract, so every build names them, with or without
+/// the etcd engine compiled in (a build without it refuses an etcd address, but its code
+/// tables, `--help` and docs are the same). lease-etcd re-exports this table as
+/// `lease_etcd::ETCD_ERROR_CODES` and checks its variants against it.
+pub const ETCD_ERROR_CODES: &[Code] = &[
+    Code::Unavailable,
+    Code::OutcomeUnknown,
+    Code::EtcdRefused,
+    Code::EtcdNoSpace,
+    Code::AuthorityInvalid,
+    Code::LivenessInvalid,
+];
+
 impl Code {
     /// `CODE: message`, the one-line form that keeps the code with a message, for a
     /// human line, a log or a record's detail. Every error's own `Display` is the message

@@ -80,7 +80,7 @@ pub mod trust;
 pub mod watch;
 
 pub use canonical::{Record, decode, decode_for, encode};
-pub use code::Code;
+pub use code::{Code, ETCD_ERROR_CODES};
 pub use error::{ERROR_CODES, HeldBy, LeaseError, RecordKind};
 pub use ids::{Digest, Generation, Identity, InvalidValue, RunId, Sequence};
 pub use layout::{Dir, FileRef};

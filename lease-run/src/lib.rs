@@ -425,9 +425,9 @@ pub use acquire::{
 #[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};
 pub use error::{RUN_ERROR_CODES, RunError};
-/// lease-etcd's error codes (feature `etcd`), for callers that document codes.
-#[cfg(feature = "etcd")]
-pub use lease_etcd::ETCD_ERROR_CODES;
+/// The etcd engine's error codes, for callers that document codes: in every build, with
+/// or without the `etcd` feature (the table is lease-core's; lease-etcd re-exports it).
+pub use lease_core::ETCD_ERROR_CODES;
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
 pub use run::{CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan};
