@@ -4,13 +4,14 @@
 //! `schema` field such as `runlease/cli/status/1`); human output otherwise. Errors go to
 //! stderr as `runlease: CODE: message` (and, with `--json`, also as a
 //! `runlease/cli/error/1` object on stdout); the exit code follows README.md "Exit codes"
-//! (`FsError::exit_code`), and usage errors exit 64 (not clap's default 2).
+//! (`exit_codes::exit_for`), and usage errors exit 64 (not clap's default 2).
 //!
 //! `run` is built on the lease-run lifecycle (`run.json`, command records, reaping of a
 //! killed incarnation's commands, store and seal: see `run.rs`); the inspection and repair
-//! subcommands (`ops.rs`) use lease-fs directly and never open the store (it is locked
-//! exclusively by its owner), except `store get/list/log`, which read a free run's store
-//! without writing anything (lease-run's `store_read`). See `runlease --help`.
+//! subcommands (`ops/`) use lease-run's folder handle (`lease_run::folder`), never lease-fs,
+//! and never open the store (it is locked exclusively by its owner), except `store
+//! get/list/log`, which read a free run's store without writing anything (lease-run's
+//! `store_read`). See `runlease --help`.
 
 /// `eprintln!` that never panics. The std macro panics when stderr is gone (a closed pipe,
 /// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process

@@ -125,7 +125,7 @@ enum Unchecked {
 impl Run {
     /// Open (claim) the run at the absolute `path`, in this order, each step timed:
     /// owner-lock → read-status → claim → run.json → heartbeat → layout → commands →
-    /// store → seal → live. A failure undoes what was done (see the crate docs).
+    /// store → seal. A failure undoes what was done (see the crate docs).
     ///
     /// **Cancellation-safe.** The steps run in a task of their own, so dropping this future
     /// (a `timeout`, a `select!`) never stops one half-way: the task notices between steps
