@@ -39,6 +39,7 @@ macro_rules! eprint {
 
 mod common;
 mod diagnosis;
+mod log;
 mod ops;
 mod run;
 
@@ -194,6 +195,9 @@ fn exit(code: i32) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // The layers' `tracing` events on stderr: RUST_LOG, default warn, whatever `--quiet`
+    // and `--json` say (log.rs). The guard's too.
+    log::install();
     // The guard process `runlease run` starts beside its command (lease-run's `guard`),
     // recognised before any parsing: it is no subcommand of the CLI.
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(run::GUARD_ARG)) {

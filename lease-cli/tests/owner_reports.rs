@@ -36,6 +36,12 @@ fn a_lapse_names_the_heartbeat_failure_that_caused_it() {
             "a warning without the code and file: {w}"
         );
     }
+    // Said once, in runlease's words: lease-run's own warnings of the same failures and
+    // of the fence are not printed beside them (lease-cli/src/log.rs, `said_by_the_cli`).
+    assert!(
+        !err.contains("lease_run::run"),
+        "a warning runlease says itself is said twice: {err}"
+    );
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("runlease: FENCED: "), "{err}");
     assert!(

@@ -22,7 +22,8 @@ pub const FAST: [&str; 6] = [
     "1000",
 ];
 
-/// A `runlease` command with no owner token or authority inherited and no terminal stdin.
+/// A `runlease` command with no owner token, authority or RUST_LOG inherited and no terminal
+/// stdin.
 pub fn cmd(args: &[&str]) -> Command {
     cmd_under(&[], args)
 }
@@ -40,6 +41,8 @@ pub fn cmd_under(wrapper: &[&str], args: &[&str]) -> Command {
     };
     scrub_owner_env(c.args(args))
         .env("PATH", path_with_binary())
+        // The default log filter (warnings), whatever RUST_LOG the test run has.
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null());
     c
 }
