@@ -377,6 +377,22 @@ fn later_event(later: u64) -> String {
 }
 
 impl LeaseError {
+    /// Whether this is a fence (`FENCED`): the caller's generation was superseded or its
+    /// self-fence deadline passed, so nothing it writes counts any more.
+    ///
+    /// ```
+    /// use lease_core::{Generation, LeaseError};
+    /// let e = LeaseError::Fenced {
+    ///     run: "r".into(),
+    ///     generation: Generation::new(2).unwrap(),
+    ///     detail: "superseded by generation 3".into(),
+    /// };
+    /// assert!(e.is_fenced());
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.code() == Code::Fenced
+    }
+
     /// The stable, machine-readable code of this error.
     pub fn code(&self) -> Code {
         match self {

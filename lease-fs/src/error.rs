@@ -111,6 +111,24 @@ impl FsError {
         }
     }
 
+    /// Whether this is a fence (`FENCED`, from the protocol inside): nothing the caller's
+    /// generation writes counts any more. The same judgement as `lease_run::RunError::is_fenced`.
+    ///
+    /// ```
+    /// use lease_core::{Generation, LeaseError};
+    /// use lease_fs::FsError;
+    /// let e = FsError::from(LeaseError::Fenced {
+    ///     run: "r".into(),
+    ///     generation: Generation::new(2).unwrap(),
+    ///     detail: "superseded by generation 3".into(),
+    /// });
+    /// assert!(e.is_fenced());
+    /// assert!(!FsError::RunNotFound { path: "/r".into() }.is_fenced());
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.code() == Code::Fenced
+    }
+
     /// Wrap an `io::Error` of operation `op` on `path`, classifying layout problems.
     pub fn io(run: &str, op: &'static str, path: &str, source: io::Error) -> FsError {
         // A path named like a record that is not a record file (PROTOCOL §5.1): one

@@ -241,6 +241,24 @@ impl StoreError {
         }
     }
 
+    /// Whether this is a fence (`FENCED`): the store refused the generation's token (a
+    /// higher one committed), or the commit gate said the run is fenced. Nothing the caller's
+    /// generation commits counts any more.
+    ///
+    /// ```
+    /// use lease_sqlite::StoreError;
+    /// let e = StoreError::Fenced {
+    ///     run: "r".into(),
+    ///     file: "store/run.sqlite".into(),
+    ///     token: 2,
+    ///     max_token: 3,
+    /// };
+    /// assert!(e.is_fenced());
+    /// ```
+    pub fn is_fenced(&self) -> bool {
+        self.code() == Code::Fenced
+    }
+
     /// Attach the store file to a protocol error that does not name one yet.
     pub(crate) fn in_file(mut self, path: &str) -> Self {
         if let StoreError::Lease { file, .. } = &mut self {
