@@ -310,7 +310,7 @@ impl Run {
                 Ok::<_, RunError>((view, real))
             })
             .await
-            .map_err(|e| RunError::Io(format!("the observer's open panicked: {e}")))??;
+            .map_err(|e| RunError::from_join("the observer's open", &e))??;
         // One owner id for every attempt: an attempt whose claim committed but whose
         // answer was lost is then found by the next one as its own (lease-core's adoption).
         let owner_id = match opts.owner_id.clone() {
@@ -334,7 +334,7 @@ impl Run {
                     Ok(view)
                 })
                 .await
-                .map_err(|e| RunError::Io(format!("a status read panicked: {e}")))?
+                .map_err(|e| RunError::from_join("a status read", &e))?
             }
         };
         let poll = opts.policy.heartbeat().min(MAX_WAIT_POLL);

@@ -216,7 +216,7 @@ impl EtcdLease {
                 Ok::<_, lease_etcd::EtcdError>((authority, run))
             })
             .join()
-            .map_err(|_| RunError::Io("the etcd connect thread panicked".into()))
+            .map_err(|_| RunError::Internal("the etcd connect thread panicked".into()))
         })??;
         Ok(EtcdLease {
             run: Some(run),
@@ -238,9 +238,9 @@ impl EtcdLease {
     ) -> Result<T, RunError> {
         let run = self.etcd_run();
         std::thread::scope(|s| {
-            s.spawn(|| f(run))
-                .join()
-                .map_err(|_| RunError::Io(format!("an etcd call thread panicked ({})", self.url)))
+            s.spawn(|| f(run)).join().map_err(|_| {
+                RunError::Internal(format!("an etcd call thread panicked ({})", self.url))
+            })
         })?
         .map_err(RunError::from)
     }

@@ -150,6 +150,11 @@ pub enum RunError {
     /// An OS-level failure outside the run folder (clock, /proc, random).
     #[error("{0}")]
     Io(String),
+    /// A bug in runlease: a task or thread of the run panicked (`INTERNAL`, exit 70 in the
+    /// CLI), told apart from an I/O failure (74) so that an operator reports it instead of
+    /// retrying. What the panicked work had written is judged as after a crash.
+    #[error("{0} (a bug in runlease: please report it)")]
+    Internal(String),
 }
 
 impl RunError {
@@ -173,6 +178,17 @@ impl RunError {
             RunError::Spawn { .. } => Code::SpawnFailed,
             RunError::Served { code, .. } => *code,
             RunError::Io(_) => Code::IoError,
+            RunError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// The error for a task of the run that ended without an answer (`what`: which one):
+    /// `INTERNAL` when it panicked, `IO_ERROR` when the runtime stopped it (shutting down).
+    pub(crate) fn from_join(what: &str, e: &tokio::task::JoinError) -> RunError {
+        if e.is_panic() {
+            RunError::Internal(format!("{what} panicked"))
+        } else {
+            RunError::Io(format!("{what} was stopped by the runtime shutting down"))
         }
     }
 

@@ -165,13 +165,13 @@ impl Run {
         match rx.await {
             Ok(r) => r,
             // The task ended without an answer: it panicked, or the runtime is shutting down.
-            Err(_) => Err(RunError::Io(match task.await {
-                Err(e) if e.is_panic() => format!("run {}: the open panicked", path.display()),
-                _ => format!(
+            Err(_) => Err(match task.await {
+                Err(e) => RunError::from_join(&format!("run {}: the open", path.display()), &e),
+                Ok(()) => RunError::Io(format!(
                     "run {}: the open was stopped by the runtime shutting down",
                     path.display()
-                ),
-            })),
+                )),
+            }),
         }
     }
 

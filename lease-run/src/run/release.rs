@@ -122,12 +122,7 @@ impl Run {
         });
         match task.await {
             Ok(r) => r,
-            Err(e) if e.is_panic() => {
-                Err(RunError::Io(format!("run {name}: the release panicked")))
-            }
-            Err(_) => Err(RunError::Io(format!(
-                "run {name}: the release was stopped by the runtime shutting down"
-            ))),
+            Err(e) => Err(RunError::from_join(&format!("run {name}: the release"), &e)),
         }
     }
 

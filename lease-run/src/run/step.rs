@@ -114,10 +114,31 @@ pub(super) async fn blocking<T: Send + 'static>(
             step: step.as_str(),
             ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
         }),
-        Ok(Err(join)) => Err(RunError::Io(format!(
-            "step {} panicked: {join}",
-            step.as_str()
-        ))),
+        Ok(Err(join)) => Err(RunError::from_join(
+            &format!("run {run}: step {}", step.as_str()),
+            &join,
+        )),
         Ok(Ok(r)) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step whose work panics is `INTERNAL` (a bug, exit 70), not `IO_ERROR` (74), and
+    /// names the run and the step.
+    #[tokio::test]
+    async fn a_panicking_step_is_internal_not_io() {
+        let e = blocking(
+            "r",
+            StepName::Claim,
+            Duration::from_secs(5),
+            || -> Result<(), RunError> { panic!("boom") },
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code(), lease_core::Code::Internal, "{e}");
+        assert!(e.to_string().contains("run r: step claim panicked"), "{e}");
     }
 }
