@@ -362,10 +362,10 @@ pub(crate) fn store_against_chain(
         (a, b) => a.or(b),
     };
     let state = store.identity().map_err(RunError::Store)?;
-    lease_core::seal::check_seal(run, seal, floor, &state).map_err(|source| {
+    lease_core::seal::check_seal(run, seal, floor, &state).map_err(|error| {
         RunError::Store(lease_sqlite::StoreError::Lease {
             file: Some(file.to_string()),
-            source,
+            error,
         })
     })
 }

@@ -16,13 +16,16 @@ use lease_core::LeaseError;
 pub enum StoreError {
     /// A protocol outcome from lease-core: `STORE_BEHIND_SEAL` and `STORE_IDENTITY_MISMATCH`
     /// from the seal check, or whatever the commit gate (the run layer's self-fence check)
-    /// returned, usually `FENCED`. Its code is the inner error's.
-    #[error("{source}{}", file_suffix(.file))]
+    /// returned, usually `FENCED`. Its code is the inner error's. Its message is the inner
+    /// one with the file added, and it reports no `source()` of its own (as a transparent
+    /// wrapper): a chain printer (`anyhow`'s `{:#}`) then says the message once, not twice.
+    /// The protocol error itself: [`StoreError::lease`].
+    #[error("{error}{}", file_suffix(.file))]
     Lease {
         /// The store file, when the refusal concerns one.
         file: Option<String>,
         /// The protocol error.
-        source: LeaseError,
+        error: LeaseError,
     },
     /// A commit carried a fencing token below the highest one the store has accepted: its
     /// writer has been superseded. Nothing of the commit was written.
@@ -208,8 +211,8 @@ fn file_suffix(file: &Option<String>) -> String {
 }
 
 impl From<LeaseError> for StoreError {
-    fn from(source: LeaseError) -> Self {
-        StoreError::Lease { file: None, source }
+    fn from(error: LeaseError) -> Self {
+        StoreError::Lease { file: None, error }
     }
 }
 
@@ -217,7 +220,7 @@ impl StoreError {
     /// The stable, machine-readable code of this error.
     pub fn code(&self) -> Code {
         match self {
-            StoreError::Lease { source, .. } => source.code(),
+            StoreError::Lease { error, .. } => error.code(),
             StoreError::Fenced { .. } => Code::Fenced,
             StoreError::ViewNotAt { .. } => Code::ConcurrentChange,
             StoreError::Busy { .. } | StoreError::NeedsOwner { .. } => Code::StoreBusy,
@@ -236,7 +239,7 @@ impl StoreError {
     /// The protocol error inside, if this is one.
     pub fn lease(&self) -> Option<&LeaseError> {
         match self {
-            StoreError::Lease { source, .. } => Some(source),
+            StoreError::Lease { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -286,3 +289,34 @@ pub const STORE_ERROR_CODES: &[Code] = &[
     Code::StoreBusy,
     Code::RunNotOwned,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain printer (what `anyhow` does for `{:#}`: each error's message, then its
+    /// `source()`'s) says a wrapped protocol error once, with the store file (issue #34).
+    #[test]
+    fn a_wrapped_lease_error_is_said_once_in_a_chain() {
+        let e = StoreError::from(LeaseError::Fenced {
+            run: "r".into(),
+            generation: lease_core::Generation::new(2).unwrap(),
+            detail: "superseded by generation 3".into(),
+        })
+        .in_file("store/run.sqlite");
+        let mut chain = e.to_string();
+        let mut cur = std::error::Error::source(&e);
+        while let Some(s) = cur {
+            chain.push_str(": ");
+            chain.push_str(&s.to_string());
+            cur = s.source();
+        }
+        assert_eq!(
+            chain.matches("superseded by generation 3").count(),
+            1,
+            "{chain}"
+        );
+        assert!(chain.contains("store/run.sqlite"), "{chain}");
+        assert!(e.is_fenced() && e.lease().is_some());
+    }
+}

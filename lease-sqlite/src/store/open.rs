@@ -226,7 +226,7 @@ impl Store {
             if expect.store_id.as_str() != m.store_id {
                 let err = StoreError::Lease {
                     file: Some(file.clone()),
-                    source: LeaseError::StoreIdentityMismatch {
+                    error: LeaseError::StoreIdentityMismatch {
                         run: run_s.clone(),
                         sealed: expect.store_id.to_string(),
                         found: m.store_id.clone(),

@@ -66,10 +66,10 @@ impl OpenedStore {
     ) -> Result<Store, StoreError> {
         let state = self.inner.identity()?;
         let run = RunId::new(self.inner.run.clone())?;
-        lease_core::seal::check_seal(&run, seal, floor, &state).map_err(|source| {
+        lease_core::seal::check_seal(&run, seal, floor, &state).map_err(|error| {
             StoreError::Lease {
                 file: Some(self.inner.file.clone()),
-                source,
+                error,
             }
         })?;
         let mut inner = self.inner;
