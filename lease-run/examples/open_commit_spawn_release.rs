@@ -5,8 +5,7 @@
 //!
 //! Run: `cargo run -p lease-run --example open_commit_spawn_release`
 
-use lease_core::{HeartbeatDurability, TimingPolicy};
-use lease_run::{Batch, FinalStatus, OpenOptions, Run};
+use lease_run::{Batch, FinalStatus, HeartbeatDurability, OpenOptions, Run, TimingPolicy};
 use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

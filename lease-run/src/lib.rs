@@ -428,6 +428,13 @@ pub use error::{RUN_ERROR_CODES, RunError};
 /// The etcd engine's error codes, for callers that document codes: in every build, with
 /// or without the `etcd` feature (the table is lease-core's; lease-etcd re-exports it).
 pub use lease_core::ETCD_ERROR_CODES;
+/// What a lease-run user needs from lease-core (issue #34: one dependency for the common job):
+/// the timing policy, the lease operations behind [`Run::authority`] and the values they
+/// take and give. `lease_run::ops` is lease-core's operations module (`AppendParams`, ...).
+pub use lease_core::{
+    Code, Generation, HeartbeatDurability, Identity, LeaseError, LeaseOps, RunId, RunState,
+    RunStatus, Seal, Timestamp, TimingPolicy, ops,
+};
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
 pub use run::{CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan};
@@ -438,3 +445,6 @@ pub use run::{
     Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, new_owner_id,
     preflight, wall_now,
 };
+/// The JSON crate event payloads and `--json` records are built with, so a lease-run user
+/// needs no dependency of its own for them (`lease_run::serde_json::json!`).
+pub use serde_json;
