@@ -26,10 +26,18 @@ use std::time::Duration;
 ///   of the last successful heartbeat-class write (the claim, then each beat) it writes
 ///   nothing and answers `FENCED`, as does a heartbeat that finds a higher generation. A
 ///   fence is sticky: every later call answers `FENCED`.
+/// - [`OwnedRun::append`] appends an event after the same self-fence check (past the
+///   deadline nothing is written: `FENCED`), so an owner that stopped beating cannot keep
+///   adding events that a replacer would have to judge. [`OwnedRun::heartbeat_due`] says
+///   when the next beat is due (the policy's heartbeat interval since the last one).
 /// - [`OwnedRun::release`] releases (refused once fenced: nothing is written) and lets the
-///   lock go. **Dropping** an `OwnedRun` writes nothing: the lock is let go and the run is
-///   left as after a crash of its owner (`status` says dead: retire it, or claim with
-///   lease-run's `retire_dead`).
+///   lock go. **Dropping** an `OwnedRun` writes nothing and lets the lock go: the lease is
+///   left as its owner's crash would leave it. While this process lives, its holder is
+///   alive, so `status` says `active` (not `dead`) and a claim from this same process is
+///   refused until the lease is stale (`stale_after` without a beat), then it is a
+///   takeover; once the process has exited, `status` says `dead` and the run can be
+///   retired (or claimed with lease-run's `retire_dead`). To give the run back, call
+///   [`OwnedRun::release`].
 ///
 /// ```
 /// use lease_core::{Identity, Timestamp, TimingPolicy};
@@ -59,6 +67,8 @@ pub struct OwnedRun {
     store_head: Option<u64>,
     /// The first fence's cause (sticky).
     fenced: Option<String>,
+    /// The last event this owner appended (the next append's tail hint).
+    tail: Option<(lease_core::Sequence, lease_core::Digest)>,
 }
 
 impl std::fmt::Debug for OwnedRun {
@@ -115,6 +125,7 @@ impl OwnedRun {
             count: 0,
             store_head: None,
             fenced: None,
+            tail: None,
         })
     }
 
@@ -196,6 +207,54 @@ impl OwnedRun {
                 Err(e)
             }
         }
+    }
+
+    /// Whether the next heartbeat is due: the policy's heartbeat interval has passed since
+    /// the start of the last successful heartbeat-class write (on `CLOCK_BOOTTIME`, so a
+    /// wall clock stepped back or forward changes nothing). A loop that calls
+    /// [`OwnedRun::heartbeat`] whenever this says so keeps the lease (a beat is due well
+    /// before the self-fence deadline: the policy requires `heartbeat < self_fence_after`).
+    pub fn heartbeat_due(&self) -> bool {
+        let age = Duration::from_nanos(boottime_ns().saturating_sub(self.beat_ns));
+        age >= self.lease.policy.heartbeat()
+    }
+
+    /// Append an event of `event_type` with `payload` at wall time `now`, as this owner,
+    /// after the self-fence check ([`OwnedRun::check_live`]: past the deadline, or once
+    /// fenced, nothing is written and the answer is `FENCED`). The answer is lease-core's
+    /// ([`LeaseOps::append`]): durable and counting when `Ok`; `superseded_by` set means it
+    /// counts but this owner was replaced meanwhile, so the run is fenced from here on. The
+    /// tail of the last append is passed on as the next one's hint.
+    pub fn append(
+        &mut self,
+        event_type: Identity,
+        payload: serde_json::Value,
+        now: Timestamp,
+    ) -> Result<lease_core::ops::Appended, FsError> {
+        self.check_live()?;
+        let r = self.dir.append(
+            &self.lease,
+            lease_core::ops::AppendParams {
+                event_type,
+                payload,
+                now,
+                tail_hint: self.tail.clone(),
+            },
+        );
+        match &r {
+            Ok(a) => {
+                self.tail = Some((a.sequence, a.hash.clone()));
+                if let Some(g) = a.superseded_by {
+                    self.fenced = Some(format!("superseded by generation {g}"));
+                }
+            }
+            Err(e) => {
+                if let Some(LeaseError::Fenced { detail, .. }) = e.lease() {
+                    self.fenced = Some(detail.clone());
+                }
+            }
+        }
+        r
     }
 
     /// Release the lease at wall time `now` (with `seal`, the store's seal, if the run has

@@ -172,3 +172,60 @@ fn a_claim_over_a_dead_holder_says_it_requires_retirement() {
     assert_eq!(e.code().as_str(), "RUN_ALREADY_ACTIVE", "{e}");
     drop(held);
 }
+
+/// Issue #34: `OwnedRun::append` applies the self-fence rule (the issue's misuse: 200
+/// appends through `dir()` were accepted after the deadline, then the owner's own release
+/// was refused). Before the deadline it appends and chains its hint; past it nothing is
+/// written and the answer is `FENCED`, sticky; `heartbeat_due` turns true after the
+/// heartbeat interval.
+#[test]
+fn append_checks_the_self_fence_and_a_beat_is_due_after_the_interval() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("appends");
+    RunDir::create(&path).unwrap();
+    // A roomy self-fence deadline (1 s) so a slow disk cannot fence the first appends.
+    let policy = TimingPolicy::from_millis(100, 1000, 3000, HeartbeatDurability::Local).unwrap();
+    let mut run = OwnedRun::claim(
+        &path,
+        Identity::new("w1").unwrap(),
+        policy,
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    let step = Identity::new("step").unwrap();
+    let a = run
+        .append(
+            step.clone(),
+            serde_json::json!(1),
+            Timestamp::now().unwrap(),
+        )
+        .unwrap();
+    let b = run
+        .append(
+            step.clone(),
+            serde_json::json!(2),
+            Timestamp::now().unwrap(),
+        )
+        .unwrap();
+    assert_eq!((a.sequence.get(), b.sequence.get()), (1, 2));
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(run.heartbeat_due(), "not due after the 100 ms interval");
+    run.heartbeat(Timestamp::now().unwrap()).unwrap();
+    assert!(!run.heartbeat_due(), "due right after a beat");
+    // Past the 1 s self-fence deadline without a beat: nothing more is written.
+    std::thread::sleep(Duration::from_millis(1100));
+    let events = || std::fs::read_dir(path.join("events")).unwrap().count();
+    let before = events();
+    let e = run
+        .append(
+            step.clone(),
+            serde_json::json!(3),
+            Timestamp::now().unwrap(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code().as_str(), "FENCED", "{e}");
+    assert!(e.is_fenced());
+    assert_eq!(events(), before, "an append past the deadline wrote");
+    let e = run.heartbeat(Timestamp::now().unwrap()).unwrap_err();
+    assert!(e.is_fenced(), "the fence is sticky: {e}");
+}
