@@ -115,9 +115,37 @@ pub(super) fn build_new_store(
         .and_then(|_| tx.execute("INSERT INTO fence (singleton, max_token) VALUES (1, 0)", []))
         .and_then(|_| tx.commit())
         .map_err(|e| sq("create schema", e))?;
-    // Close checkpoints the WAL into the file and removes the WAL, so the file linked into
-    // place is whole on its own.
+    // The WAL is checkpointed into the file explicitly and checked, and then the close
+    // removes it, so the file linked into place is whole on its own. A close alone
+    // checkpoints only when it can take its exclusive lock, and says nothing when it
+    // cannot: the pages would stay in the temp's WAL, which step 5 removes, and the store
+    // linked into place would be a header without its pages (`STORE_CORRUPT`, "its header
+    // says N pages", was seen once on a loaded 2-core machine). A checkpoint that cannot
+    // finish is an error here, before anything is linked.
+    let (busy, log, done): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .map_err(|e| sq("checkpoint (create)", e))?;
+    if busy != 0 || done != log {
+        return Err(ctx.io(
+            "checkpoint (create)",
+            std::io::Error::other(format!(
+                "the new store's WAL was not checkpointed whole (busy {busy}, {done} of {log} frames); nothing was linked"
+            )),
+        ));
+    }
     conn.close().map_err(|(_, e)| sq("close (create)", e))?;
+    if dir
+        .lstat(&wal_name(tmp))
+        .map_err(|e| ctx.io("stat (new store's WAL)", e))?
+        .is_some_and(|st| st.st_size > 0)
+    {
+        return Err(ctx.io(
+            "close (create)",
+            std::io::Error::other("the new store's WAL outlived its close; nothing was linked"),
+        ));
+    }
     dir.open_read(tmp)
         .and_then(|f| f.sync_all())
         .map_err(|e| ctx.io("fsync (new store)", e))
