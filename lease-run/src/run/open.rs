@@ -1011,23 +1011,10 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
                     req,
                 }));
             }
-            let create = req.names_no_store();
-            let expect = req.seal().map(|s| Expected {
-                store_id: s.store_id.clone(),
-            });
-            // The store folder is opened beneath the held root (no symlink followed,
-            // trust-checked), and the store's files only ever beneath that folder.
-            let folder = root
-                .open_dir(lease_core::layout::STORE_DIR)
-                .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
-            let opened = Store::open_in(
-                &rid,
-                folder,
-                &store_dir,
-                lease_core::layout::STORE_FILE_NAME,
-                lease_sqlite::OpenOptions { create, expect },
-            )?;
-            Ok(Unchecked::Local(opened, req))
+            Ok(Unchecked::Local(
+                open_local(&rid, &root, &store_dir, &req)?,
+                req,
+            ))
         }),
     )
     .await
@@ -1043,6 +1030,34 @@ async fn store(st: &Opening, cx: &Ctx<'_>, lease: &OwnedLease) -> Result<Uncheck
 fn deferrable(req: &Requirements) -> bool {
     req.seal()
         .is_some_and(|seal| req.floor().is_none_or(|(f, _)| f <= seal.sequence))
+}
+
+/// Open `store/run.sqlite` for the owner whose chain requires `req`: the store folder
+/// beneath the held root (no symlink followed, trust-checked; the store's files only ever
+/// beneath it), a new store created only when the chain names none, the sealed identity
+/// expected. The eager `store` step and a deferred store's first access both open it here.
+fn open_local(
+    rid: &RunId,
+    root: &RealFs,
+    store_dir: &Path,
+    req: &Requirements,
+) -> Result<OpenedStore, RunError> {
+    let folder = root
+        .open_dir(lease_core::layout::STORE_DIR)
+        .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
+    let expect = req.seal().map(|s| Expected {
+        store_id: s.store_id.clone(),
+    });
+    Ok(Store::open_in(
+        rid,
+        folder,
+        store_dir,
+        lease_core::layout::STORE_FILE_NAME,
+        lease_sqlite::OpenOptions {
+            create: req.names_no_store(),
+            expect,
+        },
+    )?)
 }
 
 /// Whether `store/` holds a write-ahead log or rollback journal beside the store (a crash
@@ -1073,33 +1088,14 @@ fn leftover_log(root: &RealFs) -> bool {
 }
 
 /// Open a deferred store at its first access (called by the fence core under its store
-/// slot, after the fence check): `store/` beneath the held root, `run.sqlite` with the
-/// sealed identity expected (never created), checked against the seal and floor, and the
-/// commit gate installed, exactly as the eager `store` and `seal` steps do. Returns the
-/// store with its head.
+/// slot, after the fence check): [`open_local`] (never created: the chain names a seal),
+/// checked against the seal and floor, and the commit gate installed, exactly as the eager
+/// `store` and `seal` steps do. Returns the store with its head.
 pub(super) fn open_deferred(
     shared: &Arc<Shared>,
     d: &super::DeferredStore,
 ) -> Result<(Store, u64), RunError> {
-    let rid = &d.run_id;
-    let folder = d
-        .root
-        .open_dir(lease_core::layout::STORE_DIR)
-        .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
-    let expect = d.req.seal().map(|s| Expected {
-        store_id: s.store_id.clone(),
-    });
-    let mut store = Store::open_in(
-        rid,
-        folder,
-        &d.store_dir,
-        lease_core::layout::STORE_FILE_NAME,
-        lease_sqlite::OpenOptions {
-            create: false,
-            expect,
-        },
-    )?
-    .check(&d.req)?;
+    let mut store = open_local(&d.run_id, &d.root, &d.store_dir, &d.req)?.check(&d.req)?;
     let head = store.head()?;
     store.set_commit_gate(commit_gate(shared, shared.run.clone(), shared.generation));
     Ok((store, head))
