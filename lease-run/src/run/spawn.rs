@@ -66,7 +66,8 @@ impl Drop for OwnChild {
     /// child still running when its handle goes is reaped by a thread of its own, blocked
     /// on its pidfd until it exits.
     fn drop(&mut self) {
-        if self.status.is_some() || matches!(self.try_wait(), Ok(Some(_))) {
+        // Already reaped (`try_wait` answers the kept status), or reaped now.
+        if matches!(self.try_wait(), Ok(Some(_))) {
             return;
         }
         let Some(fd) = self.pidfd.take() else {
