@@ -1,7 +1,8 @@
-//! The one error type of the protocol core, with stable codes.
+//! The one error type of the protocol core, with stable codes, and the constructors of ids
+//! that refuse with it (`ids.rs` stays a leaf of values that this error names).
 
 use crate::Code;
-use crate::ids::{Generation, RunId};
+use crate::ids::{Generation, Identity, RunId, Sequence, run_id_refusal};
 use crate::time::Timestamp;
 
 /// Which kind of record a decoding error is about.
@@ -100,7 +101,7 @@ impl std::fmt::Display for HeldBy {
 #[non_exhaustive]
 pub enum LeaseError {
     /// A run id does not match `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
-    #[error("run id {value:?} is not valid ({reason})")]
+    #[error("{}", run_id_refusal(.value, .reason))]
     RunIdInvalid {
         /// The rejected value (escaped in the message).
         value: String,
@@ -474,3 +475,46 @@ pub const ERROR_CODES: &[Code] = &[
     Code::StoreCommitTooLarge,
     Code::StoreBudgetExceeded,
 ];
+
+impl RunId {
+    /// Validate and wrap a run id: `RUN_ID_INVALID` if it does not match the pattern.
+    pub fn new(value: impl Into<String>) -> Result<RunId, LeaseError> {
+        RunId::validate(value.into())
+            .map_err(|(value, reason)| LeaseError::RunIdInvalid { value, reason })
+    }
+}
+
+impl Identity {
+    /// Validate, reporting a typed argument error naming `what`.
+    pub fn arg(what: &'static str, value: impl Into<String>) -> Result<Identity, LeaseError> {
+        Identity::new(value).map_err(|e| LeaseError::ArgumentInvalid {
+            what,
+            reason: e.reason().to_owned(),
+        })
+    }
+}
+
+/// `GENERATION_OVERFLOW`: the `what` of `run` cannot grow past `value`.
+fn overflow(run: &RunId, what: &'static str, value: u64) -> LeaseError {
+    LeaseError::Overflow {
+        run: run.to_string(),
+        what,
+        value,
+    }
+}
+
+impl Generation {
+    /// The next value, or an overflow error naming the run.
+    pub fn next(self, run: &RunId) -> Result<Generation, LeaseError> {
+        self.checked_next()
+            .ok_or_else(|| overflow(run, "generation", self.get()))
+    }
+}
+
+impl Sequence {
+    /// The next value, or an overflow error naming the run.
+    pub fn next(self, run: &RunId) -> Result<Sequence, LeaseError> {
+        self.checked_next()
+            .ok_or_else(|| overflow(run, "sequence", self.get()))
+    }
+}

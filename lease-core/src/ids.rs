@@ -1,6 +1,11 @@
 //! Validated identifiers: run ids, identities, generations, sequences and digests.
+//!
+//! A leaf of values: the errors of the protocol name these ids, so the constructors that
+//! refuse with a [`crate::LeaseError`] ([`RunId::new`], [`Identity::arg`],
+//! [`Generation::next`], [`Sequence::next`]) stand with that error, in `error.rs`; the
+//! rules they apply are here.
 
-use crate::error::LeaseError;
+pub use crate::invalid::InvalidValue;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::num::NonZeroU64;
@@ -13,9 +18,8 @@ use std::num::NonZeroU64;
 pub struct RunId(String);
 
 impl RunId {
-    /// Validate and wrap a run id.
-    pub fn new(value: impl Into<String>) -> Result<RunId, LeaseError> {
-        let value = value.into();
+    /// `value` as a run id, or why it is not one: the rule of [`RunId::new`].
+    pub(crate) fn validate(value: String) -> Result<RunId, (String, &'static str)> {
         let reason = if value.is_empty() {
             Some("it is empty")
         } else if value.len() > 128 {
@@ -31,7 +35,7 @@ impl RunId {
             None
         };
         match reason {
-            Some(reason) => Err(LeaseError::RunIdInvalid { value, reason }),
+            Some(reason) => Err((value, reason)),
             None => Ok(RunId(value)),
         }
     }
@@ -40,6 +44,12 @@ impl RunId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// How a refused run id reads, in a decoding error and in
+/// [`crate::LeaseError::RunIdInvalid`] alike.
+pub(crate) fn run_id_refusal(value: &str, reason: &str) -> String {
+    format!("run id {value:?} is not valid ({reason})")
 }
 
 impl fmt::Display for RunId {
@@ -57,47 +67,8 @@ impl Serialize for RunId {
 impl<'de> Deserialize<'de> for RunId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        RunId::new(s).map_err(serde::de::Error::custom)
-    }
-}
-
-/// A value refused by a constructor or parser ([`Identity::new`], [`Digest::parse`],
-/// [`crate::Timestamp::parse`]): what it was meant to be and why it is not. A real error type, so
-/// `?` works into `Box<dyn Error>` and `anyhow`; protocol operations report the same
-/// refusal as [`LeaseError::ArgumentInvalid`] (see [`Identity::arg`]).
-///
-/// ```
-/// use lease_core::{Identity, InvalidValue};
-/// let e: InvalidValue = Identity::new(" padded").unwrap_err();
-/// assert_eq!(e.what(), "identity");
-/// assert_eq!(e.to_string(), "invalid identity: \" padded\" has leading or trailing whitespace");
-/// let boxed: Box<dyn std::error::Error> = e.into();
-/// # drop(boxed);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {what}: {reason}")]
-pub struct InvalidValue {
-    what: &'static str,
-    reason: String,
-}
-
-impl InvalidValue {
-    /// A refusal of a `what` (`"identity"`, `"timestamp"`, ...) because of `reason`.
-    pub fn new(what: &'static str, reason: impl Into<String>) -> InvalidValue {
-        InvalidValue {
-            what,
-            reason: reason.into(),
-        }
-    }
-
-    /// What the value was meant to be.
-    pub fn what(&self) -> &'static str {
-        self.what
-    }
-
-    /// Why it is not.
-    pub fn reason(&self) -> &str {
-        &self.reason
+        RunId::validate(s)
+            .map_err(|(value, reason)| serde::de::Error::custom(run_id_refusal(&value, reason)))
     }
 }
 
@@ -127,14 +98,6 @@ impl Identity {
             return bad(format!("{value:?} contains a control character"));
         }
         Ok(Identity(value))
-    }
-
-    /// Validate, reporting a typed argument error naming `what`.
-    pub fn arg(what: &'static str, value: impl Into<String>) -> Result<Identity, LeaseError> {
-        Identity::new(value).map_err(|e| LeaseError::ArgumentInvalid {
-            what,
-            reason: e.reason,
-        })
     }
 
     /// The identity as text.
@@ -188,7 +151,7 @@ impl Identity {
 
     /// Validate a *word* ([`Identity::check_word`]), e.g. an owner id given as an argument.
     pub fn word(what: &'static str, value: impl Into<String>) -> Result<Identity, InvalidValue> {
-        let id = Identity::new(value).map_err(|e| InvalidValue::new(what, e.reason))?;
+        let id = Identity::new(value).map_err(|e| InvalidValue::new(what, e.reason()))?;
         id.check_word(what)
             .map_err(|reason| InvalidValue::new(what, reason))?;
         Ok(id)
@@ -234,13 +197,10 @@ macro_rules! positive_u64 {
                 self.0.get()
             }
 
-            /// The next value, or an overflow error naming the run.
-            pub fn next(self, run: &RunId) -> Result<$name, LeaseError> {
-                self.0.checked_add(1).map($name).ok_or_else(|| LeaseError::Overflow {
-                    run: run.to_string(),
-                    what: $what,
-                    value: self.get(),
-                })
+            /// The next value; `None` past `u64::MAX` (`next`, in `error.rs`, names the
+            /// run in that refusal).
+            pub(crate) fn checked_next(self) -> Option<$name> {
+                self.0.checked_add(1).map($name)
             }
 
             /// The previous value, if any.

@@ -65,6 +65,7 @@ pub mod error;
 #[cfg(feature = "ghost")]
 pub mod ghost;
 pub mod ids;
+mod invalid;
 pub mod layout;
 pub mod mem;
 pub mod mutant;

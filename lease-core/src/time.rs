@@ -3,7 +3,7 @@
 //! The core never reads a clock: callers pass [`Timestamp`]s (wall time) and
 //! [`std::time::Duration`] readings of their own monotonic clock.
 
-use crate::ids::InvalidValue;
+use crate::invalid::InvalidValue;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
