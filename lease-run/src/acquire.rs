@@ -12,8 +12,8 @@
 //! process's `CLOCK_BOOTTIME`: the owner's record must stay unchanged for its
 //! `stale_after` on *our* clock (no other host's wall clock decides).
 
+use crate::clock::boottime_ns;
 use crate::error::RunError;
-use crate::procs::boottime_ns;
 use crate::run::{OpenOptions, Run};
 use lease_core::ops::{Expectation, Head, Status, StatusView};
 use lease_core::watch::{StaleWatch, Verdict, watch_key};
@@ -284,7 +284,7 @@ impl Run {
         // The run folder is opened once here (or was, by the caller: `opts.folder`) and
         // every attempt's open works on that same directory (a duplicate of its
         // descriptor), never on a second lookup of `path`.
-        let (view_of, held): (Arc<dyn crate::LeaseAuthority>, Arc<RealFs>) =
+        let (view_of, held): (Arc<dyn crate::authority::LeaseAuthority>, Arc<RealFs>) =
             tokio::task::spawn_blocking(move || {
                 // With `create`, the folder is made here as the first attempt would make it.
                 let folder = match held {
@@ -326,7 +326,7 @@ impl Run {
             let v = view_of.clone();
             async move {
                 tokio::task::spawn_blocking(move || {
-                    let now = crate::run::wall_now()?;
+                    let now = crate::clock::wall_now()?;
                     let view = v.status(now, probe)?;
                     if let Status::Invalid(e) = view.status {
                         return Err(RunError::from(e));

@@ -38,11 +38,12 @@
 //! next step would name.
 
 use crate::authority::LeaseAuthority;
+use crate::clock::wall_now;
 use crate::error::RunError;
+use crate::preflight::refuse_evidence;
 use lease_core::LeaseOps;
 use lease_core::canonical::MAX_RECORD_BYTES;
 use lease_core::ops::{Request, Response, Status, StatusView};
-use lease_core::rollback::Evidence;
 use lease_core::{Event, FileRef, LeaseError, RunStatus, Sequence, decode_for};
 use lease_fs::{FsError, RealFs, RunDir};
 
@@ -135,7 +136,7 @@ pub fn judge(
     let mut mark_due = None;
     let mut whole = || -> Result<(), RunError> {
         if let Some(f) = folder {
-            crate::run::preflight(f.dir)?;
+            crate::preflight::preflight(f.dir)?;
         }
         // The log from its newest verified-prefix mark (PROTOCOL §13.1): what `verify`
         // rejects after the mark is refused with the same code; below it is `verify`'s.
@@ -149,9 +150,9 @@ pub fn judge(
             }
         }
         if let Some(f) = folder {
-            crate::run::strays_above(auth, f.dir, head)?;
+            crate::preflight::strays_above(auth, f.dir, head)?;
             if let (Some(h), false) = (&view.head, engine) {
-                crate::run::store_named(f.dir, h)?;
+                crate::preflight::store_named(f.dir, h)?;
             }
         }
         Ok(())
@@ -162,7 +163,7 @@ pub fn judge(
         // run that no longer is: `CONCURRENT_CHANGE` (75), observe again; bad data that is
         // really there is refused again by the next judgment, on a still chain.
         if is_data_refusal(e.code()) {
-            crate::run::moved_past(
+            crate::preflight::moved_past(
                 auth.run_id().as_str(),
                 &|d| auth.perform(Request::List(d)),
                 head,
@@ -405,48 +406,6 @@ fn head_and_run_json(
     Ok((head, run_json))
 }
 
-/// Step 2 of [`judge`]: the facts gathered (`run.json`'s generation, the newest event and
-/// its file, the store read without its owner and its file), the decision lease-core's
-/// (`rollback_evidence`, the one the model checker's actors make too), and the refusal
-/// `CHAIN_BROKEN` (65) naming what showed it.
-pub(crate) fn refuse_evidence(
-    auth: &dyn LeaseAuthority,
-    head: u64,
-    run_json: Option<u64>,
-    event: Option<(u64, String)>,
-    store: Option<&(lease_sqlite::ReadOnlyStore, String)>,
-) -> Result<(), RunError> {
-    let token = match store {
-        Some((s, _)) => Some(s.max_token().map_err(RunError::Store)?),
-        None => None,
-    };
-    let newest = event.as_ref().map(|(g, _)| *g);
-    let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) else {
-        return Ok(());
-    };
-    // An event above `head` may be a newer owner's, claimed and appended after `head` was
-    // read (with etcd, on another host): no rollback if the chain now reaches it.
-    if let Evidence::Event { .. } = ev {
-        crate::run::moved_past(
-            auth.run_id().as_str(),
-            &|d| auth.perform(Request::List(d)),
-            head,
-            ev.generation(),
-        )?;
-    }
-    let named = match (&ev, store, &event) {
-        (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
-        (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
-        _ => String::new(),
-    };
-    Err(RunError::Lease(LeaseError::ChainBroken {
-        run: auth.run_id().to_string(),
-        chain: "epoch",
-        at: ev.generation(),
-        detail: format!("{ev}{named}; restore lease/ from a backup"),
-    }))
-}
-
 /// The status view of the run's lease, read at wall time `now` (liveness probed when
 /// `probe`), for observers (`status`, `doctor`): a lease folder whose layout the
 /// transport refuses (a folder, FIFO or symlink named like an epoch: `RUN_LAYOUT_INVALID`)
@@ -480,11 +439,41 @@ pub fn status_view(
 /// `tmp/`, `owner.lock`: 65, or `RUN_NOT_OWNED`, 77). Read-only; command records are only
 /// listed here, not judged against `/proc` (the writers' check adds that).
 pub fn check_layout(dir: &RunDir) -> Result<(), RunError> {
-    crate::run::list_layout(dir, true)
+    crate::preflight::list_layout(dir, true)
 }
 
 /// A run folder borrowed as the lease's authority, for the observers that hold a
 /// `&RunDir` ([`crate::diagnosis::claim_refusal`]): [`crate::FolderAuthority`] without
+/// The lease half of an open's preflight, on `auth` (the run folder or etcd) with the run
+/// folder `dir` (where `run.json`, command records and the store are) and its held root
+/// `root` (the open holds the owner lock), before the claim: the one admission rule,
+/// [`judge`], asked about `intent`. Read-only; each refusal is the error
+/// the open returns, and nothing was written. Its checks (the module docs of
+/// [`crate::admission`] list them in order) include `run.json`, the newest event and the
+/// store against the chain (rollback evidence), the whole log and both chains as
+/// `runlease verify` checks them, names above the head, the store the chain names present,
+/// and the store itself against the seal and floor, read without writing.
+///
+/// What is still found only after the claim (and handed back, released with the seal):
+/// a store a crashed owner left with a write-ahead log (only an owner's open replays it),
+/// and anything that changes between this check and the claim (another host's owner,
+/// with etcd).
+pub(crate) fn preflight_lease(
+    auth: &dyn LeaseAuthority,
+    dir: &RunDir,
+    root: &lease_fs::RealFs,
+    run_json: &Result<Option<RunStatus>, LeaseError>,
+    intent: Action,
+) -> Result<Admitted, RunError> {
+    let view = auth.status(wall_now()?, intent == Action::ClaimOrRetireDead)?;
+    let folder = Folder {
+        dir,
+        run_json,
+        store_root: Some(root),
+    };
+    judge(auth, Some(folder), view, intent)
+}
+
 /// the `Arc`.
 #[derive(Debug)]
 pub(crate) struct BorrowedFolder<'a>(pub &'a RunDir);

@@ -134,7 +134,7 @@ impl Cgroup {
     /// Its members (`cgroup.procs`; exited processes are not listed). Empty if the
     /// directory is gone.
     pub fn pids(&self) -> Vec<u32> {
-        pids_in(&self.path)
+        crate::procs::pids_in(&self.path)
     }
 
     /// SIGKILL every member (`cgroup.kill`; on kernels before 5.14, each listed pid that
@@ -196,7 +196,7 @@ impl Cgroup {
 pub fn detach(dir: &Path) {
     let Some(parent) = dir.parent() else { return };
     for _ in 0..100 {
-        let pids = pids_in(dir);
+        let pids = crate::procs::pids_in(dir);
         if pids.is_empty() {
             let _ = std::fs::remove_dir(dir);
             return;
@@ -210,13 +210,6 @@ pub fn detach(dir: &Path) {
         cgroup = %dir.display(),
         "cannot move every detached command out of the run's cgroup: they stay in it (the next open of the run reports it, never kills them)"
     );
-}
-
-/// The pids listed in `<dir>/cgroup.procs` (empty if unreadable).
-pub(crate) fn pids_in(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
-        .unwrap_or_default()
 }
 
 /// This process's own cgroup directory (the cgroup2 mount joined with the `0::` path of

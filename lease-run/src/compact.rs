@@ -40,12 +40,15 @@
 //! Readers racing it re-read (OQ-15's fix, PROTOCOL §7.9).
 
 use crate::authority::LeaseAuthority;
-use crate::diagnosis::TEMP_MIN_AGE_SECS;
+use crate::clock::wall_now;
 use crate::error::RunError;
-use crate::run::wall_now;
 use lease_core::ops::{CompactPolicy, PruneParams, PruneReport, ReleaseParams, Request, Status};
 use lease_core::{Dir, FileRef, Generation, Identity, LeaseError, LeaseOps};
 use lease_fs::RunDir;
+
+/// Temp files younger than this are never removed by a temp-file clean-up (a writer may
+/// still be using them), and only older ones count as orphaned.
+pub const TEMP_MIN_AGE_SECS: u64 = 60;
 
 /// Compact once the chain has grown by this many generations since the last checkpoint
 /// (docs/DECISIONS.md, 2026-12-04: eight `runlease run` cycles): lease-core's
@@ -244,7 +247,7 @@ fn compact(
 
 /// The newest checkpoint's floor, from one listing of `lease/checkpoints/`.
 fn newest_checkpoint(auth: &dyn LeaseAuthority) -> Result<Option<Generation>, RunError> {
-    let files = crate::run::listed(
+    let files = crate::preflight::listed(
         auth.run_id().as_str(),
         Dir::Checkpoints,
         auth.perform(Request::List(Dir::Checkpoints))?,

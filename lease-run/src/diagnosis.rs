@@ -4,15 +4,13 @@
 //! rendering.
 
 use crate::error::RunError;
-use crate::run::first_unproven;
+use crate::preflight::first_unproven;
 use lease_core::diagnose::{CommandFacts, Facts, RunJsonFacts, VerifyFacts};
 use lease_core::{Code, Dir, FileRef, LeaseOps, RunStatus, Timestamp};
 use lease_fs::RunDir;
 use lease_fs::fs::Fs;
 
-/// Temp files younger than this are never removed by a temp-file clean-up (a writer may
-/// still be using them), and only older ones count as orphaned.
-pub const TEMP_MIN_AGE_SECS: u64 = 60;
+pub use crate::compact::TEMP_MIN_AGE_SECS;
 
 /// Every fact of the run at `dir` that [`lease_core::diagnose::diagnose`] looks at, read
 /// at wall time `now` with liveness probed. A data error (a broken chain, an unreadable

@@ -285,7 +285,7 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
         if held.done {
             return 0;
         }
-        let now = crate::procs::boottime_ns();
+        let now = crate::clock::boottime_ns();
         if let Some(at) = held.kill_at.filter(|at| now >= *at) {
             // Whatever the owner queued meanwhile first: a later deadline or done.
             while !eof && matches!(recv(sock, &mut held, true), Got::Record) {}
@@ -528,7 +528,7 @@ mod tests {
     }
 
     fn in_ms(ms: u64) -> u64 {
-        crate::procs::boottime_ns() + ms * 1_000_000
+        crate::clock::boottime_ns() + ms * 1_000_000
     }
 
     /// Without a cgroup: a deadline that passes unextended kills the leader it was handed

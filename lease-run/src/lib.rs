@@ -392,6 +392,7 @@ pub mod admission;
 #[cfg(not(loom))]
 pub mod authority;
 pub mod cgroup;
+mod clock;
 mod clone_into;
 #[cfg(not(loom))]
 pub mod compact;
@@ -404,6 +405,8 @@ mod fence;
 pub mod folder;
 #[cfg(not(loom))]
 pub mod guard;
+#[cfg(not(loom))]
+mod preflight;
 pub mod procs;
 #[cfg(not(loom))]
 pub mod replace;
@@ -424,6 +427,8 @@ pub use acquire::{
 };
 #[cfg(not(loom))]
 pub use authority::{Authority, FolderAuthority, LeaseAuthority};
+#[cfg(not(loom))]
+pub use clock::{new_owner_id, wall_now};
 pub use error::{RUN_ERROR_CODES, RunError};
 /// The etcd engine's error codes, for callers that document codes: in every build, with
 /// or without the `etcd` feature (the table is lease-core's; lease-etcd re-exports it).
@@ -437,13 +442,14 @@ pub use lease_core::{
 };
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
+pub use preflight::{chain_reaches, preflight};
+#[cfg(not(loom))]
 pub use run::{CgroupAudit, MAX_COMMAND_RECORDS, audit_cgroups, one_proc_scan};
 #[cfg(not(loom))]
 pub use run::{
     Command, CommandAudit, CommandSignaller, CommandState, FinalStatus, HeartbeatFailure,
     HeartbeatWarnings, INCARNATION_VAR, MIN_FENCE_MARGIN, OpenOptions, Run, RunCommand, RunStore,
-    Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands, chain_reaches, new_owner_id,
-    preflight, wall_now,
+    Served, StepCallback, StepName, WATCHDOG_TICK, audit_commands,
 };
 /// The JSON crate event payloads and `--json` records are built with, so a lease-run user
 /// needs no dependency of its own for them (`lease_run::serde_json::json!`).

@@ -66,10 +66,13 @@ use rustix::process::{Pid, Signal};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-/// `CLOCK_BOOTTIME` in nanoseconds: monotonic and counting time spent suspended (the same
-/// reading lease-fs answers the core's `Request::Monotonic` with).
-pub fn boottime_ns() -> u64 {
-    lease_fs::run_dir::boottime_ns()
+pub use crate::clock::boottime_ns;
+
+/// The pids listed in `<dir>/cgroup.procs` (empty if unreadable).
+pub(crate) fn pids_in(dir: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
 }
 
 /// One line of `/proc/<pid>/stat`, the fields we use.
@@ -884,7 +887,7 @@ impl Tracked {
                 present(*pid, *st) || proc_info(*pid).is_some_and(|p| p.start_time == *st)
             });
         if let Some(cg) = &self.cgroup {
-            for pid in crate::cgroup::pids_in(cg) {
+            for pid in pids_in(cg) {
                 if let Some(p) = procs.iter().find(|p| p.pid == pid && !p.zombie) {
                     self.known.insert(p.pid, p.start_time);
                 }
@@ -953,7 +956,7 @@ impl Tracked {
         let me = std::process::id();
         let mut read: BTreeSet<u32> = self.known.keys().copied().collect();
         read.extend(self.leaders.iter().map(|(pid, _)| *pid));
-        read.extend(crate::cgroup::pids_in(cg));
+        read.extend(pids_in(cg));
         read.insert(me);
         // Fewer numbers in the window than half the tasks on the system: look each one
         // up rather than list every process.
@@ -1162,7 +1165,7 @@ impl Tracked {
     /// process group: what a "survived SIGKILL" error names.
     pub fn first_alive(&self, procs: &[ProcInfo]) -> Option<(u32, u32)> {
         if let Some(cg) = &self.cgroup {
-            let members = crate::cgroup::pids_in(cg);
+            let members = pids_in(cg);
             if let Some(p) = procs.iter().find(|p| !p.zombie && members.contains(&p.pid)) {
                 return Some((p.pid, p.pgrp));
             }
@@ -1445,7 +1448,9 @@ pub enum OwnerAncestor {
 /// Judge `holder` (a lease's recorded holder) against this process: same host and boot,
 /// a proper ancestor (parent chain, at most 64 steps), alive with the recorded start time
 /// (so a reused pid is ruled out), and whether it runs this executable.
-pub fn owner_ancestor(holder: &lease_core::Holder) -> Result<OwnerAncestor, crate::RunError> {
+pub fn owner_ancestor(
+    holder: &lease_core::Holder,
+) -> Result<OwnerAncestor, crate::error::RunError> {
     let me = lease_fs::this_holder()?;
     let pid = holder.pid;
     let proved = holder.host == me.host

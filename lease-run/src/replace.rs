@@ -37,8 +37,8 @@
 //! ```
 
 use crate::authority::{Authority, FolderAuthority, LeaseAuthority};
+use crate::clock::boottime_ns;
 use crate::error::RunError;
-use crate::procs::boottime_ns;
 use lease_core::LeaseError;
 use lease_core::ops::{
     Expectation, Head, ReleaseParams, Request, Response, RetireParams, Status, StatusView,
@@ -380,7 +380,7 @@ impl Replacer {
         let mut watch = StaleWatch::on_clock(self.auth.clock_domain());
         let began = boottime_ns();
         loop {
-            let view = self.auth.status(crate::run::wall_now()?, false)?;
+            let view = self.auth.status(crate::clock::wall_now()?, false)?;
             if let Status::Invalid(e) = view.status {
                 return Err(RunError::Lease(e));
             }
@@ -433,7 +433,7 @@ impl Replacer {
                 return Err(RunError::Lease(LeaseError::TakeoverActiveRefused {
                     run,
                     held: Box::new(head.held_by()),
-                    age_ms: crate::run::wall_now()?.millis_since(head.heartbeat_at()),
+                    age_ms: crate::clock::wall_now()?.millis_since(head.heartbeat_at()),
                     stale_after_ms: head.epoch.policy.stale_after_ms(),
                     watched_ms: u64::try_from(watched.as_millis()).unwrap_or(u64::MAX),
                 }));
@@ -555,7 +555,7 @@ impl Replacer {
                 Err(e) => return left(format!("the owner lock cannot be taken: {e}")),
             }
         }
-        let now = match crate::run::wall_now() {
+        let now = match crate::clock::wall_now() {
             Ok(n) => n,
             Err(e) => return left(e.to_string()),
         };

@@ -93,7 +93,7 @@ impl StoreReader {
             path,
             Arc::new(ProcLiveness::new(path).holding_lock()),
         );
-        let view = dir.status(crate::run::wall_now()?, true)?;
+        let view = dir.status(crate::clock::wall_now()?, true)?;
         match (&view.status, &view.head) {
             (Status::Invalid(e), _) => return Err(RunError::Lease(e.clone())),
             (Status::Free | Status::Dead, _) | (_, None) => {}

@@ -1,11 +1,11 @@
 //! The heartbeat task, and the durable beat that covers acknowledged commits.
 
-use super::status::wall_now;
 use super::{Run, Shared};
 use crate::authority::LeaseAuthority;
+use crate::clock::boottime_ns;
+use crate::clock::wall_now;
 use crate::error::RunError;
 pub use crate::fence::HeartbeatFailure;
-use crate::procs::boottime_ns;
 use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::OwnedLease;

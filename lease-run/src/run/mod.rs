@@ -11,8 +11,7 @@ mod background;
 mod heartbeat;
 mod open;
 mod options;
-mod preflight;
-mod reap;
+pub(crate) mod reap;
 mod release;
 mod serve;
 mod signals;
@@ -24,11 +23,7 @@ mod watchdog;
 
 pub use crate::procs::INCARNATION_VAR;
 pub use heartbeat::{HeartbeatFailure, HeartbeatWarnings};
-pub use open::new_owner_id;
 pub use options::{MIN_FENCE_MARGIN, OpenOptions};
-pub(crate) use preflight::first_unproven;
-pub use preflight::{chain_reaches, preflight};
-pub(crate) use preflight::{list_layout, listed, moved_past, store_named, strays_above};
 pub use reap::{
     CgroupAudit, CommandAudit, CommandState, MAX_COMMAND_RECORDS, audit_cgroups, audit_commands,
     one_proc_scan,
@@ -36,15 +31,15 @@ pub use reap::{
 pub use release::FinalStatus;
 pub use signals::{CommandSignaller, Served};
 pub use spawn::{Command, RunCommand};
-pub use status::wall_now;
 pub use step::{StepCallback, StepName};
 pub use store::RunStore;
 pub use watchdog::WATCHDOG_TICK;
 
 use crate::authority::LeaseAuthority;
+use crate::clock::boottime_ns;
 use crate::error::RunError;
 use crate::fence::FenceCore;
-use crate::procs::{Tracked, boottime_ns};
+use crate::procs::Tracked;
 use crate::sync::lock_std;
 #[cfg(doc)]
 use lease_core::CommandRecord;
@@ -345,7 +340,7 @@ impl Run {
     /// changed after the takeover's last look, PROTOCOL §7.4 step 11, OQ-5), until that
     /// owner's self-fence has surely stopped it and its commands.
     pub fn commands_wait(&self) -> std::time::Duration {
-        let now = crate::procs::boottime_ns();
+        let now = boottime_ns();
         self.commands_after.map_or(std::time::Duration::ZERO, |at| {
             std::time::Duration::from_nanos(at.saturating_sub(now))
         })

@@ -1,19 +1,21 @@
 //! Open, in order, each step timed, and its undo.
 
 use super::heartbeat::heartbeat_loop;
-use super::preflight::{Intent, preflight_lease};
 use super::reap::{reap_cgroups, reap_or_refuse};
-use super::status::{failure_detail, record_fallback, wall_now, write_status_blocking};
+use super::status::{failure_detail, record_fallback, write_status_blocking};
 use super::step::{blocking, timed};
 use super::watchdog::watchdog;
 use super::{
     FenceState, FinalStatus, GuardSlot, OpenOptions, Run, Shared, StepName, WATCHDOG_TICK,
     background,
 };
+use crate::admission::{Action as Intent, preflight_lease};
 use crate::authority::LeaseAuthority;
+use crate::clock::boottime_ns;
+use crate::clock::{new_owner_id, wall_now};
 use crate::error::RunError;
 use crate::fence::{FenceCore, Taken};
-use crate::procs::{Tracked, boottime_ns};
+use crate::procs::Tracked;
 use crate::sync::lock_std;
 use lease_core::Code;
 use lease_core::LeaseOps;
@@ -31,28 +33,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-
-pub(super) fn random_u64() -> Result<u64, RunError> {
-    let mut b = [0u8; 8];
-    getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
-    Ok(u64::from_le_bytes(b))
-}
-
-/// A fresh random owner id, unique per acquisition (PROTOCOL §1): `run-` and 128 random
-/// bits as 32 lowercase hex digits, the one owner-id form runlease makes (its owners,
-/// `takeover` and `retire`), a word ([`Identity::check_word`]) as every record requires.
-/// `IO_ERROR` only when the system's randomness cannot be read.
-///
-/// ```
-/// let id = lease_run::new_owner_id().unwrap();
-/// assert!(id.as_str().starts_with("run-") && id.as_str().len() == 36);
-/// assert!(id.check_word("owner id").is_ok());
-/// ```
-pub fn new_owner_id() -> Result<Identity, RunError> {
-    let (a, b) = (random_u64()?, random_u64()?);
-    Identity::word("owner id", format!("run-{a:016x}{b:016x}"))
-        .map_err(|e| RunError::Io(format!("owner id: {e}")))
-}
 
 /// Why the steps of an open stopped early.
 enum Halt {
@@ -779,7 +759,7 @@ fn share(
 ) -> Result<Arc<Shared>, RunError> {
     let (name, opts) = (&cx.name, cx.opts);
     let (fence_tx, _) = watch::channel(FenceState::Live);
-    let incarnation = format!("{:016x}{:016x}", random_u64()?, random_u64()?);
+    let incarnation = crate::clock::random_hex128()?;
     let shared = Arc::new(Shared {
         run: name.clone(),
         policy: opts.policy,

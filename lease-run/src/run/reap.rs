@@ -1,7 +1,5 @@
 //! Reaping: the commands an older incarnation left, proved ours before any signal.
 
-#[cfg(doc)]
-use super::Run;
 use crate::error::RunError;
 use crate::procs::{self, INCARNATION_VAR};
 use lease_core::canonical::MAX_RECORD_BYTES;
@@ -92,7 +90,7 @@ pub(super) fn reap_or_refuse(
     Ok(())
 }
 
-/// What a command record's processes are now, judged as [`Run::open`] would judge them
+/// What a command record's processes are now, judged as [`Run::open`](crate::Run::open) would judge them
 /// before reaping (PROTOCOL §11.1), without signalling anything: for `doctor` and `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommandState {
@@ -669,7 +667,7 @@ pub fn audit_cgroups(dir: &RunDir, skip: Option<u64>) -> Result<Vec<CgroupAudit>
         .filter_map(|n| match crate::cgroup::judge(&n, &idents, euid) {
             crate::cgroup::Verdict::Ours => None,
             crate::cgroup::Verdict::NotOurs { why } => Some(CgroupAudit {
-                members: crate::cgroup::pids_in(&n.path),
+                members: crate::procs::pids_in(&n.path),
                 path: n.path,
                 generation: n.generation,
                 uid: n.identity.uid,

@@ -2,9 +2,10 @@
 
 #[cfg(doc)]
 use super::RunStore;
-use super::status::{wall_now, write_status_blocking};
+use super::status::write_status_blocking;
 use super::step::{blocking, timed};
 use super::{Run, StepName, WATCHDOG_TICK};
+use crate::clock::wall_now;
 use crate::error::RunError;
 use crate::fence::Taken;
 use crate::procs;

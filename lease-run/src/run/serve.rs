@@ -237,11 +237,7 @@ pub(super) fn start(
     let root = std::fs::metadata(path)
         .map(|m| (m.dev(), m.ino()))
         .map_err(|e| io("the run folder", &e))?;
-    let name = format!(
-        "runlease-store-{:016x}{:016x}",
-        super::open::random_u64()?,
-        super::open::random_u64()?
-    );
+    let name = format!("runlease-store-{}", crate::clock::random_hex128()?);
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
         .map_err(|e| io("its name", &e))?;
     let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr)

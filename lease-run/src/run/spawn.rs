@@ -1,8 +1,8 @@
 //! The spawn gate: a command's record is durable before its program starts.
 
-use super::status::wall_now;
 use super::step::blocking;
 use super::{Run, Shared, StepName};
+use crate::clock::wall_now;
 use crate::error::RunError;
 use crate::fence::{gate, start_tracked};
 use crate::procs::{self, INCARNATION_VAR};

@@ -3,18 +3,13 @@
 use super::step::blocking;
 use super::{Run, Shared, StepName};
 use crate::authority::LeaseAuthority;
+use crate::clock::wall_now;
 use crate::error::RunError;
 use crate::sync::lock_std;
 use lease_core::LeaseOps;
 use lease_core::ops::{OwnedLease, Status};
 use lease_core::{FileRef, RunState, RunStatus, Timestamp, encode};
 use lease_fs::{FsError, RunDir, primitives};
-
-/// Wall-clock now as a protocol timestamp.
-/// (`lease_fs::WallClock`'s `Timestamp::now()` with the run layer's error.)
-pub fn wall_now() -> Result<Timestamp, RunError> {
-    <Timestamp as lease_fs::WallClock>::now().map_err(|e| RunError::Io(e.to_string()))
-}
 
 /// Write `run.json` as generation `lease.generation` only: the head must still be our
 /// active epoch and the run not fenced, checked right before the atomic replace.

@@ -7,12 +7,6 @@ use crate::sync::lock_std;
 use lease_sqlite::{Batch, Commit, Document, Store, StoreError};
 use std::sync::Arc;
 
-/// A commit id's random part when the OS has no randomness to give (never expected): the
-/// boot-time clock, so two ids of one owner still differ.
-fn boottime_nonce() -> u64 {
-    crate::procs::boottime_ns()
-}
-
 /// A handle on the run's store (`store/run.sqlite`), from [`Run::store`]. Cloneable and
 /// `Send + Sync`: the one `lease_sqlite::Store` (`Send`, not `Sync`) sits behind a mutex,
 /// so calls from several threads run one at a time.
@@ -119,9 +113,15 @@ impl RunStore {
             // The self-fence rule before the engine is asked (the view's own gate runs
             // again when the record is applied).
             sh.check_live()?;
-            let now = super::status::wall_now()?;
+            let now = crate::clock::wall_now()?;
             let mut log = lock_std(&engine.log);
-            let mut nonce = || getrandom::u64().unwrap_or_else(|_| boottime_nonce());
+            let mut nonce = || {
+                getrandom::u64().unwrap_or_else(|_| {
+                    // No randomness from the OS (never expected): the boot-time clock,
+                    // so two ids of one owner still differ.
+                    crate::clock::boottime_ns()
+                })
+            };
             let seqs = log.commit_group(&*engine.auth, view, batches, now, &mut nonce)?;
             if let Some(last) = seqs.last() {
                 core.acknowledge(*last);

@@ -2,8 +2,9 @@
 //! when the tokio runtime is blocked.
 
 use super::{FenceState, Shared};
+use crate::clock::boottime_ns;
 use crate::fence::{Tick, Tracking, fence_tick};
-use crate::procs::{self, Tracked, boottime_ns};
+use crate::procs::{self, Tracked};
 use rustix::process::Signal;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

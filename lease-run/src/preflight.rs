@@ -6,13 +6,14 @@
 //! as `runlease verify` checks it, names above the head, and the store the chain names).
 //! Whatever they refuse, the run is left exactly as it was: no generation is used up.
 
-use super::reap::{CommandState, audit_commands};
-use super::status::wall_now;
 use crate::authority::LeaseAuthority;
+use crate::clock::wall_now;
 use crate::error::RunError;
+use crate::run::reap::{CommandState, audit_commands};
 use lease_core::LeaseOps;
 use lease_core::diagnose::{NamedStore, named_store};
 use lease_core::ops::{Head, Request, Response, Status};
+use lease_core::rollback::Evidence;
 use lease_core::{Dir, FileRef, LeaseError, RunStatus};
 use lease_fs::{FsError, RunDir};
 use lease_sqlite::StoreError;
@@ -81,40 +82,6 @@ pub(crate) fn run_entries(dir: &RunDir) -> Result<(), RunError> {
     }
 }
 
-/// How the open means to change the owner, for [`preflight_lease`]: the admission rule's
-/// [`Action`](crate::admission::Action).
-pub use crate::admission::Action as Intent;
-
-/// The lease half of an open's preflight, on `auth` (the run folder or etcd) with the run
-/// folder `dir` (where `run.json`, command records and the store are) and its held root
-/// `root` (the open holds the owner lock), before the claim: the one admission rule,
-/// [`crate::admission::judge`], asked about `intent`. Read-only; each refusal is the error
-/// the open returns, and nothing was written. Its checks (the module docs of
-/// [`crate::admission`] list them in order) include `run.json`, the newest event and the
-/// store against the chain (rollback evidence), the whole log and both chains as
-/// `runlease verify` checks them, names above the head, the store the chain names present,
-/// and the store itself against the seal and floor, read without writing.
-///
-/// What is still found only after the claim (and handed back, released with the seal):
-/// a store a crashed owner left with a write-ahead log (only an owner's open replays it),
-/// and anything that changes between this check and the claim (another host's owner,
-/// with etcd).
-pub fn preflight_lease(
-    auth: &dyn LeaseAuthority,
-    dir: &RunDir,
-    root: &lease_fs::RealFs,
-    run_json: &Result<Option<RunStatus>, LeaseError>,
-    intent: Intent,
-) -> Result<crate::admission::Admitted, RunError> {
-    let view = auth.status(wall_now()?, intent == Intent::ClaimOrRetireDead)?;
-    let folder = crate::admission::Folder {
-        dir,
-        run_json,
-        store_root: Some(root),
-    };
-    crate::admission::judge(auth, Some(folder), view, intent)
-}
-
 /// The refusal (`RUN_COMMAND_UNPROVEN`, 76) for the first command record that names a live
 /// process runlease cannot prove it started (PROTOCOL §11.1), if any; an unreadable or
 /// misnamed record is the error. Reads `/proc` only. The next open refuses over it
@@ -153,7 +120,7 @@ pub fn chain_reaches(
         return Err(RunError::Lease(e));
     }
     let head = view.head.as_ref().map_or(0, |h| h.generation().get());
-    crate::admission::refuse_evidence(auth, head, Some(written_by), None, None)
+    refuse_evidence(auth, head, Some(written_by), None, None)
 }
 
 /// `RUN_LAYOUT_INVALID` (65) naming the first heartbeat or cutoff (listed where the lease
@@ -321,6 +288,48 @@ pub fn store_named(dir: &RunDir, head: &Head) -> Result<(), RunError> {
         detail: format!(
             "{names}, but this run folder has none; it is never recreated: restore it (or run on the host that has it); nothing was claimed"
         ),
+    }))
+}
+
+/// Step 2 of [`judge`](crate::admission::judge): the facts gathered (`run.json`'s generation, the newest event and
+/// its file, the store read without its owner and its file), the decision lease-core's
+/// (`rollback_evidence`, the one the model checker's actors make too), and the refusal
+/// `CHAIN_BROKEN` (65) naming what showed it.
+pub(crate) fn refuse_evidence(
+    auth: &dyn LeaseAuthority,
+    head: u64,
+    run_json: Option<u64>,
+    event: Option<(u64, String)>,
+    store: Option<&(lease_sqlite::ReadOnlyStore, String)>,
+) -> Result<(), RunError> {
+    let token = match store {
+        Some((s, _)) => Some(s.max_token().map_err(RunError::Store)?),
+        None => None,
+    };
+    let newest = event.as_ref().map(|(g, _)| *g);
+    let Some(ev) = lease_core::rollback::rollback_evidence(head, run_json, newest, token) else {
+        return Ok(());
+    };
+    // An event above `head` may be a newer owner's, claimed and appended after `head` was
+    // read (with etcd, on another host): no rollback if the chain now reaches it.
+    if let Evidence::Event { .. } = ev {
+        moved_past(
+            auth.run_id().as_str(),
+            &|d| auth.perform(Request::List(d)),
+            head,
+            ev.generation(),
+        )?;
+    }
+    let named = match (&ev, store, &event) {
+        (Evidence::Store { .. }, Some((_, file)), _) => format!(" (the store: {file})"),
+        (Evidence::Event { .. }, _, Some((_, file))) => format!(" ({file})"),
+        _ => String::new(),
+    };
+    Err(RunError::Lease(LeaseError::ChainBroken {
+        run: auth.run_id().to_string(),
+        chain: "epoch",
+        at: ev.generation(),
+        detail: format!("{ev}{named}; restore lease/ from a backup"),
     }))
 }
 
