@@ -336,7 +336,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "store_record_unguarded",
         breaks: "S2 / §18.2 (a store record is created without the engine's guard)",
-        planted: "lease-core/src/ops/store.rs (CommitRecord)",
+        planted: "lease-core/src/ops/store/commit.rs (CommitRecord)",
         checks: &[test("lease-core", "store_log", "deposed"), ENGINE_MODEL_CI],
         expected_survivor_until: None,
     },
@@ -354,7 +354,7 @@ pub(crate) const MUTANTS: &[Mutant] = &[
     Mutant {
         name: "store_read_end_unchecked",
         breaks: "S1 / §18.4 (a read that met a truncation of the whole rest of the log answers a shorter log)",
-        planted: "lease-core/src/ops/store.rs (ReadStoreLog)",
+        planted: "lease-core/src/ops/store/read.rs (ReadStoreLog)",
         checks: &[
             test("lease-core", "store_log", "a_truncation_of_the_whole_log"),
             ENGINE_MODEL_DEFAULT,
