@@ -44,7 +44,7 @@ use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::listing::{EpochsCache, ListingCache, ListingCacheStats};
-use sys::{DIR_MODE, OPENAT2_UNAVAILABLE, dir_flags, id_of, retry, with_msg};
+use sys::{DIR_MODE, OPENAT2_UNAVAILABLE, dir_flags, errno_msg, id_of, retry, with_msg};
 pub(crate) use sys::{perm_of, type_of};
 
 pub(crate) use crate::trust::check_trusted;
@@ -139,13 +139,9 @@ impl RealFs {
                 return Err(with_msg(e.into(), msg));
             }
             Err(e) => {
-                return Err(with_msg(
-                    e.into(),
-                    format!(
-                        "cannot open run root {}: {}",
-                        path.display(),
-                        io::Error::from(e)
-                    ),
+                return Err(errno_msg(
+                    e,
+                    format!("cannot open run root {}", path.display()),
                 ));
             }
         };
@@ -355,13 +351,9 @@ fn create_dir_all_private(path: &Path) -> io::Result<Option<OwnedFd>> {
         Ok(_) => return Ok(None),
         Err(Errno::NOENT) => {}
         Err(e) => {
-            return Err(with_msg(
-                e.into(),
-                format!(
-                    "cannot create run root {}: {}",
-                    path.display(),
-                    io::Error::from(e)
-                ),
+            return Err(errno_msg(
+                e,
+                format!("cannot create run root {}", path.display()),
             ));
         }
     }
@@ -374,13 +366,9 @@ fn create_dir_all_private(path: &Path) -> io::Result<Option<OwnedFd>> {
         // Created concurrently: whoever created it synced its parent.
         Err(Errno::EXIST) => return Ok(None),
         Err(e) => {
-            return Err(with_msg(
-                e.into(),
-                format!(
-                    "cannot create directory {}: {}",
-                    path.display(),
-                    io::Error::from(e)
-                ),
+            return Err(errno_msg(
+                e,
+                format!("cannot create directory {}", path.display()),
             ));
         }
     }

@@ -2,17 +2,16 @@
 //! the held root.
 
 use std::io::{self, Read};
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::sys::{
-    DIR_MODE, FILE_MODE, dir_flags, id_of, judge_stat, nlink_of, perm_of, read_flags, retry,
-    size_of, type_of, with_msg,
+    DIR_MODE, FILE_MODE, dir_flags, errno_msg, id_of, judge_stat, nlink_of, perm_of, read_flags,
+    retry, size_of, type_of,
 };
-use super::{CachedDir, RealFs, check_trusted, euid};
+use super::{RealFs, check_trusted, euid};
 use crate::fs::{EntryKind, Fs, check_rel, join, judge_record};
 use crate::listing::CACHED_DIR;
 
@@ -61,15 +60,7 @@ impl Fs for RealFs {
                 // Existing folders are judged, never chmodded (PROTOCOL §5.1).
                 check_trusted(&self.root_path, &st, &prefix)?;
             }
-            let fd = Arc::new(fd);
-            self.lock_dirs().insert(
-                prefix.clone(),
-                CachedDir {
-                    fd: fd.clone(),
-                    id: id_of(&st),
-                },
-            );
-            cur = fd;
+            cur = self.cache_dir(prefix.clone(), fd, &st);
         }
         Ok(created)
     }
@@ -195,20 +186,14 @@ impl Fs for RealFs {
     }
 
     fn link(&self, from: &str, to: &str) -> io::Result<()> {
-        let (fdir, fleaf) = self.file_parts(from)?;
-        let (tdir, tleaf) = self.file_parts(to)?;
-        let ffd = self.dir_fd(fdir, from)?;
-        let tfd = self.dir_fd(tdir, to)?;
+        let [(ffd, fleaf), (tfd, tleaf)] = self.both_ends(from, to)?;
         // No AT_SYMLINK_FOLLOW: a symlink would be linked itself, never its target.
         retry(|| rfs::linkat(&*ffd, fleaf, &*tfd, tleaf, AtFlags::empty()))?;
         Ok(())
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        let (fdir, fleaf) = self.file_parts(from)?;
-        let (tdir, tleaf) = self.file_parts(to)?;
-        let ffd = self.dir_fd(fdir, from)?;
-        let tfd = self.dir_fd(tdir, to)?;
+        let [(ffd, fleaf), (tfd, tleaf)] = self.both_ends(from, to)?;
         self.forget_in_place(to);
         retry(|| rfs::renameat(&*ffd, fleaf, &*tfd, tleaf))?;
         Ok(())
@@ -263,10 +248,7 @@ impl Fs for RealFs {
             Err(Errno::NOENT) => Err(io::Error::other(format!(
                 "run root {root} was removed or renamed (the path no longer exists)"
             ))),
-            Err(e) => Err(with_msg(
-                e.into(),
-                format!("run root {root} cannot be checked: {}", io::Error::from(e)),
-            )),
+            Err(e) => Err(errno_msg(e, format!("run root {root} cannot be checked"))),
         }
     }
 }

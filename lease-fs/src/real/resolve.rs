@@ -142,15 +142,21 @@ impl RealFs {
             .map_err(|e| self.path_err(e, path))?;
         let st = rfs::fstat(&fd)?;
         check_trusted(&self.root_path, &st, dir)?;
+        Ok((self.cache_dir(dir.to_string(), fd, &st), id_of(&st)))
+    }
+
+    /// Keep `fd`, the directory `dir` just opened (and judged) whose `fstat` is `st`, for
+    /// the next lookup of `dir`; the shared descriptor.
+    pub(super) fn cache_dir(&self, dir: String, fd: OwnedFd, st: &Stat) -> Arc<OwnedFd> {
         let fd = Arc::new(fd);
         self.lock_dirs().insert(
-            dir.to_string(),
+            dir,
             CachedDir {
                 fd: fd.clone(),
-                id: id_of(&st),
+                id: id_of(st),
             },
         );
-        Ok((fd, id_of(&st)))
+        fd
     }
 
     /// Like [`dir_fd`](Self::dir_fd), but a missing directory is `None`.
@@ -172,6 +178,21 @@ impl RealFs {
             ));
         }
         Ok(split(path))
+    }
+
+    /// The directory descriptor and leaf name of each of `from` and `to`, for a call that
+    /// takes two paths (`linkat`, `renameat`): both paths checked, then both directories
+    /// resolved.
+    pub(super) fn both_ends<'a>(
+        &self,
+        from: &'a str,
+        to: &'a str,
+    ) -> io::Result<[(Arc<OwnedFd>, &'a str); 2]> {
+        let (fdir, fleaf) = self.file_parts(from)?;
+        let (tdir, tleaf) = self.file_parts(to)?;
+        let ffd = self.dir_fd(fdir, from)?;
+        let tfd = self.dir_fd(tdir, to)?;
+        Ok([(ffd, fleaf), (tfd, tleaf)])
     }
 
     /// `fstatat(path, AT_SYMLINK_NOFOLLOW)`; `None` if it (or its directory) is missing.

@@ -119,6 +119,12 @@ impl std::error::Error for PathError {
     }
 }
 
+/// An `io::Error` of the kind of `errno` whose message is `what`, a colon and the system
+/// error's own words.
+pub(super) fn errno_msg(errno: Errno, what: String) -> io::Error {
+    with_msg(errno.into(), format!("{what}: {}", io::Error::from(errno)))
+}
+
 /// An `io::Error` of the same kind as `source`, whose message is `msg`.
 pub(super) fn with_msg(source: io::Error, msg: String) -> io::Error {
     io::Error::new(source.kind(), PathError { msg, source })

@@ -87,6 +87,21 @@ fn judge_existing(
     }))
 }
 
+/// What `runlease run` would refuse of the folder `fs` holds, opened at `path`
+/// ([`RunDir::adoption_refusal`]): a foreign folder, or an empty one that is the current
+/// folder, one of its parents or `/`.
+fn adoption_refusal_in(
+    path: &Path,
+    fs: &crate::real::RealFs,
+    run_id: &RunId,
+) -> Result<Option<FsError>, FsError> {
+    Ok(match judge_existing(path, fs, run_id)? {
+        Judged::Foreign(refusal) => Some(refusal),
+        Judged::Empty if is_special_folder(path, fs) => Some(special_refusal(path)),
+        Judged::Run | Judged::Empty => None,
+    })
+}
+
 /// Whether every name in folder `dir` (listed: `names`) is a layout folder of
 /// [`LAYOUT_DIRS`] holding nothing but, recursively, other empty layout folders: what an
 /// unfinished [`RunDir::init`] leaves. Anything else (a file, a non-layout name, content,
@@ -221,12 +236,7 @@ impl RunDir {
             Err(e) => return Err(open_error(&named, path, e)),
         };
         let run_id = run_id_held(path, &fs)?;
-        let judged = judge_existing(path, &fs, &run_id)?;
-        Ok(match judged {
-            Judged::Foreign(refusal) => Some(refusal),
-            Judged::Empty if is_special_folder(path, &fs) => Some(special_refusal(path)),
-            Judged::Run | Judged::Empty => None,
-        })
+        adoption_refusal_in(path, &fs, &run_id)
     }
 
     /// [`RunDir::adoption_refusal`] of this opened folder, judged through its held root
@@ -235,11 +245,7 @@ impl RunDir {
         let Some(fs) = &self.real else {
             return Ok(None);
         };
-        Ok(match judge_existing(&self.root, fs, &self.run_id)? {
-            Judged::Foreign(refusal) => Some(refusal),
-            Judged::Empty if is_special_folder(&self.root, fs) => Some(special_refusal(&self.root)),
-            Judged::Run | Judged::Empty => None,
-        })
+        adoption_refusal_in(&self.root, fs, &self.run_id)
     }
 
     /// What `runlease init` ([`RunDir::init`] with `explicit`) would refuse of this opened

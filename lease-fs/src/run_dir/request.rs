@@ -118,36 +118,33 @@ pub fn start_request(
         // written. A run folder keeps its store in SQLite (§2); the shared-disk record log
         // of issue #32 is not built yet.
         Request::CreateGuarded { file, .. } => {
-            return Err((
+            return Err(unsupported(
                 "create guarded",
                 file.path(),
-                io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "a run folder cannot create a file and check the epochs in one atomic step; the engine-committed store needs an engine (--authority etcd://...)",
-                ),
+                "a run folder cannot create a file and check the epochs in one atomic step; the engine-committed store needs an engine (--authority etcd://...)",
             ));
         }
         Request::ReplaceGuarded { file, .. } => {
-            return Err((
+            return Err(unsupported(
                 "replace guarded",
                 file.path(),
-                io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "a run folder cannot replace a file and check the epochs in one atomic step; the run folder's run.json is written under the owner's checks instead",
-                ),
+                "a run folder cannot replace a file and check the epochs in one atomic step; the run folder's run.json is written under the owner's checks instead",
             ));
         }
         Request::ReadStoreRecords { .. } => {
-            return Err((
+            return Err(unsupported(
                 "read store records",
                 Dir::StoreLog.path().to_string(),
-                io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "a run folder has no engine-committed store log; its store is store/run.sqlite",
-                ),
+                "a run folder has no engine-committed store log; its store is store/run.sqlite",
             ));
         }
     })
+}
+
+/// A request a run folder refuses (its one error), nothing written: `op` on `path`,
+/// `why` it cannot be done here.
+fn unsupported(op: &'static str, path: String, why: &str) -> (&'static str, String, io::Error) {
+    (op, path, io::Error::new(io::ErrorKind::Unsupported, why))
 }
 
 /// The response to a finished primitive.
