@@ -5,7 +5,7 @@ use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
 use crate::layout::{Dir, FileRef};
-use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::records::RetirementRecord;
 use crate::time::Timestamp;
 
@@ -252,15 +252,8 @@ impl Operation for Finalize {
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },
-                FinalizeState::Tail(mut t) => {
-                    let tail = match t.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = FinalizeState::Tail(t);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(v)) => v,
-                    };
+                FinalizeState::Tail(t) => {
+                    let tail = sub_step!(self.st, FinalizeState::Tail, [], t, input.take());
                     // mutant cutoff_one_too_high: the cutoff counts one event past the tail (I4, I13).
                     let tail = if crate::mutant::mutant("cutoff_one_too_high") {
                         tail + 1

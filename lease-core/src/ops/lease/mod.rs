@@ -21,7 +21,8 @@ pub use release::{Release, ReleaseParams};
 pub use retire::{Retire, RetireParams, Retired};
 pub use takeover::{Expectation, Preempted, Takeover, TakeoverParams, TakeoverTrigger};
 
-use super::common::Head;
+use super::common::{Finalize, Head};
+use super::{Response, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
@@ -59,6 +60,51 @@ fn race(run: &RunId, detail: impl Into<String>) -> LeaseError {
         run: run.to_string(),
         detail: detail.into(),
     }
+}
+
+/// The answer to a takeover's or retirement's exclusive create of its epoch `generation`
+/// (PROTOCOL §7.4, §7.5): `Ok` when it was created; `TAKEOVER_RACE` when someone else
+/// created that generation first.
+fn created(
+    run: &RunId,
+    generation: Generation,
+    answer: Option<Response>,
+) -> Result<(), LeaseError> {
+    match answer {
+        Some(Response::Created) => Ok(()),
+        Some(Response::AlreadyExists) => Err(race(
+            run,
+            format!("generation {generation} was created by someone else first"),
+        )),
+        other => Err(violation("Created/AlreadyExists", &other)),
+    }
+}
+
+/// After a takeover's or retirement's RECHECK (`higher`: a generation seen above the one it
+/// created): `TAKEOVER_RACE` if there is one, else the finalization of the cutoff of the
+/// superseded `head`, by `by`, now superseded by `created`.
+fn finalize_superseded(
+    run: &RunId,
+    higher: Option<Generation>,
+    head: &Head,
+    created: Generation,
+    by: &Identity,
+    now: Timestamp,
+) -> Result<Finalize, LeaseError> {
+    if let Some(top) = higher {
+        return Err(race(
+            run,
+            format!("generation {top} exists above the one just created"),
+        ));
+    }
+    Ok(Finalize::new(
+        run.clone(),
+        head.generation(),
+        head.epoch.owner_id.clone(),
+        created,
+        by.clone(),
+        now,
+    ))
 }
 
 /// Build the next epoch after `head` (or generation 1).

@@ -110,15 +110,8 @@ impl Operation for Release {
         let run = &lease.run_id;
         loop {
             match std::mem::replace(&mut self.st, ReleaseState::Done) {
-                ReleaseState::Observe(mut obs) => {
-                    let observed = match obs.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = ReleaseState::Observe(obs);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(o)) => o,
-                    };
+                ReleaseState::Observe(obs) => {
+                    let observed = sub_step!(self.st, ReleaseState::Observe, [], obs, input.take());
                     let head = match observed.head {
                         Some(h) if h.generation() == lease.generation => h,
                         Some(h) => {

@@ -2,7 +2,7 @@
 
 use super::gate::{Gate, bind};
 use super::takeover::Expectation;
-use super::{next_epoch, race};
+use super::{created, finalize_superseded, next_epoch, race};
 use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
 use crate::ops::common::{Cut, Finalize, Head, Observe, Recheck};
@@ -78,15 +78,8 @@ impl Operation for Retire {
         let run = self.p.run_id.clone();
         loop {
             match std::mem::replace(&mut self.st, RetireState::Done) {
-                RetireState::Observe(mut obs) => {
-                    let observed = match obs.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = RetireState::Observe(obs);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(o)) => o,
-                    };
+                RetireState::Observe(obs) => {
+                    let observed = sub_step!(self.st, RetireState::Observe, [], obs, input.take());
                     let head = match observed.head {
                         Some(h) if h.is_active() => h,
                         _ => {
@@ -159,44 +152,24 @@ impl Operation for Retire {
                     return Step::Io(bound.create);
                 }
                 RetireState::Recheck(b, rc) => {
-                    let (b, v) = sub_step!(self.st, RetireState::Recheck, [b], rc, input.take());
-                    match v {
-                        Some(top) => {
-                            return Step::Done(Err(race(
-                                &run,
-                                format!("generation {top} exists above the one just created"),
-                            )));
-                        }
-                        None => {
-                            let (head, rec) = *b;
-                            let f = Finalize::new(
-                                run.clone(),
-                                head.generation(),
-                                head.epoch.owner_id.clone(),
-                                rec.generation,
-                                self.p.owner_id.clone(),
-                                self.p.now,
-                            );
+                    let (b, higher) =
+                        sub_step!(self.st, RetireState::Recheck, [b], rc, input.take());
+                    let (head, rec) = *b;
+                    let by = &self.p.owner_id;
+                    match finalize_superseded(&run, higher, &head, rec.generation, by, self.p.now) {
+                        Ok(f) => {
                             self.st = RetireState::Finalize(head.generation(), rec.generation, f);
                         }
+                        Err(e) => return Step::Done(Err(e)),
                     }
                 }
-                RetireState::Create(b) => match input.take() {
-                    Some(Response::Created) => {
-                        let g = b.1.generation;
-                        self.st = RetireState::Recheck(b, Recheck::new(g));
+                RetireState::Create(b) => {
+                    let g = b.1.generation;
+                    if let Err(e) = created(&run, g, input.take()) {
+                        return Step::Done(Err(e));
                     }
-                    Some(Response::AlreadyExists) => {
-                        return Step::Done(Err(race(
-                            &run,
-                            format!(
-                                "generation {} was created by someone else first",
-                                b.1.generation
-                            ),
-                        )));
-                    }
-                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
-                },
+                    self.st = RetireState::Recheck(b, Recheck::new(g));
+                }
                 RetireState::Finalize(old, new, mut f) => {
                     return match f.next(input.take()) {
                         Step::Io(r) => {

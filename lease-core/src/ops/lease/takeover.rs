@@ -1,7 +1,7 @@
 //! takeover (PROTOCOL §7.4): exact takeover of a stale owner.
 
 use super::gate::{Gate, bind, own_epoch};
-use super::{OwnedLease, next_epoch, race};
+use super::{OwnedLease, created, finalize_superseded, next_epoch, race};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
@@ -243,15 +243,9 @@ impl Operation for Takeover {
         let run = self.p.run_id.clone();
         loop {
             match std::mem::replace(&mut self.st, TakeoverState::Done) {
-                TakeoverState::Observe(mut obs) => {
-                    let observed = match obs.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = TakeoverState::Observe(obs);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(o)) => o,
-                    };
+                TakeoverState::Observe(obs) => {
+                    let observed =
+                        sub_step!(self.st, TakeoverState::Observe, [], obs, input.take());
                     if let Some((rec, hash, fin)) = own_epoch(
                         &run,
                         observed.head.as_ref(),
@@ -398,57 +392,33 @@ impl Operation for Takeover {
                     self.st = TakeoverState::Create(Box::new((head, rec, hash)));
                     return Step::Io(create);
                 }
-                TakeoverState::Create(b) => match input.take() {
-                    Some(Response::Created) => {
-                        let g = b.1.generation;
-                        self.st = TakeoverState::Recheck(b, Recheck::new(g));
+                TakeoverState::Create(b) => {
+                    let g = b.1.generation;
+                    if let Err(e) = created(&run, g, input.take()) {
+                        return Step::Done(Err(e));
                     }
-                    Some(Response::AlreadyExists) => {
-                        return Step::Done(Err(race(
-                            &run,
-                            format!(
-                                "generation {} was created by someone else first",
-                                b.1.generation
-                            ),
-                        )));
-                    }
-                    other => return Step::Done(Err(violation("Created/AlreadyExists", &other))),
-                },
-                TakeoverState::Recheck(b, mut rc) => {
-                    let higher = match rc.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = TakeoverState::Recheck(b, rc);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(h)) => h,
-                    };
+                    self.st = TakeoverState::Recheck(b, Recheck::new(g));
+                }
+                TakeoverState::Recheck(b, rc) => {
+                    let (b, higher) =
+                        sub_step!(self.st, TakeoverState::Recheck, [b], rc, input.take());
                     let (head, rec, hash) = *b;
-                    if let Some(top) = higher {
-                        return Step::Done(Err(race(
-                            &run,
-                            format!("generation {top} exists above the one just created"),
-                        )));
-                    }
-                    let f = Finalize::new(
-                        run.clone(),
-                        head.generation(),
-                        head.epoch.owner_id.clone(),
+                    let by = &self.p.owner_id;
+                    let f = match finalize_superseded(
+                        &run,
+                        higher,
+                        &head,
                         rec.generation,
-                        self.p.owner_id.clone(),
+                        by,
                         self.p.now,
-                    );
+                    ) {
+                        Ok(f) => f,
+                        Err(e) => return Step::Done(Err(e)),
+                    };
                     self.st = TakeoverState::Finalize(Box::new((rec, hash, Some(head))), f);
                 }
-                TakeoverState::Finalize(b, mut f) => {
-                    match f.next(input.take()) {
-                        Step::Io(r) => {
-                            self.st = TakeoverState::Finalize(b, f);
-                            return Step::Io(r);
-                        }
-                        Step::Done(Err(e)) => return Step::Done(Err(e)),
-                        Step::Done(Ok(_)) => {}
-                    }
+                TakeoverState::Finalize(b, f) => {
+                    let (b, _) = sub_step!(self.st, TakeoverState::Finalize, [b], f, input.take());
                     let (rec, hash, head) = *b;
                     match head {
                         // Step 11: read the replaced owner's beat once more.
