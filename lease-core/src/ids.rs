@@ -10,6 +10,32 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::num::NonZeroU64;
 
+/// `Display` and serde for a validated text id: written as its text, and read back only
+/// through `check` (the type's own validation), so a decoded record never holds a value its
+/// constructor refuses.
+macro_rules! text_id {
+    ($name:ident, |$text:ident| $check:expr) => {
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let $text = String::deserialize(d)?;
+                $check.map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 /// A run id: `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`.
 ///
 /// A run id never contains `/`, and never starts with `.`, so it can never name `..` or a
@@ -52,25 +78,8 @@ pub(crate) fn run_id_refusal(value: &str, reason: &str) -> String {
     format!("run id {value:?} is not valid ({reason})")
 }
 
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for RunId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for RunId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        RunId::validate(s)
-            .map_err(|(value, reason)| serde::de::Error::custom(run_id_refusal(&value, reason)))
-    }
-}
+text_id!(RunId, |s| RunId::validate(s)
+    .map_err(|(value, reason)| run_id_refusal(&value, reason)));
 
 /// Maximum length in bytes of an [`Identity`].
 pub const IDENTITY_MAX_BYTES: usize = 256;
@@ -158,24 +167,7 @@ impl Identity {
     }
 }
 
-impl fmt::Display for Identity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for Identity {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Identity {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Identity::new(s).map_err(serde::de::Error::custom)
-    }
-}
+text_id!(Identity, |s| Identity::new(s));
 
 macro_rules! positive_u64 {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
@@ -276,24 +268,7 @@ impl Digest {
     }
 }
 
-impl fmt::Display for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Serialize for Digest {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Digest {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Digest::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
+text_id!(Digest, |s| Digest::parse(&s));
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,6 @@
 //! fsync, any call torn).
 
 use crate::LeaseError;
-use crate::RunId;
 use crate::layout::FileRef;
 use crate::ops::{
     AuthorityLease, Durability, LivenessEvidence, LockEvidence, Operation, ProcessState, Request,
@@ -21,6 +20,7 @@ use crate::ops::{
 };
 use crate::records::Holder;
 use crate::transport::{TailHint, Transport};
+use crate::{Generation, RunId};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -102,12 +102,7 @@ impl MemDisk {
             }
             Request::Read(f) => Response::Content(self.files.get(&f).cloned()),
             Request::Exists(f) => Response::Exists(self.files.contains_key(&f)),
-            // Temp written and fsynced, linked, the directory fsynced: durable as answered.
-            Request::CreateExclusive(f, bytes) => {
-                let r = self.link(f, bytes);
-                self.volatile.remove(&f);
-                r
-            }
+            Request::CreateExclusive(f, bytes) => self.create_durably(f, bytes),
             // The engine's guard (PROTOCOL §18.2): one atomic step here, as in etcd.
             Request::CreateGuarded {
                 file,
@@ -117,27 +112,17 @@ impl MemDisk {
                 if self.files.contains_key(&file) {
                     return Response::AlreadyExists;
                 }
-                let above = self
-                    .files
-                    .keys()
-                    .any(|f| matches!(f, FileRef::Epoch(h) if *h > generation));
-                if above {
+                if self.epoch_above(generation) {
                     return Response::Superseded;
                 }
-                let r = self.link(file, bytes);
-                self.volatile.remove(&file);
-                r
+                self.create_durably(file, bytes)
             }
             Request::ReplaceGuarded {
                 file,
                 bytes,
                 generation,
             } => {
-                let above = self
-                    .files
-                    .keys()
-                    .any(|f| matches!(f, FileRef::Epoch(h) if *h > generation));
-                if above {
+                if self.epoch_above(generation) {
                     return Response::Superseded;
                 }
                 self.volatile.remove(&file);
@@ -235,6 +220,21 @@ impl MemDisk {
 
     /// `f` is about to change without being made durable: remember what was durable (the
     /// first time since it last was) and what a tear of this write leaves.
+    /// An exclusive create as answered: the temp written and fsynced, linked, the directory
+    /// fsynced, so durable.
+    fn create_durably(&mut self, f: FileRef, bytes: Vec<u8>) -> Response {
+        let r = self.link(f, bytes);
+        self.volatile.remove(&f);
+        r
+    }
+
+    /// The engine's guard (PROTOCOL §18.2): an epoch above `generation` exists.
+    fn epoch_above(&self, generation: Generation) -> bool {
+        self.files
+            .keys()
+            .any(|f| matches!(f, FileRef::Epoch(h) if *h > generation))
+    }
+
     fn note_volatile(&mut self, f: FileRef, torn: Option<Option<Vec<u8>>>, entry_only: bool) {
         self.writes += 1;
         let before = self.files.get(&f).cloned();

@@ -280,20 +280,14 @@ mod tests {
             store_id: "s1".into(),
             head,
         };
+        let behind = |e: &LeaseError, seal_or_floor: &str, at: u64| {
+            matches!(e, LeaseError::StoreBehindSeal { what, required, .. }
+                if *what == seal_or_floor && *required == at)
+        };
         let floor = Requirements::new(None, Some((5, g(2))));
         assert_eq!(floor.check(&run(), &store(5)), Ok(()));
         let e = floor.check(&run(), &store(4)).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                LeaseError::StoreBehindSeal {
-                    what: "floor",
-                    required: 5,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        assert!(behind(&e, "floor", 5), "{e:?}");
         let seal = Seal {
             store_id: Identity::new("s1").unwrap(),
             sequence: 3,
@@ -301,16 +295,6 @@ mod tests {
         };
         let sealed = Requirements::new(Some(seal), None);
         let e = sealed.check(&run(), &store(2)).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                LeaseError::StoreBehindSeal {
-                    what: "seal",
-                    required: 3,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        assert!(behind(&e, "seal", 3), "{e:?}");
     }
 }

@@ -158,6 +158,14 @@ mod tests {
         (2, "o".into(), "2026-12-03T10:00:00.000Z".into(), count)
     }
 
+    /// Still watching: `ms` watched of the `needed`.
+    fn watching(ms: u64, needed: Duration) -> Verdict {
+        Verdict::Watching {
+            watched: Duration::from_millis(ms),
+            needed,
+        }
+    }
+
     #[test]
     fn a_changed_record_restarts_the_watch() {
         let mut w = StaleWatch::new();
@@ -171,13 +179,7 @@ mod tests {
             w.observe_key(key(2), d, 90_000_000),
             Verdict::Watching { .. }
         ));
-        assert_eq!(
-            w.observe_key(key(2), d, 150_000_000),
-            Verdict::Watching {
-                watched: Duration::from_millis(60),
-                needed: d
-            }
-        );
+        assert_eq!(w.observe_key(key(2), d, 150_000_000), watching(60, d));
         assert_eq!(
             w.observe_key(key(2), d, 191_000_000),
             Verdict::TakeOver {
@@ -193,13 +195,7 @@ mod tests {
         let mut w = StaleWatch::new();
         let d = Duration::from_millis(1000);
         w.observe_key(key(1), d, 0);
-        assert_eq!(
-            w.observe_key(key(1), d, 1_000_999_999),
-            Verdict::Watching {
-                watched: Duration::from_millis(1000),
-                needed: d
-            }
-        );
+        assert_eq!(w.observe_key(key(1), d, 1_000_999_999), watching(1000, d));
         let Verdict::TakeOver { watched } = w.observe_key(key(1), d, 1_001_000_000) else {
             panic!("1001 ms watched is more than 1000 ms");
         };
@@ -215,20 +211,8 @@ mod tests {
             w.observe_key(key(1), d, 600_000_000),
             Verdict::Watching { .. }
         ));
-        assert_eq!(
-            w.observe_key(key(1), d, 400_000_000),
-            Verdict::Watching {
-                watched: Duration::ZERO,
-                needed: d
-            }
-        );
+        assert_eq!(w.observe_key(key(1), d, 400_000_000), watching(0, d));
         w.reset();
-        assert_eq!(
-            w.observe_key(key(1), d, 10_000_000_000),
-            Verdict::Watching {
-                watched: Duration::ZERO,
-                needed: d
-            }
-        );
+        assert_eq!(w.observe_key(key(1), d, 10_000_000_000), watching(0, d));
     }
 }

@@ -1,6 +1,6 @@
 //! append (PROTOCOL §7.6): one event as the owner, with the fencing pre- and post-check.
 
-use super::decode_event;
+use super::{decode_event, gap};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
@@ -236,11 +236,7 @@ impl Operation for Append {
                 AppendState::TailPrev(t) => match input.take() {
                     Some(Response::Exists(true)) => return self.read_prev(t),
                     Some(Response::Exists(false)) => {
-                        return Step::Done(Err(LeaseError::EventLogGap {
-                            run: run.to_string(),
-                            missing: t.get() - 1,
-                            later: t.get(),
-                        }));
+                        return Step::Done(Err(gap(&run, t.get() - 1, t.get())));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },
@@ -248,13 +244,13 @@ impl Operation for Append {
                     let bytes = match input.take() {
                         Some(Response::Content(Some(b))) => b,
                         Some(Response::Content(None)) => {
-                            return Step::Done(Err(LeaseError::EventLogGap {
-                                run: run.to_string(),
-                                missing: t.get(),
+                            return Step::Done(Err(gap(
+                                &run,
+                                t.get(),
                                 // `t` was seen to exist (the tail, or a winner's create)
                                 // and is gone now: removed under the appender.
-                                later: 0,
-                            }));
+                                0,
+                            )));
                         }
                         other => return Step::Done(Err(violation("Content", &other))),
                     };
@@ -289,11 +285,7 @@ impl Operation for Append {
                     }
                     // `s+1` without `s`: a stray or a gap (see `create`); nothing written.
                     Some(Response::Exists(false)) => {
-                        return Step::Done(Err(LeaseError::EventLogGap {
-                            run: run.to_string(),
-                            missing: s.get(),
-                            later: s.get() + 1,
-                        }));
+                        return Step::Done(Err(gap(&run, s.get(), s.get() + 1)));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },

@@ -21,6 +21,16 @@ use crate::ids::{RunId, Sequence};
 use crate::layout::FileRef;
 use crate::records::Event;
 
+/// `EVENT_LOG_GAP`: event `missing` is absent though `later` exists (0: it existed a moment
+/// ago).
+fn gap(run: &RunId, missing: u64, later: u64) -> LeaseError {
+    LeaseError::EventLogGap {
+        run: run.to_string(),
+        missing,
+        later,
+    }
+}
+
 pub(crate) fn decode_event(run: &RunId, s: Sequence, bytes: &[u8]) -> Result<Event, LeaseError> {
     crate::ops::common::decode_named(
         run,

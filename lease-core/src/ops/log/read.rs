@@ -1,8 +1,8 @@
 //! Reading the log (PROTOCOL §7.9): the log first, then the chain, every link checked,
 //! each event judged; and the streaming second pass.
 
-use super::decode_event;
 use super::standing::{ChainView, Standing, judge_event};
+use super::{decode_event, gap};
 use super::{decode_mark, mark_mismatch, mark_past_end, marks_of};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
@@ -29,11 +29,7 @@ fn read_linked(
     let bytes = match answer {
         Some(Response::Content(Some(b))) => b,
         Some(Response::Content(None)) => {
-            return Err(LeaseError::EventLogGap {
-                run: run.to_string(),
-                missing: s.get(),
-                later: highest.max(s.get() + 1),
-            });
+            return Err(gap(run, s.get(), highest.max(s.get() + 1)));
         }
         other => return Err(violation("Content", &other)),
     };
@@ -428,11 +424,7 @@ impl Operation for ReadEvents {
                 // exists, else a log that ends before the mark.
                 ReadState::MarkGap(m) => match input.take() {
                     Some(Response::Exists(true)) => {
-                        return Step::Done(Err(LeaseError::EventLogGap {
-                            run: run.to_string(),
-                            missing: m.get(),
-                            later: m.get() + 1,
-                        }));
+                        return Step::Done(Err(gap(&run, m.get(), m.get() + 1)));
                     }
                     Some(Response::Exists(false)) => {
                         return Step::Done(Err(mark_past_end(&run, m, None)));
@@ -493,11 +485,7 @@ impl Operation for ReadEvents {
                         return Step::Io(Request::List(Dir::Checkpoints));
                     }
                     Some(Response::Exists(true)) => {
-                        return Step::Done(Err(LeaseError::EventLogGap {
-                            run: run.to_string(),
-                            missing: s.get() - 1,
-                            later: s.get(),
-                        }));
+                        return Step::Done(Err(gap(&run, s.get() - 1, s.get())));
                     }
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },

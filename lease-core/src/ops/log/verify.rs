@@ -2,7 +2,7 @@
 
 use super::read::{EventLogView, ReadEvents, ReadState};
 use super::standing::ChainView;
-use super::{decode_mark, mark_mismatch, mark_past_end, marks_of};
+use super::{decode_mark, gap, mark_mismatch, mark_past_end, marks_of};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, RunId, Sequence};
@@ -486,11 +486,9 @@ impl Operation for Verify {
                     }
                     self.after_through(pending)
                 }
-                Some(Response::Content(None)) => Step::Done(Err(LeaseError::EventLogGap {
-                    run: self.read.run.to_string(),
-                    missing: t,
-                    later: pending.report.events,
-                })),
+                Some(Response::Content(None)) => {
+                    Step::Done(Err(gap(&self.read.run, t, pending.report.events)))
+                }
                 other => Step::Done(Err(violation("Content", &other))),
             },
             VerifyState::Marks(pending) => {
@@ -528,11 +526,9 @@ impl Operation for Verify {
                     Step::Done(Err(mark_mismatch(&self.read.run, s)))
                 }
                 // The walk read it a moment ago and events are never removed.
-                Some(Response::Content(None)) => Step::Done(Err(LeaseError::EventLogGap {
-                    run: self.read.run.to_string(),
-                    missing: s.get(),
-                    later: pending.report.events,
-                })),
+                Some(Response::Content(None)) => {
+                    Step::Done(Err(gap(&self.read.run, s.get(), pending.report.events)))
+                }
                 other => Step::Done(Err(violation("Content", &other))),
             },
             VerifyState::ListBeats(pending) => {
