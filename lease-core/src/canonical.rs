@@ -28,6 +28,25 @@ pub trait Record: Serialize + DeserializeOwned {
     fn run_id(&self) -> Option<&crate::RunId>;
 }
 
+/// `open`, then each of `items` written by `write` with a `,` between them, then `close`:
+/// an array's or an object's body, without white space.
+fn write_list<T>(
+    out: &mut Vec<u8>,
+    open: u8,
+    items: impl IntoIterator<Item = T>,
+    close: u8,
+    mut write: impl FnMut(T, &mut Vec<u8>),
+) {
+    out.push(open);
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(item, out);
+    }
+    out.push(close);
+}
+
 /// Write `v` canonically into `out` (no trailing LF).
 pub fn write_value(v: &Value, out: &mut Vec<u8>) {
     match v {
@@ -36,29 +55,15 @@ pub fn write_value(v: &Value, out: &mut Vec<u8>) {
         Value::Bool(false) => out.extend_from_slice(b"false"),
         Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
         Value::String(s) => write_str(s, out),
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_value(item, out);
-            }
-            out.push(b']');
-        }
+        Value::Array(items) => write_list(out, b'[', items, b']', write_value),
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-            out.push(b'{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
+            write_list(out, b'{', keys, b'}', |k, out| {
                 write_str(k, out);
                 out.push(b':');
                 write_value(&map[k], out);
-            }
-            out.push(b'}');
+            });
         }
     }
 }
