@@ -4,7 +4,7 @@
 
 use super::EtcdRun;
 use crate::error::EtcdError;
-use etcd_client::Client;
+use etcd_client::{Client, GetOptions, GetResponse};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -118,6 +118,22 @@ impl EtcdRun {
         self.attempts(op, key, deadline, kind, f)
             .await
             .map(|(v, _)| v)
+    }
+
+    /// A range read of `key` with `opts` (`None`: that one key, value included), retried
+    /// as a read ([`Call::Read`]).
+    pub(super) async fn range(
+        &self,
+        key: &str,
+        opts: Option<GetOptions>,
+        deadline: Instant,
+    ) -> Result<GetResponse, EtcdError> {
+        let k = key.to_string();
+        self.call("range", key, deadline, Call::Read, move |mut c| {
+            let (k, opts) = (k.clone(), opts.clone());
+            async move { c.get(k, opts).await }
+        })
+        .await
     }
 
     /// [`Self::call`], also saying whether an attempt before the one answered was sent and

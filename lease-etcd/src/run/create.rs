@@ -4,7 +4,7 @@
 use super::call::Call;
 use super::{EtcdRun, lease_ttl_secs};
 use crate::error::EtcdError;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use lease_core::ops::Response;
 use lease_core::{EpochRecord, EpochState, FileRef, Generation, LeaseError};
 use std::time::Instant;
@@ -24,6 +24,15 @@ use std::time::Instant;
 /// folder, so neither is told it wrote the other's event.
 pub(super) fn is_own_record(existing: Option<&[u8]>, ours: &[u8], retried: bool) -> bool {
     retried && existing == Some(ours)
+}
+
+/// The value the else branch of a create's transaction read (`TxnOp::get` of the key it
+/// meant to create), `None` if the key is absent or the transaction succeeded.
+pub(super) fn got_value(resp: &TxnResponse) -> Option<Vec<u8>> {
+    resp.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+        _ => None,
+    })
 }
 
 impl EtcdRun {
@@ -100,23 +109,20 @@ impl EtcdRun {
                 // created, the entry is inert: only an `OwnedLease` of `g`, which exists
                 // only if `g` is ours, is ever heartbeated, and the release guard compares
                 // against the lease actually attached in etcd. Unused, it simply expires.
-                if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
-                    o.insert(g, id);
+                if let Some((g, id)) = granted {
+                    self.keep_lease(g, id);
                 }
                 return Err(e.about(f));
             }
         };
-        let existing: Option<Vec<u8>> = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-            _ => None,
-        });
+        let existing = got_value(&resp);
         // Created by this attempt, or by an earlier attempt of this call whose answer was
         // lost: either way the record is ours, and so is an active epoch's liveness key,
         // which every attempt put with the one etcd lease granted above (so it is kept,
         // never revoked).
         if resp.succeeded() || is_own_record(existing.as_deref(), &bytes, retried) {
-            if let (Some((g, id)), Ok(mut o)) = (granted, self.owned.lock()) {
-                o.insert(g, id);
+            if let Some((g, id)) = granted {
+                self.keep_lease(g, id);
             }
             return Ok(Response::Created);
         }

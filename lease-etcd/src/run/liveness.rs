@@ -44,21 +44,12 @@ impl EtcdRun {
         deadline: Instant,
     ) -> Result<Response, EtcdError> {
         let p = format!("{}live/", self.base);
-        let pk = p.clone();
         let resp = self
-            .call("range", &p, deadline, Call::Read, move |mut c| {
-                let pk = pk.clone();
-                async move { c.get(pk, Some(GetOptions::new().with_prefix())).await }
-            })
+            .range(&p, Some(GetOptions::new().with_prefix()), deadline)
             .await?;
         let mut alive = false;
         for kv in resp.kvs() {
-            let h: Holder =
-                serde_json::from_slice(kv.value()).map_err(|e| EtcdError::LivenessInvalid {
-                    run: self.run_id.to_string(),
-                    key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    detail: format!("not a holder record: {e}"),
-                })?;
+            let h = self.holder_in(&String::from_utf8_lossy(kv.key()), kv.value())?;
             alive |= &h == holder;
         }
         Ok(Response::Liveness(LivenessEvidence {
@@ -90,13 +81,7 @@ impl EtcdRun {
         }
         let lk = self.live_key(g);
         let found = self.inner.rt.block_on(async {
-            let k = lk.clone();
-            let resp = self
-                .call("range", &lk, deadline, Call::Read, move |mut c| {
-                    let k = k.clone();
-                    async move { c.get(k, None).await }
-                })
-                .await?;
+            let resp = self.range(&lk, None, deadline).await?;
             Ok::<_, EtcdError>(
                 resp.kvs()
                     .first()
@@ -110,11 +95,7 @@ impl EtcdRun {
                 "the adopted epoch's etcd lease already expired",
             ));
         };
-        let h: Holder = serde_json::from_slice(&value).map_err(|e| EtcdError::LivenessInvalid {
-            run: self.run_id.to_string(),
-            key: lk.clone(),
-            detail: format!("not a holder record: {e}"),
-        })?;
+        let h = self.holder_in(&lk, &value)?;
         if h != lease.holder {
             return Err(EtcdError::LivenessInvalid {
                 run: self.run_id.to_string(),
@@ -122,10 +103,25 @@ impl EtcdRun {
                 detail: "the liveness key names another holder than the epoch".into(),
             });
         }
+        self.keep_lease(g, id);
+        Ok(())
+    }
+
+    /// The holder a liveness key `key` holds (`value`), or `LIVENESS_INVALID` naming it.
+    fn holder_in(&self, key: &str, value: &[u8]) -> Result<Holder, EtcdError> {
+        serde_json::from_slice(value).map_err(|e| EtcdError::LivenessInvalid {
+            run: self.run_id.to_string(),
+            key: key.to_string(),
+            detail: format!("not a holder record: {e}"),
+        })
+    }
+
+    /// Remember `id` as the etcd lease of generation `g`'s owner on this handle (what its
+    /// heartbeats keep alive and its release revokes).
+    pub(super) fn keep_lease(&self, g: Generation, id: i64) {
         if let Ok(mut o) = self.owned.lock() {
             o.insert(g, id);
         }
-        Ok(())
     }
 
     /// Seconds left of the etcd lease of generation `g`'s owner, `None` when its
@@ -134,13 +130,7 @@ impl EtcdRun {
         let deadline = self.deadline();
         let lk = self.live_key(g);
         self.inner.rt.block_on(async {
-            let k = lk.clone();
-            let resp = self
-                .call("range", &lk, deadline, Call::Read, move |mut c| {
-                    let k = k.clone();
-                    async move { c.get(k, None).await }
-                })
-                .await?;
+            let resp = self.range(&lk, None, deadline).await?;
             let Some(kv) = resp.kvs().first() else {
                 return Ok(None);
             };

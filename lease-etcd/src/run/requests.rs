@@ -2,10 +2,10 @@
 //! engine store's guarded create and replace, and its range reads.
 
 use super::call::Call;
-use super::create::is_own_record;
+use super::create::{got_value, is_own_record};
 use super::{EtcdRun, fenced};
 use crate::error::EtcdError;
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use lease_core::ops::{Request, Response};
 use lease_core::{Dir, FileRef, Generation, LeaseError, Sequence};
 use std::time::Instant;
@@ -25,16 +25,8 @@ impl EtcdRun {
         keys_only: bool,
         deadline: Instant,
     ) -> Result<Option<Vec<u8>>, EtcdError> {
-        let k = key.clone();
-        let resp = self
-            .call("range", &key, deadline, Call::Read, move |mut c| {
-                let k = k.clone();
-                async move {
-                    let opts = keys_only.then(|| GetOptions::new().with_keys_only());
-                    c.get(k, opts).await
-                }
-            })
-            .await?;
+        let opts = keys_only.then(|| GetOptions::new().with_keys_only());
+        let resp = self.range(&key, opts, deadline).await?;
         Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
     }
 
@@ -45,16 +37,8 @@ impl EtcdRun {
         deadline: Instant,
     ) -> Result<Vec<FileRef>, EtcdError> {
         let p = format!("{}{}/", self.base, dir.path());
-        let pk = p.clone();
-        let resp = self
-            .call("range", &p, deadline, Call::Read, move |mut c| {
-                let pk = pk.clone();
-                async move {
-                    c.get(pk, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await?;
+        let opts = GetOptions::new().with_prefix().with_keys_only();
+        let resp = self.range(&p, Some(opts), deadline).await?;
         // Names are parsed exactly as on disk: anything that is not a name the layout
         // produces (deeper keys, strays) is not a listed entry.
         Ok(resp
@@ -251,10 +235,7 @@ impl EtcdRun {
         if resp.succeeded() {
             return Ok(Response::Created);
         }
-        let existing: Option<Vec<u8>> = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-            _ => None,
-        });
+        let existing = got_value(&resp);
         if is_own_record(existing.as_deref(), &bytes, retried) {
             return Ok(Response::Created);
         }
