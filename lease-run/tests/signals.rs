@@ -43,9 +43,9 @@ fn a_signal_is_sent_on_to_the_commands_and_releases_the_run_failed() {
                     });
                     // The command traps TERM and exits 0: the work says so.
                     match cmd.wait().await {
-                        Ok(st) if st.success() => FinalStatus::Failed {
+                        Ok(st) if st.success() => Ok(FinalStatus::Failed {
                             detail: "the command stopped on TERM".into(),
-                        },
+                        }),
                         other => panic!("{other:?}"),
                     }
                 },
@@ -94,7 +94,7 @@ fn a_command_that_ignores_the_signal_is_killed_and_the_run_released_failed() {
                     kill_process(getpid(), Signal::USR2).unwrap();
                 });
                 let _ = cmd.wait().await;
-                FinalStatus::Done
+                Ok(FinalStatus::Done)
             })
             .await
             .unwrap();
@@ -126,11 +126,50 @@ fn work_that_finishes_first_releases_with_its_own_status() {
             .release_on_signals(&[SignalKind::interrupt()], async |run| {
                 let out = run.command("true").output().await.unwrap();
                 assert!(out.status.success());
-                FinalStatus::Paused { wake_at: None }
+                Ok(FinalStatus::Paused { wake_at: None })
             })
             .await
             .unwrap();
         assert_eq!(served, Served::Finished);
     });
     assert_eq!(run_json(&path).status, RunState::Paused);
+}
+
+/// Work that fails with `?` (issue #34: the closure returns a `Result`): the run is
+/// released `failed` with the error's code and message, and the error is returned.
+#[test]
+fn work_that_fails_releases_failed_and_returns_its_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("fails");
+    let err = rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.release_on_signals(&[SignalKind::interrupt()], async |run| {
+            // `?` on the library's calls; the program cannot be run, so the shell's
+            // status is 127 and the work reports it as an error of its own.
+            let st = run
+                .command("/nonexistent/runlease-test-program")
+                .spawn()
+                .await?
+                .wait()
+                .await?;
+            assert!(!st.success());
+            Err(lease_run::RunError::Io(format!(
+                "/nonexistent/runlease-test-program: {st}"
+            )))
+        })
+        .await
+        .unwrap_err()
+    });
+    let rs = run_json(&path);
+    assert_eq!(rs.status, RunState::Failed, "{rs:?}");
+    let detail = rs.detail.unwrap();
+    assert!(
+        detail.starts_with(err.code().as_str()) && detail.contains("runlease-test-program"),
+        "{detail} / {err}"
+    );
+    // Released: the run opens again at once.
+    rt().block_on(async {
+        let run = Run::open(&path, fast()).await.unwrap();
+        run.release(FinalStatus::Done).await.unwrap();
+    });
 }

@@ -25,7 +25,11 @@ impl Run {
     /// does on SIGTERM or SIGINT.
     ///
     /// - `work` finishes first: the run is released with the [`FinalStatus`] it returned
-    ///   ([`Served::Finished`]).
+    ///   ([`Served::Finished`]). `work` returns a `Result`, so `?` works inside it: an
+    ///   `Err(e)` releases the run as `failed` with `e`'s message (its stable code first)
+    ///   and is then returned as this call's error; if that release itself fails (a fence
+    ///   meanwhile), the release's error is returned instead, as it says more: the run was
+    ///   not released.
     /// - A signal first: it is sent on to every command process this run tracks (so a
     ///   command can shut down cleanly, as under `runlease run`), and `work` (typically
     ///   waiting for them) gets [`OpenOptions::term_grace`](super::OpenOptions::term_grace)
@@ -46,14 +50,12 @@ impl Run {
     /// let run = Run::open(std::path::Path::new("/srv/runs/job"), OpenOptions::default()).await?;
     /// let served = run
     ///     .release_on_signals(&[SignalKind::terminate(), SignalKind::interrupt()], async |run| {
-    ///         match run.command("./job.sh").spawn().await {
-    ///             Ok(mut cmd) => match cmd.wait().await {
-    ///                 Ok(st) if st.success() => FinalStatus::Done,
-    ///                 Ok(st) => FinalStatus::Failed { detail: format!("job.sh: {st}") },
-    ///                 Err(e) => FinalStatus::Failed { detail: e.to_string() },
-    ///             },
-    ///             Err(e) => FinalStatus::Failed { detail: e.to_string() },
-    ///         }
+    ///         let st = run.command("./job.sh").spawn().await?.wait().await?;
+    ///         Ok(if st.success() {
+    ///             FinalStatus::Done
+    ///         } else {
+    ///             FinalStatus::Failed { detail: format!("job.sh: {st}") }
+    ///         })
     ///     })
     ///     .await?;
     /// if let Served::Signalled(n) = served {
@@ -64,7 +66,7 @@ impl Run {
     pub async fn release_on_signals(
         self,
         signals: &[SignalKind],
-        work: impl AsyncFnOnce(&Run) -> FinalStatus,
+        work: impl AsyncFnOnce(&Run) -> Result<FinalStatus, RunError>,
     ) -> Result<Served, RunError> {
         let mut streams = Vec::with_capacity(signals.len());
         for kind in signals {
@@ -97,17 +99,26 @@ impl Run {
                     match tokio::time::timeout(self.opts.term_grace, &mut work).await {
                         Ok(status) => (status, Some(n)),
                         Err(_) => (
-                            FinalStatus::Failed {
+                            Ok(FinalStatus::Failed {
                                 detail: format!("interrupted by signal {n}"),
-                            },
+                            }),
                             Some(n),
                         ),
                     }
                 }
             }
         };
-        self.release(status).await?;
-        Ok(signalled.map_or(Served::Finished, Served::Signalled))
+        match status {
+            Ok(status) => {
+                self.release(status).await?;
+                Ok(signalled.map_or(Served::Finished, Served::Signalled))
+            }
+            Err(e) => {
+                let detail = e.code().prefixed(&e);
+                self.release(FinalStatus::Failed { detail }).await?;
+                Err(e)
+            }
+        }
     }
 
     /// Send signal `n` to every process this run tracks ([`CommandSignaller::signal`]).
