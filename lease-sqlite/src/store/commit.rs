@@ -2,8 +2,8 @@
 
 #[cfg(doc)]
 use super::OpenedStore;
+use super::position::{ViewPosition, ViewStep, read_position, write_position};
 use super::sqlite::{from_i64, now_text, sqlite_err, to_i64};
-use super::view::ViewPosition;
 use super::{Batch, CommitGate, Store, Write};
 use crate::codec;
 use crate::error::StoreError;
@@ -134,7 +134,7 @@ impl Store {
             if let Some(step) = &view {
                 // The view must be exactly at the record before: its last commit is the
                 // one before the record's first, and its last record the one before.
-                let at = super::view::read_position(&tx).map_err(|e| ("read engine_view", e))?;
+                let at = read_position(&tx).map_err(|e| ("read engine_view", e))?;
                 let at_head = u64::try_from(head).unwrap_or(u64::MAX);
                 if at_head.checked_add(1) != Some(step.first_commit)
                     || at.commits != at_head
@@ -166,7 +166,7 @@ impl Store {
                 seqs.push(u64::try_from(seq).unwrap_or(0));
             }
             if let Some(step) = &view {
-                super::view::write_position(&tx, step.to).map_err(|e| ("write engine_view", e))?;
+                write_position(&tx, step.to).map_err(|e| ("write engine_view", e))?;
             }
             tx.commit().map_err(|e| ("commit", e))?;
             Ok(Ok(seqs))
@@ -271,15 +271,6 @@ impl Store {
         self.inner.usable()?;
         self.inner.close()
     }
-}
-
-/// What moves a view in [`Store::commit_in_tx`]: the record's first commit's sequence and
-/// the position the view is at once the record is applied.
-pub(super) struct ViewStep<'a> {
-    /// The store sequence of the record's first commit.
-    pub(super) first_commit: u64,
-    /// The view's position after the record.
-    pub(super) to: &'a ViewPosition,
 }
 
 /// Why a commit transaction refused, having written nothing.

@@ -5,6 +5,7 @@ mod commit;
 mod create;
 mod open;
 mod opened;
+mod position;
 mod read;
 mod read_only;
 mod sqlite;
@@ -12,9 +13,10 @@ mod types;
 mod validate;
 mod view;
 
+pub use position::ViewPosition;
 pub use sqlite::WAL_AUTOCHECKPOINT_PAGES;
 pub use types::{Batch, Commit, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, Write};
-pub use view::{VIEW_FILE_NAME, ViewPosition};
+pub use view::VIEW_FILE_NAME;
 
 use crate::error::StoreError;
 use crate::folder::Folder;

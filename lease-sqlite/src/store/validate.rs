@@ -1,11 +1,11 @@
 //! The checks an open makes with SQLite before it writes anything.
 
+use super::position::view_position;
 use super::sqlite::sqlite_err;
-use super::view::ViewPosition;
 use crate::error::StoreError;
 use crate::header::Ctx;
 use crate::schema::{self, Kind, MAX_SCHEMA_ROWS, SchemaObject};
-use lease_core::{Digest, Identity};
+use lease_core::Identity;
 use rusqlite::{Connection, OptionalExtension};
 
 /// What validation found.
@@ -133,59 +133,6 @@ pub(super) fn validate(ctx: &Ctx<'_>, conn: &Connection, kind: Kind) -> Result<M
         store_id,
         created_at,
         app_id,
-    })
-}
-
-/// A view's `engine_view` row, checked: present; `record_hash` 64 lowercase hex, `NULL`
-/// exactly when `record_seq` is 0; `commits` equal to the view's head (the last commit's
-/// sequence): [`crate::Store::apply_record`] moves both in one transaction, so any other
-/// row was not written by it (`STORE_CORRUPT`).
-pub(super) fn view_position(ctx: &Ctx<'_>, conn: &Connection) -> Result<ViewPosition, StoreError> {
-    let sq = |op, e| sqlite_err(ctx, op, e);
-    let row: Option<(i64, Option<String>, i64, i64)> = conn
-        .prepare_cached(
-            "SELECT record_seq, record_hash, commits, (SELECT COALESCE(MAX(seq), 0) FROM commits) \
-             FROM engine_view WHERE singleton = 1",
-        )
-        .and_then(|mut s| {
-            s.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-                .optional()
-        })
-        .map_err(|e| sq("read engine_view", e))?;
-    let Some((seq, hash, commits, head)) = row else {
-        return Err(ctx.corrupt("its engine_view row is missing"));
-    };
-    let (Ok(record_seq), Ok(commits)) = (u64::try_from(seq), u64::try_from(commits)) else {
-        return Err(ctx.corrupt(format!(
-            "its engine_view row is not a position: record {seq}, commits {commits}"
-        )));
-    };
-    let record_hash =
-        match (record_seq, hash) {
-            (0, None) => None,
-            (1.., Some(h)) => Some(Digest::parse(&h).map_err(|e| {
-                ctx.corrupt(format!("its engine_view record hash is not valid: {e}"))
-            })?),
-            (0, Some(_)) => {
-                return Err(ctx.corrupt(
-                    "its engine_view row has a record hash but no record (record_seq 0)",
-                ));
-            }
-            (_, None) => {
-                return Err(ctx.corrupt(format!(
-                    "its engine_view row is at record {record_seq} without that record's hash"
-                )));
-            }
-        };
-    if i64::try_from(commits).ok() != Some(head) {
-        return Err(ctx.corrupt(format!(
-            "its engine_view row says commit {commits} was the last applied, but its last commit is {head}"
-        )));
-    }
-    Ok(ViewPosition {
-        record_seq,
-        record_hash,
-        commits,
     })
 }
 

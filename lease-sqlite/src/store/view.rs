@@ -11,18 +11,17 @@
 //! - [`Store::build_view_in`] replaces the view with an image (or an empty view), checked
 //!   before anything of the old view is touched.
 
-use super::commit::ViewStep;
 use super::create::{TEMP_PREFIX, build_new_store};
 use super::open::held_folder;
-use super::sqlite::{random_hex, sqlite_err, to_i64};
+use super::position::{ViewPosition, ViewStep, view_position};
+use super::sqlite::{random_hex, sqlite_err};
 use super::{Batch, OpenOptions, Store};
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::Ctx;
 use crate::registry::Registration;
 use crate::schema::Kind;
-use lease_core::{Digest, Generation, RunId};
-use rusqlite::Connection;
+use lease_core::{Generation, RunId};
 use rustix::fd::OwnedFd;
 use rustix::fs::FileType;
 use std::io::{ErrorKind, Write as _};
@@ -31,98 +30,6 @@ use std::path::Path;
 /// The view's file name in the run's `store/` folder (beside the local store's
 /// `run.sqlite`, `lease_core::layout`'s `STORE_FILE`).
 pub const VIEW_FILE_NAME: &str = "view.sqlite";
-
-/// Where a view stands in the engine's store log: what its `engine_view` row says, and
-/// what a snapshot's manifest (`through`, `through_hash`, `commits`) names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ViewPosition {
-    /// The sequence of the last record applied (0: none).
-    pub record_seq: u64,
-    /// That record's hash; `None` exactly when `record_seq` is 0.
-    pub record_hash: Option<Digest>,
-    /// The store sequence of the last commit applied (the view's head).
-    pub commits: u64,
-}
-
-impl ViewPosition {
-    /// The position of an empty view: no record, no commit.
-    pub const EMPTY: ViewPosition = ViewPosition {
-        record_seq: 0,
-        record_hash: None,
-        commits: 0,
-    };
-
-    /// `ARGUMENT_INVALID` unless this is a position a view can have: a hash exactly when
-    /// there is a record, and numbers SQLite can hold.
-    fn check(&self, what: &'static str) -> Result<(), StoreError> {
-        to_i64(what, self.record_seq)?;
-        to_i64(what, self.commits)?;
-        if (self.record_seq == 0) != self.record_hash.is_none() {
-            return Err(StoreError::ArgumentInvalid {
-                what,
-                reason: format!(
-                    "record {} with{} a hash: a position has a record hash exactly when it has a record",
-                    self.record_seq,
-                    if self.record_hash.is_some() {
-                        ""
-                    } else {
-                        "out"
-                    }
-                ),
-            });
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "record {} ({}), last commit {}",
-            self.record_seq,
-            self.record_hash.as_ref().map_or("no hash", Digest::as_str),
-            self.commits
-        )
-    }
-}
-
-/// The `engine_view` row, read inside the caller's transaction (the open already checked
-/// it; a hash that does not parse is a conversion failure).
-pub(super) fn read_position(conn: &Connection) -> rusqlite::Result<ViewPosition> {
-    let (seq, hash, commits): (i64, Option<String>, i64) = conn
-        .prepare_cached(
-            "SELECT record_seq, record_hash, commits FROM engine_view WHERE singleton = 1",
-        )?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let record_hash = hash.map(|h| Digest::parse(&h)).transpose().map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(
-            1,
-            rusqlite::types::Type::Text,
-            e.to_string().into(),
-        )
-    })?;
-    Ok(ViewPosition {
-        record_seq: super::sqlite::from_i64(seq),
-        record_hash,
-        commits: super::sqlite::from_i64(commits),
-    })
-}
-
-/// Set the `engine_view` row to `to`, inside the caller's transaction.
-pub(super) fn write_position(conn: &Connection, to: &ViewPosition) -> rusqlite::Result<()> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE engine_view SET record_seq = ?1, record_hash = ?2, commits = ?3 WHERE singleton = 1",
-        )?
-        .execute(rusqlite::params![
-            i64::try_from(to.record_seq).unwrap_or(i64::MAX),
-            to.record_hash.as_ref().map(Digest::as_str),
-            i64::try_from(to.commits).unwrap_or(i64::MAX),
-        ])?;
-    if changed == 1 {
-        Ok(())
-    } else {
-        Err(rusqlite::Error::QueryReturnedNoRows)
-    }
-}
 
 impl Store {
     /// Open the view of the engine's store log, [`VIEW_FILE_NAME`] in the folder `dir` (a
@@ -490,7 +397,7 @@ fn write_and_check(
         .try_clone()
         .map_err(|e| ctx.io("dup (store folder)", e))?;
     let mut opened = Store::open_folder(ctx, folder, tmp, OpenOptions::default(), Kind::View)?;
-    let at = super::validate::view_position(ctx, opened.inner.conn())?;
+    let at = view_position(ctx, opened.inner.conn())?;
     if at != *expect {
         return Err(ctx.corrupt(format!(
             "the view image is at {}, and was to be at {}",
@@ -538,7 +445,7 @@ fn remove_leftovers(ctx: &Ctx<'_>, dir: &Folder) -> Result<(), StoreError> {
 pub(super) fn position_of(inner: &super::Inner) -> Result<ViewPosition, StoreError> {
     inner.usable()?;
     inner.must_be(Kind::View, "view_position")?;
-    super::validate::view_position(&inner.ctx(), inner.conn())
+    view_position(&inner.ctx(), inner.conn())
 }
 
 /// A serialized image of the whole database, for [`Store::image`].
@@ -555,6 +462,7 @@ pub(super) fn image_of(inner: &super::Inner) -> Result<Vec<u8>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lease_core::Digest;
     use std::path::PathBuf;
 
     fn run() -> RunId {
