@@ -158,7 +158,7 @@ where
         ),
         None => (None, ViewPosition::EMPTY),
     };
-    let io = |e: std::io::Error| RunError::Io(format!("{}: {e}", dir.path.display()));
+    let io = |e: std::io::Error| RunError::os(dir.path.display().to_string(), e);
     Store::build_view_in(
         run,
         (dir.open)().map_err(io)?,
@@ -258,7 +258,7 @@ impl EngineReader {
         let scratch = tempfile::Builder::new()
             .prefix("runlease-view-")
             .tempdir()
-            .map_err(|e| RunError::Io(format!("a scratch folder for the view: {e}")))?;
+            .map_err(|e| RunError::os("a scratch folder for the view", e))?;
         let path = scratch.path().to_path_buf();
         let p = path.clone();
         let open = move || std::fs::File::open(&p).map(OwnedFd::from);
@@ -300,8 +300,7 @@ impl EngineLog {
     {
         let log = auth.read_store_log(Some(lease.generation), 0)?;
         let run = &lease.run_id;
-        let opened =
-            (dir.open)().map_err(|e| RunError::Io(format!("{}: {e}", dir.path.display())))?;
+        let opened = (dir.open)().map_err(|e| RunError::os(dir.path.display().to_string(), e))?;
         let existing = match Store::open_view_in(run, opened, &dir.path, false) {
             Ok(s) => Some(s),
             Err(e) if e.code() == Code::StoreMissing => None,
@@ -566,7 +565,7 @@ impl EngineStore {
         RunError: From<A::Error>,
     {
         std::fs::create_dir_all(store_dir)
-            .map_err(|e| RunError::Io(format!("{}: {e}", store_dir.display())))?;
+            .map_err(|e| RunError::os(store_dir.display().to_string(), e))?;
         let p = store_dir.to_path_buf();
         let open = move || std::fs::File::open(&p).map(OwnedFd::from);
         EngineStore::open(

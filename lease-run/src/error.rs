@@ -147,9 +147,21 @@ pub enum RunError {
         /// The owner's message (it names the run).
         message: String,
     },
-    /// An OS-level failure outside the run folder (clock, /proc, random).
+    /// An OS-level failure outside the run folder (clock, /proc, random) that has no
+    /// `io::Error` behind it (or whose error is of another type).
     #[error("{0}")]
     Io(String),
+    /// A system call outside the run folder failed (`/proc`, the boot id, a cgroup, a
+    /// thread, a signal handler, the store socket): `IO_ERROR` as [`RunError::Io`], with the
+    /// OS error kept as [`std::error::Error::source`] (its `kind()` and errno), as
+    /// lease-fs's `FsError::Io` keeps it.
+    #[error("{what}: {source}")]
+    Os {
+        /// What failed, naming the run or the path where there is one.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// A bug in runlease: a task or thread of the run panicked (`INTERNAL`, exit 70 in the
     /// CLI), told apart from an I/O failure (74) so that an operator reports it instead of
     /// retrying. What the panicked work had written is judged as after a crash.
@@ -177,8 +189,16 @@ impl RunError {
             RunError::Released { .. } => Code::RunReleased,
             RunError::Spawn { .. } => Code::SpawnFailed,
             RunError::Served { code, .. } => *code,
-            RunError::Io(_) => Code::IoError,
+            RunError::Io(_) | RunError::Os { .. } => Code::IoError,
             RunError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// A failed system call outside the run folder ([`RunError::Os`]): `what` failed with `e`.
+    pub(crate) fn os(what: impl Into<String>, e: std::io::Error) -> RunError {
+        RunError::Os {
+            what: what.into(),
+            source: e,
         }
     }
 
@@ -344,6 +364,7 @@ mod tests {
                 reason: "x".into(),
             },
             RunError::Io("x".into()),
+            RunError::os("y", std::io::Error::from_raw_os_error(2)),
         ];
         for e in shared {
             assert!(
@@ -355,5 +376,21 @@ mod tests {
                 e.code().as_str()
             );
         }
+    }
+
+    /// A failed system call keeps its `io::Error` as the source (issue #34): a caller can
+    /// read its kind and errno without parsing the message.
+    #[test]
+    fn an_os_failure_keeps_its_io_error_as_the_source() {
+        use std::error::Error as _;
+        let e = RunError::os("run r: boot id", std::io::Error::from_raw_os_error(13));
+        assert_eq!(e.code(), Code::IoError);
+        let io = e
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io::Error is the source");
+        assert_eq!(io.raw_os_error(), Some(13));
+        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().starts_with("run r: boot id: "), "{e}");
     }
 }

@@ -169,11 +169,14 @@ impl Shared {
             return Ok(());
         };
         let io = |what: &str, e: std::io::Error| {
-            RunError::Io(format!(
-                "run {}: the guard process ({}): {what}: {e}",
-                self.run,
-                program.program.display()
-            ))
+            RunError::os(
+                format!(
+                    "run {}: the guard process ({}): {what}",
+                    self.run,
+                    program.program.display()
+                ),
+                e,
+            )
         };
         if slot.running.is_none() {
             let mut t = self.tracked();

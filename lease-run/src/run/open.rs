@@ -573,7 +573,7 @@ async fn heartbeat(
         std::thread::Builder::new()
             .name("lease-run-watchdog".into())
             .spawn(move || watchdog(sh))
-            .map_err(|e| RunError::Io(format!("cannot start the watchdog thread: {e}")))?;
+            .map_err(|e| RunError::os("cannot start the watchdog thread", e))?;
         Ok([hb, timer].into_iter().chain(server).collect())
     })
     .await?;

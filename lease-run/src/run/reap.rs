@@ -39,7 +39,7 @@ pub(super) fn reap_or_refuse(
 ) -> Result<(), RunError> {
     let run = dir.run_id().as_str().to_string();
     let io = |op: &'static str, p: &str, e| FsError::io(&run, op, p, e);
-    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let boot = probe::boot_id().map_err(|e| RunError::os("boot id", e))?;
     let older: Vec<(String, CommandRecord)> = command_records(dir)?
         .into_iter()
         .filter(|(_, r)| r.generation < ours)
@@ -207,7 +207,7 @@ fn proc_index() -> std::rc::Rc<ProcIndex> {
 /// [`one_proc_scan`]), and one proof per process for all the records at once, as reaping
 /// judges them (a process started before every record costs nothing beyond its `stat`).
 pub fn audit_commands(dir: &RunDir) -> Result<Vec<CommandAudit>, RunError> {
-    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let boot = probe::boot_id().map_err(|e| RunError::os("boot id", e))?;
     let records = command_records(dir)?;
     let this_boot: Vec<&CommandRecord> = records
         .iter()
@@ -546,7 +546,7 @@ pub(super) fn reap_cgroups(
     if named.is_empty() {
         return Ok(());
     }
-    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let boot = probe::boot_id().map_err(|e| RunError::os("boot id", e))?;
     let recorded = recorded_cgroups(&command_records(dir)?, &boot);
     let idents: Vec<(u64, lease_core::CommandCgroup)> =
         recorded.iter().map(|(g, c, _)| (*g, *c)).collect();
@@ -654,7 +654,7 @@ pub fn audit_cgroups(dir: &RunDir, skip: Option<u64>) -> Result<Vec<CgroupAudit>
     if named.is_empty() {
         return Ok(Vec::new());
     }
-    let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+    let boot = probe::boot_id().map_err(|e| RunError::os("boot id", e))?;
     let idents: Vec<(u64, lease_core::CommandCgroup)> =
         recorded_cgroups(&command_records(dir)?, &boot)
             .into_iter()

@@ -98,18 +98,17 @@ pub(super) fn start(
     use std::os::linux::net::SocketAddrExt;
     use std::os::unix::fs::MetadataExt;
     let run = shared.run.clone();
-    let io = |what: &str, e: &dyn std::fmt::Display| {
-        RunError::Io(format!("run {run}: store socket: {what}: {e}"))
-    };
+    let io =
+        |what: &str, e: std::io::Error| RunError::os(format!("run {run}: store socket: {what}"), e);
     let root = std::fs::metadata(path)
         .map(|m| (m.dev(), m.ino()))
-        .map_err(|e| io("the run folder", &e))?;
+        .map_err(|e| io("the run folder", e))?;
     let name = format!("runlease-store-{}", crate::clock::random_hex128()?);
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-        .map_err(|e| io("its name", &e))?;
+        .map_err(|e| io("its name", e))?;
     let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| io(&format!("cannot listen on @{name}"), &e))?;
+        .map_err(|e| io(&format!("cannot listen on @{name}"), e))?;
     let limits = Limits::now();
     // Two threads, each with a current-thread runtime: the doorway (accept, handshakes,
     // refusals: what a flood costs) and the authenticated requests with the committer (so
@@ -120,7 +119,7 @@ pub(super) fn start(
             .max_blocking_threads(8)
             .thread_name(thread)
             .build()
-            .map_err(|e| io("its runtime", &e))
+            .map_err(|e| io("its runtime", e))
     };
     let (door, served) = (
         runtime("lease-run-store-io")?,
@@ -128,7 +127,7 @@ pub(super) fn start(
     );
     let listener = {
         let _in = door.enter();
-        UnixListener::from_std(std_listener).map_err(|e| io("its listener", &e))?
+        UnixListener::from_std(std_listener).map_err(|e| io("its listener", e))?
     };
     // Dropped by the guard task: both threads see their receiver end, and stop.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
@@ -157,7 +156,7 @@ pub(super) fn start(
             });
             served.shutdown_timeout(Duration::from_secs(5));
         })
-        .map_err(|e| io("cannot start its thread", &e))?;
+        .map_err(|e| io("cannot start its thread", e))?;
     let mut stop = stop_rx;
     std::thread::Builder::new()
         .name("lease-run-store".into())
@@ -170,7 +169,7 @@ pub(super) fn start(
             });
             door.shutdown_timeout(Duration::from_secs(5));
         })
-        .map_err(|e| io("cannot start its thread", &e))?;
+        .map_err(|e| io("cannot start its thread", e))?;
     let _ = shared.store_socket.set(format!("@{name}"));
     Ok(tokio::spawn(async move {
         // Held until this task is aborted (or its runtime ends): then the server stops.

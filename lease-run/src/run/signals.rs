@@ -71,11 +71,11 @@ impl Run {
         let mut streams = Vec::with_capacity(signals.len());
         for kind in signals {
             let stream = signal(*kind).map_err(|e| {
-                RunError::Io(format!(
-                    "run {}: cannot listen for signal {}: {e}",
-                    self.shared.run,
-                    kind.as_raw_value()
-                ))
+                let n = kind.as_raw_value();
+                RunError::os(
+                    format!("run {}: cannot listen for signal {n}", self.shared.run),
+                    e,
+                )
             })?;
             streams.push((kind.as_raw_value(), stream));
         }

@@ -258,10 +258,10 @@ impl RunCommand {
     }
 
     fn io(&self, what: &str, e: std::io::Error) -> RunError {
-        RunError::Io(format!(
-            "run {}: command {}: {what}: {e}",
-            self.shared.run, self.pid
-        ))
+        RunError::os(
+            format!("run {}: command {}: {what}", self.shared.run, self.pid),
+            e,
+        )
     }
 }
 
@@ -655,13 +655,13 @@ impl Run {
                     crate::cgroup::Cgroup::at(cg.clone())
                         .add(pid)
                         .map_err(|e| {
-                            RunError::Io(format!("cannot move {pid} into {}: {e}", cg.display()))
+                            RunError::os(format!("cannot move {pid} into {}", cg.display()), e)
                         })?;
                 }
                 let start_time = probe::process_start_time(pid)
-                    .map_err(|e| RunError::Io(format!("/proc/{pid}/stat: {e}")))?
+                    .map_err(|e| RunError::os(format!("/proc/{pid}/stat"), e))?
                     .ok_or_else(|| RunError::Io(format!("command {pid} vanished")))?;
-                let boot = probe::boot_id().map_err(|e| RunError::Io(format!("boot id: {e}")))?;
+                let boot = probe::boot_id().map_err(|e| RunError::os("boot id", e))?;
                 let rec = CommandRecord {
                     run_id: lease.run_id.clone(),
                     generation: lease.generation,
@@ -678,7 +678,7 @@ impl Run {
                         .as_deref()
                         .map(crate::cgroup::identity)
                         .transpose()
-                        .map_err(|e| RunError::Io(format!("the run's cgroup: {e}")))?,
+                        .map_err(|e| RunError::os("the run's cgroup", e))?,
                     // The mark it inherited: what a later owner finds among the descriptors
                     // of its descendants, whatever they did to their environment.
                     mark: mark_id,

@@ -448,9 +448,10 @@ pub(super) fn open_once(
                 "run {run}: the owner of generation {generation} no longer serves its store (socket {socket}: {e}): it released the run or exited; nothing was sent"
             ),
         },
-        _ => RunError::Io(format!(
-            "run {run}: cannot connect to its store socket {socket}: {e}"
-        )),
+        _ => RunError::os(
+            format!("run {run}: cannot connect to its store socket {socket}"),
+            e,
+        ),
     })?;
     // The listener must be our own user's (or root's): never talk to a name another user
     // took over.
