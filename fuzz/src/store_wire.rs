@@ -7,7 +7,7 @@
 //!   for a cut length or body, and otherwise exactly the announced bytes, which
 //!   `write_frame` frames back to exactly the bytes consumed. Every body is also checked as
 //!   a request (below).
-//! - Requests: `serde_json` never panics on a [`Request`]; one that parses serializes, and
+//! - Requests: `serde_json` never panics on a [`Op`]; one that parses serializes, and
 //!   the writer's output parses again and serializes to the same bytes (one canonical
 //!   form: whatever a client writes, the owner reads).
 //! - Commits: a commit's writes and log either are refused by `batch_of` because some value
@@ -23,7 +23,7 @@
 //!   and one that parses serializes to bytes that parse again.
 
 use lease_run::store_socket::{
-    Answer, Challenge, Hello, MAX_FRAME, NONCE_LEN, Op, Proof, Request, WireWrite, batch_of,
+    Answer, Challenge, Hello, MAX_FRAME, NONCE_LEN, Op, Proof, WireWrite, batch_of,
     commit_op, hex, nonce_of, read_frame, unhex, write_frame,
 };
 use std::io::ErrorKind;
@@ -114,9 +114,9 @@ fn commit(writes: &[WireWrite], log: &[String]) {
             return;
         }
     };
-    let sent: Request = commit_op(&batch);
+    let sent: Op = commit_op(&batch);
     let bytes = serde_json::to_vec(&sent).expect("a commit request serializes");
-    let back: Request = match serde_json::from_slice(&bytes) {
+    let back: Op = match serde_json::from_slice(&bytes) {
         Ok(r) => r,
         Err(e) => panic!(
             "a commit request as written does not parse: {e}\n{}",
@@ -169,12 +169,12 @@ fn commit(writes: &[WireWrite], log: &[String]) {
 
 /// The input as one request's JSON.
 fn request(data: &[u8]) {
-    let Ok(req) = serde_json::from_slice::<Request>(data) else {
+    let Ok(req) = serde_json::from_slice::<Op>(data) else {
         return;
     };
     // The writer's output is readable, and canonical.
     let bytes = serde_json::to_vec(&req).expect("a parsed request serializes");
-    let again: Request = match serde_json::from_slice(&bytes) {
+    let again: Op = match serde_json::from_slice(&bytes) {
         Ok(r) => r,
         Err(e) => panic!(
             "a request as written does not parse: {e}\n input: {:?}\noutput: {:?}",

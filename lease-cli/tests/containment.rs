@@ -702,7 +702,7 @@ impl NcTag {
 impl Drop for NcTag {
     fn drop(&mut self) {
         for pid in self.live() {
-            if let Some(h) = lease_run::procs::Held::current(pid) {
+            if let Some(h) = lease_run::procs::HeldProcess::current(pid) {
                 let _ = h.signal(rustix::process::Signal::KILL);
             }
         }

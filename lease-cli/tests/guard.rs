@@ -46,7 +46,7 @@ struct Reaper {
 impl Drop for Reaper {
     fn drop(&mut self) {
         if let Some(pid) = self.command {
-            if let Some(h) = lease_run::procs::Held::current(pid) {
+            if let Some(h) = lease_run::procs::HeldProcess::current(pid) {
                 let _ = h.signal(Signal::KILL);
             }
         }

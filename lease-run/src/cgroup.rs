@@ -153,8 +153,8 @@ impl Cgroup {
     /// pidfd was opened (its `/proc/<pid>/cgroup` names this directory, then the pidfd
     /// shows it has not exited): a pid listed in `cgroup.procs` and reused by a process
     /// elsewhere before the pidfd was opened is not held. `None` otherwise.
-    pub fn member(&self, pid: u32) -> Option<crate::procs::Held> {
-        let h = crate::procs::Held::current(pid)?;
+    pub fn member(&self, pid: u32) -> Option<crate::procs::HeldProcess> {
+        let h = crate::procs::HeldProcess::current(pid)?;
         let mount = mount_point()?;
         let rel = self.path.strip_prefix(&mount).ok()?;
         let cg = cgroup_of(&pid.to_string())?;

@@ -69,7 +69,7 @@ mod tracked;
 
 pub use crate::clock::boottime_ns;
 pub use held::{
-    EnvVar, GATE, Held, env_var, euid, is_gate, kill_group, state_of, tracer_of, uids_of,
+    EnvVar, GATE, HeldProcess, env_var, euid, is_gate, kill_group, state_of, tracer_of, uids_of,
 };
 pub(crate) use mark::register_leader;
 #[cfg(not(loom))]

@@ -97,7 +97,7 @@ pub struct TakenOver {
 /// What a retirement did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct RetiredOwner {
+pub struct Retired {
     /// The retired generation.
     pub retired: Generation,
     /// The new, free (`retired`) epoch.
@@ -105,7 +105,7 @@ pub struct RetiredOwner {
     /// The cutoff recorded for the retired generation (its events up to this sequence
     /// count).
     pub cutoff: u64,
-    /// What became of `run.json` (written as [`RetiredOwner::generation`]).
+    /// What became of `run.json` (written as [`Retired::generation`]).
     pub run_json: RunJsonUpdate,
 }
 
@@ -282,7 +282,7 @@ impl Replacer {
         owner: &Observed,
         owner_id: Identity,
         now: Timestamp,
-    ) -> Result<RetiredOwner, RunError> {
+    ) -> Result<Retired, RunError> {
         let holder = this_holder()?;
         let r = self.auth.retire(RetireParams {
             run_id: self.auth.run_id().clone(),
@@ -315,7 +315,7 @@ impl Replacer {
             r.generation,
             owner_id.clone(),
         );
-        Ok(RetiredOwner {
+        Ok(Retired {
             retired: r.retired,
             generation: r.generation,
             cutoff: r.cutoff,

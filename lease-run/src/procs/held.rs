@@ -65,7 +65,7 @@ pub fn kill_group(pgid: u32, sig: Signal) {
 /// (`pidfd_send_signal`), so a pid that is reused after this check can never be hit
 /// (PROTOCOL §11.1). Dropping it closes the pidfd.
 #[derive(Debug)]
-pub struct Held {
+pub struct HeldProcess {
     /// Pid.
     pub pid: u32,
     /// Start time (clock ticks after boot).
@@ -73,7 +73,7 @@ pub struct Held {
     fd: rustix::fd::OwnedFd,
 }
 
-impl Held {
+impl HeldProcess {
     /// Open `pid` by pidfd and confirm it is the process that started at `start_time` and
     /// has not exited. `None` when it is gone, reused, a zombie, pid 0 or 1, this process,
     /// or pidfds are unavailable (never a guess: an unconfirmed process is not signalled).
@@ -81,7 +81,7 @@ impl Held {
     /// Order: `pidfd_open` first, then `/proc/<pid>/stat`, then a poll of the pidfd. If the
     /// pid was reused before the open, the stat shows another start time; if the process
     /// exits after the stat, the poll shows it. Either way nothing is held.
-    pub fn open(pid: u32, start_time: u64) -> Option<Held> {
+    pub fn open(pid: u32, start_time: u64) -> Option<HeldProcess> {
         if !signallable(pid, std::process::id()) {
             return None;
         }
@@ -91,7 +91,7 @@ impl Held {
         if info.start_time != start_time || info.zombie {
             return None;
         }
-        let held = Held {
+        let held = HeldProcess {
             pid,
             start_time,
             fd,
@@ -99,20 +99,20 @@ impl Held {
         (!held.exited()).then_some(held)
     }
 
-    /// [`Held::open`] for a child of this process: after the pidfd is open, `/proc` must
+    /// [`HeldProcess::open`] for a child of this process: after the pidfd is open, `/proc` must
     /// still show this process as its parent and `start_time` as its start time. A child
     /// of ours cannot have its pid reused until we reap it, so the pidfd is that child.
-    pub fn child(pid: u32, start_time: u64) -> Option<Held> {
-        let held = Held::open(pid, start_time)?;
+    pub fn child(pid: u32, start_time: u64) -> Option<HeldProcess> {
+        let held = HeldProcess::open(pid, start_time)?;
         let info = proc_info(pid)?;
         (info.ppid == std::process::id() && info.start_time == start_time).then_some(held)
     }
 
-    /// [`Held::open`] with the start time `/proc` shows for `pid` now: for a pid just
+    /// [`HeldProcess::open`] with the start time `/proc` shows for `pid` now: for a pid just
     /// listed by the kernel (a cgroup's members), where the open confirms that the process
     /// is still the one listed.
-    pub fn current(pid: u32) -> Option<Held> {
-        Held::open(pid, proc_info(pid)?.start_time)
+    pub fn current(pid: u32) -> Option<HeldProcess> {
+        HeldProcess::open(pid, proc_info(pid)?.start_time)
     }
 
     /// Whether the process has exited (its pidfd is readable); a zombie has.

@@ -2,7 +2,7 @@
 //! orphans and marked processes, refreshed by a scan; and the kill that waits until none
 //! is left.
 
-use super::held::{EnvVar, Held, env_var, euid, kill_group, uids_of};
+use super::held::{EnvVar, HeldProcess, env_var, euid, kill_group, uids_of};
 use super::mark::{ALL_LEADERS, Mark, any_runs_leader, holds_other_mark};
 use super::stat::{PidCounter, ProcInfo, pids_in, probe, proc_info, scan, scan_where};
 use rustix::process::Signal;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// so far (pid with its start time, so a reused pid is never signalled).
 ///
 /// What counts as the run's (each as (pid, start time), and every signal through a pidfd
-/// confirmed to be that process, [`Held`]):
+/// confirmed to be that process, [`HeldProcess`]):
 ///
 /// - every command leader and every member of a recorded group or session while its
 ///   leader exists (the number cannot have been reused), afterwards only a member that
@@ -250,7 +250,7 @@ impl Tracked {
             // is signalled, it is only reaped.
             return true;
         }
-        if Held::child(p.pid, p.start_time).is_none() {
+        if HeldProcess::child(p.pid, p.start_time).is_none() {
             return false;
         }
         // Ours by proof (a nested run's command may carry an outer run's mark besides
@@ -361,7 +361,7 @@ impl Tracked {
             let leader_alive = self
                 .known
                 .get(g)
-                .and_then(|st| Held::open(*g, *st))
+                .and_then(|st| HeldProcess::open(*g, *st))
                 .is_some();
             if leader_alive {
                 kill_group(*g, sig);
@@ -374,7 +374,7 @@ impl Tracked {
             {
                 // Through a pidfd confirmed to be that process: the pid may have been
                 // reused since the scan.
-                if let Some(h) = Held::open(*pid, *st) {
+                if let Some(h) = HeldProcess::open(*pid, *st) {
                     let _ = h.signal(sig);
                 }
             }

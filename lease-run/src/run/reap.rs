@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// environment the secret whose digest the record holds ([`CommandRecord::incarnation_digest`])
 /// or holding among its descriptors the incarnation's mark the record names
 /// ([`CommandRecord::mark`], [`procs::holds_mark`]: this proof survives `env -i`, `setsid`
-/// and `nohup`). From that check to every signal it is held by a pidfd ([`procs::Held`]),
+/// and `nohup`). From that check to every signal it is held by a pidfd ([`procs::HeldProcess`]),
 /// so a reused pid is never hit. The record's pid and group select nothing to kill: they
 /// only name a leader that is alive but unprovable, which refuses the open
 /// (`RUN_COMMAND_UNPROVEN`) and is left alone. A descendant that both dropped its
@@ -469,10 +469,10 @@ fn stop_proven(
     let mut scan = Some(first);
     loop {
         let procs = scan.take().unwrap_or_else(procs::scan);
-        let live: Vec<(procs::Held, usize)> = procs
+        let live: Vec<(procs::HeldProcess, usize)> = procs
             .iter()
             .filter_map(|q| prover.which(q).ok().map(|i| (q, i)))
-            .filter_map(|(q, i)| procs::Held::open(q.pid, q.start_time).map(|h| (h, i)))
+            .filter_map(|(q, i)| procs::HeldProcess::open(q.pid, q.start_time).map(|h| (h, i)))
             .collect();
         let Some((first, i)) = live.first() else {
             return Ok(());

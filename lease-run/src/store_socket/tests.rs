@@ -24,7 +24,7 @@ fn a_batch_survives_the_wire() {
         panic!()
     };
     let json = serde_json::to_string(&Op::Commit { writes, log }).unwrap();
-    let back: Request = serde_json::from_str(&json).unwrap();
+    let back: Op = serde_json::from_str(&json).unwrap();
     let Op::Commit { writes, log } = back else {
         panic!()
     };

@@ -148,9 +148,6 @@ pub fn stranger_refusal(reason: &str) -> Answer {
     }
 }
 
-/// A request after the handshake: one operation.
-pub type Request = Op;
-
 /// One write of a commit on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]

@@ -20,7 +20,7 @@ pub const GATHER_MAX: Duration = Duration::from_millis(1);
 
 /// The committer: group commits, one group at a time (see the module docs).
 pub(super) async fn committer(
-    mut rx: mpsc::Receiver<Request>,
+    mut rx: mpsc::Receiver<Queued>,
     auth: Arc<dyn LeaseAuthority>,
     shared: Arc<Shared>,
     lease: OwnedLease,
@@ -66,7 +66,7 @@ pub(super) async fn committer(
 }
 
 /// Move what is already queued into `group` (up to [`MAX_GROUP`]).
-pub(super) fn take_queued(rx: &mut mpsc::Receiver<Request>, group: &mut Vec<Request>) {
+pub(super) fn take_queued(rx: &mut mpsc::Receiver<Queued>, group: &mut Vec<Queued>) {
     while group.len() < MAX_GROUP {
         match rx.try_recv() {
             Ok(r) => group.push(r),
@@ -102,7 +102,7 @@ pub(super) struct Gatherer {
 
 impl Gatherer {
     /// Add the regulars missing from `group` as they arrive, within the window.
-    async fn gather(&mut self, rx: &mut mpsc::Receiver<Request>, group: &mut Vec<Request>) {
+    async fn gather(&mut self, rx: &mut mpsc::Receiver<Queued>, group: &mut Vec<Queued>) {
         let (n, now) = (self.group, Instant::now());
         self.group += 1;
         let window = self.last.min(GATHER_MAX);
@@ -143,7 +143,7 @@ impl Gatherer {
     }
 
     /// `requests` are in group `n`.
-    fn note(&mut self, n: u64, requests: &[Request]) {
+    fn note(&mut self, n: u64, requests: &[Queued]) {
         for r in requests {
             self.regulars.insert(r.from, n);
         }

@@ -278,7 +278,7 @@ pub(super) async fn handle(op: Op, ctx: &Arc<Ctx>, from: u64) -> Answer {
             };
             drop((writes, log));
             let (reply, answer) = oneshot::channel();
-            let request = Request { from, batch, reply };
+            let request = Queued { from, batch, reply };
             if ctx.tx.send(request).await.is_err() {
                 return refusal(&RunError::Released { run: run.clone() });
             }

@@ -45,7 +45,7 @@ pub(super) const PAGE_BYTES: usize = MAX_FRAME;
 pub(super) type Reply = oneshot::Sender<Answer>;
 
 /// A commit queued for the committer.
-pub(super) struct Request {
+pub(super) struct Queued {
     /// The connection it came on (its slot id: unique in this server).
     pub(super) from: u64,
     pub(super) batch: Batch,
@@ -113,7 +113,7 @@ pub(super) struct Ctx {
     pub(super) freed: tokio::sync::Notify,
     pub(super) authenticated: Arc<Semaphore>,
     pub(super) request_bytes: Arc<Semaphore>,
-    pub(super) tx: mpsc::Sender<Request>,
+    pub(super) tx: mpsc::Sender<Queued>,
     /// The runtime of the authenticated connections and the committer.
     pub(super) served: tokio::runtime::Handle,
 }
