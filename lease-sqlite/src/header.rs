@@ -24,6 +24,19 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Call `f` with the context of run `run`'s store file `file` (what its errors name).
+    pub(crate) fn with<T>(
+        run: &lease_core::RunId,
+        file: &Path,
+        f: impl FnOnce(&Ctx<'_>) -> T,
+    ) -> T {
+        let (run, file) = (run.to_string(), file.display().to_string());
+        f(&Ctx {
+            run: &run,
+            file: &file,
+        })
+    }
+
     pub(crate) fn corrupt(&self, detail: impl Into<String>) -> StoreError {
         StoreError::Corrupt {
             run: self.run.to_string(),

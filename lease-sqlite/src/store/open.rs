@@ -3,7 +3,7 @@
 
 use super::create::{TempNames, check_single_name, create_store};
 use super::sqlite::{apply_durability, connect, journal_name, sqlite_err, wal_name};
-use super::validate::validate;
+use super::validate::{Meta, validate};
 use super::{Inner, OpenOptions, OpenedStore, Store};
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
@@ -45,12 +45,15 @@ impl Store {
         options: OpenOptions,
     ) -> Result<OpenedStore, StoreError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
+        Ctx::with(run, path, |ctx| Store::open_path(ctx, path, options))
+    }
+
+    /// [`Store::open`] with the context its errors name.
+    fn open_path(
+        ctx: &Ctx<'_>,
+        path: &Path,
+        options: OpenOptions,
+    ) -> Result<OpenedStore, StoreError> {
         let (name, parent) = name_and_parent(path)?;
         // Only the folders above the store file are reached by path, and a missing one is
         // created (mode 0700, its parent fsynced) only when a new store may be created.
@@ -69,8 +72,8 @@ impl Store {
                     .map_err(|e| ctx.io("fsync (store folder's parent)", e))?;
             }
         }
-        let dir = open_parent(&ctx, &parent)?;
-        Store::open_folder(&ctx, dir, name, options, Kind::Store)
+        let dir = open_parent(ctx, &parent)?;
+        Store::open_folder(ctx, dir, name, options, Kind::Store)
     }
 
     /// Open the store file `name` in the folder `dir`, a descriptor the caller opened (the
@@ -89,14 +92,9 @@ impl Store {
         name: &str,
         options: OpenOptions,
     ) -> Result<OpenedStore, StoreError> {
-        let file = dir_path.join(name).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = held_folder(&ctx, dir, dir_path, name)?;
-        Store::open_folder(&ctx, dir, name, options, Kind::Store)
+        in_held(run, dir, dir_path, name, |ctx, dir| {
+            Store::open_folder(ctx, dir, name, options, Kind::Store)
+        })
     }
 
     /// Open the file `name` in `dir` as a file of `kind` (its schema version and pin; a
@@ -235,23 +233,37 @@ impl Store {
                 return Err(refuse(conn, err));
             }
         }
-        let display_path = dir.display().join(name);
         Ok(OpenedStore {
-            inner: Inner {
-                conn: Some(conn),
-                _registration: registration,
-                dir,
-                run: run_s,
-                file,
-                path: display_path,
-                store_id: m.store_id,
-                created_at: m.created_at,
-                bound: m.app_id != 0,
-                broken: None,
-                gate: None,
-                kind,
-            },
+            inner: opened_inner(ctx, conn, registration, dir, name, m, kind),
         })
+    }
+}
+
+/// The handle's state once its file `name` in `dir` is open as `conn` and checked (`m`):
+/// usable, no commit gate yet.
+pub(super) fn opened_inner(
+    ctx: &Ctx<'_>,
+    conn: Connection,
+    registration: Registration,
+    dir: Folder,
+    name: &str,
+    m: Meta,
+    kind: Kind,
+) -> Inner {
+    let display_path = dir.display().join(name);
+    Inner {
+        conn: Some(conn),
+        _registration: registration,
+        dir,
+        run: ctx.run.to_string(),
+        file: ctx.file.to_string(),
+        path: display_path,
+        store_id: m.store_id,
+        created_at: m.created_at,
+        bound: m.app_id != 0,
+        broken: None,
+        gate: None,
+        kind,
     }
 }
 
@@ -309,6 +321,35 @@ pub(super) fn held_folder(
         });
     }
     Folder::from_fd(dir, dir_path.to_path_buf()).map_err(|e| ctx.io("open (store folder)", e))
+}
+
+/// Call `f` with the folder `dir`, a descriptor the caller opened at `dir_path`, held for
+/// the store file `name` ([`held_folder`]), and the context that file's errors name.
+pub(super) fn in_held<T>(
+    run: &RunId,
+    dir: OwnedFd,
+    dir_path: &Path,
+    name: &str,
+    f: impl FnOnce(&Ctx<'_>, Folder) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    Ctx::with(run, &dir_path.join(name), |ctx| {
+        let dir = held_folder(ctx, dir, dir_path, name)?;
+        f(ctx, dir)
+    })
+}
+
+/// Call `f` with the store folder `store_dir`, opened by path ([`open_parent`]), and the
+/// context the errors of its file `name` name.
+pub(super) fn in_parent<T>(
+    run: &RunId,
+    store_dir: &Path,
+    name: &str,
+    f: impl FnOnce(&Ctx<'_>, Folder) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    Ctx::with(run, &store_dir.join(name), |ctx| {
+        let dir = open_parent(ctx, store_dir)?;
+        f(ctx, dir)
+    })
 }
 
 /// The trust check of the held folder (`fstat` of its descriptor) and of the store file's

@@ -13,10 +13,10 @@
 //! appeared and that the name is still the file it checked.
 
 use super::create::{TempNames, check_single_name};
-use super::open::{held_folder, name_and_parent, open_parent, trusted_folder_and_file};
+use super::open::{in_held, name_and_parent, open_parent, opened_inner, trusted_folder_and_file};
 use super::sqlite::{harden, journal_name, sqlite_err, wal_name};
 use super::validate::validate;
-use super::{Inner, ReadOnlyStore, Store};
+use super::{ReadOnlyStore, Store};
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::{self, Ctx};
@@ -43,15 +43,11 @@ impl Store {
         path: impl AsRef<Path>,
     ) -> Result<ReadOnlyStore, StoreError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
         let (name, parent) = name_and_parent(path)?;
-        let dir = open_parent(&ctx, &parent)?;
-        read_only_in_folder(&ctx, dir, name, Kind::Store)
+        Ctx::with(run, path, |ctx| {
+            let dir = open_parent(ctx, &parent)?;
+            read_only_in_folder(ctx, dir, name, Kind::Store)
+        })
     }
 
     /// [`Store::open_read_only`] for the file `name` in the folder `dir`, a descriptor the
@@ -66,14 +62,9 @@ impl Store {
         dir_path: &Path,
         name: &str,
     ) -> Result<ReadOnlyStore, StoreError> {
-        let file = dir_path.join(name).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = held_folder(&ctx, dir, dir_path, name)?;
-        read_only_in_folder(&ctx, dir, name, Kind::Store)
+        in_held(run, dir, dir_path, name, |ctx, dir| {
+            read_only_in_folder(ctx, dir, name, Kind::Store)
+        })
     }
 
     /// [`Store::open_read_only_in`] for the view of the engine's store log,
@@ -90,14 +81,9 @@ impl Store {
         dir_path: &Path,
     ) -> Result<ReadOnlyStore, StoreError> {
         let name = crate::VIEW_FILE_NAME;
-        let file = dir_path.join(name).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = held_folder(&ctx, dir, dir_path, name)?;
-        read_only_in_folder(&ctx, dir, name, Kind::View)
+        in_held(run, dir, dir_path, name, |ctx, dir| {
+            read_only_in_folder(ctx, dir, name, Kind::View)
+        })
     }
 }
 
@@ -182,21 +168,7 @@ fn read_only_in_folder(
     if let Some(w) = lstat(&wal)?.filter(|w| w.st_size > 0) {
         return Err(wal_left(ctx, w.st_size));
     }
-    let display_path = dir.display().join(name);
     Ok(ReadOnlyStore {
-        inner: Inner {
-            conn: Some(conn),
-            _registration: registration,
-            dir,
-            run: ctx.run.to_string(),
-            file: ctx.file.to_string(),
-            path: display_path,
-            store_id: m.store_id,
-            created_at: m.created_at,
-            bound: m.app_id != 0,
-            broken: None,
-            gate: None,
-            kind,
-        },
+        inner: opened_inner(ctx, conn, registration, dir, name, m, kind),
     })
 }

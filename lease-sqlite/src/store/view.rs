@@ -12,7 +12,7 @@
 //!   before anything of the old view is touched.
 
 use super::create::{TEMP_PREFIX, build_new_store};
-use super::open::held_folder;
+use super::open::{in_held, in_parent};
 use super::position::{ViewPosition, ViewStep, view_position};
 use super::sqlite::{random_hex, sqlite_err};
 use super::{Batch, OpenOptions, Store};
@@ -55,14 +55,9 @@ impl Store {
         dir_path: &Path,
         create: bool,
     ) -> Result<Store, StoreError> {
-        let file = dir_path.join(VIEW_FILE_NAME).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = held_folder(&ctx, dir, dir_path, VIEW_FILE_NAME)?;
-        open_view_folder(&ctx, dir, create)
+        in_held(run, dir, dir_path, VIEW_FILE_NAME, |ctx, dir| {
+            open_view_folder(ctx, dir, create)
+        })
     }
 
     /// [`Store::open_view_in`] for the run's store folder at `store_dir` (opened here,
@@ -75,15 +70,9 @@ impl Store {
         store_dir: impl AsRef<Path>,
         create: bool,
     ) -> Result<Store, StoreError> {
-        let store_dir = store_dir.as_ref();
-        let file = store_dir.join(VIEW_FILE_NAME).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = super::open::open_parent(&ctx, store_dir)?;
-        open_view_folder(&ctx, dir, create)
+        in_parent(run, store_dir.as_ref(), VIEW_FILE_NAME, |ctx, dir| {
+            open_view_folder(ctx, dir, create)
+        })
     }
 
     /// Whether this handle is a view of the engine's store log (schema version 2) rather
@@ -191,14 +180,9 @@ impl Store {
         image: Option<&[u8]>,
         expect: &ViewPosition,
     ) -> Result<(), StoreError> {
-        let file = dir_path.join(VIEW_FILE_NAME).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = held_folder(&ctx, dir, dir_path, VIEW_FILE_NAME)?;
-        build_view(&ctx, &dir, image, expect, None)
+        in_held(run, dir, dir_path, VIEW_FILE_NAME, |ctx, dir| {
+            build_view(ctx, &dir, image, expect, None)
+        })
     }
 
     /// [`Store::build_view_in`] for the run's store folder at `store_dir` (opened here,
@@ -212,15 +196,9 @@ impl Store {
         image: Option<&[u8]>,
         expect: &ViewPosition,
     ) -> Result<(), StoreError> {
-        let store_dir = store_dir.as_ref();
-        let file = store_dir.join(VIEW_FILE_NAME).display().to_string();
-        let run_s = run.to_string();
-        let ctx = Ctx {
-            run: &run_s,
-            file: &file,
-        };
-        let dir = super::open::open_parent(&ctx, store_dir)?;
-        build_view(&ctx, &dir, image, expect, None)
+        in_parent(run, store_dir.as_ref(), VIEW_FILE_NAME, |ctx, dir| {
+            build_view(ctx, &dir, image, expect, None)
+        })
     }
 }
 
