@@ -7,6 +7,28 @@
 //! opens the run's store and checks it against the seal and floor of the lease chain, and
 //! [`Run::release`]s (sealing the store).
 //!
+//! ## Read first: what it does to your process, and the path rule
+//!
+//! - **Absolute paths.** [`Run::open`] and [`Run::acquire`] take the run folder's
+//!   absolute path and refuse a relative one with `ARGUMENT_INVALID` before touching
+//!   anything (a relative path would be resolved against a working directory that may
+//!   change under a long-lived owner). Make it absolute once, yourself:
+//!   `std::path::absolute(p)?`, and pass that same path to every call.
+//! - **Your process becomes a child subreaper** at the first command
+//!   ([`OpenOptions::subreaper`], on by default, `PR_SET_CHILD_SUBREAPER`): orphans of
+//!   *any* child of your process are reparented to it, and a run adopts and reaps those
+//!   that started after its first command. It stays a subreaper for the rest of the
+//!   process's life. Turn it off if your program manages other children of its own (the
+//!   run then finds escaped commands only by their mark, see "Escapes").
+//! - **Signal handlers stay installed** once [`Run::release_on_signals`] has been called
+//!   (tokio's: from then on the signals it names no longer terminate the process by
+//!   default). Nothing else installs a handler.
+//! - **A tokio runtime that keeps running** is needed while a run is open: its heartbeat
+//!   is a task. Its self-fence and the kill of its commands are not: they run on an OS
+//!   thread of their own (the watchdog), so a blocked runtime still fences.
+//! - **Commands run in a cgroup** of their own below your process's cgroup when cgroup v2
+//!   lets this user create one, else in their own process group and session.
+//!
 //! ## The shortest correct use
 //!
 //! ```
@@ -27,8 +49,8 @@
 //! run.release(FinalStatus::Done).await?;
 //!
 //! // The release sealed the store at its head; the next owner checks that seal.
-//! let status: lease_core::RunStatus =
-//!     lease_core::decode(&std::fs::read(path.join("run.json"))?)?;
+//! let status: lease_run::RunStatus =
+//!     lease_run::serde_json::from_slice(&std::fs::read(path.join("run.json"))?)?;
 //! assert_eq!(status.sealed_sequence, Some(1));
 //! let run = Run::open(&path, OpenOptions::default()).await?;
 //! assert!(run.generation().get() > 1);
