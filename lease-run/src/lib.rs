@@ -50,7 +50,7 @@
 //!
 //! // The release sealed the store at its head; the next owner checks that seal.
 //! let status: lease_run::RunStatus =
-//!     lease_run::serde_json::from_slice(&std::fs::read(path.join("run.json"))?)?;
+//!     lease_run::decode(&std::fs::read(path.join("run.json"))?)?;
 //! assert_eq!(status.sealed_sequence, Some(1));
 //! let run = Run::open(&path, OpenOptions::default()).await?;
 //! assert!(run.generation().get() > 1);
@@ -457,10 +457,11 @@ pub use error::{RUN_ERROR_CODES, RunError};
 pub use lease_core::ETCD_ERROR_CODES;
 /// What a lease-run user needs from lease-core (issue #34: one dependency for the common job):
 /// the timing policy, the lease operations behind [`Run::authority`] and the values they
-/// take and give. `lease_run::ops` is lease-core's operations module (`AppendParams`, ...).
+/// take and give, and `decode` for the records on disk (`run.json`). `lease_run::ops` is
+/// lease-core's operations module (`AppendParams`, ...).
 pub use lease_core::{
     Code, Generation, HeartbeatDurability, Identity, LeaseError, LeaseOps, RunId, RunState,
-    RunStatus, Seal, Timestamp, TimingPolicy, ops,
+    RunStatus, Seal, Timestamp, TimingPolicy, decode, ops,
 };
 pub use lease_sqlite::{Batch, Commit, Document, ReadOnlyStore, Write};
 #[cfg(not(loom))]
