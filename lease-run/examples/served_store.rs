@@ -7,7 +7,7 @@
 //!
 //! Run: `cargo run -p lease-run --example served_store`
 
-use lease_run::store_socket::{SOCKET_VAR, StoreClient};
+use lease_run::store_client::{SOCKET_VAR, StoreClient};
 use lease_run::{Batch, FinalStatus, INCARNATION_VAR, OpenOptions, Run};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

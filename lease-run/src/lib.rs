@@ -413,7 +413,12 @@ mod acquire;
 pub mod admission;
 #[cfg(not(loom))]
 pub mod authority;
+// Internals (issue #34): public only with the `internals` feature, for this project's
+// tests, benches and fuzz targets.
+#[cfg(feature = "internals")]
 pub mod cgroup;
+#[cfg(not(feature = "internals"))]
+mod cgroup;
 mod clock;
 mod clone_into;
 #[cfg(not(loom))]
@@ -437,7 +442,10 @@ pub mod replace;
 #[cfg(not(loom))]
 mod run;
 #[cfg(not(loom))]
+pub mod store_client;
+#[cfg(not(loom))]
 pub mod store_read;
+// To become internal too once lease-cli uses `store_client` (issue #34).
 #[cfg(not(loom))]
 pub mod store_socket;
 mod sync;

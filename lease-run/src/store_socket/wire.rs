@@ -448,7 +448,9 @@ pub fn write_frame(w: &mut impl std::io::Write, body: &[u8]) -> std::io::Result<
 }
 
 /// Read one frame of at most [`MAX_FRAME`] bytes (`None` at a clean end of stream before
-/// its first byte).
+/// its first byte). For the project's tests and fuzz targets (feature `internals`): the
+/// owner and the client read with an explicit limit.
+#[cfg(any(test, feature = "internals"))]
 pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
     read_frame_limited(r, MAX_FRAME)
 }
