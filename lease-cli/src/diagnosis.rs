@@ -2,7 +2,8 @@
 //! text: each [`Next`] as the command or step an operator types, each [`Finding`] as its
 //! detail line. What a fact means is decided in lease-core; this module only words it.
 
-use crate::common::{held_description, human_ms};
+use crate::holder::held_description;
+use crate::text::{Quoting, command_line, human_ms, quote_word, shell_path_as};
 use lease_core::diagnose::{Finding, NamedStore, Next, RunJsonFacts, Subject};
 use lease_core::ops::StatusView;
 use serde_json::Value;
@@ -11,7 +12,8 @@ use std::path::Path;
 /// Temp files younger than this are never removed by `doctor --clean-temp`.
 pub use lease_run::diagnosis::TEMP_MIN_AGE_SECS;
 
-/// `run.json` as [`crate::common::run_status_json`] prints it, as diagnosis facts.
+/// `run.json` as `status` prints it (its `run_status` value, ops/inspect.rs), as diagnosis
+/// facts.
 pub fn run_json_facts(v: &Value) -> RunJsonFacts {
     match v["status"].as_str() {
         None => RunJsonFacts::Absent,
@@ -27,62 +29,6 @@ pub fn run_json_facts(v: &Value) -> RunJsonFacts {
             detail: v["detail"].as_str().map(str::to_string),
         },
     }
-}
-
-/// How a suggested command is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Quoting {
-    /// For a POSIX shell (`sh -c "$next_step"`): every word quoted by [`shlex`] where it
-    /// needs it; a control character stays as it is inside single quotes (which is what
-    /// a shell reads back). The `--json` form.
-    Sh,
-    /// For a terminal, to be pasted: the same, except that a word holding a character a
-    /// terminal would act on (`terminal_unsafe`: controls, bidi overrides) is written as
-    /// `$'...'` with those characters as octal UTF-8 bytes, which bash, zsh, ksh and
-    /// POSIX.1-2024 shells read back exactly, and which shows nothing a terminal acts on.
-    Terminal,
-}
-
-/// One word of a command line, quoted as `q` says (nothing is pasted unquoted: an owner
-/// id, a host or a path is data, never shell text).
-pub fn quote_word(word: &str, q: Quoting) -> String {
-    if q == Quoting::Terminal && word.chars().any(crate::common::terminal_unsafe) {
-        return dollar_quote(word);
-    }
-    // shlex refuses only a NUL byte, which no path or record field holds; `$'\000'`
-    // would end the word in every shell anyway, so say it in the one form that shows it.
-    shlex::try_quote(word).map_or_else(|_| dollar_quote(word), |w| w.into_owned())
-}
-
-/// `word` as `$'...'`: printable ASCII as is (`'` and `\` escaped), every character a
-/// terminal would act on as its UTF-8 bytes in octal (U+202E as `\342\200\256`), the
-/// rest of Unicode as is.
-fn dollar_quote(word: &str) -> String {
-    let mut out = String::from("$'");
-    for c in word.chars() {
-        match c {
-            '\'' => out.push_str("\\'"),
-            '\\' => out.push_str("\\\\"),
-            c if c == ' ' || c.is_ascii_graphic() => out.push(c),
-            c if !c.is_ascii() && !crate::common::terminal_unsafe(c) => out.push(c),
-            c => {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\{b:03o}"));
-                }
-            }
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// An argument vector as one command line, each word quoted by [`quote_word`].
-pub fn command_line(argv: &[String], q: Quoting) -> String {
-    argv.iter()
-        .map(|w| quote_word(w, q))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A next step as the operator does it, for the run folder `dir`, in the `--json` form
@@ -103,7 +49,7 @@ pub fn render_next_as(next: &Next, dir: &Path, authority: Option<&str>, q: Quoti
     };
     // A path in prose (no `--` can protect it there): `shell_path`'s form, `./` before a
     // leading `-`.
-    let path = |p: &Path| crate::common::shell_path_as(p, q);
+    let path = |p: &Path| shell_path_as(p, q);
     let store = lease_core::layout::STORE_FILE;
     match next {
         Next::Claim => format!("claim it (runlease run {} -- COMMAND)", path(dir)),

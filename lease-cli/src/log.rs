@@ -10,7 +10,7 @@
 //!   the default filter is a warning (as the CLI's own `runlease: warning:` lines, which
 //!   `--quiet` keeps too). `RUST_LOG=error` (or `off`) is the way to drop them.
 //! - Compact, one line per event, no colours ever (a line goes through
-//!   `common::terminal_safe` like every other stderr line, since fields carry text
+//!   `text::terminal_safe` like every other stderr line, since fields carry text
 //!   from records); a timestamp only when stderr is a terminal, so a script or a test that
 //!   reads stderr sees the same lines from run to run.
 //! - What `runlease` already says itself, in its own words, from lease-run's typed API is
@@ -80,7 +80,7 @@ fn said_by_the_cli(m: &Metadata<'_>) -> bool {
         })
 }
 
-/// stderr through `common::terminal_safe`, a write error dropped (see `eprintln!`
+/// stderr through `text::terminal_safe`, a write error dropped (see `eprintln!`
 /// in main.rs). The fmt layer writes each event whole, one line ending in a newline.
 struct SafeStderr;
 
@@ -91,10 +91,10 @@ impl Write for SafeStderr {
         for line in text.split_inclusive('\n') {
             match line.strip_suffix('\n') {
                 Some(l) => {
-                    out.push_str(&crate::common::terminal_safe(l));
+                    out.push_str(&crate::text::terminal_safe(l));
                     out.push('\n');
                 }
-                None => out.push_str(&crate::common::terminal_safe(line)),
+                None => out.push_str(&crate::text::terminal_safe(line)),
             }
         }
         let _ = io::stderr().write_all(out.as_bytes());

@@ -17,14 +17,14 @@
 /// EPIPE): mid-run that would kill `runlease` and leave the run claimed by a dead process
 /// with its command running. Messages to a closed stderr are dropped instead. Defined
 /// before the modules so it shadows the std macro in all of them.
-/// Its text goes through [`common::terminal_safe`]: control and bidirectional-override
+/// Its text goes through [`text::terminal_safe`]: control and bidirectional-override
 /// characters from records (a hostile `run.json` detail, a host name) are shown escaped,
 /// never interpreted by the terminal.
 macro_rules! eprintln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let text = format!($($arg)*);
-        let _ = writeln!(std::io::stderr(), "{}", crate::common::terminal_safe(&text));
+        let _ = writeln!(std::io::stderr(), "{}", crate::text::terminal_safe(&text));
     }};
 }
 
@@ -33,25 +33,31 @@ macro_rules! eprint {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
         let text = format!($($arg)*);
-        let _ = write!(std::io::stderr(), "{}", crate::common::terminal_safe(&text));
+        let _ = write!(std::io::stderr(), "{}", crate::text::terminal_safe(&text));
     }};
 }
 
-mod common;
 mod diagnosis;
+mod error;
+mod holder;
 mod log;
+mod open;
 mod ops;
+mod output;
 mod run;
+mod stamps;
+mod text;
 
 use clap::FromArgMatches;
-use common::{CliError, EX_USAGE, Out};
+use error::{CliError, EX_USAGE};
 use lease_cli::cli::{Cli, Cmd, StoreCmd};
+use output::Out;
 use std::process::ExitCode;
 
 fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
     // Before anything is touched: an etcd address this build cannot use, or a bad one,
     // exits 64.
-    let authority = common::resolve_authority(cli.authority.as_deref())?;
+    let authority = open::resolve_authority(cli.authority.as_deref())?;
     let a_ = &authority;
     match cli.command {
         Cmd::Run(a) => run::run(
@@ -111,7 +117,7 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
         Cmd::Verify { dir } => ops::verify(&dir, a_, out),
         Cmd::Doctor { dir, clean_temp } => {
             // Partial: temp files, stray names and run.json are folder concepts.
-            common::folder_only("doctor", a_)?;
+            open::folder_only("doctor", a_)?;
             ops::doctor(&dir, clean_temp, out)
         }
         Cmd::Prune { dir, keep } => ops::prune(&dir, a_, keep, out),
@@ -139,7 +145,7 @@ fn dispatch(cli: Cli, out: Out) -> Result<i32, CliError> {
         },
         Cmd::List { folder } => {
             // Partial: listing runs means listing subfolders that hold a lease.
-            common::folder_only("list", a_)?;
+            open::folder_only("list", a_)?;
             ops::list(&folder, out)
         }
     }
@@ -170,7 +176,7 @@ fn parse() -> Result<Cli, i32> {
                     .collect::<Vec<_>>()
                     .join(" ");
                 let err = CliError::usage(message.trim_start_matches("error: "));
-                common::Out {
+                Out {
                     json: true,
                     quiet: true,
                 }

@@ -56,10 +56,12 @@
 //! lock. **Partial:** the command's arguments must be UTF-8 (they are recorded in the
 //! command record); the terminal is not handed to the command (no `tcsetpgrp`).
 
-use crate::common::{
-    CliError, EX_SOFTWARE, Lease, Out, Progress, held_description, human_duration, policy_json,
-    shell_path, wall_now,
-};
+use crate::error::{CliError, EX_SOFTWARE};
+use crate::holder::{held_description, policy_json};
+use crate::open::{Lease, init_run, open_lease};
+use crate::output::{Out, Progress};
+use crate::stamps::wall_now;
+use crate::text::{human_duration, shell_path};
 use lease_cli::cli::WaitFor;
 use lease_core::Code;
 use lease_core::LeaseOps;
@@ -379,7 +381,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
 
     // A missing or empty folder, or a run; a foreign folder only with --init. Everything
     // that exists is judged (owner, mode) before the first write; nothing is chmodded.
-    let rundir = crate::common::init_run(&opts.dir, opts.init)?.run;
+    let rundir = init_run(&opts.dir, opts.init)?.run;
     // The layout and every command record, as the open will judge them: refused (65, 76)
     // before anything is written. The open judges them again under the owner lock, with
     // the lease half of the preflight (the log as `verify` checks it, names above the
@@ -396,7 +398,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .unwrap_or_else(|| abs_guess.clone());
     // The observer's view of the lease (the folder itself, or etcd); lease-run opens its
     // own connection for the owner.
-    let rundir = crate::common::open_lease(&opts.dir, &opts.authority, Some(rundir))?;
+    let rundir = open_lease(&opts.dir, &opts.authority, Some(rundir))?;
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

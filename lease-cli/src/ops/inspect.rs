@@ -1,10 +1,15 @@
-//! `status`, `list` and `init`: read a run (or a folder of runs) and say what it is.
+//! `status`, `list` and `init`: read a run (or a folder of runs) and say what it is; and
+//! how one run's status is rendered (`status_json`, `status_human`: `status` and `list`).
 
-use crate::common::{
-    CliError, Lease, Out, human_ms, open_lease, status_human, status_json, wall_now,
-};
-use lease_core::Code;
-use lease_core::ops::StatusView;
+use crate::diagnosis::{next_argv, render_next_as, run_json_facts, torn_beat_text};
+use crate::error::CliError;
+use crate::holder::{age_clock, age_human, policy_human, policy_json};
+use crate::open::{Lease, init_run, open_lease};
+use crate::output::Out;
+use crate::stamps::wall_now;
+use crate::text::{Quoting, human_ms};
+use lease_core::ops::{Expectation, Head, Status, StatusView};
+use lease_core::{Code, EpochState};
 use lease_run::Authority as RunAuthority;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -65,7 +70,7 @@ struct NotARun {
 /// judges it for `run` (`adoption_refusal_held`), and what `init` would refuse of it
 /// (`init_refusal_held`: its own checks before writing). Read-only. An empty folder is a
 /// run to be: `run` makes it one, so it stays `free` with the claim as its next step.
-fn not_a_run(run: &Lease, facts: &crate::common::FolderFacts) -> Option<NotARun> {
+fn not_a_run(run: &Lease, facts: &FolderFacts) -> Option<NotARun> {
     // Judged only where status judged the folder free (a run is never refused so).
     facts.adoption_refusal.as_ref()?;
     let f = run.folder.as_deref()?;
@@ -117,7 +122,7 @@ pub fn status(
                 let (unproven, facts) = lease_run::one_proc_scan(|| {
                     (
                         run.folder.as_deref().map(unproven_commands),
-                        run.folder_facts(&view),
+                        folder_facts(&run, &view),
                     )
                 });
                 let not_a_run = not_a_run(&run, &facts);
@@ -127,7 +132,7 @@ pub fn status(
                         dir,
                         run.run_id().as_str(),
                         &view,
-                        run.run_status(),
+                        run_status(&run),
                         &facts,
                         url.as_deref(),
                     );
@@ -154,7 +159,7 @@ pub fn status(
                     if i > 0 {
                         out.line("");
                     }
-                    let mut lines = status_human(dir, &view, &run.run_status(), &facts);
+                    let mut lines = status_human(dir, &view, &run_status(&run), &facts);
                     if let Some(n) = &not_a_run {
                         not_a_run_human(&mut lines, dir, n);
                     }
@@ -193,7 +198,7 @@ pub fn status(
 /// run it only adds missing layout folders. Refuses (77) before any write when DIR, an
 /// existing layout folder, `run.json` or `owner.lock` is not ours or open to others.
 pub fn init(dir: &Path, out: Out) -> Result<i32, CliError> {
-    let done = crate::common::init_run(dir, true)?;
+    let done = init_run(dir, true)?;
     let run_id = done.run.run_id().to_string();
     if out.json {
         out.json_line(&json!({
@@ -272,8 +277,8 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
                         dir,
                         run.run_id().as_str(),
                         &view,
-                        run.run_status(),
-                        &run.folder_facts(&view),
+                        run_status(&run),
+                        &folder_facts(&run, &view),
                         None,
                     ));
                     continue;
@@ -314,4 +319,312 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
         out.line(&format!("(no runs below {})", folder.display()));
     }
     Ok(0)
+}
+
+/// What `status` knows of the run folder beyond the lease, for its next step.
+#[derive(Debug, Clone, Default)]
+pub struct FolderFacts {
+    /// Whether `store/run.sqlite` exists (`None`: no folder here, or not looked at).
+    pub store_present: Option<bool>,
+    /// What the next claim would refuse before writing (`lease_run::diagnosis::claim_refusal`).
+    pub claim_refusal: Option<(lease_core::Code, String)>,
+    /// What `runlease run` would refuse of the folder itself (`RUN_FOLDER_FOREIGN`).
+    pub adoption_refusal: Option<String>,
+    /// The head's cutoff, due but never written (`None`: none open, or not looked at).
+    pub open_cutoff: Option<lease_core::diagnose::OpenCutoff>,
+}
+
+/// What `status` looks at in the folder of `run` beyond the lease, for its next step
+/// ([`FolderFacts`]); nothing when there is no folder here.
+pub fn folder_facts(run: &Lease, view: &StatusView) -> FolderFacts {
+    let Some(f) = run.folder.as_ref() else {
+        return FolderFacts::default();
+    };
+    // Whether `store/run.sqlite` exists (beneath the held root, without following a
+    // symlink): a store the chain names but this folder lacks makes the next
+    // `runlease run` refuse (`STORE_MISSING`) before it claims.
+    let store_present = f.fs().exists(lease_core::layout::STORE_FILE).ok();
+    // What the next claim or replacement would refuse before writing (its preflight,
+    // the verify walk, records above the head): only when the next step would be one
+    // (a free, stale or dead run), so polling a live owner stays cheap. An I/O error
+    // here leaves it unknown; the claim itself reports it.
+    let claim_refusal = match view.status {
+        Status::Free | Status::Stale | Status::Dead => {
+            lease_run::diagnosis::claim_refusal(f, view).ok().flatten()
+        }
+        _ => None,
+    };
+    // A folder `runlease run` would refuse as not a run (RUN_FOLDER_FOREIGN): its next
+    // step is `runlease init`, not a claim that would be refused.
+    let adoption_refusal = match view.status {
+        Status::Free => lease_run::diagnosis::adoption_refusal(f),
+        _ => None,
+    };
+    // The head's cutoff, due but never written (a crash between a release's,
+    // takeover's or retirement's epoch and its cutoff): shown, since the released
+    // owner's acknowledged events read `pending` until the next change of owner
+    // finalizes it (issue #28). One existence check, where the lease lives.
+    let open_cutoff = view.head.as_ref().and_then(|h| {
+        lease_core::diagnose::open_cutoff_of(&h.epoch, |g| {
+            !matches!(
+                lease_core::LeaseOps::perform(
+                    &*run.auth,
+                    lease_core::ops::Request::Exists(lease_core::FileRef::Cutoff(g))
+                ),
+                Ok(lease_core::ops::Response::Exists(false))
+            )
+        })
+    });
+    FolderFacts {
+        store_present,
+        claim_refusal,
+        adoption_refusal,
+        open_cutoff,
+    }
+}
+
+/// [`run_status_json`] of the folder of `run`, `null` when there is no folder here.
+pub fn run_status(run: &Lease) -> Value {
+    run.folder
+        .as_ref()
+        .map_or(Value::Null, |f| run_status_json(f))
+}
+
+/// Name of an epoch state.
+pub fn epoch_state_name(s: EpochState) -> &'static str {
+    match s {
+        EpochState::Active => "active",
+        EpochState::Released => "released",
+        EpochState::Retired => "retired",
+    }
+}
+
+/// The next step `status` prints: lease-core's [`next_step`](lease_core::diagnose::next_step)
+/// for the view and `run.json` (a free run the next `runlease run` would refuse needs
+/// doctor first), worded as a command.
+pub fn status_next_step(
+    view: &StatusView,
+    dir: &Path,
+    run_status: &Value,
+    folder: &FolderFacts,
+) -> String {
+    render_next_as(
+        &status_next(view, run_status, folder),
+        dir,
+        None,
+        Quoting::Terminal,
+    )
+}
+
+/// lease-core's one next step for what `status` read (`folder`: [`folder_facts`]).
+fn status_next(
+    view: &StatusView,
+    run_status: &Value,
+    folder: &FolderFacts,
+) -> lease_core::diagnose::Next {
+    let mut facts = lease_core::diagnose::Facts::of_view(view.clone());
+    facts.run_json = run_json_facts(run_status);
+    facts.store_present = folder.store_present;
+    facts.claim_refusal = folder.claim_refusal.clone();
+    facts.adoption_refusal = folder.adoption_refusal.clone();
+    lease_core::diagnose::next_step(&facts)
+}
+
+/// What `run.json` says (written by `runlease run` through lease-run: `running`, `paused`,
+/// `done`, `failed` and the writer's generation), as the `run_status` JSON value: `null`
+/// when there is none; `status: "invalid"` with the error (naming the file) as `detail`
+/// when it cannot be read or decoded (reported, never repaired).
+pub fn run_status_json(run: &lease_run::folder::RunDir) -> Value {
+    match lease_run::diagnosis::read_run_json(run) {
+        Ok(None) => Value::Null,
+        Ok(Some(r)) => json!({
+            "status": match r.status {
+                lease_core::RunState::Running => "running",
+                lease_core::RunState::Paused => "paused",
+                lease_core::RunState::Done => "done",
+                lease_core::RunState::Failed => "failed",
+            },
+            "generation": r.generation.get(),
+            "detail": r.detail,
+            "sealed_sequence": r.sealed_sequence,
+            "updated_at": r.updated_at.to_string(),
+        }),
+        Err(detail) => json!({"status": "invalid", "generation": null, "detail": detail,
+                              "sealed_sequence": null, "updated_at": null}),
+    }
+}
+
+/// One human line for [`run_status_json`]'s value (`None` when there is no `run.json`).
+pub fn run_status_human(v: &Value) -> Option<String> {
+    let st = v.get("status")?.as_str()?;
+    let mut line = st.to_string();
+    if let Some(g) = v["generation"].as_u64() {
+        line.push_str(&format!(" (generation {g}"));
+        if let Some(seq) = v["sealed_sequence"].as_u64() {
+            line.push_str(&format!(", store sealed at {seq}"));
+        }
+        line.push(')');
+    }
+    if let Some(d) = v["detail"].as_str() {
+        line.push_str(&format!(": {d}"));
+    }
+    Some(line)
+}
+
+/// The status of one run as a JSON object (schema `runlease/cli/status/1`); `run_status`
+/// is [`run_status_json`]'s value.
+/// `authority` is the `--authority` URL when the lease is not in the run folder (it goes
+/// into `next_step_argv`).
+pub fn status_json(
+    dir: &Path,
+    run_id: &str,
+    view: &StatusView,
+    run_status: Value,
+    folder: &FolderFacts,
+    authority: Option<&str>,
+) -> Value {
+    let head = view.head.as_ref();
+    let active = head.is_some_and(Head::is_active);
+    let expect = head.filter(|h| h.is_active()).map(Expectation::of);
+    let next = status_next(view, &run_status, folder);
+    let (liveness, dead) = match &view.liveness {
+        None => (Value::Null, Value::Null),
+        Some(Ok(())) => (json!("definitely dead"), json!(true)),
+        Some(Err(why)) => (json!(why), json!(false)),
+    };
+    let error = match &view.status {
+        Status::Invalid(e) => {
+            json!({"code": e.code(), "message": e.to_string()})
+        }
+        _ => Value::Null,
+    };
+    json!({
+        "schema": "runlease/cli/status/1",
+        "run": dir.display().to_string(),
+        "run_id": run_id,
+        "state": view.status.name(),
+        "generation": head.map(|h| h.generation().get()),
+        "epoch_state": head.map(|h| epoch_state_name(h.epoch.state)),
+        "owner_id": head.map(|h| h.epoch.owner_id.to_string()),
+        "host": head.map(|h| h.epoch.holder.host.to_string()),
+        "boot_id": head.map(|h| h.epoch.holder.boot_id.to_string()),
+        "pid": head.map(|h| h.epoch.holder.pid),
+        "since": head.map(|h| h.epoch.claimed_at.to_string()),
+        "heartbeat_at": head.filter(|_| active).map(|h| h.heartbeat_at().to_string()),
+        "heartbeat_age_ms": view.judged_age_ms(),
+        "heartbeat_age_clock": age_clock(view),
+        "heartbeat_count": head.filter(|_| active).map(Head::heartbeat_count),
+        "heartbeat_torn": head.filter(|_| active).map(|h| h.torn_beat.is_some()),
+        "policy": head.map(|h| policy_json(&h.epoch.policy)),
+        "dead": dead,
+        "liveness": liveness,
+        "expect_owner": expect.as_ref().map(|e| e.owner_id.to_string()),
+        "expect_heartbeat": expect.as_ref().map(|e| e.heartbeat_at.to_string()),
+        "expect_generation": expect.as_ref().and_then(|e| e.generation).map(|g| g.get()),
+        "expect_count": expect.as_ref().and_then(|e| e.heartbeat_count),
+        "next_step": render_next_as(&next, dir, authority, Quoting::Sh),
+        "next_step_argv": next_argv(&next, dir, authority),
+        "error": error,
+        "run_status": run_status,
+        "open_cutoff": folder.open_cutoff.as_ref().map(|o| json!({
+            "retired": o.retired.get(),
+            "by": o.by.get(),
+            "file": lease_core::FileRef::Cutoff(o.retired).path(),
+        })),
+    })
+}
+
+/// The status of one run as aligned human lines (`run_status`: [`run_status_json`]).
+pub fn status_human(
+    dir: &Path,
+    view: &StatusView,
+    run_status: &Value,
+    folder: &FolderFacts,
+) -> Vec<String> {
+    let mut l = vec![format!("{}: {}", dir.display(), view.status.name())];
+    let mut row = |k: &str, v: String| l.push(format!("  {k:<11}{v}"));
+    if let Some(mut line) = run_status_human(run_status) {
+        // `running` for a generation the chain has moved past (its owner crashed, or a
+        // replacement died before rewriting run.json): say so (PROTOCOL §4: out of date).
+        let head = view.head.as_ref().map(|h| h.generation().get());
+        if let (Some("running"), Some(g), Some(h)) = (
+            run_status["status"].as_str(),
+            run_status["generation"].as_u64(),
+            head,
+        ) {
+            if g < h {
+                line.push_str(&format!(
+                    " (out of date: the lease chain moved on to generation {h}; the state below is the chain's)"
+                ));
+            }
+        }
+        row("run.json", line);
+    }
+    match &view.head {
+        None => {
+            if let Status::Invalid(e) = &view.status {
+                row("error", e.code().prefixed(e));
+            } else {
+                row("generation", "none (never claimed)".into());
+            }
+        }
+        Some(h) => {
+            let e = &h.epoch;
+            row(
+                "generation",
+                format!("{} ({})", h.generation(), epoch_state_name(e.state)),
+            );
+            if h.is_active() {
+                row("owner", e.owner_id.to_string());
+                row(
+                    "holder",
+                    format!(
+                        "host {}, pid {}, boot {}",
+                        e.holder.host, e.holder.pid, e.holder.boot_id
+                    ),
+                );
+                row("since", e.claimed_at.to_string());
+                row(
+                    "heartbeat",
+                    format!(
+                        "{} (age {}, #{})",
+                        h.heartbeat_at(),
+                        age_human(view),
+                        h.heartbeat_count()
+                    ),
+                );
+                if h.torn_beat.is_some() {
+                    row("", torn_beat_text(h));
+                }
+                row("policy", policy_human(&e.policy));
+                match &view.liveness {
+                    Some(Ok(())) => row("liveness", "definitely dead".into()),
+                    Some(Err(why)) => row("liveness", format!("not proven dead: {why}")),
+                    None => {}
+                }
+            } else {
+                let what = match e.state {
+                    EpochState::Retired => "retired a dead owner",
+                    _ => "released",
+                };
+                row(
+                    "last",
+                    format!("{what} by {} at {}", e.owner_id, e.claimed_at),
+                );
+            }
+        }
+    }
+    if let Some(o) = &folder.open_cutoff {
+        row(
+            "cutoff",
+            format!(
+                "open: generation {}'s cutoff ({}) was never written after generation {} replaced it (a crash in between); its events read pending until the next change of owner (the step below) finalizes it",
+                o.retired,
+                lease_core::FileRef::Cutoff(o.retired).path(),
+                o.by
+            ),
+        );
+    }
+    row("next", status_next_step(view, dir, run_status, folder));
+    l
 }

@@ -1,6 +1,10 @@
 //! `append` and `events`: write an event as the owner, read the log with each event's authority.
 
-use crate::common::{CliError, Out, open_lease, wall_now};
+use crate::error::CliError;
+use crate::open::open_lease;
+use crate::output::Out;
+use crate::stamps::wall_now;
+use crate::text::{Quoting, command_line};
 use lease_core::Code;
 use lease_core::LeaseOps;
 use lease_core::ops::{AppendParams, OwnedLease, Standing, Status};
@@ -205,7 +209,6 @@ fn append_outcome_unknown(
     generation: Generation,
     event_type: &Identity,
 ) -> CliError {
-    use crate::diagnosis::{Quoting, command_line};
     let mut argv = vec!["runlease".to_string()];
     if let Some(url) = authority.url() {
         argv.extend(["--authority".to_string(), url]);

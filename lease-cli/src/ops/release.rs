@@ -1,7 +1,11 @@
 //! `release`: hand a run over, from a command under `runlease run` (by asking its owner) or with the token.
 
 use super::log::{owned_head, token};
-use crate::common::{CliError, Out, human_duration, open_lease, wall_now};
+use crate::error::CliError;
+use crate::open::open_lease;
+use crate::output::Out;
+use crate::stamps::wall_now;
+use crate::text::human_duration;
 use lease_core::Code;
 use lease_core::Generation;
 use lease_core::LeaseOps;

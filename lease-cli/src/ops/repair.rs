@@ -1,10 +1,13 @@
 //! `verify`, `doctor` and `prune`: check the chains, diagnose (lease-core decides, this words it), compact.
 
-use crate::common::{CliError, Out, cli_identity, open_lease, shell_path, wall_now};
 use crate::diagnosis::{
-    Quoting, TEMP_MIN_AGE_SECS, next_argv, render_detail, render_next, render_next_as,
-    short_tail_text,
+    TEMP_MIN_AGE_SECS, next_argv, render_detail, render_next, render_next_as, short_tail_text,
 };
+use crate::error::CliError;
+use crate::open::{open_lease, open_run};
+use crate::output::Out;
+use crate::stamps::{cli_identity, wall_now};
+use crate::text::{Quoting, shell_path};
 use lease_core::LeaseOps;
 use lease_core::diagnose::diagnose;
 use lease_core::ops::PruneParams;
@@ -89,7 +92,7 @@ pub fn verify(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, Cli
 /// `runlease doctor DIR [--clean-temp]`: findings with stable codes and one next step each.
 /// Exit 0 unless a finding is a data error (`INVALID_RECORD`, `BROKEN_CHAIN`: 65).
 pub fn doctor(dir: &Path, clean_temp: bool, out: Out) -> Result<i32, CliError> {
-    let run = crate::common::open_run(dir)?;
+    let run = open_run(dir)?;
     // Refused (77) before anything is read or removed, like every other subcommand.
     run.check_root_files()?;
 

@@ -1,10 +1,11 @@
 //! `takeover` and `retire`: replace a stale or dead owner from the command line.
 
-use crate::common::{
-    CliError, Out, Progress, held_description, human_duration, human_ms, name_folder, new_owner_id,
-    wall_now,
-};
-use crate::diagnosis::{Quoting, command_line, next_argv};
+use crate::diagnosis::next_argv;
+use crate::error::{CliError, name_folder};
+use crate::holder::held_description;
+use crate::output::{Out, Progress};
+use crate::stamps::{new_owner_id, wall_now};
+use crate::text::{Quoting, command_line, human_duration, human_ms};
 use lease_core::Code;
 use lease_core::diagnose::Next;
 use lease_core::ops::Expectation;

@@ -6,7 +6,12 @@
 //! (or dead-owner) run's store writing nothing, and the writers refuse with the next step;
 //! a run held by an owner is refused with its holder named.
 
-use crate::common::{CliError, Out};
+use crate::error::CliError;
+use crate::holder::held_description;
+use crate::open::{folder_only, open_lease};
+use crate::output::Out;
+use crate::stamps::wall_now;
+use crate::text::{Quoting, command_line, shell_path};
 use lease_core::{Code, LeaseOps};
 use lease_run::engine_store::EngineReader;
 use lease_run::store_read::StoreReader;
@@ -82,7 +87,7 @@ fn source(dir: &Path, authority: &lease_run::Authority) -> Result<Source, CliErr
     if authority.url().is_some() {
         // The store is committed in the engine (docs/PROTOCOL.md §18): read it there,
         // from any host and whoever owns the run; the run folder is not read.
-        let lease = crate::common::open_lease(dir, authority, None)?;
+        let lease = open_lease(dir, authority, None)?;
         if lease.auth.commits_in_engine() {
             return EngineReader::open(&*lease.auth)
                 .map(|r| Source::Engine(Box::new(r)))
@@ -155,7 +160,7 @@ impl Source {
 fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, CliError> {
     // The store lives in the run folder whatever the authority, but the lease that says
     // whether the run is free does not: over etcd this reader cannot judge it yet.
-    crate::common::folder_only("store", authority)?;
+    folder_only("store", authority)?;
     StoreReader::open(dir).map_err(|e| {
         let err = CliError::from(e);
         match err.code {
@@ -167,7 +172,7 @@ fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, Cli
             lease_core::Code::StoreBusy => {
                 err.with_hint(format!(
                     "next: runlease run --retire-dead {} -- true (an owner's open replays it; --retire-dead frees a run whose owner died first)",
-                    crate::common::shell_path(dir)
+                    shell_path(dir)
                 ))
             }
             // The store is not what the lease chain vouches for (rewound below its seal or
@@ -183,7 +188,7 @@ fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, Cli
                 };
                 err.with_hint(format!(
                     "next: runlease doctor -- {} (its finding {finding} names the repair; every writer refuses the run until then)",
-                    crate::common::shell_path(dir)
+                    shell_path(dir)
                 ))
             }
             _ => err,
@@ -196,10 +201,10 @@ fn open(dir: &Path, authority: &lease_run::Authority) -> Result<StoreReader, Cli
 fn holder_named(dir: &Path, err: CliError) -> CliError {
     let view = lease_run::folder::RunDir::open(dir)
         .ok()
-        .and_then(|d| d.status(crate::common::wall_now().ok()?, false).ok());
+        .and_then(|d| d.status(wall_now().ok()?, false).ok());
     match view.filter(|v| v.head.as_ref().is_some_and(|h| h.is_active())) {
         Some(v) => {
-            let (text, extra) = crate::common::held_description(&v);
+            let (text, extra) = held_description(&v);
             let mut e = err.with_hint(text);
             e.extra = Some(extra);
             e
@@ -432,15 +437,11 @@ pub fn store_write(
         // Judge the run as the readers do (holder named, a crashed owner's WAL, a missing
         // store); a run this process could read is one nobody owns: say how to write.
         let reader = open(dir, authority)?;
-        let quoted: Vec<String> = req
-            .args
-            .iter()
-            .map(|a| crate::common::shell_path(Path::new(a)))
-            .collect();
+        let quoted: Vec<String> = req.args.iter().map(|a| shell_path(Path::new(a))).collect();
         let (verb, rest) = quoted
             .split_first()
             .map_or(("put", &[][..]), |(v, r)| (v.as_str(), r));
-        let d = crate::common::shell_path(dir);
+        let d = shell_path(dir);
         let retire = if reader.owner_dead() {
             "--retire-dead "
         } else {
@@ -478,7 +479,7 @@ pub fn store_write(
             .collect::<Vec<_>>();
         err.with_hint(format!(
             "look before committing again: `{}` lists the commits with their writes and log entries",
-            crate::diagnosis::command_line(&argv, crate::diagnosis::Quoting::Terminal)
+            command_line(&argv, Quoting::Terminal)
         ))
     })?;
     let generation = client.generation();
