@@ -2,7 +2,7 @@
 
 use super::heartbeat::heartbeat_loop;
 use super::reap::{reap_cgroups, reap_or_refuse};
-use super::status::{failure_detail, record_fallback, write_status_blocking};
+use super::status::{failure_detail, record_fallback, status_write, write_status_blocking};
 use super::step::{blocking, timed};
 use super::watchdog::watchdog;
 use super::{
@@ -483,29 +483,14 @@ async fn run_json(
     let (name, cb, deadline) = (&cx.name, &cx.opts.on_step, cx.opts.step_deadline);
     let now = wall_now()?;
     let record = RunStatus {
-        run_id: lease.run_id.clone(),
-        status: RunState::Running,
-        generation: lease.generation,
-        sealed_sequence: None,
-        wake_at: None,
-        holder: Some(lease.holder.clone()),
         heartbeat_at: Some(now),
-        updated_at: now,
-        detail: None,
+        ..record_fallback(lease, now)
     };
-    let (dir, auth, sh, l, r) = (
-        st.dir.clone(),
-        st.auth.clone(),
-        shared.clone(),
-        lease.clone(),
-        record.clone(),
-    );
+    let write = status_write(&st.dir, &st.auth, shared, lease, &record);
     timed(
         cb,
         StepName::RunJson,
-        blocking(name, StepName::RunJson, deadline, move || {
-            write_status_blocking(&dir, &*auth, &sh, &l, &r)
-        }),
+        blocking(name, StepName::RunJson, deadline, write),
     )
     .await?;
     st.current = Some(record);

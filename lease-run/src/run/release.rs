@@ -2,7 +2,7 @@
 
 #[cfg(doc)]
 use super::RunStore;
-use super::status::write_status_blocking;
+use super::status::status_write;
 use super::step::{blocking, timed};
 use super::{Run, StepName, WATCHDOG_TICK};
 use crate::clock::wall_now;
@@ -267,19 +267,11 @@ impl Run {
         rec.wake_at = wake_at;
         rec.sealed_sequence = seal.as_ref().map(|s| s.sequence);
         rec.updated_at = now;
-        let (dir, auth, sh, l, r) = (
-            self.dir.clone(),
-            self.auth.clone(),
-            self.shared.clone(),
-            self.lease.clone(),
-            rec.clone(),
-        );
+        let write = status_write(&self.dir, &self.auth, &self.shared, &self.lease, &rec);
         let written = timed(
             &cb,
             StepName::FinalStatus,
-            blocking(&name, StepName::FinalStatus, deadline, move || {
-                write_status_blocking(&dir, &*auth, &sh, &l, &r)
-            }),
+            blocking(&name, StepName::FinalStatus, deadline, write),
         )
         .await;
         if let Err(e) = written {

@@ -10,6 +10,26 @@ use lease_core::LeaseOps;
 use lease_core::ops::{OwnedLease, Status};
 use lease_core::{FileRef, RunState, RunStatus, Timestamp, encode};
 use lease_fs::{FsError, RunDir, primitives};
+use std::sync::Arc;
+
+/// [`write_status_blocking`] of `record` as a closure that owns what it needs, for a
+/// blocking step (`open`'s run.json, a status change, the release's final status).
+pub(super) fn status_write(
+    dir: &Arc<RunDir>,
+    auth: &Arc<dyn LeaseAuthority>,
+    shared: &Arc<Shared>,
+    lease: &OwnedLease,
+    record: &RunStatus,
+) -> impl FnOnce() -> Result<(), RunError> + Send + 'static {
+    let (dir, auth, sh, l, r) = (
+        dir.clone(),
+        auth.clone(),
+        shared.clone(),
+        lease.clone(),
+        record.clone(),
+    );
+    move || write_status_blocking(&dir, &*auth, &sh, &l, &r)
+}
 
 /// Write `run.json` as generation `lease.generation` only: the head must still be our
 /// active epoch and the run not fenced, checked right before the atomic replace.
@@ -97,18 +117,12 @@ impl Run {
         rec.detail = detail;
         rec.wake_at = wake_at;
         rec.updated_at = now;
-        let (dir, auth, sh, l, r) = (
-            self.dir.clone(),
-            self.auth.clone(),
-            self.shared.clone(),
-            self.lease.clone(),
-            rec.clone(),
-        );
+        let write = status_write(&self.dir, &self.auth, &self.shared, &self.lease, &rec);
         blocking(
             &self.shared.run,
             StepName::FinalStatus,
             self.opts.step_deadline,
-            move || write_status_blocking(&dir, &*auth, &sh, &l, &r),
+            write,
         )
         .await?;
         *lock_std(&self.current) = rec;
