@@ -301,14 +301,11 @@ pub fn list(folder: &Path, out: Out) -> Result<i32, CliError> {
             }
             Err(e) => {
                 if out.json {
-                    out.json_line(&json!({
-                        "schema": "runlease/cli/error/1",
-                        "ok": false,
-                        "run": dir.display().to_string(),
-                        "code": e.code,
-                        "message": e.message,
-                        "exit_code": e.exit,
-                    }));
+                    // The error object of every subcommand, naming the run (as `status`).
+                    out.json_line(
+                        &e.with_extra(json!({"run": dir.display().to_string()}))
+                            .json(),
+                    );
                 } else {
                     out.line(&format!("{name:<24} error    {}: {}", e.code, e.message));
                 }

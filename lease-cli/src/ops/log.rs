@@ -309,6 +309,30 @@ fn print_event(je: &lease_core::ops::JudgedEvent, out: &Out) -> bool {
     }
 }
 
+/// Print the events of `run` after sequence `*last` (all of them from 0), in order, with
+/// their authority, moving `*last` to the last one printed. The log is streamed: one event
+/// in memory at a time. `false` once stdout is gone (a closed pipe).
+fn print_events_after(
+    run: &dyn lease_run::LeaseAuthority,
+    last: &mut u64,
+    out: &Out,
+) -> Result<bool, CliError> {
+    let seen = *last;
+    let mut stdout_gone = false;
+    run.for_each_event(&mut |je| {
+        if je.event.sequence.get() <= seen {
+            return true;
+        }
+        if !print_event(je, out) {
+            stdout_gone = true;
+            return false;
+        }
+        *last = je.event.sequence.get();
+        true
+    })?;
+    Ok(!stdout_gone)
+}
+
 /// `runlease events DIR [--follow]`: every event with its authority (non-authoritative
 /// events are shown, marked `!`, never hidden). Read-only: pending cutoffs are not
 /// finalized.
@@ -326,16 +350,7 @@ pub fn events(
     opened.refuse_rolled_back()?;
     // Streamed: one event in memory at a time, whatever the log's length.
     let mut last = 0u64;
-    let mut stdout_gone = false;
-    run.for_each_event(&mut |je| {
-        if !print_event(je, &out) {
-            stdout_gone = true;
-            return false;
-        }
-        last = je.event.sequence.get();
-        true
-    })?;
-    if stdout_gone {
+    if !print_events_after(run, &mut last, &out)? {
         return Ok(0);
     }
     if last == 0 && !out.json && !follow {
@@ -361,19 +376,7 @@ pub fn events(
                 continue;
             }
         }
-        let seen = last;
-        run.for_each_event(&mut |je| {
-            if je.event.sequence.get() <= seen {
-                return true;
-            }
-            if !print_event(je, &out) {
-                stdout_gone = true;
-                return false;
-            }
-            last = je.event.sequence.get();
-            true
-        })?;
-        if stdout_gone {
+        if !print_events_after(run, &mut last, &out)? {
             return Ok(0);
         }
     }
