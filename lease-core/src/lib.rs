@@ -28,7 +28,7 @@
 //!     now: Timestamp::parse("2026-12-02T12:00:00.000Z").unwrap(),
 //!     store_floor: None,
 //! });
-//! let lease = drive(&mut claim, |req| -> Result<Response, std::convert::Infallible> {
+//! let lease = drive(&mut claim, |req| -> Result<Response, lease_core::LeaseError> {
 //!     Ok(match req {
 //!         Request::List(dir) => Response::Listing(
 //!             disk.keys().filter(|f| f.dir() == Some(dir)).copied().collect(),
@@ -44,8 +44,7 @@
 //!         }
 //!         other => unreachable!("a claim on an empty run does not ask {other:?}"),
 //!     })
-//! })
-//! .unwrap()?;
+//! })?;
 //! assert_eq!(lease.generation.get(), 1);
 //! assert!(disk.contains_key(&lease_core::FileRef::Epoch(lease.generation)));
 //! # Ok::<(), lease_core::LeaseError>(())

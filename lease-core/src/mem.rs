@@ -294,12 +294,7 @@ impl MemDisk {
         op: &mut O,
         liveness: &dyn Fn(&Holder) -> LivenessEvidence,
     ) -> Result<O::Output, LeaseError> {
-        match crate::ops::drive(op, |req| {
-            Ok::<_, std::convert::Infallible>(self.perform(req, liveness))
-        }) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        crate::ops::drive(op, |req| Ok::<_, LeaseError>(self.perform(req, liveness)))
     }
 }
 

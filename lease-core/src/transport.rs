@@ -154,7 +154,7 @@ pub trait LeaseOps: Transport {
         bound: Self::Bound,
     ) -> Result<O::Output, Self::Error> {
         self.begin()?;
-        crate::ops::drive(op, |req| self.execute(req, bound))?.map_err(Self::Error::from)
+        crate::ops::drive(op, |req| self.execute(req, bound))
     }
 
     /// Run a step machine to completion within the default bound.
@@ -179,7 +179,7 @@ pub trait LeaseOps: Transport {
         let bound = self.default_bound();
         let now = p.now;
         self.begin()?;
-        let lease = crate::ops::drive(&mut Claim::new(p), |req| self.execute(req, bound))?
+        let lease = crate::ops::drive_split(&mut Claim::new(p), |req| self.execute(req, bound))?
             .map_err(|e| {
                 crate::ops::refine_claim_refusal(e, || {
                     self.status(now, true)
@@ -290,7 +290,7 @@ pub trait LeaseOps: Transport {
         self.begin()?;
         let bound = self.default_bound();
         let mut op = Release::new(p).compacting(compact);
-        let outcome = match crate::ops::drive(&mut op, |req| self.execute(req, bound)) {
+        let outcome = match crate::ops::drive_split(&mut op, |req| self.execute(req, bound)) {
             Ok(outcome) => outcome,
             Err(e) => match op.committed() {
                 // A request of the compaction failed: the release stands.

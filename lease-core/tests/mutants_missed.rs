@@ -45,7 +45,7 @@ fn claim_op() -> Claim {
 fn claim_racing(lost_creates: u32, lost_rechecks: u32) -> Result<OwnedLease, LeaseError> {
     let (mut creates, mut rechecks, mut requests) = (lost_creates, lost_rechecks, 0u32);
     let mut after_create = false;
-    drive(&mut claim_op(), |req| {
+    drive_split(&mut claim_op(), |req| {
         requests += 1;
         if requests > 200 {
             return Err(format!("still retrying after {requests} requests"));
@@ -272,9 +272,8 @@ fn takeover_of_a(beats_before: u64, beat_between: bool) -> (OwnedLease, Option<P
                 .unwrap_err();
             assert!(matches!(e, LeaseError::Fenced { .. }), "{e:?}");
         }
-        Ok::<_, std::convert::Infallible>(d.perform(req, &alive))
+        Ok::<_, LeaseError>(d.perform(req, &alive))
     })
-    .unwrap()
     .unwrap();
     assert_eq!(lease.generation, Generation::new(2).unwrap());
     (lease, op.preempted().cloned())

@@ -216,9 +216,36 @@ pub trait Operation {
     fn next(&mut self, input: Option<Response>) -> Step<Self::Output>;
 }
 
-/// Run `op` to completion, performing each request with `io`. An `Err` from `io` (an I/O
-/// failure in the adapter) stops the operation and is returned as the outer error.
-pub fn drive<O: Operation, E>(
+/// Run `op` to completion, performing each request with `io`: one `Result`, in the
+/// adapter's error type `E`, into which the operation's own refusal ([`LeaseError`])
+/// converts. An `Err` from `io` (an I/O failure in the adapter) stops the operation. A
+/// caller that must tell the two apart (a release whose compaction failed after it
+/// committed) uses [`drive_split`].
+///
+/// ```
+/// use lease_core::ops::{drive, LogEnd, Request, Response};
+/// use lease_core::LeaseError;
+/// // The last sequence of an empty event log (0): every probe answers "absent".
+/// let end = drive(&mut LogEnd::new(), |req| -> Result<Response, LeaseError> {
+///     Ok(match req {
+///         Request::List(_) => Response::Listing(vec![]),
+///         Request::Exists(_) => Response::Exists(false),
+///         other => unreachable!("{other:?}"),
+///     })
+/// })?;
+/// assert_eq!(end, 0);
+/// # Ok::<(), LeaseError>(())
+/// ```
+pub fn drive<O: Operation, E: From<LeaseError>>(
+    op: &mut O,
+    io: impl FnMut(Request) -> Result<Response, E>,
+) -> Result<O::Output, E> {
+    drive_split(op, io)?.map_err(E::from)
+}
+
+/// [`drive`], keeping the adapter's failure (the outer `Err`: a request could not be
+/// performed) apart from the operation's refusal (the inner `Err`).
+pub fn drive_split<O: Operation, E>(
     op: &mut O,
     mut io: impl FnMut(Request) -> Result<Response, E>,
 ) -> Result<Result<O::Output, LeaseError>, E> {
