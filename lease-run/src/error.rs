@@ -136,7 +136,7 @@ pub enum RunError {
         detail: String,
     },
     /// A refusal answered by the run's owner over its store socket
-    /// ([`crate::store_socket`]), with the owner's code and message; or the client's own
+    /// ([`crate::store_client`]), with the owner's code and message; or the client's own
     /// refusal to talk to a socket that is not the owner's (`STORE_REQUEST_REFUSED`).
     #[error("{message}")]
     Served {

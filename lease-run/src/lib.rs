@@ -197,7 +197,7 @@
 //! open it; a process stuck while holding it keeps it locked (the next owner gets
 //! `STORE_BUSY`, 75, and retries) until it dies.
 //!
-//! ## The store served to the commands ([`store_socket`], [`OpenOptions::serve_store`])
+//! ## The store served to the commands ([`store_client`], [`OpenOptions::serve_store`])
 //!
 //! A command cannot open the store (its owner holds it exclusively), so the owner serves
 //! it: at the `heartbeat` step it listens on an abstract Unix socket named with 128 random
@@ -210,11 +210,11 @@
 //! durable heartbeat carries the new head, then all are answered, so an acknowledged commit
 //! is always in the floor (a copy of the store rewound below it is refused after a crash).
 //! `runlease release` inside a command arrives there too ([`Run::release_requested`]).
-//! [`store_socket::StoreClient`] is the command's side:
+//! [`store_client::StoreClient`] is the command's side:
 //!
 //! ```no_run
 //! // In a program started as a command of a run (`run.command(..)` or `runlease run`):
-//! use lease_run::{Batch, store_socket::StoreClient};
+//! use lease_run::{Batch, store_client::StoreClient};
 //! let mut store = StoreClient::from_env()?.expect("started by a serving owner");
 //! let seq = store.commit(&Batch::new().put("step/1", "done").log("step 1"))?;
 //! assert_eq!(store.get("step/1")?.unwrap().updated_seq, seq);
@@ -310,7 +310,7 @@
 //!
 //! ## Escapes (what the kill reaches)
 //!
-//! **With a cgroup v2 subtree** ([`OpenOptions::cgroup`], default on; [`cgroup`] module):
+//! **With a cgroup v2 subtree** ([`OpenOptions::cgroup`], default on; the `cgroup` module):
 //! at open the owner creates `runlease-<key>-<generation>` below its own cgroup (`<key>`:
 //! 16 hex digits of SHA-256 over the run's path and id). Each command's spawn gate is
 //! started directly inside it (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7, when its
@@ -323,7 +323,7 @@
 //! uid, [`lease_core::CommandCgroup`]); the next open looks only directly below its own
 //! cgroup and kills and removes a killed incarnation's directory only when a record of
 //! that generation names exactly its identity and it belongs to the open's own uid
-//! (issue #29; [`cgroup`]'s "Whose it is"): TERM to the members it proves (pidfd,
+//! (issue #29; the `cgroup` module's "Whose it is"): TERM to the members it proves (pidfd,
 //! membership, uid, start time), grace, `cgroup.kill`; a survivor refuses the open (76).
 //! A directory named like the run's but not proved its own (another uid's, an identity no
 //! record names) is never signalled or removed, and refuses nothing: `doctor` reports it
@@ -445,9 +445,10 @@ mod run;
 pub mod store_client;
 #[cfg(not(loom))]
 pub mod store_read;
-// To become internal too once lease-cli uses `store_client` (issue #34).
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "internals"))]
 pub mod store_socket;
+#[cfg(all(not(loom), not(feature = "internals")))]
+mod store_socket;
 mod sync;
 
 #[cfg(not(loom))]

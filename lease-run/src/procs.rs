@@ -26,7 +26,7 @@
 //! born in the run's cgroup and `cgroup.kill` ends it whatever it does, short of moving
 //! itself out (which needs write access to another cgroup's `cgroup.procs`: root, or a
 //! cgroup of the same delegated subtree; the scans below still look for such a process),
-//! see [`crate::cgroup`].
+//! see the `cgroup` module.
 //!
 //! ## What a scan reads (issue #33)
 //!

@@ -64,7 +64,7 @@ pub fn release(
     // side is, e.g. after an in-place upgrade).
     let via_socket = if crate::ops::store::served_here(dir) {
         // The handshake too is bounded by --timeout: a stopped owner cannot answer it.
-        match lease_run::store_socket::StoreClient::from_env_within(o.timeout) {
+        match lease_run::store_client::StoreClient::from_env_within(o.timeout) {
             Ok(Some(c)) if c.generation() == generation.get() => Some(c),
             Ok(_) => None,
             Err(e) if e.code() == Code::IoError => {

@@ -1,7 +1,7 @@
 //! `runlease store`: read and write a run's store.
 //!
 //! Inside a command of the run's owner (issue #20) every verb goes through the owner's
-//! store socket (`lease_run::store_socket`): reads and writes alike, stamped with the
+//! store socket (`lease_run::store_client`): reads and writes alike, stamped with the
 //! owner's generation and checked against its secret. Elsewhere the readers read a free
 //! (or dead-owner) run's store writing nothing, and the writers refuse with the next step;
 //! a run held by an owner is refused with its holder named.
@@ -14,8 +14,8 @@ use crate::stamps::wall_now;
 use crate::text::{Quoting, command_line, shell_path};
 use lease_core::{Code, LeaseOps};
 use lease_run::engine_store::EngineReader;
+use lease_run::store_client::{SOCKET_VAR, StoreClient};
 use lease_run::store_read::StoreReader;
-use lease_run::store_socket::{SOCKET_VAR, StoreClient};
 use lease_run::{Batch, Commit, Document, Write};
 use serde_json::{Value, json};
 use std::io::Write as _;

@@ -70,7 +70,7 @@ pub struct OpenOptions {
     /// owner lock, the cgroup and the store stay in the run folder.
     pub authority: Authority,
     /// Serve the run's store to its commands over a local socket (default true; see
-    /// [`crate::store_socket`]): started with the heartbeat, announced to every command
+    /// [`crate::store_client`]): started with the heartbeat, announced to every command
     /// as `RUNLEASE_STORE_SOCKET`, stopped at release. A commit made through it is
     /// acknowledged only once it is durable **and** a durable heartbeat carrying its
     /// sequence has been written, so the floor a replacer records covers it even after a

@@ -621,7 +621,7 @@ pub(super) fn reap_cgroups(
 }
 
 /// A directory named like one of this run's cgroups that runlease leaves alone (issue #29):
-/// not proved its own ([`crate::cgroup::Verdict::NotOurs`]), so never signalled or removed.
+/// not proved its own (the cgroup module's `Verdict::NotOurs`), so never signalled or removed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupAudit {
     /// Its path.

@@ -94,7 +94,7 @@ impl Run {
     /// (they are no longer killed on a fence or at release), their command records are
     /// removed durably (so the next owner does not reap them), and the members of the
     /// incarnation's cgroup v2 directory, if any, are moved up into the owner's own cgroup
-    /// and the directory removed ([`crate::cgroup::detach`]; a member that cannot be moved
+    /// and the directory removed (`cgroup::detach`; a member that cannot be moved
     /// is logged, and the next open of the run kills it). All
     /// this happens before the barrier, the seal and the lease release, so a crash in
     /// between leaves a held run whose next owner finds no record (the commands are not

@@ -274,7 +274,7 @@ impl RunCommand {
 /// `RUNLEASE_RUN` (the absolute run folder), `RUNLEASE_GENERATION`, `RUNLEASE_OWNER` (the
 /// owner id), `RUNLEASE_AUTHORITY` (only for an etcd authority), the incarnation secret
 /// ([`INCARNATION_VAR`]) and, when the run serves its store, `RUNLEASE_STORE_SOCKET`
-/// ([`crate::store_socket`]). Standard streams are inherited unless set.
+/// ([`crate::store_client`]). Standard streams are inherited unless set.
 ///
 /// ```no_run
 /// # async fn demo(run: &lease_run::Run) -> Result<(), lease_run::RunError> {
