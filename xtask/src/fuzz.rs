@@ -77,26 +77,30 @@ fn without_outer_toolchain(cmd: &mut Command) {
     }
 }
 
-fn cargo_fuzz_version(dir: &Path) -> Option<String> {
-    let out = nightly(dir, &["fuzz", "--version"])
+/// `cargo +nightly <args>` in `dir`, stdin closed: its stdout when it succeeds, else
+/// `Ok(Err(stderr))`; `Err` if it cannot be run at all.
+fn nightly_output(dir: &Path, args: &[&str]) -> Result<Result<String, String>, String> {
+    let out = nightly(dir, args)
         .stdin(Stdio::null())
         .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .map_err(|e| format!("cannot run `cargo +nightly {}`: {e}", args.join(" ")))?;
+    Ok(if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    })
+}
+
+fn cargo_fuzz_version(dir: &Path) -> Option<String> {
+    let out = nightly_output(dir, &["fuzz", "--version"]).ok()?.ok()?;
+    Some(out.trim().to_string())
 }
 
 /// `cargo +nightly fuzz` works, or install cargo-fuzz.
 fn ensure_cargo_fuzz(dir: &Path) -> Result<String, String> {
-    let toolchain = nightly(dir, &["--version"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run `cargo +nightly --version`: {e}"))?;
-    if !toolchain.status.success() {
+    if let Err(stderr) = nightly_output(dir, &["--version"])? {
         return Err(format!(
-            "the nightly toolchain is not usable (`cargo +nightly --version` failed: {}); install it with `rustup toolchain install nightly`",
-            String::from_utf8_lossy(&toolchain.stderr).trim()
+            "the nightly toolchain is not usable (`cargo +nightly --version` failed: {stderr}); install it with `rustup toolchain install nightly`"
         ));
     }
     if let Some(v) = cargo_fuzz_version(dir) {
@@ -116,17 +120,9 @@ fn ensure_cargo_fuzz(dir: &Path) -> Result<String, String> {
 
 /// The targets cargo-fuzz knows (`cargo fuzz list`), in order.
 fn targets(dir: &Path) -> Result<Vec<String>, String> {
-    let out = nightly(dir, &["fuzz", "list"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run `cargo +nightly fuzz list`: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`cargo +nightly fuzz list` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let list: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let out = nightly_output(dir, &["fuzz", "list"])?
+        .map_err(|stderr| format!("`cargo +nightly fuzz list` failed: {stderr}"))?;
+    let list: Vec<String> = out
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())

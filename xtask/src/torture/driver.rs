@@ -17,7 +17,7 @@ use super::procs::{
     Cleanup, Rng, all_procs, append_line, code_of, kill_all_descendants, reap, rl, rl3,
     signal_group, signal_pid,
 };
-use super::report::judge;
+use super::report::{Figures, judge};
 use super::{HEARTBEAT_MS, Opts, SELF_FENCE_MS, STALE_MS, WATCHDOG_GRACE};
 
 // ---------------------------------------------------------------------------------------
@@ -33,13 +33,6 @@ struct Shared {
     takeovers: AtomicU64,
     retires: AtomicU64,
     runs: AtomicU64,
-}
-
-/// The figures of one torture run.
-#[derive(Debug)]
-pub(super) struct Figures {
-    pub(super) kills: u64,
-    pub(super) stops: u64,
 }
 
 /// `cargo xtask torture`: build `runlease`, torture, recover, check, print the figure line.

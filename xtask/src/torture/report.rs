@@ -3,9 +3,15 @@
 use std::path::Path;
 
 use super::check::{check, parse_events, parse_history};
-use super::driver::Figures;
 use super::procs::rl;
 use super::{FENCED, HEARTBEAT_MS, Opts, SELF_FENCE_MS, STALE_MS};
+
+/// The figures of one torture run.
+#[derive(Debug)]
+pub(super) struct Figures {
+    pub(super) kills: u64,
+    pub(super) stops: u64,
+}
 
 /// Recover the run, read the log, check, print the figure line.
 pub(super) fn judge(opts: &Opts, work: &Path, runlease: &Path, f: &Figures) -> Result<(), String> {
