@@ -77,6 +77,22 @@ fn without_outer_toolchain(cmd: &mut Command) {
     }
 }
 
+/// The arguments of `cargo fuzz run` for `target` with the sanitizer, over the corpus
+/// folders `corpora` (the first is where new inputs go), then libFuzzer's `flags`.
+fn fuzz_run_args(target: &str, corpora: &[&Path], flags: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "fuzz".into(),
+        "run".into(),
+        SANITIZER[0].into(),
+        SANITIZER[1].into(),
+        target.to_string(),
+    ];
+    args.extend(corpora.iter().map(|p| p.display().to_string()));
+    args.push("--".into());
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
+}
+
 /// `cargo +nightly <args>` in `dir`, stdin closed: its stdout when it succeeds, else
 /// `Ok(Err(stderr))`; `Err` if it cannot be run at all.
 fn nightly_output(dir: &Path, args: &[&str]) -> Result<Result<String, String>, String> {
@@ -261,17 +277,7 @@ pub fn smoke(root: &Path, seconds: u64) -> Result<(), String> {
         let regressions = dir.join("regressions").join(target);
         let n = input_count(&regressions);
         if n > 0 {
-            let args: Vec<String> = vec![
-                "fuzz".into(),
-                "run".into(),
-                SANITIZER[0].into(),
-                SANITIZER[1].into(),
-                target.clone(),
-                regressions.display().to_string(),
-                "--".into(),
-                "-runs=0".into(),
-                "-rss_limit_mb=2048".into(),
-            ];
+            let args = fuzz_run_args(target, &[&regressions], &["-runs=0", "-rss_limit_mb=2048"]);
             match run_fuzzer(&dir, &args) {
                 Ok(_) => println!("fuzz {target}: {n} regression inputs pass"),
                 Err((why, output)) => {
@@ -290,21 +296,18 @@ pub fn smoke(root: &Path, seconds: u64) -> Result<(), String> {
         if input_count(&seeds) == 0 {
             return Err(format!("no seed corpus in {}", seeds.display()));
         }
-        let args: Vec<String> = vec![
-            "fuzz".into(),
-            "run".into(),
-            SANITIZER[0].into(),
-            SANITIZER[1].into(),
-            target.clone(),
-            scratch.display().to_string(),
-            seeds.display().to_string(),
-            "--".into(),
-            format!("-max_total_time={seconds}"),
-            "-rss_limit_mb=2048".into(),
-            // One input taking this long is a hang: report it as a failure.
-            "-timeout=60".into(),
-            "-print_final_stats=1".into(),
-        ];
+        let max_time = format!("-max_total_time={seconds}");
+        let args = fuzz_run_args(
+            target,
+            &[&scratch, &seeds],
+            &[
+                &max_time,
+                "-rss_limit_mb=2048",
+                // One input taking this long is a hang: report it as a failure.
+                "-timeout=60",
+                "-print_final_stats=1",
+            ],
+        );
         eprintln!("==> fuzz {target} ({seconds} s)");
         let t = Instant::now();
         match run_fuzzer(&dir, &args) {
