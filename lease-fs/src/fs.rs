@@ -2,7 +2,7 @@
 //!
 //! Every durable primitive in [`crate::primitives`] is written once against this trait, so
 //! the same code runs on the real disk ([`crate::RealFs`]) and on the simulated one
-//! ([`crate::SimFs`]), which can crash between any two calls, drop what was not fsynced,
+//! (`SimFs`, feature `sim`), which can crash between any two calls, drop what was not fsynced,
 //! tear the last unsynced write, or fail the N-th call with `EIO`/`ENOSPC`.
 //!
 //! Paths are relative to the run root, use `/` separators, and never contain `..`, empty

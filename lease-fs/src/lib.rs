@@ -5,7 +5,7 @@
 //!
 //! - [`fs::Fs`], the seam: the few system calls the protocol needs, relative to a held
 //!   descriptor of the run root; [`RealFs`] implements it with `openat2`-style calls that
-//!   never follow a symlink, and [`SimFs`] simulates it for crash tests (data durable only
+//!   never follow a symlink, and `SimFs` (feature `sim`) simulates it for crash tests (data durable only
 //!   after fsync, directory entries only after fsync of their directory, torn writes,
 //!   failing the N-th call). RECHECK's listing of `lease/epochs` (every heartbeat) is
 //!   replayed while an inotify watch on that folder has queued nothing, on local disk file
@@ -54,6 +54,7 @@
 #![deny(missing_docs)]
 
 pub mod clock;
+mod crash;
 pub mod error;
 pub mod fs;
 pub mod fstype;
@@ -64,6 +65,9 @@ pub mod primitives;
 pub mod probe;
 pub mod real;
 pub mod run_dir;
+// The simulated crash file system (feature `sim`): for this project's model checker,
+// crash tests and fuzz targets, not for production use.
+#[cfg(feature = "sim")]
 pub mod sim;
 mod trust;
 
@@ -75,4 +79,5 @@ pub use run_dir::{
     Found, Initialized, LAYOUT_DIRS, Liveness, ProcLiveness, RunDir, run_id_held, run_id_of,
     this_holder,
 };
+#[cfg(feature = "sim")]
 pub use sim::SimFs;

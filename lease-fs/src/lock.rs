@@ -240,26 +240,25 @@ impl OwnerLock {
     /// Take the owner lock of the run at `root`, retrying every 10 ms for up to `timeout`.
     /// `Ok(None)` if it was still held by someone else when the time ran out.
     pub fn acquire_timeout(root: &Path, timeout: Duration) -> io::Result<Option<OwnerLock>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(lock) = Self::try_acquire(root)? {
-                return Ok(Some(lock));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(POLL.min(deadline - now));
-        }
+        Self::retry_for(timeout, || Self::try_acquire(root))
     }
 
     /// [`acquire_timeout`](OwnerLock::acquire_timeout) relative to the held root
     /// descriptor of `fs`: `owner.lock` is opened with `openat` in the folder that was
     /// opened, never by looking the run folder's path up again.
     pub fn acquire_timeout_in(fs: &RealFs, timeout: Duration) -> io::Result<Option<OwnerLock>> {
+        Self::retry_for(timeout, || Self::try_acquire_in(fs))
+    }
+
+    /// Call `attempt` every [`POLL`] until it takes the lock or `timeout` has passed
+    /// (`Ok(None)`: still held by someone else at the end).
+    fn retry_for(
+        timeout: Duration,
+        mut attempt: impl FnMut() -> io::Result<Option<OwnerLock>>,
+    ) -> io::Result<Option<OwnerLock>> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(lock) = Self::try_acquire_in(fs)? {
+            if let Some(lock) = attempt()? {
                 return Ok(Some(lock));
             }
             let now = Instant::now();

@@ -100,7 +100,7 @@ enum PrimState {
 /// A clonable copy of an `io::Error` (the primitive machine is cloned by the model
 /// checker), keeping the OS error code and the simulated-crash marker.
 fn freeze(e: &io::Error) -> (io::ErrorKind, Option<i32>, String) {
-    let code = if crate::sim::is_simulated_crash(e) {
+    let code = if crate::crash::is_simulated_crash(e) {
         Some(-1)
     } else {
         e.raw_os_error()
@@ -110,7 +110,7 @@ fn freeze(e: &io::Error) -> (io::ErrorKind, Option<i32>, String) {
 
 fn thaw(e: (io::ErrorKind, Option<i32>, String)) -> io::Error {
     match e.1 {
-        Some(-1) => io::Error::other(crate::sim::SimulatedCrash),
+        Some(-1) => io::Error::other(crate::crash::SimulatedCrash),
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(e.0, e.2),
     }

@@ -204,7 +204,7 @@ impl RunDir {
             // error code; anything else is an I/O failure of the check itself.
             if e.kind() == io::ErrorKind::Other
                 && e.raw_os_error().is_none()
-                && !crate::sim::is_simulated_crash(&e)
+                && !crate::crash::is_simulated_crash(&e)
             {
                 FsError::RootChanged {
                     path: self.root.display().to_string(),

@@ -99,7 +99,6 @@ mod state;
 // `Fs` is used by `calls` (through `super::Fs`) and by the links of the docs here.
 use crate::fs::{Fs, check_rel};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -112,24 +111,8 @@ const ROOT: u64 = 0;
 /// Smallest inode-table size at which garbage is collected.
 const GC_MIN: usize = 64;
 
-/// The payload of the error every call returns once a crash point is reached.
-#[derive(Debug)]
-pub(crate) struct SimulatedCrash;
-
-impl fmt::Display for SimulatedCrash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("simulated crash")
-    }
-}
-
-impl std::error::Error for SimulatedCrash {}
-
-/// Whether `err` is the error a [`SimFs`] returns after its crash point (see
-/// [`SimFs::crash_after`]), as opposed to an injected fault or a real failure.
-pub fn is_simulated_crash(err: &io::Error) -> bool {
-    err.get_ref()
-        .is_some_and(|e| e.downcast_ref::<SimulatedCrash>().is_some())
-}
+pub(crate) use crate::crash::SimulatedCrash;
+pub use crate::crash::is_simulated_crash;
 
 /// Call counters of a [`SimFs`], for asserting the number of system calls and fsyncs of
 /// an operation. Every call counts when it is made, whether it succeeds or fails.
