@@ -1,40 +1,56 @@
-//! lease-fs on a real run folder: an owner process claims the run and crashes (exits
-//! without releasing); the next process finds it dead (this boot, its pid gone, the
-//! kernel owner lock free), retires it, and claims with the lock held (`OwnedRun`).
+//! lease-fs on a real run folder: an owner process claims the run, appends 1,000 events
+//! (beating whenever a beat is due) and crashes (exits without releasing). The next
+//! process asks for the run with `OwnedRun::claim_or_retire_dead`: the crashed owner is
+//! proved dead (this boot, its process gone, the kernel owner lock free) and retired,
+//! holding the lock, and every one of its 1,000 acknowledged events still counts. A late
+//! append under the dead owner's generation would not: its epoch is superseded.
 //!
 //! Run: `cargo run -p lease-fs --example claim_crash_retire`
 
-use lease_core::ops::{Expectation, RetireParams, Status};
+use lease_core::ops::{Standing, Status};
 use lease_core::{Identity, LeaseOps, Timestamp, TimingPolicy};
-use lease_fs::{OwnedRun, RunDir, WallClock, this_holder};
+use lease_fs::{OwnedRun, RunDir, WallClock};
 use std::path::Path;
+
+const EVENTS: u64 = 1_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    if let [_, role, path] = args.as_slice() {
-        if role == "crashing-owner" {
-            // The child: claim with the lock, beat once, then die without a release.
-            let mut run = OwnedRun::claim(
-                Path::new(path),
-                Identity::new("crashing-owner")?,
-                TimingPolicy::default(),
+    if let [_, role, path] = args.as_slice()
+        && role == "crashing-owner"
+    {
+        // The child: claim with the lock, append, then die without a release.
+        let mut run = OwnedRun::claim(
+            Path::new(path),
+            Identity::new("crashing-owner")?,
+            TimingPolicy::default(),
+            Timestamp::now()?,
+        )?;
+        let step = Identity::new("step")?;
+        for n in 1..=EVENTS {
+            if run.heartbeat_due() {
+                run.heartbeat(Timestamp::now()?)?;
+            }
+            // Any `Serialize` payload; `append` checks the self-fence first.
+            run.append(
+                step.clone(),
+                serde_json::json!({ "n": n }),
                 Timestamp::now()?,
             )?;
-            run.heartbeat(Timestamp::now()?)?;
-            println!(
-                "child {}: claimed generation {}, now crashing",
-                std::process::id(),
-                run.lease().generation
-            );
-            std::process::exit(3);
         }
+        println!(
+            "child {}: generation {} appended {EVENTS} events, now crashing",
+            std::process::id(),
+            run.lease().generation
+        );
+        std::process::exit(3);
     }
 
     let tmp = tempfile::tempdir()?;
     let path = tmp.path().join("job");
     RunDir::create(&path)?;
 
-    // 1. The owner process claims and crashes.
+    // 1. The owner process appends and crashes.
     let status = std::process::Command::new(std::env::current_exe()?)
         .arg("crashing-owner")
         .arg(&path)
@@ -42,43 +58,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(status.code(), Some(3));
 
     // 2. Another process looks: dead (its process is gone and nobody holds the lock).
-    let dir = RunDir::open(&path)?;
-    let view = dir.status(Timestamp::now()?, true)?;
+    let view = RunDir::open(&path)?.status(Timestamp::now()?, true)?;
     println!("status after the crash: {:?}", view.status);
     assert_eq!(view.status, Status::Dead);
 
-    // A plain claim says what to do.
-    let refused = OwnedRun::claim(
+    // 3. Claim it, retiring the dead owner first (owner lock held throughout).
+    let (mut run, retired) = OwnedRun::claim_or_retire_dead(
         &path,
-        Identity::new("next")?,
-        TimingPolicy::default(),
-        Timestamp::now()?,
-    )
-    .expect_err("the dead owner must be retired first");
-    println!("claim refused: {refused}");
-    assert_eq!(refused.code().as_str(), "RUN_DEAD_REQUIRES_RETIREMENT");
-
-    // 3. Retire it, conditioned on exactly what was observed.
-    let head = view.head.expect("a head");
-    let retired = dir.retire(RetireParams {
-        run_id: dir.run_id().clone(),
-        owner_id: Identity::new("retirer")?,
-        holder: this_holder()?,
-        policy: TimingPolicy::default(),
-        now: Timestamp::now()?,
-        expect: Some(Expectation::of(&head)),
-    })?;
-    println!("retired generation {}", retired.retired);
-
-    // 4. Claim, with the owner lock, and release.
-    let mut run = OwnedRun::claim(
-        &path,
-        Identity::new("next")?,
+        Identity::new("next-owner")?,
+        Identity::new("next-owner-retirer")?,
         TimingPolicy::default(),
         Timestamp::now()?,
     )?;
-    run.heartbeat(Timestamp::now()?)?;
-    println!("claimed generation {}", run.lease().generation);
+    let retired = retired.ok_or("the dead owner was not retired")?;
+    println!(
+        "retired generation {retired}; claimed generation {}",
+        run.lease().generation
+    );
+
+    // 4. Nothing acknowledged was lost: all 1,000 events count, in order, chained.
+    let log = run.dir().read_events(None)?;
+    let counted = log
+        .events
+        .iter()
+        .filter(|e| e.standing == Standing::Authoritative)
+        .count();
+    println!("{counted} events count after the replacement");
+    assert_eq!(counted as u64, EVENTS);
+    run.dir().verify()?;
+
+    // 5. The new owner appends after them and releases.
+    let a = run.append(
+        Identity::new("resumed")?,
+        "after the crash",
+        Timestamp::now()?,
+    )?;
+    assert_eq!(a.sequence.get(), EVENTS + 1);
     let released = run.release(Timestamp::now()?, None)?;
     println!("released as generation {released}");
     Ok(())

@@ -5,7 +5,7 @@ use crate::error::FsError;
 use crate::lock::OwnerLock;
 use crate::real::RealFs;
 use crate::run_dir::{ProcLiveness, RunDir, boottime_ns, open_error, run_id_of, this_holder};
-use lease_core::ops::{ClaimParams, OwnedLease, ReleaseParams};
+use lease_core::ops::{ClaimParams, Expectation, OwnedLease, ReleaseParams, RetireParams, Status};
 use lease_core::{
     Generation, Identity, LeaseError, LeaseOps, Seal, Timestamp, TimingPolicy, must_self_fence,
 };
@@ -94,6 +94,66 @@ impl OwnedRun {
         policy: TimingPolicy,
         now: Timestamp,
     ) -> Result<OwnedRun, FsError> {
+        let (dir, lock) = Self::locked(path)?;
+        Self::claim_locked(dir, lock, owner_id, policy, now)
+    }
+
+    /// [`OwnedRun::claim`], but a run whose owner is **definitely dead** (this boot, its
+    /// process gone, its owner lock free: `status` says `dead`) is first retired as
+    /// `retirer`, then claimed as `owner_id`: what a process that restarts after a crash of
+    /// its predecessor wants. Returns the run and the retired generation, if one was.
+    ///
+    /// In order: the owner lock is taken first (held elsewhere: `OWNER_LOCK_HELD`, nothing
+    /// written), so "dead" is judged holding it and no other owner on this host can start
+    /// in between; the status is read with liveness probed; only if it says `dead` is the
+    /// event log's tail verified (a retirement finalizes the dead owner's cutoff over it: an
+    /// unreadable or forged event refuses, nothing written) and the owner retired,
+    /// conditioned on exactly the head observed (a head that changed meanwhile is a race,
+    /// never a wrong retirement); then the claim. A live, stale or released owner is not
+    /// retired: the claim answers as [`OwnedRun::claim`] does (`RUN_ALREADY_ACTIVE`,
+    /// `RUN_STALE_REQUIRES_TAKEOVER`, …). `retirer` and `owner_id` must differ (each epoch
+    /// has its own owner id, PROTOCOL §1): `ARGUMENT_INVALID` otherwise, before anything.
+    ///
+    /// A crash between the retirement and the claim leaves a run released by the
+    /// retirement (`free`): the next call claims it.
+    pub fn claim_or_retire_dead(
+        path: &Path,
+        owner_id: Identity,
+        retirer: Identity,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<(OwnedRun, Option<Generation>), FsError> {
+        if retirer == owner_id {
+            return Err(FsError::Lease(LeaseError::ArgumentInvalid {
+                what: "retirer",
+                reason: format!("the retirer's id and the owner's must differ (both {owner_id})"),
+            }));
+        }
+        let (dir, lock) = Self::locked(path)?;
+        let view = dir.status(now, true)?;
+        let retired = match (&view.status, &view.head) {
+            (Status::Dead, Some(head)) => {
+                dir.verify_tail()?;
+                let r = dir.retire(RetireParams {
+                    run_id: dir.run_id().clone(),
+                    owner_id: retirer,
+                    holder: this_holder()?,
+                    policy,
+                    now,
+                    expect: Some(Expectation::of(head)),
+                })?;
+                Some(r.retired)
+            }
+            _ => None,
+        };
+        let run = Self::claim_locked(dir, lock, owner_id, policy, now)?;
+        Ok((run, retired))
+    }
+
+    /// The run folder at `path` opened with its owner lock taken on the held root
+    /// descriptor (a renamed root is followed); held by another process of this host:
+    /// `OWNER_LOCK_HELD`. Its [`RunDir`] knows this process holds the lock.
+    fn locked(path: &Path) -> Result<(RunDir, OwnerLock), FsError> {
         let run_id = run_id_of(path)?;
         let name = path.display().to_string();
         let fs = RealFs::open(path).map_err(|e| open_error(&run_id, path, e))?;
@@ -102,15 +162,26 @@ impl OwnedRun {
             .ok_or_else(|| FsError::OwnerLockHeld { run: name.clone() })?;
         let dir = RunDir::with_fs(
             Arc::new(fs),
-            run_id.clone(),
+            run_id,
             path,
             Arc::new(ProcLiveness::new(path).holding_lock()),
         );
+        Ok((dir, lock))
+    }
+
+    /// The claim, the owner lock held.
+    fn claim_locked(
+        dir: RunDir,
+        lock: OwnerLock,
+        owner_id: Identity,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Result<OwnedRun, FsError> {
         // The claim counts as the first heartbeat-class write: its start is the
         // self-fence reference until the first beat succeeds.
         let started = boottime_ns();
         let lease = dir.claim(ClaimParams {
-            run_id,
+            run_id: dir.run_id().clone(),
             owner_id,
             holder: this_holder()?,
             policy,
@@ -225,12 +296,22 @@ impl OwnedRun {
     /// ([`LeaseOps::append`]): durable and counting when `Ok`; `superseded_by` set means it
     /// counts but this owner was replaced meanwhile, so the run is fenced from here on. The
     /// tail of the last append is passed on as the next one's hint.
+    ///
+    /// `payload` is anything serde serializes (a `serde_json::Value`, a struct deriving
+    /// `Serialize`, a `&str`); one that cannot be serialized as JSON (a map with non-string
+    /// keys) is `ARGUMENT_INVALID` before anything is checked or written.
     pub fn append(
         &mut self,
         event_type: Identity,
-        payload: serde_json::Value,
+        payload: impl serde::Serialize,
         now: Timestamp,
     ) -> Result<lease_core::ops::Appended, FsError> {
+        let payload = serde_json::to_value(payload).map_err(|e| {
+            FsError::Lease(LeaseError::ArgumentInvalid {
+                what: "payload",
+                reason: format!("cannot be written as JSON: {e}"),
+            })
+        })?;
         self.check_live()?;
         let r = self.dir.append(
             &self.lease,

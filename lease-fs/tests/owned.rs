@@ -229,3 +229,174 @@ fn append_checks_the_self_fence_and_a_beat_is_due_after_the_interval() {
     let e = run.heartbeat(Timestamp::now().unwrap()).unwrap_err();
     assert!(e.is_fenced(), "the fence is sticky: {e}");
 }
+
+/// A run whose recorded owner is this host's, this boot's, and a process that has exited:
+/// `status` judges it dead (pid gone, owner lock free).
+fn run_with_dead_owner(path: &std::path::Path) -> lease_core::Generation {
+    RunDir::create(path).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let me = lease_fs::this_holder().unwrap();
+    let dir = RunDir::open(path).unwrap();
+    let lease = dir
+        .claim(lease_core::ops::ClaimParams {
+            run_id: dir.run_id().clone(),
+            owner_id: Identity::new("crashed").unwrap(),
+            holder: lease_core::Holder {
+                pid,
+                start_time: 1,
+                ..me
+            },
+            policy: TimingPolicy::default(),
+            now: Timestamp::now().unwrap(),
+            store_floor: None,
+        })
+        .unwrap();
+    let view = dir.status(Timestamp::now().unwrap(), true).unwrap();
+    assert_eq!(view.status, Status::Dead, "{view:?}");
+    lease.generation
+}
+
+fn epochs(path: &std::path::Path) -> usize {
+    std::fs::read_dir(path.join("lease/epochs"))
+        .unwrap()
+        .count()
+}
+
+/// Issue #34: `claim_or_retire_dead` retires a definitely-dead owner (holding the owner
+/// lock) and claims; a free run is simply claimed.
+#[test]
+fn claim_or_retire_dead_retires_a_dead_owner_then_claims() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("dead");
+    let dead = run_with_dead_owner(&path);
+    // A plain claim is refused and says why.
+    let e = OwnedRun::claim(
+        &path,
+        Identity::new("w1").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code().as_str(), "RUN_DEAD_REQUIRES_RETIREMENT", "{e}");
+    let (run, retired) = OwnedRun::claim_or_retire_dead(
+        &path,
+        Identity::new("w1").unwrap(),
+        Identity::new("w1-retirer").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(retired, Some(dead));
+    assert!(
+        run.lease().generation.get() > dead.get() + 1,
+        "retire epoch, then the claim"
+    );
+    let view = run.dir().status(Timestamp::now().unwrap(), true).unwrap();
+    assert_eq!(view.status, Status::Active, "{view:?}");
+    run.release(Timestamp::now().unwrap(), None).unwrap();
+
+    // Free now: claimed, nothing retired.
+    let (run, retired) = OwnedRun::claim_or_retire_dead(
+        &path,
+        Identity::new("w2").unwrap(),
+        Identity::new("w2-retirer").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(retired, None);
+    run.release(Timestamp::now().unwrap(), None).unwrap();
+}
+
+/// A live owner is never retired, and refusals write nothing: the lock held by a live
+/// owner of this host (`OWNER_LOCK_HELD`), the same id for the retirer and the owner
+/// (`ARGUMENT_INVALID`).
+#[test]
+fn claim_or_retire_dead_never_retires_a_live_owner_and_refusals_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("live");
+    RunDir::create(&path).unwrap();
+    let live = OwnedRun::claim(
+        &path,
+        Identity::new("live").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    let before = epochs(&path);
+    let e = OwnedRun::claim_or_retire_dead(
+        &path,
+        Identity::new("w1").unwrap(),
+        Identity::new("w1-retirer").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code().as_str(), "OWNER_LOCK_HELD", "{e}");
+    assert_eq!(epochs(&path), before);
+    drop(live);
+
+    let dead_path = tmp.path().join("dead2");
+    run_with_dead_owner(&dead_path);
+    let before = epochs(&dead_path);
+    let e = OwnedRun::claim_or_retire_dead(
+        &dead_path,
+        Identity::new("same").unwrap(),
+        Identity::new("same").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code().as_str(), "ARGUMENT_INVALID", "{e}");
+    assert_eq!(epochs(&dead_path), before, "nothing written");
+}
+
+/// Issue #34: `append` takes any `Serialize` payload; one serde cannot write as JSON is
+/// refused before anything is written.
+#[test]
+fn append_takes_any_serializable_payload() {
+    #[derive(serde::Serialize)]
+    struct Step<'a> {
+        name: &'a str,
+        n: u32,
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("payload");
+    RunDir::create(&path).unwrap();
+    let mut run = OwnedRun::claim(
+        &path,
+        Identity::new("w").unwrap(),
+        fast(),
+        Timestamp::now().unwrap(),
+    )
+    .unwrap();
+    let ty = Identity::new("step").unwrap();
+    let a = run
+        .append(
+            ty.clone(),
+            Step { name: "load", n: 1 },
+            Timestamp::now().unwrap(),
+        )
+        .unwrap();
+    run.append(ty.clone(), "plain text", Timestamp::now().unwrap())
+        .unwrap();
+    let events = run.dir().read_events(None).unwrap();
+    let first = events
+        .events
+        .iter()
+        .find(|e| e.event.sequence == a.sequence)
+        .unwrap();
+    assert_eq!(
+        first.event.payload,
+        serde_json::json!({"name": "load", "n": 1})
+    );
+    let count = events.events.len();
+    // A map with non-string keys is not JSON.
+    let bad: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+    let e = run.append(ty, bad, Timestamp::now().unwrap()).unwrap_err();
+    assert_eq!(e.code().as_str(), "ARGUMENT_INVALID", "{e}");
+    assert_eq!(run.dir().read_events(None).unwrap().events.len(), count);
+    run.release(Timestamp::now().unwrap(), None).unwrap();
+}
