@@ -155,7 +155,7 @@ async fn run_async(
             format!(
                 "interrupted by signal {pending} before the command started; {}",
                 match released {
-                    Ok(()) => "the run was released".to_string(),
+                    Ok(_) => "the run was released".to_string(),
                     Err(e) => format!("releasing the run failed: {}", e.code().prefixed(&e)),
                 }
             ),
@@ -185,7 +185,7 @@ async fn run_async(
                 })
                 .await;
             return Err(match released {
-                Ok(()) => e.with_hint("the run was released"),
+                Ok(_) => e.with_hint("the run was released"),
                 Err(r) => e.with_hint(format!(
                     "releasing the run failed: {}",
                     r.code().prefixed(&r)
@@ -243,8 +243,8 @@ async fn run_async(
                 .release_detached(FinalStatus::Paused { wake_at: None })
                 .await
             {
-                Ok(()) => {
-                    let g = report::released_as(rundir).unwrap_or(lease.generation.get());
+                Ok(released) => {
+                    let g = released.get();
                     on_request = Some(g);
                     eprintln!(
                         "runlease: released generation {} as generation {g} on request; the command runs on without the lease",
@@ -278,7 +278,7 @@ async fn run_async(
         (Some(run), _) => {
             // The true cause from the status itself: exit 143 is not signal 15.
             match run.release(FinalStatus::of_exit(status)).await {
-                Ok(()) => report::released_as(rundir).unwrap_or(lease.generation.get()),
+                Ok(released) => released.get(),
                 Err(e @ RunError::Fenced { .. }) => {
                     // Fenced while releasing: the command had ended, by the fence's kill
                     // or by itself before the fence was seen.

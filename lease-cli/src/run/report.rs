@@ -6,7 +6,6 @@ use crate::error::CliError;
 use crate::holder::policy_json;
 use crate::open::Lease;
 use crate::output::Out;
-use crate::stamps::wall_now;
 use crate::text::human_duration;
 use lease_core::ops::OwnedLease;
 use lease_core::{Code, Generation, LeaseOps, TimingPolicy};
@@ -147,12 +146,6 @@ pub(super) async fn warn_heartbeat_failures(
             ),
         );
     }
-}
-
-/// The generation of the release epoch at the head (after our release).
-pub(super) fn released_as(rundir: &Lease) -> Option<u64> {
-    let view = rundir.auth.status(wall_now().ok()?, false).ok()?;
-    view.head.map(|h| h.generation().get())
 }
 
 /// The `FENCED` error (75) `run` ends with when its owner was fenced and the fence's

@@ -466,7 +466,7 @@ impl Drop for Run {
                     false,
                 ));
                 match r {
-                    Ok(()) => tracing::info!(run = %name, "a dropped run was released as failed"),
+                    Ok(g) => tracing::info!(run = %name, generation = g.get(), "a dropped run was released as failed"),
                     Err(e) => tracing::warn!(run = %name, error = %e, "the release of a dropped run failed"),
                 }
             });

@@ -79,10 +79,13 @@ impl Run {
     /// compact ([`crate::compact::after_release`]: best-effort, its failure is logged and
     /// never returned). A fenced run reports the fence and writes nothing.
     ///
+    /// Returns the generation of the release epoch: the run's head once released (the
+    /// generation the next owner supersedes; the owner's was [`Run::generation`]).
+    ///
     /// **Cancellation-safe:** the steps run in a task of their own; dropping this future
     /// does not stop them (the release finishes in the background, and [`Run::settle`] or
     /// the next [`Run::open`] of the path in this process waits for it).
-    pub async fn release(self, final_status: FinalStatus) -> Result<(), RunError> {
+    pub async fn release(self, final_status: FinalStatus) -> Result<Generation, RunError> {
         self.release_in_task(final_status, false).await
     }
 
@@ -102,7 +105,8 @@ impl Run {
     /// nothing that counts: the store is sealed and closed at the barrier that follows, and
     /// once the lease is released its generation is fenced everywhere (lease-fs appends
     /// answer `FENCED`).
-    pub async fn release_detached(self, final_status: FinalStatus) -> Result<(), RunError> {
+    /// Returns the release epoch's generation, as [`Run::release`] does.
+    pub async fn release_detached(self, final_status: FinalStatus) -> Result<Generation, RunError> {
         self.release_in_task(final_status, true).await
     }
 
@@ -112,7 +116,7 @@ impl Run {
         self,
         final_status: FinalStatus,
         detach: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<Generation, RunError> {
         // Still armed until the task starts its steps: a task that never runs (its runtime
         // shutting down) drops the handle armed, and the drop releases it in the background.
         let name = self.shared.run.clone();
@@ -131,7 +135,7 @@ impl Run {
         mut self,
         final_status: FinalStatus,
         detach: bool,
-    ) -> Result<(), RunError> {
+    ) -> Result<Generation, RunError> {
         self.armed = false;
         let name = self.shared.run.clone();
         let cb = self.opts.on_step.clone();
@@ -349,7 +353,7 @@ impl Run {
                 "the compaction after the release did not finish (the release stands): {e}"
             );
         }
-        Ok(())
+        Ok(released)
     }
 
     /// The fence path of release: stop the tasks, wait (bounded) for the watchdog to
