@@ -17,7 +17,7 @@ use lease_core::{
     TakeoverIntent, TakeoverMode, TimingPolicy, encode,
 };
 use lease_run::Batch;
-use lease_run::store_socket::{MAX_FRAME, Op, Request, commit_op, write_frame};
+use lease_run::store_socket::{MAX_FRAME, Op, commit_op, write_frame};
 use runlease_fuzz::fixtures::{LiveMode, holder, id, run_id, t};
 use runlease_fuzz::folder::{Entry, Folder, Name, Persist};
 use std::path::Path;
@@ -475,8 +475,7 @@ fn transitions_seeds(root: &Path) {
 /// A request as the client writes it after the handshake (protocol 2: the operation
 /// alone, no secret and no generation).
 fn request(op: Op) -> Vec<u8> {
-    let req: Request = op;
-    serde_json::to_vec(&req).expect("request")
+    serde_json::to_vec(&op).expect("request")
 }
 
 fn store_wire_seeds(root: &Path) {
