@@ -449,6 +449,8 @@ pub mod store_read;
 pub mod store_socket;
 #[cfg(all(not(loom), not(feature = "internals")))]
 mod store_socket;
+#[cfg(not(loom))]
+mod superseded;
 mod sync;
 
 #[cfg(not(loom))]
@@ -486,3 +488,5 @@ pub use run::{
 /// The JSON crate event payloads and `--json` records are built with, so a lease-run user
 /// needs no dependency of its own for them (`lease_run::serde_json::json!`).
 pub use serde_json;
+#[cfg(not(loom))]
+pub use superseded::{Superseded, superseded_by};

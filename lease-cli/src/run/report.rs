@@ -8,7 +8,7 @@ use crate::open::Lease;
 use crate::output::Out;
 use crate::text::human_duration;
 use lease_core::ops::OwnedLease;
-use lease_core::{Code, Generation, LeaseOps, TimingPolicy};
+use lease_core::{Code, Generation, TimingPolicy};
 use lease_run::{Acquired, RunError};
 use serde_json::json;
 use std::path::Path;
@@ -191,30 +191,19 @@ pub(super) fn fenced_error_as(
     .with_extra(json!({"generation": lease.generation.get(), "command_exit": code}))
 }
 
-/// Who replaced generation `g`, from the epoch after it (read-only; `None` when there is
-/// none, as when the owner fenced itself on a lapse nobody acted on yet, or it cannot be
-/// read): "taken over by generation N (owner, pid on host) at T", or "retired as dead …".
+/// Who replaced generation `g` ([`lease_run::superseded_by`], typed), worded: "taken over
+/// by generation N (owner, pid on host) at T", or "retired as dead …"; `None` when nobody
+/// did (the owner fenced itself on a lapse nobody acted on yet) or it cannot be read.
 fn replaced_by(rundir: &Lease, g: lease_core::Generation) -> Option<String> {
-    use lease_core::ops::{Request, Response};
-    let next = g.next(&rundir.auth.run_id().clone()).ok()?;
-    let bytes = match rundir
-        .auth
-        .perform(Request::Read(lease_core::FileRef::Epoch(next)))
-        .ok()?
-    {
-        Response::Content(Some(b)) => b,
-        _ => return None,
-    };
-    let e: lease_core::EpochRecord = lease_core::decode_for(rundir.auth.run_id(), &bytes).ok()?;
-    let retired = e.retired.as_ref().filter(|r| r.generation == g)?;
-    let how = match retired.reason {
+    let s = lease_run::superseded_by(&*rundir.auth, g)?;
+    let how = match s.reason {
         lease_core::RetireReason::TakenOver => "taken over",
         lease_core::RetireReason::Dead => "retired as dead",
         _ => return None,
     };
     // What the replacer judged (recorded in the epoch since issue #19): the beat it saw last
     // and, for a takeover, how long it watched that beat unchanged.
-    let judged = match &retired.observed {
+    let judged = match &s.observed {
         Some(o) => match o.watched_ms {
             Some(ms) => format!(
                 ", after watching heartbeat #{} ({}) unchanged for {ms} ms ({})",
@@ -234,6 +223,6 @@ fn replaced_by(rundir: &Lease, g: lease_core::Generation) -> Option<String> {
     };
     Some(format!(
         "{how} by generation {} (owner {}, pid {} on {}) at {}{judged}",
-        e.generation, e.owner_id, e.holder.pid, e.holder.host, e.claimed_at
+        s.generation, s.owner_id, s.holder.pid, s.holder.host, s.at
     ))
 }

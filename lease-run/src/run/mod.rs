@@ -328,6 +328,15 @@ impl std::fmt::Debug for Run {
 }
 
 impl Run {
+    /// Who superseded this owner ([`crate::superseded_by`] of its generation): after a
+    /// fence, whether it was taken over or retired, by whom and when. `None` when nobody
+    /// did (it fenced itself on a lapse) or the next epoch cannot be read. Read-only.
+    pub fn superseded_by(&self) -> Option<crate::Superseded> {
+        crate::superseded_by(&*self.auth, self.lease.generation)
+    }
+}
+
+impl Run {
     /// The run's generation (the fencing token).
     pub fn generation(&self) -> Generation {
         self.lease.generation
