@@ -269,3 +269,44 @@ const GROWTH_HISTORY: &str = "criterion/growth/history.json";
 
 /// Where criterion writes its results.
 const CRITERION: &str = "criterion";
+
+/// Medians (µs) of whole-process timings, measured here (not by criterion).
+struct Processes {
+    /// `runlease run R -- true` and `runlease append`, each beside the median of a
+    /// link-exclusive create timed right before each run of the process (the same
+    /// primitive as criterion's `raw/link_exclusive_create`, on the same disk), so each
+    /// ratio compares figures taken at the same moments.
+    run_true: f64,
+    run_true_create: f64,
+    append: f64,
+    append_create: f64,
+    /// Issue #33: the same processes on a long log (`log_events` events) and on a short
+    /// one (`append`: 10 events; `run` and `status`: none), timed in interleaved pairs.
+    log_events: u64,
+    append_long: f64,
+    append_short: f64,
+    run_true_long: f64,
+    run_true_empty: f64,
+    status_long: f64,
+    status_empty: f64,
+    /// Issue #33: peak memory of the same processes on a long log and on one a tenth as long.
+    rss: PeakRss,
+    /// Issue #33: `runlease run R -- true` with `procs.0` and with `procs.1` idle processes
+    /// added to the machine.
+    procs: (usize, usize),
+    run_true_procs_high: f64,
+    run_true_procs_low: f64,
+}
+
+/// Issue #33: peak resident set (KiB, each the median of `Plan::rss_probes` probes by
+/// [`crate::rss::peak_kib`]) of whole `runlease` processes on a run whose log has
+/// `events.0` events and on one with `events.1` (a tenth as many), as (long, short).
+struct PeakRss {
+    events: (u64, u64),
+    /// `runlease run R -- true`.
+    run_true: (u64, u64),
+    /// `runlease append R`, inside the run held by an `Owner` (each probe adds an event).
+    append: (u64, u64),
+    /// `runlease status R`.
+    status: (u64, u64),
+}

@@ -2,51 +2,10 @@
 //! and `status` beside a link-exclusive create timed at the same moments, on long and short
 //! logs, with idle processes added, and their peak memory.
 
-use super::Plan;
+use super::{PeakRss, Plan, Processes};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-
-/// Medians (µs) of whole-process timings, measured here (not by criterion).
-pub(super) struct Processes {
-    /// `runlease run R -- true` and `runlease append`, each beside the median of a
-    /// link-exclusive create timed right before each run of the process (the same
-    /// primitive as criterion's `raw/link_exclusive_create`, on the same disk), so each
-    /// ratio compares figures taken at the same moments.
-    pub(super) run_true: f64,
-    pub(super) run_true_create: f64,
-    pub(super) append: f64,
-    pub(super) append_create: f64,
-    /// Issue #33: the same processes on a long log (`log_events` events) and on a short
-    /// one (`append`: 10 events; `run` and `status`: none), timed in interleaved pairs.
-    pub(super) log_events: u64,
-    pub(super) append_long: f64,
-    pub(super) append_short: f64,
-    pub(super) run_true_long: f64,
-    pub(super) run_true_empty: f64,
-    pub(super) status_long: f64,
-    pub(super) status_empty: f64,
-    /// Issue #33: peak memory of the same processes on a long log and on one a tenth as long.
-    pub(super) rss: PeakRss,
-    /// Issue #33: `runlease run R -- true` with `procs.0` and with `procs.1` idle processes
-    /// added to the machine.
-    pub(super) procs: (usize, usize),
-    pub(super) run_true_procs_high: f64,
-    pub(super) run_true_procs_low: f64,
-}
-
-/// Issue #33: peak resident set (KiB, each the median of `Plan::rss_probes` probes by
-/// [`crate::rss::peak_kib`]) of whole `runlease` processes on a run whose log has
-/// `events.0` events and on one with `events.1` (a tenth as many), as (long, short).
-pub(super) struct PeakRss {
-    pub(super) events: (u64, u64),
-    /// `runlease run R -- true`.
-    pub(super) run_true: (u64, u64),
-    /// `runlease append R`, inside the run held by an [`Owner`] (each probe adds an event).
-    pub(super) append: (u64, u64),
-    /// `runlease status R`.
-    pub(super) status: (u64, u64),
-}
 
 /// One link-exclusive create (`lease_fs::primitives::create_exclusive`: temp, write, fsync,
 /// link, fsync dir, unlink temp) of a 300-byte file, timed.

@@ -1,8 +1,9 @@
 //! The report: every figure read from a file this run wrote, each line beside its baseline
 //! and target, printed and written to `target/bench/summary.json`.
 
-use super::procs::Processes;
-use super::{BENCH_DIR, CRITERION, GROWTH_HISTORY, INTERLEAVED, Plan, RECLAIM, STORE_SOCKET};
+use super::{
+    BENCH_DIR, CRITERION, GROWTH_HISTORY, INTERLEAVED, Plan, Processes, RECLAIM, STORE_SOCKET,
+};
 use std::cell::RefCell;
 use std::path::Path;
 use std::time::SystemTime;
