@@ -126,7 +126,7 @@ fn a_crashed_owners_wal_is_refused_until_the_next_run_replays_it() {
         let mut s = lease_sqlite::Store::open(
             &lease_core::RunId::new("crashed").unwrap(),
             run.join("store/run.sqlite"),
-            lease_sqlite::OpenOptions {
+            lease_sqlite::StoreOptions {
                 create: false,
                 expect: None,
             },

@@ -331,7 +331,7 @@ fn cut_off_owner_self_fences_and_taker_waits_for_lease_expiry() {
         let mut store = lease_sqlite::Store::open(
             &run_id,
             &store_path,
-            lease_sqlite::OpenOptions {
+            lease_sqlite::StoreOptions {
                 create: true,
                 expect: None,
             },

@@ -18,7 +18,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use lease_core::{Generation, RunId};
-use lease_sqlite::{Batch, OpenOptions, Store};
+use lease_sqlite::{Batch, Store, StoreOptions};
 use std::time::{Duration, Instant};
 
 fn raw_connection(path: &std::path::Path) -> rusqlite::Connection {
@@ -81,7 +81,7 @@ fn store(c: &mut Criterion) {
     let store = Store::open(
         &run,
         dir.path().join("store/run.sqlite"),
-        OpenOptions {
+        StoreOptions {
             create: true,
             expect: None,
         },

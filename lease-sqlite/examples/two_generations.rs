@@ -7,7 +7,7 @@
 
 use lease_core::seal::Requirements;
 use lease_core::{Generation, RunId};
-use lease_sqlite::{Batch, Expected, OpenOptions, Store};
+use lease_sqlite::{Batch, Expected, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opened = Store::open(
         &run,
         &path,
-        OpenOptions {
+        StoreOptions {
             create: true,
             expect: None,
         },
@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backup = dir.path().join("backup.sqlite");
     std::fs::copy(&path, &backup)?;
     let mut store =
-        Store::open(&run, &path, OpenOptions::default())?.check(&Requirements::no_chain())?;
+        Store::open(&run, &path, StoreOptions::default())?.check(&Requirements::no_chain())?;
     store.commit(g1, &Batch::new().put("step", "2").log("step 2"))?;
     let seal = store.seal(g1)?;
     println!(
@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut store = Store::open(
         &run,
         &path,
-        OpenOptions {
+        StoreOptions {
             create: false,
             expect: expect.clone(),
         },
@@ -72,7 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rewound = Store::open(
         &run,
         &path,
-        OpenOptions {
+        StoreOptions {
             create: false,
             expect,
         },

@@ -20,14 +20,14 @@
 //!
 //! ```
 //! use lease_core::{Generation, RunId};
-//! use lease_sqlite::{Batch, OpenOptions, Store};
+//! use lease_sqlite::{Batch, StoreOptions, Store};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let path = dir.path().join("store/run.sqlite");
 //! let run = RunId::new("demo")?;
 //!
 //! // Open (creating it); no lease chain here, said explicitly; commit as generation 1.
-//! let opened = Store::open(&run, &path, OpenOptions { create: true, expect: None })?;
+//! let opened = Store::open(&run, &path, StoreOptions { create: true, expect: None })?;
 //! let mut store = opened.check(&lease_core::seal::Requirements::no_chain())?;
 //! let g1 = Generation::new(1).unwrap();
 //! let seq = store.commit(g1, &Batch::new().put("doc/a", "hello").log("step 1 done"))?;
@@ -39,7 +39,7 @@
 //! assert_eq!(seal.sequence, 1);
 //!
 //! // The next owner (generation 2) checks the seal, then commits; the old token is fenced.
-//! let mut store = Store::open(&run, &path, OpenOptions::default())?.check_seal(Some(&seal), None)?;
+//! let mut store = Store::open(&run, &path, StoreOptions::default())?.check_seal(Some(&seal), None)?;
 //! let g2 = Generation::new(2).unwrap();
 //! store.commit(g2, &Batch::new().delete("doc/a"))?;
 //! let refused = store.commit(g1, &Batch::new().put("doc/a", "late")).unwrap_err();
@@ -256,6 +256,6 @@ mod vfs;
 pub use error::{STORE_ERROR_CODES, StoreError};
 pub use schema::{SCHEMA_VERSION, VIEW_SCHEMA_VERSION};
 pub use store::{
-    Batch, Commit, CommitGate, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, OpenedStore,
-    ReadOnlyStore, Store, VIEW_FILE_NAME, ViewPosition, WAL_AUTOCHECKPOINT_PAGES, Write,
+    Batch, Commit, CommitGate, Document, Expected, MAX_COMMIT_BYTES, OpenedStore, ReadOnlyStore,
+    Store, StoreOptions, VIEW_FILE_NAME, ViewPosition, WAL_AUTOCHECKPOINT_PAGES, Write,
 };

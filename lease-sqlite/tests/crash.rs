@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Rng, child_command, g, run};
-use lease_sqlite::{Batch, OpenOptions, Store, Write};
+use lease_sqlite::{Batch, Store, StoreOptions, Write};
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::Path;
 use std::sync::mpsc;
@@ -28,7 +28,7 @@ fn child(path: &Path, token: u64) {
     let mut store = Store::open(
         &run(),
         path,
-        OpenOptions {
+        StoreOptions {
             create: true,
             expect: None,
         },
@@ -110,7 +110,7 @@ fn crash_durability_with_real_processes() {
 
         // Reopen: head >= last acknowledged (as a floor), and every acknowledged commit of
         // every trial is present with its token and writes.
-        let store = Store::open(&run(), &path, OpenOptions::default())
+        let store = Store::open(&run(), &path, StoreOptions::default())
             .unwrap()
             .check_seal(None, Some((last_acked, g(trial))))
             .unwrap();
@@ -139,7 +139,7 @@ fn crash_durability_with_real_processes() {
         );
     }
     // Once more at the end, over the whole history.
-    let store = Store::open(&run(), &path, OpenOptions::default())
+    let store = Store::open(&run(), &path, StoreOptions::default())
         .unwrap()
         .check_seal(None, None)
         .unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use common::{g, open_store, run};
 use lease_core::LeaseError;
-use lease_sqlite::{Batch, OpenOptions, Store, StoreError, Write};
+use lease_sqlite::{Batch, Store, StoreError, StoreOptions, Write};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -113,7 +113,7 @@ proptest! {
         }
         check_against_model(&store, &accepted, &docs)?;
         store.close().unwrap();
-        let store = Store::open(&run(), &path, OpenOptions::default())
+        let store = Store::open(&run(), &path, StoreOptions::default())
             .unwrap()
             .check_seal(None, Some((accepted.len() as u64, g(new))))
             .unwrap();
@@ -189,7 +189,7 @@ fn a_fenced_generation_cannot_seal_and_a_seal_raises_the_fence() {
     let store = open_store(&path);
     let seal = store.seal(g(6)).unwrap();
     assert_eq!((seal.sequence, seal.generation), (1, g(6)));
-    let mut store = Store::open(&run(), &path, OpenOptions::default())
+    let mut store = Store::open(&run(), &path, StoreOptions::default())
         .unwrap()
         .check_seal(Some(&seal), None)
         .unwrap();
@@ -322,7 +322,7 @@ proptest! {
         check_against_model(&grouped, &accepted, &docs)?;
         check_against_model(&single, &accepted, &docs)?;
         grouped.close().unwrap();
-        let reopened = Store::open(&run(), &grouped_path, OpenOptions::default())
+        let reopened = Store::open(&run(), &grouped_path, StoreOptions::default())
             .unwrap()
             .check_seal(None, Some((accepted.len() as u64, g(7))))
             .unwrap();

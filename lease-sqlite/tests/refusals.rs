@@ -6,7 +6,7 @@ mod common;
 
 use common::{Rng, assert_refused, child_command, create, g, open_store, run, snapshot};
 use lease_core::Identity;
-use lease_sqlite::{Batch, Expected, OpenOptions, Store, StoreError};
+use lease_sqlite::{Batch, Expected, Store, StoreError, StoreOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -59,7 +59,7 @@ fn seal_refusal_store_behind_its_seal() {
     assert_eq!(seal.sequence, 3);
     // Restore the older copy of the same store (same id, head 2) over it.
     std::fs::rename(&backup, &path).unwrap();
-    let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     assert_eq!(opened.identity().unwrap().head, 2);
     let err = opened.check_seal(Some(&seal), None).unwrap_err();
     assert_refused(&err, "STORE_BEHIND_SEAL", &path);
@@ -68,7 +68,7 @@ fn seal_refusal_store_behind_its_seal() {
         "{err}"
     );
     // The handle is gone: the store opens again (and stays refused).
-    let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     assert!(opened.check_seal(Some(&seal), None).is_err());
 }
 
@@ -81,7 +81,7 @@ fn seal_refusal_different_store_id_even_with_a_higher_head() {
     let other = dir.path().join("other/run.sqlite");
     store_with(&other, 5);
     std::fs::rename(&other, &path).unwrap();
-    let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     assert_eq!(opened.identity().unwrap().head, 5);
     let err = opened.check_seal(Some(&seal), None).unwrap_err();
     assert_refused(&err, "STORE_IDENTITY_MISMATCH", &path);
@@ -92,7 +92,7 @@ fn seal_refusal_different_store_id_even_with_a_higher_head() {
     let err = Store::open(
         &run(),
         &path,
-        OpenOptions {
+        StoreOptions {
             create: false,
             expect: Some(expect),
         },
@@ -105,11 +105,11 @@ fn seal_refusal_different_store_id_even_with_a_higher_head() {
 fn seal_refusal_below_the_floor() {
     let (_dir, path) = scratch();
     store_with(&path, 3);
-    let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     let err = opened.check_seal(None, Some((4, g(7)))).unwrap_err();
     assert_refused(&err, "STORE_BEHIND_SEAL", &path);
     assert!(err.to_string().contains("below the floor 4"), "{err}");
-    let opened = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     assert!(opened.check_seal(None, Some((3, g(7)))).is_ok());
 }
 
@@ -122,14 +122,14 @@ fn an_expected_store_is_never_created_when_missing() {
     let err = Store::open(
         &run(),
         &path,
-        OpenOptions {
+        StoreOptions {
             create: true,
             expect: Some(expect),
         },
     )
     .unwrap_err();
     assert_refused(&err, "STORE_MISSING", &path);
-    let err = Store::open(&run(), &path, OpenOptions::default()).unwrap_err();
+    let err = Store::open(&run(), &path, StoreOptions::default()).unwrap_err();
     assert_refused(&err, "STORE_MISSING", &path);
     assert!(snapshot(dir.path()).is_empty(), "something was created");
 }
@@ -288,7 +288,7 @@ fn second_open_in_the_same_process_is_refused() {
     std::fs::hard_link(&path, &link).unwrap();
     let dotted = dir.path().join("store/../store/run.sqlite");
     for other in [&path, &link, &dotted] {
-        let err = Store::open(&run(), other, OpenOptions::default()).unwrap_err();
+        let err = Store::open(&run(), other, StoreOptions::default()).unwrap_err();
         assert_refused(&err, "STORE_BUSY", other);
         assert!(err.to_string().contains("this process already has it open"));
     }
@@ -307,16 +307,16 @@ fn second_open_in_the_same_process_is_refused() {
     drop(first);
     // Closed, but the file has a second name: refused (its WAL is found by name).
     for other in [&path, &link] {
-        let err = Store::open(&run(), other, OpenOptions::default()).unwrap_err();
+        let err = Store::open(&run(), other, StoreOptions::default()).unwrap_err();
         assert_refused(&err, "STORE_CORRUPT", other);
         assert!(err.to_string().contains("2 hard links"), "{err}");
     }
     std::fs::remove_file(&link).unwrap();
     // Once the first handle is gone, the file opens again; an unchecked handle holds the
     // registration too.
-    let opened = Store::open(&run(), &dotted, OpenOptions::default()).unwrap();
+    let opened = Store::open(&run(), &dotted, StoreOptions::default()).unwrap();
     assert_eq!(
-        Store::open(&run(), &path, OpenOptions::default())
+        Store::open(&run(), &path, StoreOptions::default())
             .unwrap_err()
             .code()
             .as_str(),
@@ -325,7 +325,7 @@ fn second_open_in_the_same_process_is_refused() {
     let store = opened.check_seal(None, None).unwrap();
     assert_eq!(store.head().unwrap(), 2);
     store.close().unwrap();
-    assert!(Store::open(&run(), &path, OpenOptions::default()).is_ok());
+    assert!(Store::open(&run(), &path, StoreOptions::default()).is_ok());
 }
 
 #[test]
@@ -337,7 +337,7 @@ fn a_temp_name_left_by_a_crashed_creator_is_cleaned_up() {
     // An unrelated temp file (another inode) is left alone.
     let unrelated = path.with_file_name(".tmp-777-1-000000001");
     std::fs::write(&unrelated, "x").unwrap();
-    let store = Store::open(&run(), &path, OpenOptions::default()).unwrap();
+    let store = Store::open(&run(), &path, StoreOptions::default()).unwrap();
     assert_eq!(store.identity().unwrap().head, 1);
     assert!(!leftover.exists());
     assert!(unrelated.exists());
@@ -349,7 +349,7 @@ const SECOND_PROCESS: &str = "LEASE_SQLITE_SECOND_PROCESS_STORE";
 #[test]
 fn second_process_open_is_refused() {
     if let Ok(path) = std::env::var(SECOND_PROCESS) {
-        let line = match Store::open(&run(), Path::new(&path), OpenOptions::default()) {
+        let line = match Store::open(&run(), Path::new(&path), StoreOptions::default()) {
             Ok(opened) => {
                 let head = opened.identity().unwrap().head;
                 format!("RESULT ok {head}")
@@ -597,12 +597,12 @@ fn a_store_of_another_run_is_refused_and_an_unbound_one_is_bound() {
     };
     assert_eq!(app_id(&path), 0);
     // Unbound: another run's open is not refused by the binding (nothing to compare).
-    Store::open(&other, &path, OpenOptions::default())
+    Store::open(&other, &path, StoreOptions::default())
         .unwrap()
         .close();
     let s = open_store(&path);
     s.close().unwrap();
     assert_ne!(app_id(&path), 0, "bound at the accepted seal check");
-    let err = Store::open(&other, &path, OpenOptions::default()).unwrap_err();
+    let err = Store::open(&other, &path, StoreOptions::default()).unwrap_err();
     assert_eq!(err.code().as_str(), "STORE_IDENTITY_MISMATCH");
 }

@@ -7,7 +7,7 @@ use common::{g, open_store, run, snapshot};
 use lease_core::store_log::{Blob, RecordBatch, RecordWrite};
 use lease_core::{Digest, Identity, RunId};
 use lease_sqlite::{
-    Batch, Document, OpenOptions, Store, StoreError, VIEW_FILE_NAME, ViewPosition, Write,
+    Batch, Document, Store, StoreError, StoreOptions, VIEW_FILE_NAME, ViewPosition, Write,
 };
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
@@ -286,7 +286,7 @@ fn a_view_and_a_local_store_never_stand_in_for_each_other() {
     let e = Store::open_view(&run(), &other, true).unwrap_err();
     assert_eq!(code(&e), "SCHEMA_UNSUPPORTED", "{e}");
     assert!(e.to_string().contains("local store"), "{e}");
-    let e = Store::open(&run(), other.join("run.sqlite"), OpenOptions::default()).unwrap_err();
+    let e = Store::open(&run(), other.join("run.sqlite"), StoreOptions::default()).unwrap_err();
     assert_eq!(code(&e), "SCHEMA_UNSUPPORTED", "{e}");
     assert!(e.to_string().contains("view"), "{e}");
     let e = Store::open_read_only(&run(), other.join("run.sqlite")).unwrap_err();
@@ -591,7 +591,7 @@ fn a_local_store_beside_a_view_works_as_before() {
     assert!(!s.is_view());
     assert_eq!(s.commit(g(1), &Batch::new().put("k", "v")).unwrap(), 1);
     let seal = s.seal(g(1)).unwrap();
-    let mut s = Store::open(&run(), &path, OpenOptions::default())
+    let mut s = Store::open(&run(), &path, StoreOptions::default())
         .unwrap()
         .check_seal(Some(&seal), None)
         .unwrap();

@@ -15,7 +15,7 @@ mod view;
 
 pub use position::ViewPosition;
 pub use sqlite::WAL_AUTOCHECKPOINT_PAGES;
-pub use types::{Batch, Commit, Document, Expected, MAX_COMMIT_BYTES, OpenOptions, Write};
+pub use types::{Batch, Commit, Document, Expected, MAX_COMMIT_BYTES, StoreOptions, Write};
 pub use view::VIEW_FILE_NAME;
 
 use crate::error::StoreError;
@@ -71,10 +71,10 @@ pub struct Store {
 ///
 /// ```compile_fail
 /// use lease_core::{Generation, RunId};
-/// use lease_sqlite::{Batch, OpenOptions, Store};
+/// use lease_sqlite::{Batch, StoreOptions, Store};
 ///
 /// fn skip_the_seal(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
-///     let mut opened = Store::open(&RunId::new("demo")?, path, OpenOptions::default())?;
+///     let mut opened = Store::open(&RunId::new("demo")?, path, StoreOptions::default())?;
 ///     opened.commit(Generation::new(1).unwrap(), &Batch::new())?; // no such method
 ///     Ok(())
 /// }

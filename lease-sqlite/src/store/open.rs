@@ -4,7 +4,7 @@
 use super::create::{TempNames, check_single_name, create_store};
 use super::sqlite::{apply_durability, connect, journal_name, sqlite_err, wal_name};
 use super::validate::{Meta, validate};
-use super::{Inner, OpenOptions, OpenedStore, Store};
+use super::{Inner, OpenedStore, Store, StoreOptions};
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::{self, Ctx};
@@ -42,7 +42,7 @@ impl Store {
     pub fn open(
         run: &RunId,
         path: impl AsRef<Path>,
-        options: OpenOptions,
+        options: StoreOptions,
     ) -> Result<OpenedStore, StoreError> {
         let path = path.as_ref();
         Ctx::with(run, path, |ctx| Store::open_path(ctx, path, options))
@@ -52,7 +52,7 @@ impl Store {
     fn open_path(
         ctx: &Ctx<'_>,
         path: &Path,
-        options: OpenOptions,
+        options: StoreOptions,
     ) -> Result<OpenedStore, StoreError> {
         let (name, parent) = name_and_parent(path)?;
         // Only the folders above the store file are reached by path, and a missing one is
@@ -90,7 +90,7 @@ impl Store {
         dir: OwnedFd,
         dir_path: &Path,
         name: &str,
-        options: OpenOptions,
+        options: StoreOptions,
     ) -> Result<OpenedStore, StoreError> {
         in_held(run, dir, dir_path, name, |ctx, dir| {
             Store::open_folder(ctx, dir, name, options, Kind::Store)
@@ -105,7 +105,7 @@ impl Store {
         ctx: &Ctx<'_>,
         dir: Folder,
         name: &str,
-        options: OpenOptions,
+        options: StoreOptions,
         kind: Kind,
     ) -> Result<OpenedStore, StoreError> {
         let (run_s, file) = (ctx.run.to_string(), ctx.file.to_string());

@@ -149,10 +149,10 @@ impl $t {
     ///
     /// ```
     /// # use lease_core::{Generation, RunId};
-    /// # use lease_sqlite::{Batch, OpenOptions, Store};
+    /// # use lease_sqlite::{Batch, StoreOptions, Store};
     /// # let dir = tempfile::tempdir()?;
     /// # let run = RunId::new("demo")?;
-    /// # let opened = Store::open(&run, dir.path().join("run.sqlite"), OpenOptions { create: true, expect: None })?;
+    /// # let opened = Store::open(&run, dir.path().join("run.sqlite"), StoreOptions { create: true, expect: None })?;
     /// # let mut store = opened.check(&lease_core::seal::Requirements::no_chain())?;
     /// store.commit(Generation::new(1).unwrap(), &Batch::new().put("a/1", "x").put("a/2", "y").put("b", "z"))?;
     /// let (page, next) = store.scan_prefix_page("a/", None, 1, 1 << 20)?;

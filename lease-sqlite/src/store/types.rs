@@ -12,7 +12,7 @@ pub const MAX_COMMIT_BYTES: usize = 16 << 20;
 
 /// How to open a store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OpenOptions {
+pub struct StoreOptions {
     /// Create the store (and its missing parent folders, mode 0700) if the file does not
     /// exist. An existing file is never recreated, whatever it contains.
     pub create: bool,

@@ -15,7 +15,7 @@ use super::create::{TEMP_PREFIX, build_new_store};
 use super::open::{in_held, in_parent};
 use super::position::{ViewPosition, ViewStep, view_position};
 use super::sqlite::{random_hex, sqlite_err};
-use super::{Batch, OpenOptions, Store};
+use super::{Batch, Store, StoreOptions};
 use crate::error::StoreError;
 use crate::folder::{self, Folder};
 use crate::header::Ctx;
@@ -212,7 +212,13 @@ fn open_view_folder(ctx: &Ctx<'_>, dir: Folder, create: bool) -> Result<Store, S
     {
         build_view(ctx, &dir, None, &ViewPosition::EMPTY, None)?;
     }
-    let opened = Store::open_folder(ctx, dir, VIEW_FILE_NAME, OpenOptions::default(), Kind::View)?;
+    let opened = Store::open_folder(
+        ctx,
+        dir,
+        VIEW_FILE_NAME,
+        StoreOptions::default(),
+        Kind::View,
+    )?;
     Ok(Store {
         inner: opened.inner,
     })
@@ -374,7 +380,7 @@ fn write_and_check(
     let folder = dir
         .try_clone()
         .map_err(|e| ctx.io("dup (store folder)", e))?;
-    let mut opened = Store::open_folder(ctx, folder, tmp, OpenOptions::default(), Kind::View)?;
+    let mut opened = Store::open_folder(ctx, folder, tmp, StoreOptions::default(), Kind::View)?;
     let at = view_position(ctx, opened.inner.conn())?;
     if at != *expect {
         return Err(ctx.corrupt(format!(

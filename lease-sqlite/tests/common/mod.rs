@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use lease_core::{Generation, RunId};
-use lease_sqlite::{OpenOptions, Store, StoreError};
+use lease_sqlite::{Store, StoreError, StoreOptions};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -15,8 +15,8 @@ pub fn g(n: u64) -> Generation {
     Generation::new(n).unwrap()
 }
 
-pub fn create() -> OpenOptions {
-    OpenOptions {
+pub fn create() -> StoreOptions {
+    StoreOptions {
         create: true,
         expect: None,
     }

@@ -101,7 +101,7 @@ pub(super) fn open_local(
         folder,
         store_dir,
         lease_core::layout::STORE_FILE_NAME,
-        lease_sqlite::OpenOptions {
+        lease_sqlite::StoreOptions {
             create: req.names_no_store(),
             expect,
         },
