@@ -328,6 +328,27 @@ pub trait LeaseOps: Transport {
         }
     }
 
+    /// What the chain requires of the store the owner of generation `g` opens: the seal and
+    /// floor from its own epoch and the one its claim or takeover replaced
+    /// ([`crate::seal::Requirements::from_chain`]). Two reads, nothing written. Its own
+    /// epoch missing (pruned, or `g` was never claimed) is `CHAIN_BROKEN`.
+    fn store_requirements(&self, g: Generation) -> Result<crate::seal::Requirements, Self::Error> {
+        let own = self.read_epoch(g)?.ok_or_else(|| LeaseError::ChainBroken {
+            run: self.run_id().to_string(),
+            chain: "epoch",
+            at: g.get(),
+            detail: format!("epoch {g} is missing: the store's requirements cannot be read"),
+        })?;
+        let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
+            Some(prev) => self.read_epoch(prev)?,
+            None => None,
+        };
+        Ok(crate::seal::Requirements::from_chain(
+            &own,
+            replaced.as_ref(),
+        ))
+    }
+
     /// Append an event as the owner of `lease` (§7.6): returns when the event is durable
     /// and authoritative, `FENCED` when it does not count. A `tail_hint` of `None` is
     /// filled from this handle's [`TailHint`].

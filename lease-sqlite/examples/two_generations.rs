@@ -7,7 +7,7 @@
 
 use lease_core::seal::Requirements;
 use lease_core::{Generation, RunId};
-use lease_sqlite::{Batch, Expected, Store, StoreOptions};
+use lease_sqlite::{Batch, Store, StoreOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -42,19 +42,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seal.store_id, seal.sequence
     );
 
-    // Generation 2: open expecting the sealed store, check the seal, commit.
-    let expect = Some(Expected {
-        store_id: seal.store_id.clone(),
-    });
-    let mut store = Store::open(
-        &run,
-        &path,
-        StoreOptions {
-            create: false,
-            expect: expect.clone(),
-        },
-    )?
-    .check_seal(Some(&seal), None)?;
+    // Generation 2: its lease chain names generation 1's seal (an owner reads it with
+    // `LeaseOps::store_requirements`); one call opens the sealed store and checks it.
+    let chain = Requirements::new(Some(seal.clone()), None);
+    let mut store = Store::open_for_chain(&run, &path, &chain)?;
     let seq = store.commit(g2, &Batch::new().put("step", "3"))?;
     println!("generation 2 committed sequence {seq}");
 
@@ -69,16 +60,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The backup put back in place: same store id, but behind the seal. Refused, untouched.
     std::fs::copy(&backup, &path)?;
-    let rewound = Store::open(
-        &run,
-        &path,
-        StoreOptions {
-            create: false,
-            expect,
-        },
-    )?
-    .check_seal(Some(&seal), None)
-    .expect_err("a rewound store is refused");
+    let rewound = Store::open_for_chain(&run, &path, &chain)
+        .map(|_| ())
+        .expect_err("a rewound store is refused");
     println!("rewound copy: {rewound}");
     assert_eq!(rewound.code().as_str(), "STORE_BEHIND_SEAL");
     Ok(())

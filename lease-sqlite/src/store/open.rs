@@ -48,6 +48,40 @@ impl Store {
         Ctx::with(run, path, |ctx| Store::open_path(ctx, path, options))
     }
 
+    /// Open the store at `path` as the lease chain requires and check it, in one call: the
+    /// options from the requirements ([`StoreOptions::for_chain`]: created only when the
+    /// chain names no store, the sealed identity expected otherwise), then
+    /// [`OpenedStore::check`] against the seal and floor. `req` comes from the chain
+    /// (`lease_core::LeaseOps::store_requirements` of the owner's generation), or is
+    /// `Requirements::no_chain()` for a store used on its own.
+    ///
+    /// ```
+    /// use lease_core::{Generation, RunId, seal::Requirements};
+    /// use lease_sqlite::{Batch, Store};
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("store/run.sqlite");
+    /// let run = RunId::new("job")?;
+    /// let mut store = Store::open_for_chain(&run, &path, &Requirements::no_chain())?;
+    /// let g = Generation::new(1).unwrap();
+    /// assert_eq!(store.commit(g, &Batch::new().put("k", "v"))?, 1);
+    /// let seal = store.seal(g)?;
+    /// // The next owner's chain names that seal: the same call now expects that store.
+    /// let next = Requirements::new(Some(seal), None);
+    /// assert_eq!(Store::open_for_chain(&run, &path, &next)?.head()?, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`Store::open`] and [`OpenedStore::check`]; a refused file is left byte for
+    /// byte as it was.
+    pub fn open_for_chain(
+        run: &RunId,
+        path: impl AsRef<Path>,
+        req: &lease_core::seal::Requirements,
+    ) -> Result<Store, StoreError> {
+        Store::open(run, path, StoreOptions::for_chain(req))?.check(req)
+    }
+
     /// [`Store::open`] with the context its errors name.
     fn open_path(
         ctx: &Ctx<'_>,

@@ -23,6 +23,20 @@ pub struct StoreOptions {
     pub expect: Option<Expected>,
 }
 
+impl StoreOptions {
+    /// The options the lease chain's requirements call for: a new store is created only
+    /// when the chain names none, and the sealed store's identity is expected when it
+    /// names one (so a missing or replaced store is refused, never silently recreated).
+    pub fn for_chain(req: &lease_core::seal::Requirements) -> StoreOptions {
+        StoreOptions {
+            create: req.names_no_store(),
+            expect: req.seal().map(|s| Expected {
+                store_id: s.store_id.clone(),
+            }),
+        }
+    }
+}
+
 /// What the caller expects the store to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {

@@ -266,14 +266,7 @@ pub(super) fn requirements(
     dir: &dyn LeaseAuthority,
     g: Generation,
 ) -> Result<Requirements, RunError> {
-    let own = dir
-        .read_epoch(g)?
-        .ok_or_else(|| RunError::Io(format!("epoch {g} vanished right after it was created")))?;
-    let replaced = match g.get().checked_sub(1).and_then(Generation::new) {
-        Some(prev) => dir.read_epoch(prev)?,
-        None => None,
-    };
-    Ok(Requirements::from_chain(&own, replaced.as_ref()))
+    dir.store_requirements(g)
 }
 
 #[cfg(test)]

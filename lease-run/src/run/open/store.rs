@@ -11,7 +11,7 @@ use crate::sync::lock_std;
 use lease_core::ops::OwnedLease;
 use lease_core::{Generation, LeaseError, RunId};
 use lease_fs::{FsError, RealFs};
-use lease_sqlite::{Expected, OpenedStore, Store, StoreError};
+use lease_sqlite::{OpenedStore, Store, StoreError};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -93,18 +93,12 @@ pub(super) fn open_local(
     let folder = root
         .open_dir(lease_core::layout::STORE_DIR)
         .map_err(|e| FsError::io(rid.as_str(), "open", lease_core::layout::STORE_DIR, e))?;
-    let expect = req.seal().map(|s| Expected {
-        store_id: s.store_id.clone(),
-    });
     Ok(Store::open_in(
         rid,
         folder,
         store_dir,
         lease_core::layout::STORE_FILE_NAME,
-        lease_sqlite::StoreOptions {
-            create: req.names_no_store(),
-            expect,
-        },
+        lease_sqlite::StoreOptions::for_chain(req),
     )?)
 }
 
