@@ -196,7 +196,10 @@ fn decode_records_seeds(root: &Path) {
             g2,
             "fuzz-secret",
         )),
-        cgroup: Some(lease_core::CommandCgroup { id: 4242, uid: 1000 }),
+        cgroup: Some(lease_core::CommandCgroup {
+            id: 4242,
+            uid: 1000,
+        }),
         mark: None,
     })
     .expect("command");

@@ -14,8 +14,9 @@
 //!   or log entry is not hex, or give a batch that goes through `commit_op`, the wire and
 //!   `batch_of` again unchanged; on the wire every value and log entry is then lowercase
 //!   hex of even length, and the writes and log are the input's with their hex lowercased.
-//! - Hex: `unhex` accepts exactly the strings of even length made of ASCII hex digits (of
-//!   either case), and `hex` of what it gives is the lowercased input; `unhex(hex(b)) == b`.
+//! - Hex (the `hex` crate, as the wire uses it): `hex::decode` accepts exactly the strings of
+//!   even length made of ASCII hex digits (of either case), and `hex::encode` of what it
+//!   gives is the lowercased input; `decode(encode(b)) == b`.
 //! - Handshake: a [`Hello`], [`Challenge`] or [`Proof`] (the frames before authentication)
 //!   never panics the parser; a hello or proof that parses round-trips; a nonce is taken
 //!   only at exactly [`NONCE_LEN`] bytes.
@@ -23,12 +24,12 @@
 //!   and one that parses serializes to bytes that parse again.
 
 use lease_run::store_socket::{
-    Answer, Challenge, Hello, MAX_FRAME, NONCE_LEN, Op, Proof, WireWrite, batch_of,
-    commit_op, hex, nonce_of, read_frame, unhex, write_frame,
+    Answer, Challenge, Hello, MAX_FRAME, NONCE_LEN, Op, Proof, WireWrite, batch_of, commit_op,
+    nonce_of, read_frame, write_frame,
 };
 use std::io::ErrorKind;
 
-/// Whether `s` is what `unhex` must accept: even length, ASCII hex digits only.
+/// Whether `s` is what the wire's hex decoding must accept: even length, ASCII hex digits only.
 fn is_hex(s: &str) -> bool {
     s.len().is_multiple_of(2) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -234,20 +235,28 @@ fn answer(data: &[u8]) {
 /// The input as hex text, and as bytes to hex.
 fn hex_text(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
-    match unhex(&s) {
+    match hex::decode(s.as_bytes()).ok() {
         Some(bytes) => {
-            assert!(is_hex(&s), "unhex accepted {s:?}");
-            assert_eq!(bytes.len() * 2, s.len(), "unhex of {s:?}");
-            assert_eq!(hex(&bytes), s.to_ascii_lowercase(), "unhex of {s:?}");
+            assert!(is_hex(&s), "hex::decode accepted {s:?}");
+            assert_eq!(bytes.len() * 2, s.len(), "hex::decode of {s:?}");
+            assert_eq!(
+                hex::encode(&bytes),
+                s.to_ascii_lowercase(),
+                "hex::decode of {s:?}"
+            );
         }
-        None => assert!(!is_hex(&s), "unhex refused hex {s:?}"),
+        None => assert!(!is_hex(&s), "hex::decode refused hex {s:?}"),
     }
-    let h = hex(data);
+    let h = hex::encode(data);
     assert!(
         is_lower_hex(&h) && h.len() == 2 * data.len(),
-        "hex wrote {h:?}"
+        "hex::encode wrote {h:?}"
     );
-    assert_eq!(unhex(&h).as_deref(), Some(data), "unhex(hex(b)) != b");
+    assert_eq!(
+        hex::decode(&h).ok().as_deref(),
+        Some(data),
+        "decode(encode(b)) != b"
+    );
 }
 
 /// The check of the `store_wire` target.

@@ -241,13 +241,7 @@ impl Digest {
     /// SHA-256 of `bytes`.
     pub fn of(bytes: &[u8]) -> Digest {
         use sha2::Digest as _;
-        let out = sha2::Sha256::digest(bytes);
-        let mut s = String::with_capacity(64);
-        for b in out {
-            s.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-            s.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
-        }
-        Digest(s)
+        Digest(hex::encode(sha2::Sha256::digest(bytes)))
     }
 
     /// Parse 64 lowercase hex characters.

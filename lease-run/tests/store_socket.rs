@@ -6,8 +6,8 @@
 use lease_core::LeaseOps;
 use lease_run::store_socket::{
     Challenge, HANDSHAKE_DEADLINE, Hello, MAX_ANSWER, MAX_FRAME, MAX_HELLO, MAX_WELCOME, Proof,
-    SOCKET_VAR, Side, StoreClient, UNAUTHENTICATED_SLOTS, VERSION, hex, nonce, nonce_of, prove,
-    read_frame_limited, transcript, unhex, verify, write_frame,
+    SOCKET_VAR, Side, StoreClient, UNAUTHENTICATED_SLOTS, VERSION, nonce, nonce_of, prove,
+    read_frame_limited, transcript, verify, write_frame,
 };
 use lease_run::{FinalStatus, INCARNATION_VAR, Run};
 use lease_sqlite::Batch;
@@ -293,7 +293,7 @@ fn handshake(
     let cn = nonce().unwrap();
     let hello = Hello {
         v: VERSION,
-        nonce: hex(&cn),
+        nonce: hex::encode(cn),
         generation: g,
     };
     write_frame(s, &serde_json::to_vec(&hello).unwrap()).unwrap();
@@ -301,11 +301,13 @@ fn handshake(
     let sn = nonce_of(&ch.nonce).unwrap();
     let t = transcript(Side::Server, name, &cn, &sn, g);
     assert!(
-        verify(secret, &t, &unhex(&ch.proof).unwrap()),
+        verify(secret, &t, &hex::decode(&ch.proof).unwrap()),
         "the owner proves the secret"
     );
     let mine = prove(secret, &transcript(Side::Client, name, &cn, &sn, g));
-    let proof = Proof { proof: hex(&mine) };
+    let proof = Proof {
+        proof: hex::encode(mine),
+    };
     write_frame(s, &serde_json::to_vec(&proof).unwrap()).unwrap();
     frame(s, MAX_WELCOME).unwrap()
 }
@@ -412,7 +414,7 @@ fn before_authentication_frames_are_tiny_and_refusals_name_nothing() {
             let cn = nonce().unwrap();
             let hello = Hello {
                 v: VERSION,
-                nonce: hex(&cn),
+                nonce: hex::encode(cn),
                 generation: g,
             };
             write_frame(&mut s, &serde_json::to_vec(&hello).unwrap()).unwrap();
@@ -436,7 +438,10 @@ fn before_authentication_frames_are_tiny_and_refusals_name_nothing() {
             );
             write_frame(
                 &mut s,
-                &serde_json::to_vec(&Proof { proof: hex(&p) }).unwrap(),
+                &serde_json::to_vec(&Proof {
+                    proof: hex::encode(p),
+                })
+                .unwrap(),
             )
             .unwrap();
             out.push(frame(&mut s, MAX_HELLO).unwrap());
@@ -621,7 +626,13 @@ fn an_impostor_holding_the_name_is_refused_and_is_sent_nothing_secret() {
             got.len() - 4,
             "one frame: {text}"
         );
-        for secretish in [secret, "the-key", "the-value", &hex(b"the-value"), "proof"] {
+        for secretish in [
+            secret,
+            "the-key",
+            "the-value",
+            &hex::encode(b"the-value"),
+            "proof",
+        ] {
             assert!(
                 !text.contains(secretish),
                 "{answer}: the impostor received {secretish}: {text}"

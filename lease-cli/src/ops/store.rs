@@ -26,8 +26,7 @@ fn with_value(mut obj: Value, bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
         Ok(s) => obj["value"] = Value::String(s.to_string()),
         Err(_) => {
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            obj["value_hex"] = Value::String(hex);
+            obj["value_hex"] = Value::String(hex::encode(bytes));
         }
     }
     obj

@@ -489,7 +489,7 @@ pub(super) fn open_once(
     let cn = nonce()?;
     let hello = serde_json::to_vec(&Hello {
         v: VERSION,
-        nonce: hex(&cn),
+        nonce: hex::encode(cn),
         generation,
     })
     .map_err(|e| failed("hello", &e))?;
@@ -529,7 +529,7 @@ pub(super) fn open_once(
         ))
     })?;
     let sn = nonce_of(&ch.nonce);
-    let proof = unhex(&ch.proof);
+    let proof = hex::decode(&ch.proof).ok();
     let proved = match (&sn, &proof) {
         (Some(sn), Some(p)) if ch.v == VERSION => verify(
             secret,
@@ -545,7 +545,7 @@ pub(super) fn open_once(
     };
     // 3. this side's proof
     let mine = serde_json::to_vec(&Proof {
-        proof: hex(&prove(
+        proof: hex::encode(prove(
             secret,
             &transcript(Side::Client, name, &cn, &sn, generation),
         )),

@@ -3,15 +3,25 @@
 use super::*;
 use lease_sqlite::Batch;
 
+/// The wire's hex is the `hex` crate's: lowercase out, either case in, anything else
+/// refused (a value, log entry, nonce or proof that is not hex is refused, never guessed).
 #[test]
-fn hex_round_trips_and_refuses_what_is_not_hex() {
+fn the_wire_hex_refuses_what_is_not_hex() {
     let all: Vec<u8> = (0..=255).collect();
-    assert_eq!(unhex(&hex(&all)).unwrap(), all);
-    assert_eq!(hex(b"hi"), "6869");
-    assert_eq!(unhex("6A"), Some(vec![0x6a]));
+    assert_eq!(hex::decode(hex::encode(&all)).unwrap(), all);
+    assert_eq!(hex::encode(b"hi"), "6869");
+    assert_eq!(hex::decode("6A").unwrap(), vec![0x6a]);
     for bad in ["6", "zz", "6g", "é1"] {
-        assert_eq!(unhex(bad), None, "{bad}");
+        assert!(hex::decode(bad).is_err(), "{bad}");
     }
+    let put = WireWrite::Put {
+        put: "k".into(),
+        value: "zz".into(),
+    };
+    assert!(
+        put.to_write().is_err(),
+        "a value that is not hex is refused"
+    );
 }
 
 #[test]
@@ -74,7 +84,7 @@ fn proofs_bind_the_side_the_nonces_the_generation_and_the_name() {
         assert!(!verify("secret", &other, &p));
     }
     assert!(!verify("secret", &t, &p[..31]), "a short proof");
-    assert_eq!(nonce_of(&hex(&cn)), Some(cn.to_vec()));
+    assert_eq!(nonce_of(&hex::encode(cn)), Some(cn.to_vec()));
     assert_eq!(nonce_of("00ff"), None, "too short");
 }
 

@@ -134,7 +134,7 @@ pub fn nonce() -> Result<[u8; NONCE_LEN], RunError> {
 
 /// A nonce given as hex; `None` unless it is exactly [`NONCE_LEN`] bytes.
 pub fn nonce_of(text: &str) -> Option<Vec<u8>> {
-    unhex(text).filter(|n| n.len() == NONCE_LEN)
+    hex::decode(text).ok().filter(|n| n.len() == NONCE_LEN)
 }
 
 /// What the owner says before authentication: the bare refusal, with a fixed reason that
@@ -306,40 +306,13 @@ impl Answer {
     }
 }
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const D: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(D[usize::from(b >> 4)]));
-        s.push(char::from(D[usize::from(b & 15)]));
-    }
-    s
-}
-
-/// The bytes of lowercase or uppercase hex `text`; `None` if it is not hex.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    let t = text.as_bytes();
-    if t.len() % 2 != 0 {
-        return None;
-    }
-    let v = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    t.chunks(2)
-        .map(|p| Some(v(p[0])? << 4 | v(p[1])?))
-        .collect()
-}
-
 impl WireWrite {
     /// On the wire.
     pub fn of(w: &Write) -> WireWrite {
         match w {
             Write::Put { key, value } => WireWrite::Put {
                 put: key.clone(),
-                value: hex(value),
+                value: hex::encode(value),
             },
             Write::Delete { key } => WireWrite::Delete {
                 delete: key.clone(),
@@ -352,7 +325,8 @@ impl WireWrite {
         Ok(match self {
             WireWrite::Put { put, value } => Write::Put {
                 key: put.clone(),
-                value: unhex(value).ok_or_else(|| format!("the value of {put:?} is not hex"))?,
+                value: hex::decode(value)
+                    .map_err(|_| format!("the value of {put:?} is not hex"))?,
             },
             WireWrite::Delete { delete } => Write::Delete {
                 key: delete.clone(),
@@ -366,7 +340,7 @@ impl WireDoc {
     pub fn of(d: &Document) -> WireDoc {
         WireDoc {
             key: d.key.clone(),
-            value: hex(&d.value),
+            value: hex::encode(&d.value),
             updated_seq: d.updated_seq,
         }
     }
@@ -374,7 +348,7 @@ impl WireDoc {
     pub(super) fn to_doc(&self) -> Result<Document, String> {
         Ok(Document {
             key: self.key.clone(),
-            value: unhex(&self.value).ok_or("a value that is not hex")?,
+            value: hex::decode(&self.value).map_err(|_| "a value that is not hex")?,
             updated_seq: self.updated_seq,
         })
     }
@@ -388,7 +362,7 @@ impl WireCommit {
             token: c.token,
             committed_at: c.committed_at.clone(),
             writes: c.writes.iter().map(WireWrite::of).collect(),
-            log: c.log.iter().map(|l| hex(l)).collect(),
+            log: c.log.iter().map(hex::encode).collect(),
         }
     }
 
@@ -405,7 +379,7 @@ impl WireCommit {
             log: self
                 .log
                 .iter()
-                .map(|l| unhex(l).ok_or_else(|| "a log entry that is not hex".to_string()))
+                .map(|l| hex::decode(l).map_err(|_| "a log entry that is not hex".to_string()))
                 .collect::<Result<_, _>>()?,
         })
     }
@@ -415,7 +389,7 @@ impl WireCommit {
 pub fn commit_op(batch: &Batch) -> Op {
     Op::Commit {
         writes: batch.writes.iter().map(WireWrite::of).collect(),
-        log: batch.log.iter().map(|l| hex(l)).collect(),
+        log: batch.log.iter().map(hex::encode).collect(),
     }
 }
 
@@ -428,7 +402,7 @@ pub fn batch_of(writes: &[WireWrite], log: &[String]) -> Result<Batch, String> {
             .collect::<Result<_, _>>()?,
         log: log
             .iter()
-            .map(|l| unhex(l).ok_or_else(|| "a log entry is not hex".to_string()))
+            .map(|l| hex::decode(l).map_err(|_| "a log entry is not hex".to_string()))
             .collect::<Result<_, _>>()?,
     })
 }

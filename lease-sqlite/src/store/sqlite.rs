@@ -23,7 +23,7 @@ pub(super) fn now_text() -> String {
 pub(super) fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(buf))
 }
 
 pub(super) fn wal_name(name: &str) -> String {

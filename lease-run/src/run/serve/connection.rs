@@ -6,8 +6,8 @@ use crate::error::RunError;
 use crate::run::RunStore;
 use crate::store_socket::{
     Answer, HANDSHAKE_DEADLINE, Hello, IDLE_TIMEOUT, MAX_ANSWER, MAX_FRAME, MAX_HELLO, Op, Proof,
-    READ_TIMEOUT, Side, VERSION, WireCommit, WireDoc, batch_of, hex, nonce, nonce_of, prove,
-    stranger_refusal, transcript, unhex, verify,
+    READ_TIMEOUT, Side, VERSION, WireCommit, WireDoc, batch_of, nonce, nonce_of, prove,
+    stranger_refusal, transcript, verify,
 };
 use lease_core::Code;
 use std::sync::Arc;
@@ -99,8 +99,8 @@ pub(super) async fn handshake(
     let g = hello.generation;
     let challenge = crate::store_socket::Challenge {
         v: VERSION,
-        nonce: hex(&sn),
-        proof: hex(&prove(
+        nonce: hex::encode(sn),
+        proof: hex::encode(prove(
             key,
             &transcript(Side::Server, &ctx.name, &cn, &sn, g),
         )),
@@ -115,7 +115,7 @@ pub(super) async fn handshake(
         serde_json::from_slice(frame).map_err(|_| refused())?
     };
     let t = transcript(Side::Client, &ctx.name, &cn, &sn, g);
-    match unhex(&proof.proof) {
+    match hex::decode(&proof.proof).ok() {
         Some(p) if verify(key, &t, &p) => Ok(g),
         _ => Err(refused()),
     }
