@@ -66,7 +66,7 @@ pub(crate) use acquire::GUARD_ARG;
 pub use args::RunOpts;
 
 use crate::error::CliError;
-use crate::open::{Lease, init_run, open_lease};
+use crate::open::init_run;
 use crate::output::Out;
 use lease_core::Code;
 use lease_core::TimingPolicy;
@@ -103,17 +103,12 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
         .as_ref()
         .map(|f| f.root_path().to_path_buf())
         .unwrap_or_else(|| abs_guess.clone());
-    // The observer's view of the lease (the folder itself, or etcd); lease-run opens its
-    // own connection for the owner.
-    let rundir = open_lease(&opts.dir, &opts.authority, Some(rundir))?;
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::of(Code::IoError, format!("cannot start the runtime: {e}")))?;
-    let r = rt.block_on(run_async(
-        &rundir, &abs, held, &opts, policy, &argv, &fwd, out,
-    ));
+    let r = rt.block_on(run_async(&abs, held, &opts, policy, &argv, &fwd, out));
     signal_handle.close();
     // A blocking step past its deadline must not keep the process alive.
     rt.shutdown_background();
@@ -122,9 +117,7 @@ pub fn run(opts: RunOpts, out: Out) -> Result<i32, CliError> {
 
 /// `run` on the runtime, from the claim on: own the run ([`acquire::acquire`]), start the
 /// command, wait for its exit, a fence or a release request, release the run, report.
-#[allow(clippy::too_many_arguments)]
 async fn run_async(
-    rundir: &Lease,
     abs: &Path,
     held: Option<Arc<lease_run::folder::RealFs>>,
     opts: &RunOpts,
@@ -135,6 +128,9 @@ async fn run_async(
 ) -> Result<i32, CliError> {
     let (run, how) = acquire::acquire(abs, held, opts, policy, out).await?;
     let lease = run.lease().clone();
+    // The owner's own authority, kept past the release: after a fence, who superseded
+    // this owner is read through it (`lease_run::superseded_by`).
+    let auth = run.authority().clone();
     // Every failed heartbeat is said when it happens, with its code and message (the
     // file it names), so the cause is known before the lease lapses; the fence message
     // names the last one again.
@@ -233,7 +229,7 @@ async fn run_async(
             // Every command process is confirmed dead; collect the exit code.
             let code = child::reap(fwd, &mut cmd).await?;
             drop(run);
-            return Err(report::fenced_error(rundir, &lease, e, code));
+            return Err(report::fenced_error(&*auth, &lease, e, code));
         }
         Ended::ReleaseRequested => {
             // From here on the command runs without the lease, untracked by the run (the
@@ -254,7 +250,7 @@ async fn run_async(
                 Err(e @ RunError::Fenced { .. }) => {
                     // The commands were killed before the fence was reported.
                     let code = child::reap(fwd, &mut cmd).await?;
-                    return Err(report::fenced_error(rundir, &lease, e, code));
+                    return Err(report::fenced_error(&*auth, &lease, e, code));
                 }
                 Err(e) => {
                     eprintln!(
@@ -287,7 +283,7 @@ async fn run_async(
                     } else {
                         "the command had exited by itself before the fence was seen; whatever it left running was stopped"
                     };
-                    return Err(report::fenced_error_as(rundir, &lease, e, code, ended));
+                    return Err(report::fenced_error_as(&*auth, &lease, e, code, ended));
                 }
                 Err(e) => {
                     return Err(

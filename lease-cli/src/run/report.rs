@@ -4,7 +4,6 @@
 
 use crate::error::CliError;
 use crate::holder::policy_json;
-use crate::open::Lease;
 use crate::output::Out;
 use crate::text::human_duration;
 use lease_core::ops::OwnedLease;
@@ -151,13 +150,13 @@ pub(super) async fn warn_heartbeat_failures(
 /// The `FENCED` error (75) `run` ends with when its owner was fenced and the fence's
 /// kill ended the command, which exited with `code`; nothing was released or written.
 pub(super) fn fenced_error(
-    rundir: &Lease,
+    auth: &dyn lease_run::LeaseAuthority,
     lease: &lease_core::ops::OwnedLease,
     e: RunError,
     code: i32,
 ) -> CliError {
     fenced_error_as(
-        rundir,
+        auth,
         lease,
         e,
         code,
@@ -168,7 +167,7 @@ pub(super) fn fenced_error(
 /// [`fenced_error`], saying how the command ended (`ended`: killed by runlease, or exited
 /// before) and who replaced the owner, if anyone did ([`replaced_by`]).
 pub(super) fn fenced_error_as(
-    rundir: &Lease,
+    auth: &dyn lease_run::LeaseAuthority,
     lease: &lease_core::ops::OwnedLease,
     e: RunError,
     code: i32,
@@ -178,7 +177,7 @@ pub(super) fn fenced_error_as(
         RunError::Fenced { reason, .. } => reason.clone(),
         other => other.to_string(),
     };
-    let by = replaced_by(rundir, lease.generation)
+    let by = replaced_by(auth, lease.generation)
         .map(|w| format!("; {w}"))
         .unwrap_or_default();
     CliError::of(
@@ -194,8 +193,8 @@ pub(super) fn fenced_error_as(
 /// Who replaced generation `g` ([`lease_run::superseded_by`], typed), worded: "taken over
 /// by generation N (owner, pid on host) at T", or "retired as dead …"; `None` when nobody
 /// did (the owner fenced itself on a lapse nobody acted on yet) or it cannot be read.
-fn replaced_by(rundir: &Lease, g: lease_core::Generation) -> Option<String> {
-    let s = lease_run::superseded_by(&*rundir.auth, g)?;
+fn replaced_by(auth: &dyn lease_run::LeaseAuthority, g: lease_core::Generation) -> Option<String> {
+    let s = lease_run::superseded_by(auth, g)?;
     let how = match s.reason {
         lease_core::RetireReason::TakenOver => "taken over",
         lease_core::RetireReason::Dead => "retired as dead",
