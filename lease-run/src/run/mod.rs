@@ -8,6 +8,7 @@
 //! (`release`).
 
 mod background;
+mod events;
 mod heartbeat;
 mod open;
 mod options;
