@@ -127,5 +127,16 @@ mod tests {
             s.observed.is_some(),
             "the retirement recorded what it judged"
         );
+
+        // A forged epoch after the head (hand-written, not a record of this run) names
+        // nobody: it is reported by verify and doctor, never trusted here.
+        let head = auth.status(now, false).unwrap().head.unwrap().generation();
+        let forged = format!("lease/epochs/{:020}.json", head.get() + 1);
+        std::fs::write(
+            tmp.path().join("sup").join(&forged),
+            br#"{"schema":"runlease/epoch/1","run_id":"other"}"#,
+        )
+        .unwrap();
+        assert_eq!(superseded_by(&auth, head), None, "{forged}");
     }
 }
