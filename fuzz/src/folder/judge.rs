@@ -4,12 +4,12 @@
 use super::drive::*;
 use super::input::Folder;
 use crate::fixtures::{id, run_id};
+use lease_core::Holder;
 use lease_core::LeaseOps;
 use lease_core::ops::{
     Append, Claim, Expectation, Heartbeat, OwnedLease, ReadEvents, Release, ReleaseParams, Retire,
-    Status, StatusView, Takeover, TakeoverTrigger, Verify,
+    Status, StatusView, Takeover, Verify,
 };
-use lease_core::{Holder, TimingPolicy};
 
 pub(super) fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
     let now = folder.now();
@@ -247,33 +247,9 @@ pub(super) fn judge_sim(
     }
 
     let fresh = || run_dir(&base.fork(), live);
-    let claim = fresh().claim(lease_core::ops::ClaimParams {
-        run_id: run_id(),
-        owner_id: c.claimer.0.clone(),
-        holder: c.claimer.1.clone(),
-        policy: TimingPolicy::default(),
-        now,
-        store_floor: None,
-    });
-    let takeover = fresh().takeover(lease_core::ops::TakeoverParams {
-        run_id: run_id(),
-        owner_id: c.taker.0.clone(),
-        holder: c.taker.1.clone(),
-        policy: TimingPolicy::default(),
-        now,
-        trigger: TakeoverTrigger::Operator {
-            watched_unchanged_ms: lease_core::ghost::simulated_watch(&expect, now),
-        },
-        expect,
-    });
-    let retire = fresh().retire(lease_core::ops::RetireParams {
-        run_id: run_id(),
-        owner_id: c.retirer.0.clone(),
-        holder: c.retirer.1.clone(),
-        policy: TimingPolicy::default(),
-        now,
-        expect: None,
-    });
+    let claim = fresh().claim(params_claim(&c, now));
+    let takeover = fresh().takeover(params_takeover(&c, now, expect));
+    let retire = fresh().retire(params_retire(&c, now));
     let fin = fresh().read_events(Some((id("fuzz-reader"), now)));
     let (mut hb, mut ap, mut rel) = (
         Err("no lease".to_string()),
