@@ -4,8 +4,7 @@
 
 use crate::authority::LeaseAuthority;
 use lease_core::LeaseOps;
-use lease_core::ops::{Request, Response};
-use lease_core::{FileRef, Generation, Holder, Identity, Observation, RetireReason, Timestamp};
+use lease_core::{Generation, Holder, Identity, Observation, RetireReason, Timestamp};
 
 /// The epoch that superseded an owner's generation: a takeover of a stale owner or the
 /// retirement of a dead one ([`superseded_by`]).
@@ -33,11 +32,7 @@ pub struct Superseded {
 /// record this run accepts (it is reported, not trusted). Read-only: one read.
 pub fn superseded_by(auth: &dyn LeaseAuthority, g: Generation) -> Option<Superseded> {
     let next = Generation::new(g.get().checked_add(1)?)?;
-    let bytes = match auth.perform(Request::Read(FileRef::Epoch(next))).ok()? {
-        Response::Content(Some(b)) => b,
-        _ => return None,
-    };
-    let e: lease_core::EpochRecord = lease_core::decode_for(auth.run_id(), &bytes).ok()?;
+    let e = auth.read_epoch(next).ok()??;
     let retired = e.retired.filter(|r| r.generation == g)?;
     if !matches!(retired.reason, RetireReason::TakenOver | RetireReason::Dead) {
         return None;
