@@ -224,8 +224,16 @@ impl OwnedRun {
 
     /// How long until the self-fence deadline (zero once past it).
     pub fn time_to_self_fence(&self) -> Duration {
-        let age = Duration::from_nanos(boottime_ns().saturating_sub(self.beat_ns));
-        self.lease.policy.self_fence_after().saturating_sub(age)
+        self.lease
+            .policy
+            .self_fence_after()
+            .saturating_sub(self.since_beat())
+    }
+
+    /// Time since the start of the last successful heartbeat-class write, on
+    /// `CLOCK_BOOTTIME` (a suspended host's sleep counts).
+    fn since_beat(&self) -> Duration {
+        Duration::from_nanos(boottime_ns().saturating_sub(self.beat_ns))
     }
 
     /// `FENCED` once fenced or past the self-fence deadline (which fences). Call it right
@@ -286,8 +294,7 @@ impl OwnedRun {
     /// [`OwnedRun::heartbeat`] whenever this says so keeps the lease (a beat is due well
     /// before the self-fence deadline: the policy requires `heartbeat < self_fence_after`).
     pub fn heartbeat_due(&self) -> bool {
-        let age = Duration::from_nanos(boottime_ns().saturating_sub(self.beat_ns));
-        age >= self.lease.policy.heartbeat()
+        self.since_beat() >= self.lease.policy.heartbeat()
     }
 
     /// Append an event of `event_type` with `payload` at wall time `now`, as this owner,

@@ -25,18 +25,13 @@ pub fn wall_now() -> Result<Timestamp, RunError> {
     <Timestamp as lease_fs::WallClock>::now().map_err(|e| RunError::Io(e.to_string()))
 }
 
-/// 64 random bits from the system. `IO_ERROR` only when the system's randomness cannot
-/// be read.
-pub(crate) fn random_u64() -> Result<u64, RunError> {
-    let mut b = [0u8; 8];
-    getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
-    Ok(u64::from_le_bytes(b))
-}
-
-/// 128 random bits as 32 lowercase hex digits: an incarnation secret, a socket name's
-/// random part.
+/// 128 random bits from the system as 32 lowercase hex digits: an owner id's, an
+/// incarnation secret's or a socket name's random part. `IO_ERROR` only when the system's
+/// randomness cannot be read.
 pub(crate) fn random_hex128() -> Result<String, RunError> {
-    Ok(format!("{:016x}{:016x}", random_u64()?, random_u64()?))
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| RunError::Io(format!("random: {e}")))?;
+    Ok(hex::encode(b))
 }
 
 /// A fresh random owner id, unique per acquisition (PROTOCOL §1): `run-` and 128 random
