@@ -10,11 +10,11 @@ use crate::run::StepName;
 use crate::run::step::{blocking, timed};
 use crate::sync::lock_std;
 use lease_core::Code;
+use lease_core::Identity;
 use lease_core::LeaseOps;
 use lease_core::ops::{
     ClaimParams, Expectation, OwnedLease, RetireParams, Status, TakeoverParams, TakeoverTrigger,
 };
-use lease_core::{Generation, Identity};
 use lease_fs::this_holder;
 use std::sync::{Arc, Mutex};
 
@@ -89,7 +89,7 @@ pub(super) async fn claim(st: &mut Opening, cx: &Ctx<'_>) -> Result<(OwnedLease,
                     None => return Err(e),
                 },
             };
-            if let Ok(req) = requirements(&*dir, lease.generation) {
+            if let Ok(req) = dir.store_requirements(lease.generation) {
                 *lock_std(&carry) = req.seal().cloned();
             }
             Ok((lease, failed))
@@ -258,15 +258,6 @@ pub(super) fn own_head(
             epoch_hash: h.hash.clone(),
         }
     })
-}
-
-/// The seal and floor the chain requires of the owner of generation `g`: from its own
-/// epoch and the one its claim replaced ([`lease_core::seal::requirements`]).
-pub(super) fn requirements(
-    dir: &dyn LeaseAuthority,
-    g: Generation,
-) -> Result<Requirements, RunError> {
-    dir.store_requirements(g)
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The store and seal steps: the run's store opened (local, deferred, or the engine's
 //! view caught up) and checked against the seal and floor the chain requires.
 
-use super::claim::requirements;
 use super::state::*;
 use crate::authority::LeaseAuthority;
 use crate::error::RunError;
@@ -9,7 +8,7 @@ use crate::run::step::{blocking, timed};
 use crate::run::{Shared, StepName};
 use crate::sync::lock_std;
 use lease_core::ops::OwnedLease;
-use lease_core::{Generation, LeaseError, RunId};
+use lease_core::{Generation, LeaseError, LeaseOps, RunId};
 use lease_fs::{FsError, RealFs};
 use lease_sqlite::{OpenedStore, Store, StoreError};
 use std::path::Path;
@@ -49,7 +48,7 @@ pub(super) async fn store(
         cb,
         StepName::Store,
         blocking(name, StepName::Store, deadline, move || {
-            let req = requirements(&*dir, g)?;
+            let req = dir.store_requirements(g)?;
             *lock_std(&carry) = req.seal().cloned();
             if lazy && deferrable(&req) && !leftover_log(&root) {
                 return Ok(Unchecked::Deferred(crate::run::DeferredStore {
@@ -188,7 +187,7 @@ pub(super) fn engine_store(
     };
     let (log, view) = crate::engine_store::EngineLog::catch_up(auth, lease, &dir)?;
     if log.tail().last.is_none() {
-        let req = requirements(auth, lease.generation)?;
+        let req = auth.store_requirements(lease.generation)?;
         if !req.names_no_store() {
             return Err(RunError::Store(lease_sqlite::StoreError::Missing {
                 run: rid.to_string(),
