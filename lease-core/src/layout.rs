@@ -205,6 +205,27 @@ pub enum FileRef {
 }
 
 impl FileRef {
+    /// The generation of an epoch, beat, cutoff or checkpoint file that lies in `dir`
+    /// (`None` for any other file): how a listing of one of those folders is read.
+    pub(crate) fn generation_in(self, dir: Dir) -> Option<Generation> {
+        match self {
+            FileRef::Epoch(g) | FileRef::Beat(g) | FileRef::Cutoff(g) | FileRef::Checkpoint(g)
+                if self.dir() == Some(dir) =>
+            {
+                Some(g)
+            }
+            _ => None,
+        }
+    }
+
+    /// The sequence of a verified-prefix mark file (`None` for any other file).
+    pub(crate) fn mark(self) -> Option<Sequence> {
+        match self {
+            FileRef::Mark(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The directory holding this file (`None` for files at the run root).
     pub fn dir(self) -> Option<Dir> {
         Some(match self {

@@ -3,7 +3,7 @@
 
 use super::common::{
     Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
-    newest_checkpoint,
+    newest_checkpoint, numbers_of,
 };
 use super::log::{ChainView, decode_event, judge_event};
 use super::{Operation, Request, Response, Step, sub_step, violation};
@@ -376,15 +376,8 @@ impl Operation for Prune {
                         return Step::Done(Err(violation("Listing", &input)));
                     };
                     let old_floor = self.gens[0];
-                    let mut gens: Vec<Generation> = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Cutoff(g) => Some(g),
-                            _ => None,
-                        })
-                        .filter(|g| *g >= old_floor && *g < self.floor)
-                        .collect();
-                    gens.sort_unstable();
+                    let mut gens = numbers_of(l, |f| f.generation_in(Dir::Cutoffs));
+                    gens.retain(|g| *g >= old_floor && *g < self.floor);
                     if gens.is_empty() {
                         self.st = PruneState::ReadCutoff(gens, 0);
                         input = None;

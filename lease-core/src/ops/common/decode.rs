@@ -4,17 +4,23 @@
 use crate::canonical::{Record, decode_for};
 use crate::error::LeaseError;
 use crate::ids::{Generation, RunId};
-use crate::layout::FileRef;
-use crate::records::{Checkpoint, EpochRecord, HeartbeatRecord, RetirementRecord};
+use crate::layout::{Dir, FileRef};
+use crate::records::{
+    Checkpoint, EpochRecord, Event, HeartbeatRecord, RetirementRecord, VerifiedMark,
+};
 
+/// The epochs of a listing, oldest first.
 pub(crate) fn epochs_of(listing: Vec<FileRef>) -> Vec<Generation> {
-    let mut v: Vec<Generation> = listing
-        .into_iter()
-        .filter_map(|f| match f {
-            FileRef::Epoch(g) => Some(g),
-            _ => None,
-        })
-        .collect();
+    numbers_of(listing, |f| f.generation_in(Dir::Epochs))
+}
+
+/// The numbers of the files of one kind in a listing (`pick` names the kind), sorted and
+/// deduplicated: the one filter behind `epochs_of`, `marks_of` and the cutoff listings.
+pub(crate) fn numbers_of<T: Ord>(
+    listing: Vec<FileRef>,
+    pick: impl FnMut(FileRef) -> Option<T>,
+) -> Vec<T> {
+    let mut v: Vec<T> = listing.into_iter().filter_map(pick).collect();
     v.sort_unstable();
     v.dedup();
     v
@@ -24,34 +30,59 @@ pub(crate) fn epochs_of(listing: Vec<FileRef>) -> Vec<Generation> {
 pub(crate) fn newest_checkpoint(listing: Vec<FileRef>) -> Option<Generation> {
     listing
         .into_iter()
-        .filter_map(|f| match f {
-            FileRef::Checkpoint(g) => Some(g),
-            _ => None,
-        })
+        .filter_map(|f| f.generation_in(Dir::Checkpoints))
         .max()
 }
 
+/// A record stored in a file named by a number its content carries too (an epoch or a
+/// cutoff by its generation, a checkpoint by its floor, an event or a mark by its sequence).
+pub(crate) trait Numbered: Record {
+    /// What the number is called in a mismatch's message.
+    const NUMBER: &'static str;
+    /// The number the content carries.
+    fn number(&self) -> u64;
+}
+
+/// `impl Numbered for $record` whose number is called `$name` and read by `$number`.
+macro_rules! numbered {
+    ($($record:ty: $name:literal, $number:expr;)*) => {$(
+        impl Numbered for $record {
+            const NUMBER: &'static str = $name;
+            fn number(&self) -> u64 {
+                let number: fn(&$record) -> u64 = $number;
+                number(self)
+            }
+        }
+    )*};
+}
+
+numbered! {
+    EpochRecord: "generation", |r| r.generation.get();
+    RetirementRecord: "generation", |r| r.generation.get();
+    Checkpoint: "floor", |c| c.floor_generation.get();
+    Event: "sequence", |e| e.sequence.get();
+    VerifiedMark: "sequence", |m| m.through_sequence.get();
+}
+
 /// Decode `bytes`, read from `file`, as `run`'s record `R`, and check that the number the
-/// file's name carries (`named`) is the one its content carries (`content`, named `what` in
-/// the message): else `RECORD_INVALID` naming the file. The one check of name against
-/// content behind every `decode_*` of a record named by a number.
-pub(crate) fn decode_named<R: Record>(
+/// file's name carries (`named`) is the one its content carries ([`Numbered::number`]):
+/// else `RECORD_INVALID` naming the file. The one check of name against content behind
+/// every `decode_*` of a record named by a number.
+pub(crate) fn decode_named<R: Numbered>(
     run: &RunId,
     file: FileRef,
-    what: &str,
     named: u64,
-    content: impl Fn(&R) -> u64,
     bytes: &[u8],
 ) -> Result<R, LeaseError> {
     let file = file.path();
     let rec: R = decode_for(run, bytes).map_err(|e| e.in_file(&file))?;
-    let says = content(&rec);
+    let says = rec.number();
     if says != named {
         return Err(LeaseError::RecordInvalid {
             run: run.to_string(),
             kind: R::KIND,
             file: Some(file),
-            detail: format!("file name says {what} {named}, content says {says}"),
+            detail: format!("file name says {} {named}, content says {says}", R::NUMBER),
         });
     }
     Ok(rec)
@@ -62,14 +93,7 @@ pub(crate) fn decode_epoch(
     g: Generation,
     bytes: &[u8],
 ) -> Result<EpochRecord, LeaseError> {
-    decode_named(
-        run,
-        FileRef::Epoch(g),
-        "generation",
-        g.get(),
-        |r: &EpochRecord| r.generation.get(),
-        bytes,
-    )
+    decode_named(run, FileRef::Epoch(g), g.get(), bytes)
 }
 
 pub(crate) fn decode_beat(
@@ -98,14 +122,7 @@ pub(crate) fn decode_cutoff(
     g: Generation,
     bytes: &[u8],
 ) -> Result<RetirementRecord, LeaseError> {
-    decode_named(
-        run,
-        FileRef::Cutoff(g),
-        "generation",
-        g.get(),
-        |r: &RetirementRecord| r.generation.get(),
-        bytes,
-    )
+    decode_named(run, FileRef::Cutoff(g), g.get(), bytes)
 }
 
 pub(crate) fn decode_checkpoint(
@@ -113,12 +130,5 @@ pub(crate) fn decode_checkpoint(
     g: Generation,
     bytes: &[u8],
 ) -> Result<Checkpoint, LeaseError> {
-    decode_named(
-        run,
-        FileRef::Checkpoint(g),
-        "floor",
-        g.get(),
-        |c: &Checkpoint| c.floor_generation.get(),
-        bytes,
-    )
+    decode_named(run, FileRef::Checkpoint(g), g.get(), bytes)
 }

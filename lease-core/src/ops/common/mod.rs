@@ -15,7 +15,7 @@ mod tail;
 
 pub(crate) use decode::{
     decode_beat, decode_checkpoint, decode_cutoff, decode_epoch, decode_named, epochs_of,
-    newest_checkpoint,
+    newest_checkpoint, numbers_of,
 };
 pub(crate) use finalize::{Cut, Finalize, removed_cutoff};
 pub use observe::Head;

@@ -17,16 +17,7 @@ pub const MARK_EVERY: u64 = 64;
 
 /// The marks of a listing, oldest first.
 pub(crate) fn marks_of(listing: Vec<FileRef>) -> Vec<Sequence> {
-    let mut v: Vec<Sequence> = listing
-        .into_iter()
-        .filter_map(|f| match f {
-            FileRef::Mark(s) => Some(s),
-            _ => None,
-        })
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    crate::ops::common::numbers_of(listing, FileRef::mark)
 }
 
 /// Decode mark `s`, checked against its name and run.
@@ -35,14 +26,7 @@ pub(crate) fn decode_mark(
     s: Sequence,
     bytes: &[u8],
 ) -> Result<VerifiedMark, LeaseError> {
-    crate::ops::common::decode_named(
-        run,
-        FileRef::Mark(s),
-        "sequence",
-        s.get(),
-        |m: &VerifiedMark| m.through_sequence.get(),
-        bytes,
-    )
+    crate::ops::common::decode_named(run, FileRef::Mark(s), s.get(), bytes)
 }
 
 /// `CHAIN_BROKEN` for a mark whose event is not the one it recorded.

@@ -32,12 +32,5 @@ fn gap(run: &RunId, missing: u64, later: u64) -> LeaseError {
 }
 
 pub(crate) fn decode_event(run: &RunId, s: Sequence, bytes: &[u8]) -> Result<Event, LeaseError> {
-    crate::ops::common::decode_named(
-        run,
-        FileRef::Event(s),
-        "sequence",
-        s.get(),
-        |e: &Event| e.sequence.get(),
-        bytes,
-    )
+    crate::ops::common::decode_named(run, FileRef::Event(s), s.get(), bytes)
 }

@@ -9,7 +9,7 @@ use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
 use crate::ops::common::{
     Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
-    newest_checkpoint, removed_cutoff,
+    newest_checkpoint, numbers_of, removed_cutoff,
 };
 use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
 use crate::records::Event;
@@ -563,15 +563,8 @@ impl Operation for ReadEvents {
                         return Step::Done(Err(violation("Listing", &input)));
                     };
                     let floor = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
-                    let mut gens: Vec<Generation> = l
-                        .into_iter()
-                        .filter_map(|f| match f {
-                            FileRef::Cutoff(g) => Some(g),
-                            _ => None,
-                        })
-                        .filter(|g| floor.is_none_or(|f| *g >= f))
-                        .collect();
-                    gens.sort_unstable();
+                    let mut gens = numbers_of(l, |f| f.generation_in(Dir::Cutoffs));
+                    gens.retain(|g| floor.is_none_or(|f| *g >= f));
                     self.cutoff_gens = gens;
                     self.st = ReadState::ReadCutoff(0);
                     if let Some(&g) = self.cutoff_gens.first() {

@@ -537,10 +537,7 @@ impl Operation for Verify {
                 };
                 let top = l
                     .into_iter()
-                    .filter_map(|f| match f {
-                        FileRef::Beat(g) => Some(g),
-                        _ => None,
-                    })
+                    .filter_map(|f| f.generation_in(Dir::Beats))
                     .max();
                 match top {
                     Some(b) if pending.head.is_none_or(|h| b > h) => {
