@@ -1,7 +1,7 @@
 //! claim (PROTOCOL §7.1): create the next epoch of a free run as `active`.
 
-use super::gate::{Gate, bind, own_epoch};
-use super::{OwnedLease, next_epoch};
+use super::gate::{Gate, bind};
+use super::{OwnedLease, Writer};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::ops::common::{Finalize, Head, Observe, Observed, Recheck};
@@ -63,15 +63,10 @@ impl Claim {
         }
     }
 
-    fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
-        OwnedLease {
-            run_id: self.p.run_id.clone(),
-            generation: rec.generation,
-            owner_id: self.p.owner_id.clone(),
-            holder: self.p.holder.clone(),
-            policy: self.p.policy,
-            epoch_hash: hash,
-        }
+    /// This operation's writer of the next epoch.
+    fn writer(&self) -> Writer<'_> {
+        let p = &self.p;
+        Writer::new(&p.run_id, &p.owner_id, &p.holder, p.policy, p.now)
     }
 }
 
@@ -84,19 +79,14 @@ impl Operation for Claim {
                 ClaimState::Observe(obs) => {
                     let observed: Observed =
                         sub_step!(self.st, ClaimState::Observe, [], obs, input.take());
-                    if let Some((rec, hash, fin)) = own_epoch(
-                        &run,
-                        observed.head.as_ref(),
-                        &self.p.owner_id,
-                        &self.p.holder,
-                        self.p.now,
-                    ) {
+                    if let Some((rec, hash, fin)) = self.writer().own_epoch(observed.head.as_ref())
+                    {
                         match fin {
                             Some(f) => {
                                 self.st = ClaimState::Finalize(Box::new(rec), hash, f);
                                 continue;
                             }
-                            None => return Step::Done(Ok(self.lease(&rec, hash))),
+                            None => return Step::Done(Ok(self.writer().lease(&rec, hash))),
                         }
                     }
                     if let Some(h) = &observed.head {
@@ -118,14 +108,9 @@ impl Operation for Claim {
                             }));
                         }
                     }
-                    let rec = match next_epoch(
-                        &run,
+                    let rec = match self.writer().next_epoch(
                         observed.head.as_ref(),
                         EpochState::Active,
-                        &self.p.owner_id,
-                        &self.p.holder,
-                        self.p.policy,
-                        self.p.now,
                         None,
                         None,
                         self.p.store_floor,
@@ -185,12 +170,12 @@ impl Operation for Claim {
                         self.st = ClaimState::Observe(Observe::new(run.clone()));
                         continue;
                     }
-                    return Step::Done(Ok(self.lease(&rec, hash)));
+                    return Step::Done(Ok(self.writer().lease(&rec, hash)));
                 }
                 ClaimState::Finalize(rec, hash, f) => {
                     let (rec, hash, _) =
                         sub_step!(self.st, ClaimState::Finalize, [rec, hash], f, input.take());
-                    return Step::Done(Ok(self.lease(&rec, hash)));
+                    return Step::Done(Ok(self.writer().lease(&rec, hash)));
                 }
                 ClaimState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));

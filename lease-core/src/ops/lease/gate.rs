@@ -1,13 +1,14 @@
 //! GATE (finalize before extend) and ADOPTION (PROTOCOL §7.0): the sub-steps only the
 //! ownership changes take before they create the next epoch.
 
+use super::Writer;
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Identity, RunId};
 use crate::layout::FileRef;
 use crate::ops::common::{Cut, Finalize, Head};
 use crate::ops::{Operation, Request, Response, Step};
-use crate::records::{EpochRecord, Holder};
+use crate::records::EpochRecord;
 use crate::time::Timestamp;
 
 /// "Finalize before extend": before creating generation `h + 1`, make sure the cutoff the
@@ -71,24 +72,24 @@ fn retired_cutoff(
     })
 }
 
-/// Adoption on retry: when the head is the caller's own active epoch (same owner id and
-/// holder: an earlier attempt of this very process created it and then failed with an I/O
-/// error after the commit), its record, hash and the lazy finalization of the cutoff it
-/// may not have written. A retry never wedges the run behind a lease nobody uses.
-pub(super) fn own_epoch(
-    run: &RunId,
-    head: Option<&Head>,
-    owner: &Identity,
-    holder: &Holder,
-    now: Timestamp,
-) -> Option<(EpochRecord, Digest, Option<Finalize>)> {
-    let h =
-        head.filter(|h| h.is_active() && &h.epoch.owner_id == owner && &h.epoch.holder == holder)?;
-    Some((
-        h.epoch.clone(),
-        h.hash.clone(),
-        retired_cutoff(run, &h.epoch, owner, now),
-    ))
+impl Writer<'_> {
+    /// Adoption on retry: when the head is the writer's own active epoch (same owner id and
+    /// holder: an earlier attempt of this very process created it and then failed with an
+    /// I/O error after the commit), its record, hash and the lazy finalization of the cutoff
+    /// it may not have written. A retry never wedges the run behind a lease nobody uses.
+    pub(super) fn own_epoch(
+        &self,
+        head: Option<&Head>,
+    ) -> Option<(EpochRecord, Digest, Option<Finalize>)> {
+        let (owner, holder) = (self.owner_id, self.holder);
+        let h = head
+            .filter(|h| h.is_active() && &h.epoch.owner_id == owner && &h.epoch.holder == holder)?;
+        Some((
+            h.epoch.clone(),
+            h.hash.clone(),
+            retired_cutoff(self.run, &h.epoch, owner, self.now),
+        ))
+    }
 }
 
 impl Operation for Gate {

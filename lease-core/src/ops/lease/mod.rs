@@ -107,50 +107,88 @@ fn finalize_superseded(
     ))
 }
 
-/// Build the next epoch after `head` (or generation 1).
-#[allow(clippy::too_many_arguments)]
-fn next_epoch(
-    run: &RunId,
-    head: Option<&Head>,
-    state: EpochState,
-    owner_id: &Identity,
-    holder: &Holder,
+/// Who writes the next epoch, and when: what the parameters of every ownership change
+/// share (a release takes the owner's own from its lease).
+#[derive(Debug, Clone, Copy)]
+struct Writer<'a> {
+    run: &'a RunId,
+    owner_id: &'a Identity,
+    holder: &'a Holder,
     policy: TimingPolicy,
     now: Timestamp,
-    retired: Option<RetiredOwner>,
-    seal: Option<Seal>,
-    store_floor: Option<u64>,
-) -> Result<EpochRecord, LeaseError> {
-    let (generation, prev_hash, inherited_floor) = match head {
-        None => (Generation::FIRST, None, None),
-        Some(h) => (
-            h.generation().next(run)?,
-            Some(h.hash.clone()),
-            // A takeover or retirement read the superseded owner's beat: the store head
-            // it reported there is a floor too (a crash leaves no seal).
-            h.epoch
-                .store_floor
-                .max(h.epoch.seal.as_ref().map(|s| s.sequence))
-                .max(h.beat.as_ref().and_then(|b| b.store_head)),
-        ),
-    };
-    let rec = EpochRecord {
-        run_id: run.clone(),
-        generation,
-        prev_hash,
-        state,
-        owner_id: owner_id.clone(),
-        holder: holder.clone(),
-        claimed_at: now,
-        policy,
-        retired,
-        seal,
-        // The floor never goes down along the chain.
-        store_floor: store_floor.max(inherited_floor),
-        // Set by GATE once it has finalized the cutoff it binds (gate.rs).
-        cutoff_hash: None,
-    };
-    // Refuse now what could never be encoded (before GATE writes anything).
-    encode(&rec)?;
-    Ok(rec)
+}
+
+impl<'a> Writer<'a> {
+    /// The writer `owner_id` (process `holder`, timing `policy`) of `run` at `now`.
+    fn new(
+        run: &'a RunId,
+        owner_id: &'a Identity,
+        holder: &'a Holder,
+        policy: TimingPolicy,
+        now: Timestamp,
+    ) -> Self {
+        Writer {
+            run,
+            owner_id,
+            holder,
+            policy,
+            now,
+        }
+    }
+
+    /// The lease this writer holds once its epoch `rec` (hashed `hash`) is the head.
+    fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
+        OwnedLease {
+            run_id: self.run.clone(),
+            generation: rec.generation,
+            owner_id: self.owner_id.clone(),
+            holder: self.holder.clone(),
+            policy: self.policy,
+            epoch_hash: hash,
+        }
+    }
+
+    /// Build the next epoch after `head` (or generation 1), in `state`, by this writer.
+    fn next_epoch(
+        &self,
+        head: Option<&Head>,
+        state: EpochState,
+        retired: Option<RetiredOwner>,
+        seal: Option<Seal>,
+        store_floor: Option<u64>,
+    ) -> Result<EpochRecord, LeaseError> {
+        let run = self.run;
+        let (generation, prev_hash, inherited_floor) = match head {
+            None => (Generation::FIRST, None, None),
+            Some(h) => (
+                h.generation().next(run)?,
+                Some(h.hash.clone()),
+                // A takeover or retirement read the superseded owner's beat: the store head
+                // it reported there is a floor too (a crash leaves no seal).
+                h.epoch
+                    .store_floor
+                    .max(h.epoch.seal.as_ref().map(|s| s.sequence))
+                    .max(h.beat.as_ref().and_then(|b| b.store_head)),
+            ),
+        };
+        let rec = EpochRecord {
+            run_id: run.clone(),
+            generation,
+            prev_hash,
+            state,
+            owner_id: self.owner_id.clone(),
+            holder: self.holder.clone(),
+            claimed_at: self.now,
+            policy: self.policy,
+            retired,
+            seal,
+            // The floor never goes down along the chain.
+            store_floor: store_floor.max(inherited_floor),
+            // Set by GATE once it has finalized the cutoff it binds (gate.rs).
+            cutoff_hash: None,
+        };
+        // Refuse now what could never be encoded (before GATE writes anything).
+        encode(&rec)?;
+        Ok(rec)
+    }
 }

@@ -3,7 +3,7 @@
 //! issue #33: every user of the release gets it, not only lease-run).
 
 use super::gate::{Gate, bind};
-use super::{OwnedLease, fenced, next_epoch};
+use super::{OwnedLease, Writer, fenced};
 use crate::error::LeaseError;
 use crate::ids::Generation;
 use crate::layout::{Dir, FileRef};
@@ -146,14 +146,16 @@ impl Operation for Release {
                         reason: RetireReason::Released,
                         observed: None,
                     };
-                    let rec = match next_epoch(
+                    let rec = match Writer::new(
                         run,
-                        Some(&head),
-                        EpochState::Released,
                         &lease.owner_id,
                         &lease.holder,
                         lease.policy,
                         self.p.now,
+                    )
+                    .next_epoch(
+                        Some(&head),
+                        EpochState::Released,
                         Some(retired),
                         self.p.seal.clone(),
                         None,

@@ -2,7 +2,7 @@
 
 use super::gate::{Gate, bind};
 use super::takeover::Expectation;
-use super::{created, finalize_superseded, next_epoch, race};
+use super::{Writer, created, finalize_superseded, race};
 use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
 use crate::ops::common::{Cut, Finalize, Head, Observe, Recheck};
@@ -62,6 +62,12 @@ enum RetireState {
 }
 
 impl Retire {
+    /// This operation's writer of the next epoch.
+    fn writer(&self) -> Writer<'_> {
+        let p = &self.p;
+        Writer::new(&p.run_id, &p.owner_id, &p.holder, p.policy, p.now)
+    }
+
     /// Start a retirement.
     pub fn new(p: RetireParams) -> Retire {
         let obs = Observe::new(p.run_id.clone());
@@ -122,14 +128,9 @@ impl Operation for Retire {
                             mode: TakeoverMode::RetireDead,
                         }),
                     };
-                    let rec = match next_epoch(
-                        &run,
+                    let rec = match self.writer().next_epoch(
                         Some(&head),
                         EpochState::Retired,
-                        &self.p.owner_id,
-                        &self.p.holder,
-                        self.p.policy,
-                        self.p.now,
                         Some(retired),
                         None,
                         None,

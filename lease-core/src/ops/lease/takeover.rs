@@ -1,7 +1,7 @@
 //! takeover (PROTOCOL §7.4): exact takeover of a stale owner.
 
-use super::gate::{Gate, bind, own_epoch};
-use super::{OwnedLease, created, finalize_superseded, next_epoch, race};
+use super::gate::{Gate, bind};
+use super::{OwnedLease, Writer, created, finalize_superseded, race};
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
@@ -225,15 +225,10 @@ impl Takeover {
         TakeoverState::Gate(head, gate)
     }
 
-    fn lease(&self, rec: &EpochRecord, hash: Digest) -> OwnedLease {
-        OwnedLease {
-            run_id: self.p.run_id.clone(),
-            generation: rec.generation,
-            owner_id: self.p.owner_id.clone(),
-            holder: self.p.holder.clone(),
-            policy: self.p.policy,
-            epoch_hash: hash,
-        }
+    /// This operation's writer of the next epoch.
+    fn writer(&self) -> Writer<'_> {
+        let p = &self.p;
+        Writer::new(&p.run_id, &p.owner_id, &p.holder, p.policy, p.now)
     }
 }
 
@@ -246,19 +241,14 @@ impl Operation for Takeover {
                 TakeoverState::Observe(obs) => {
                     let observed =
                         sub_step!(self.st, TakeoverState::Observe, [], obs, input.take());
-                    if let Some((rec, hash, fin)) = own_epoch(
-                        &run,
-                        observed.head.as_ref(),
-                        &self.p.owner_id,
-                        &self.p.holder,
-                        self.p.now,
-                    ) {
+                    if let Some((rec, hash, fin)) = self.writer().own_epoch(observed.head.as_ref())
+                    {
                         match fin {
                             Some(f) => {
                                 self.st = TakeoverState::Finalize(Box::new((rec, hash, None)), f);
                                 continue;
                             }
-                            None => return Step::Done(Ok(self.lease(&rec, hash))),
+                            None => return Step::Done(Ok(self.writer().lease(&rec, hash))),
                         }
                     }
                     let head = match observed.head {
@@ -344,14 +334,9 @@ impl Operation for Takeover {
                             mode,
                         }),
                     };
-                    let rec = match next_epoch(
-                        &run,
+                    let rec = match self.writer().next_epoch(
                         Some(&head),
                         EpochState::Active,
-                        &self.p.owner_id,
-                        &self.p.holder,
-                        self.p.policy,
-                        self.p.now,
                         Some(retired),
                         None,
                         None,
@@ -427,7 +412,7 @@ impl Operation for Takeover {
                             self.st = TakeoverState::Preempt(Box::new((rec, hash, head)));
                             return Step::Io(Request::Read(FileRef::Beat(g)));
                         }
-                        None => return Step::Done(Ok(self.lease(&rec, hash))),
+                        None => return Step::Done(Ok(self.writer().lease(&rec, hash))),
                     }
                 }
                 TakeoverState::Preempt(b) => {
@@ -455,7 +440,7 @@ impl Operation for Takeover {
                             self_fence_after_ms: judged.epoch.policy.self_fence_after_ms(),
                         });
                     }
-                    return Step::Done(Ok(self.lease(&rec, hash)));
+                    return Step::Done(Ok(self.writer().lease(&rec, hash)));
                 }
                 TakeoverState::Done => {
                     return Step::Done(Err(violation("nothing (operation finished)", &input)));
