@@ -451,21 +451,20 @@ mod tests {
             b"{\"beat\":4}",
             "fsynced: nothing to undo"
         );
-        d.perform(
-            Request::Remove(FileRef::Beat(Generation::FIRST), Durability::NoFsync),
-            &nobody,
-        );
-        d.power_loss(false);
+        let remove_then_lose_power = |d: &mut MemDisk, durability| {
+            d.perform(
+                Request::Remove(FileRef::Beat(Generation::FIRST), durability),
+                &nobody,
+            );
+            d.power_loss(false);
+        };
+        remove_then_lose_power(&mut d, Durability::NoFsync);
         assert_eq!(
             newest(&d).unwrap(),
             b"{\"beat\":4}",
             "an unsynced removal comes back"
         );
-        d.perform(
-            Request::Remove(FileRef::Beat(Generation::FIRST), Durability::Fsync),
-            &nobody,
-        );
-        d.power_loss(false);
+        remove_then_lose_power(&mut d, Durability::Fsync);
         assert!(d.files.is_empty());
     }
 

@@ -239,16 +239,21 @@ mod tests {
         }
     }
 
+    /// Store `s1`'s seal at `sequence`, written by generation 1.
+    fn seal_at(sequence: u64) -> Seal {
+        Seal {
+            store_id: Identity::new("s1").unwrap(),
+            sequence,
+            generation: g(1),
+        }
+    }
+
     /// The requirements of a new owner: the replaced epoch's seal, and the higher of the
     /// two floors with the generation that recorded it (a tie names the own epoch, which
     /// folds the replaced floor in).
     #[test]
     fn requirements_take_the_replaced_seal_and_the_higher_floor() {
-        let seal = Seal {
-            store_id: Identity::new("s1").unwrap(),
-            sequence: 4,
-            generation: g(1),
-        };
+        let seal = seal_at(4);
         let replaced = epoch(1, Some(7), Some(seal.clone()));
         let r = Requirements::from_chain(&epoch(2, Some(3), None), Some(&replaced));
         assert_eq!(r.seal(), Some(&seal));
@@ -263,11 +268,7 @@ mod tests {
     /// Only no seal and no floor above 0 names no store.
     #[test]
     fn names_no_store_only_without_a_seal_or_a_floor_above_zero() {
-        let seal = Seal {
-            store_id: Identity::new("s1").unwrap(),
-            sequence: 0,
-            generation: g(1),
-        };
+        let seal = seal_at(0);
         assert!(Requirements::no_chain().names_no_store());
         assert!(Requirements::new(None, Some((0, g(1)))).names_no_store());
         assert!(!Requirements::new(None, Some((1, g(1)))).names_no_store());
@@ -288,11 +289,7 @@ mod tests {
         assert_eq!(floor.check(&run(), &store(5)), Ok(()));
         let e = floor.check(&run(), &store(4)).unwrap_err();
         assert!(behind(&e, "floor", 5), "{e:?}");
-        let seal = Seal {
-            store_id: Identity::new("s1").unwrap(),
-            sequence: 3,
-            generation: g(1),
-        };
+        let seal = seal_at(3);
         let sealed = Requirements::new(Some(seal), None);
         let e = sealed.check(&run(), &store(2)).unwrap_err();
         assert!(behind(&e, "seal", 3), "{e:?}");
