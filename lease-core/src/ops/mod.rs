@@ -278,6 +278,26 @@ pub(crate) fn sub<O: Operation>(op: &mut O, input: Option<Response>) -> Sub<O::O
     }
 }
 
+/// `?` for an operation's `next`: evaluate to the `Ok` value of `$e`, or finish the
+/// operation with its error (`return Step::Done(Err(e))`).
+macro_rules! step_try {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return $crate::ops::Step::Done(Err(e)),
+        }
+    };
+}
+pub(crate) use step_try;
+
+/// The listing that answered a `Request::List`, else a protocol violation naming what came.
+pub(crate) fn listing(input: Option<Response>) -> Result<Vec<FileRef>, LeaseError> {
+    match input {
+        Some(Response::Listing(l)) => Ok(l),
+        other => Err(violation("Listing", &other)),
+    }
+}
+
 /// Unwrap a sub-machine step inside a parent's `next`: returns the parent's request or
 /// error early, or evaluates to the sub-machine's output.
 macro_rules! step_sub {

@@ -6,7 +6,7 @@ use super::common::{
     newest_checkpoint, numbers_of,
 };
 use super::log::{ChainView, decode_event, judge_event};
-use super::{Operation, Request, Response, Step, sub_step, violation};
+use super::{Operation, Request, Response, Step, listing, step_try, sub_step, violation};
 use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
@@ -212,9 +212,7 @@ impl Operation for Prune {
                     return Step::Io(Request::List(Dir::Checkpoints));
                 }
                 PruneState::ListCheckpoints => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let top = newest_checkpoint(l);
                     if let Some(g) = top {
                         self.st = PruneState::ReadCheckpoint(g);
@@ -242,9 +240,7 @@ impl Operation for Prune {
                     return Step::Io(Request::List(Dir::Epochs));
                 }
                 PruneState::ListEpochs => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let old_floor = self
                         .chain
                         .checkpoint
@@ -372,9 +368,7 @@ impl Operation for Prune {
                     return Step::Io(Request::List(Dir::Cutoffs));
                 }
                 PruneState::ListCutoffs => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let old_floor = self.gens[0];
                     let mut gens = numbers_of(l, |f| f.generation_in(Dir::Cutoffs));
                     gens.retain(|g| *g >= old_floor && *g < self.floor);
@@ -582,10 +576,7 @@ impl Operation for Prune {
                             created_at: self.p.now,
                             created_by: self.p.by.clone(),
                         };
-                        let bytes = match encode(&cp) {
-                            Ok(b) => b,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let bytes = step_try!(encode(&cp));
                         self.st = PruneState::Create;
                         return Step::Io(Request::CreateExclusive(
                             FileRef::Checkpoint(self.floor),
@@ -610,9 +601,7 @@ impl Operation for Prune {
                     return Step::Io(Request::List(REMOVE_DIRS[0]));
                 }
                 PruneState::List(i) => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let floor = self.floor;
                     self.to_remove.extend(l.into_iter().filter(|f| match *f {
                         FileRef::Epoch(g)

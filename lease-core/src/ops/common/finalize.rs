@@ -5,7 +5,7 @@ use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
 use crate::layout::{Dir, FileRef};
-use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Request, Response, Step, step_try, sub_step, violation};
 use crate::records::RetirementRecord;
 use crate::time::Timestamp;
 
@@ -269,10 +269,7 @@ impl Operation for Finalize {
                         finalized_at: self.now,
                         finalized_by: self.by.clone(),
                     };
-                    let bytes = match encode(&rec) {
-                        Ok(b) => b,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let bytes = step_try!(encode(&rec));
                     if self.lazy {
                         self.st = FinalizeState::SyncEpochs(Box::new(rec), bytes);
                         return Step::Io(Request::SyncDir(Dir::Epochs));

@@ -4,7 +4,7 @@ use super::{decode_beat, decode_epoch, epochs_of};
 use crate::error::{HeldBy, LeaseError};
 use crate::ids::{Digest, Generation, RunId};
 use crate::layout::{Dir, FileRef};
-use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::ops::{Operation, Request, Response, Step, listing, step_try, violation};
 use crate::policy::HeartbeatDurability;
 use crate::records::{EpochRecord, EpochState, HeartbeatRecord};
 use crate::time::Timestamp;
@@ -171,9 +171,7 @@ impl Operation for Observe {
                 Step::Io(Request::List(Dir::Epochs))
             }
             ObserveState::Listed => {
-                let Some(Response::Listing(l)) = input else {
-                    return Step::Done(Err(violation("Listing", &input)));
-                };
+                let l = step_try!(listing(input));
                 match epochs_of(l).last() {
                     None => Step::Done(Ok(Observed { head: None })),
                     Some(&h) => {
@@ -204,10 +202,7 @@ impl Operation for Observe {
                     }
                     other => return Step::Done(Err(violation("Content", &other))),
                 };
-                let epoch = match decode_epoch(&self.run, h, &bytes) {
-                    Ok(e) => e,
-                    Err(e) => return Step::Done(Err(e)),
-                };
+                let epoch = step_try!(decode_epoch(&self.run, h, &bytes));
                 let hash = Digest::of(&bytes);
                 if epoch.state == EpochState::Active && self.beat {
                     self.st = ObserveState::ReadBeat(Box::new((epoch, hash)));

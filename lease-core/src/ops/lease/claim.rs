@@ -6,7 +6,7 @@ use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::ops::common::{Finalize, Head, Observe, Observed, Recheck};
 use crate::ops::observe::{Freshness, freshness};
-use crate::ops::{Operation, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Response, Step, step_try, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{EpochRecord, EpochState, Holder};
 use crate::time::Timestamp;
@@ -108,16 +108,13 @@ impl Operation for Claim {
                             }));
                         }
                     }
-                    let rec = match self.writer().next_epoch(
+                    let rec = step_try!(self.writer().next_epoch(
                         observed.head.as_ref(),
                         EpochState::Active,
                         None,
                         None,
                         self.p.store_floor,
-                    ) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    ));
                     let gate =
                         Gate::new(&run, observed.head.as_ref(), &self.p.owner_id, self.p.now);
                     self.st = ClaimState::Gate(Box::new((observed.head, rec)), gate);
@@ -125,10 +122,7 @@ impl Operation for Claim {
                 ClaimState::Gate(b, gate) => {
                     let (b, cutoff) = sub_step!(self.st, ClaimState::Gate, [b], gate, input.take());
                     let (head, rec) = *b;
-                    let bound = match bind(rec, cutoff) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let bound = step_try!(bind(rec, cutoff));
                     self.st = ClaimState::Create(Box::new((head, bound.rec, bound.hash)));
                     return Step::Io(bound.create);
                 }

@@ -6,7 +6,7 @@ use crate::error::LeaseError;
 use crate::ids::Identity;
 use crate::layout::FileRef;
 use crate::ops::common::Recheck;
-use crate::ops::{Durability, Operation, Request, Response, Step, step_sub, violation};
+use crate::ops::{Durability, Operation, Request, Response, Step, step_sub, step_try, violation};
 use crate::policy::HeartbeatDurability;
 use crate::records::{HeartbeatRecord, MonoStamp};
 use crate::time::Timestamp;
@@ -118,10 +118,7 @@ impl Heartbeat {
 
     fn write(&mut self) -> Step<()> {
         self.step = BeatStep::Write;
-        let bytes = match encode(&self.rec) {
-            Ok(b) => b,
-            Err(e) => return Step::Done(Err(e)),
-        };
+        let bytes = step_try!(encode(&self.rec));
         let durability = match self.lease.policy.heartbeat_durability() {
             _ if self.durable => Durability::Fsync,
             HeartbeatDurability::Local => Durability::NoFsync,

@@ -10,7 +10,7 @@ use crate::layout::{Dir, FileRef};
 use crate::ops::common::{Finalize, Observe, Recheck, newest_checkpoint};
 use crate::ops::{
     CompactPolicy, Durability, Operation, Prune, PruneParams, PruneReport, Request, Response, Step,
-    sub_step, violation,
+    step_try, sub_step, violation,
 };
 use crate::records::{EpochRecord, EpochState, RetireReason, RetiredOwner, Seal};
 use crate::time::Timestamp;
@@ -146,33 +146,29 @@ impl Operation for Release {
                         reason: RetireReason::Released,
                         observed: None,
                     };
-                    let rec = match Writer::new(
-                        run,
-                        &lease.owner_id,
-                        &lease.holder,
-                        lease.policy,
-                        self.p.now,
-                    )
-                    .next_epoch(
-                        Some(&head),
-                        EpochState::Released,
-                        Some(retired),
-                        self.p.seal.clone(),
-                        None,
-                    ) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let rec = step_try!(
+                        Writer::new(
+                            run,
+                            &lease.owner_id,
+                            &lease.holder,
+                            lease.policy,
+                            self.p.now,
+                        )
+                        .next_epoch(
+                            Some(&head),
+                            EpochState::Released,
+                            Some(retired),
+                            self.p.seal.clone(),
+                            None,
+                        )
+                    );
                     let gate = Gate::new(run, Some(&head), &lease.owner_id, self.p.now);
                     self.st = ReleaseState::Gate(Box::new(rec), gate);
                 }
                 ReleaseState::Gate(rec, gate) => {
                     let (rec, cutoff) =
                         sub_step!(self.st, ReleaseState::Gate, [rec], gate, input.take());
-                    let bound = match bind(*rec, cutoff) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let bound = step_try!(bind(*rec, cutoff));
                     self.st = ReleaseState::Create(bound.rec.generation);
                     return Step::Io(bound.create);
                 }

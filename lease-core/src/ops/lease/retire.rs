@@ -7,7 +7,7 @@ use crate::error::LeaseError;
 use crate::ids::{Generation, Identity, RunId};
 use crate::ops::common::{Cut, Finalize, Head, Observe, Recheck};
 use crate::ops::observe::{LivenessEvidence, definitely_dead};
-use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Request, Response, Step, step_try, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
     EpochRecord, EpochState, Holder, Observation, RetireReason, RetiredOwner, TakeoverMode,
@@ -128,16 +128,13 @@ impl Operation for Retire {
                             mode: TakeoverMode::RetireDead,
                         }),
                     };
-                    let rec = match self.writer().next_epoch(
+                    let rec = step_try!(self.writer().next_epoch(
                         Some(&head),
                         EpochState::Retired,
                         Some(retired),
                         None,
                         None,
-                    ) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    ));
                     let gate = Gate::new(&run, Some(&head), &self.p.owner_id, self.p.now);
                     self.st = RetireState::Gate(Box::new((*head, rec)), gate);
                 }
@@ -145,10 +142,7 @@ impl Operation for Retire {
                     let (b, cutoff) =
                         sub_step!(self.st, RetireState::Gate, [b], gate, input.take());
                     let (head, rec) = *b;
-                    let bound = match bind(rec, cutoff) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let bound = step_try!(bind(rec, cutoff));
                     self.st = RetireState::Create(Box::new((head, bound.rec)));
                     return Step::Io(bound.create);
                 }

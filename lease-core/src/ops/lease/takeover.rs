@@ -6,7 +6,7 @@ use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId};
 use crate::layout::FileRef;
 use crate::ops::common::{Finalize, Head, Observe, Recheck, read_beat};
-use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Request, Response, Step, step_try, sub_step, violation};
 use crate::policy::TimingPolicy;
 use crate::records::{
     EpochRecord, EpochState, Holder, Observation, RetireReason, RetiredOwner, TakeoverMode,
@@ -334,20 +334,14 @@ impl Operation for Takeover {
                             mode,
                         }),
                     };
-                    let rec = match self.writer().next_epoch(
+                    let rec = step_try!(self.writer().next_epoch(
                         Some(&head),
                         EpochState::Active,
                         Some(retired),
                         None,
                         None,
-                    ) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
-                    let bound = match bind(rec, cutoff) {
-                        Ok(x) => x,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    ));
+                    let bound = step_try!(bind(rec, cutoff));
                     self.st = TakeoverState::ClockAfter(
                         Box::new((head, bound.rec, bound.hash, bound.create)),
                         t0,
@@ -389,17 +383,14 @@ impl Operation for Takeover {
                         sub_step!(self.st, TakeoverState::Recheck, [b], rc, input.take());
                     let (head, rec, hash) = *b;
                     let by = &self.p.owner_id;
-                    let f = match finalize_superseded(
+                    let f = step_try!(finalize_superseded(
                         &run,
                         higher,
                         &head,
                         rec.generation,
                         by,
                         self.p.now,
-                    ) {
-                        Ok(f) => f,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    ));
                     self.st = TakeoverState::Finalize(Box::new((rec, hash, Some(head))), f);
                 }
                 TakeoverState::Finalize(b, f) => {

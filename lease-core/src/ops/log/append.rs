@@ -6,7 +6,7 @@ use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
 use crate::ops::common::{Cut, Finalize, Tail, decode_cutoff, epochs_of};
-use crate::ops::{Operation, OwnedLease, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, OwnedLease, Request, Response, Step, step_try, sub_step, violation};
 use crate::records::{Event, RetirementRecord};
 use crate::time::Timestamp;
 
@@ -111,10 +111,7 @@ impl Append {
             timestamp: self.p.now,
             prev_hash: prev,
         };
-        let bytes = match encode(&ev) {
-            Ok(b) => b,
-            Err(e) => return Step::Done(Err(e)),
-        };
+        let bytes = step_try!(encode(&ev));
         let hash = Digest::of(&bytes);
         // GUARD (PROTOCOL §7.6 step 4): never create `s` below an event that is already
         // there. `event s+1` present while `event s` is absent cannot be a legitimate
@@ -203,10 +200,7 @@ impl Operation for Append {
                     }
                     Some(Response::Exists(_)) => match self.p.tail_hint.clone() {
                         Some((s, h)) => {
-                            let next = match s.next(&run) {
-                                Ok(n) => n,
-                                Err(e) => return Step::Done(Err(e)),
-                            };
+                            let next = step_try!(s.next(&run));
                             self.st = AppendState::HintProbe(s, h);
                             return Step::Io(Request::Exists(FileRef::Event(next)));
                         }
@@ -218,10 +212,7 @@ impl Operation for Append {
                 },
                 AppendState::HintProbe(s, h) => match input.take() {
                     Some(Response::Exists(false)) => {
-                        let next = match s.next(&run) {
-                            Ok(n) => n,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let next = step_try!(s.next(&run));
                         return self.create(next, Some(h));
                     }
                     Some(Response::Exists(true)) => {
@@ -257,10 +248,7 @@ impl Operation for Append {
                     if let Err(e) = decode_event(&run, t, &bytes) {
                         return Step::Done(Err(e));
                     }
-                    let next = match t.next(&run) {
-                        Ok(n) => n,
-                        Err(e) => return Step::Done(Err(e)),
-                    };
+                    let next = step_try!(t.next(&run));
                     return self.create(next, Some(Digest::of(&bytes)));
                 }
                 AppendState::GuardNext(s, hash, bytes) => match input.take() {
@@ -305,10 +293,7 @@ impl Operation for Append {
                 },
                 AppendState::PostCutoff(s, hash) => match input.take() {
                     Some(Response::Content(Some(b))) => {
-                        let cutoff = match decode_cutoff(&run, g, &b) {
-                            Ok(c) => c,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let cutoff = step_try!(decode_cutoff(&run, g, &b));
                         // SYNC (PROTOCOL §7.0, §7.6 step 5): the cutoff may be linked but
                         // not yet durable (its finalizer has not fsynced `lease/cutoffs/`).
                         // Answering from it before it is durable let a power loss take it
@@ -351,10 +336,7 @@ impl Operation for Append {
                             }));
                         }
                         Some(top) => {
-                            let by = match g.next(&run) {
-                                Ok(n) => n,
-                                Err(e) => return Step::Done(Err(e)),
-                            };
+                            let by = step_try!(g.next(&run));
                             let f = Finalize::new(
                                 run.clone(),
                                 g,

@@ -5,7 +5,9 @@ use crate::canonical::encode;
 use crate::error::LeaseError;
 use crate::ids::{Digest, Identity, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
-use crate::ops::{Durability, Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{
+    Durability, Operation, Request, Response, Step, listing, step_try, sub_step, violation,
+};
 use crate::records::VerifiedMark;
 use crate::time::Timestamp;
 
@@ -208,9 +210,7 @@ impl Operation for LogEnd {
                 Step::Io(Request::List(Dir::Marks))
             }
             EndState::Listed => {
-                let Some(Response::Listing(l)) = input else {
-                    return Step::Done(Err(violation("Listing", &input)));
-                };
+                let l = step_try!(listing(input));
                 let from = marks_of(l).pop().map_or(0, Sequence::get);
                 let t = crate::ops::common::Tail::new(from);
                 Step::Done(Ok(sub_step!(self.st, EndState::Tail, [], t, None)))

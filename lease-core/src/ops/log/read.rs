@@ -11,7 +11,7 @@ use crate::ops::common::{
     Cut, Finalize, Tail, decode_checkpoint, decode_cutoff, decode_epoch, epochs_of,
     newest_checkpoint, numbers_of, removed_cutoff,
 };
-use crate::ops::{Operation, Request, Response, Step, sub_step, violation};
+use crate::ops::{Operation, Request, Response, Step, listing, step_try, sub_step, violation};
 use crate::records::Event;
 use crate::time::Timestamp;
 
@@ -362,9 +362,7 @@ impl Operation for ReadEvents {
                     return Step::Io(Request::CountEvents);
                 }
                 ReadState::ListMarks(tries) => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     match marks_of(l).pop() {
                         Some(m) if tries < MARK_RETRIES => {
                             self.st = ReadState::ReadMark(m, tries);
@@ -380,10 +378,7 @@ impl Operation for ReadEvents {
                 }
                 ReadState::ReadMark(m, tries) => match input.take() {
                     Some(Response::Content(Some(b))) => {
-                        let mark = match decode_mark(&run, m, &b) {
-                            Ok(mark) => mark,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let mark = step_try!(decode_mark(&run, m, &b));
                         self.st = ReadState::ReadMarkEvent(m, mark.through_hash);
                         return Step::Io(Request::Read(FileRef::Event(m)));
                     }
@@ -396,10 +391,7 @@ impl Operation for ReadEvents {
                 },
                 ReadState::ReadMarkEvent(m, want) => match input.take() {
                     Some(Response::Content(Some(b))) => {
-                        let ev = match decode_event(&run, m, &b) {
-                            Ok(ev) => ev,
-                            Err(e) => return Step::Done(Err(e)),
-                        };
+                        let ev = step_try!(decode_event(&run, m, &b));
                         let hash = Digest::of(&b);
                         if hash != want {
                             return Step::Done(Err(mark_mismatch(&run, m)));
@@ -460,10 +452,7 @@ impl Operation for ReadEvents {
                         };
                         let prev = self.last.as_ref().map(|(_, h)| h);
                         let (ev, hash) =
-                            match read_linked(&run, s, input.take(), prev, self.highest) {
-                                Ok(linked) => linked,
-                                Err(e) => return Step::Done(Err(e)),
-                            };
+                            step_try!(read_linked(&run, s, input.take(), prev, self.highest));
                         self.last = Some((s, hash.clone()));
                         self.walked += 1;
                         self.top_generation = self.top_generation.max(Some(ev.generation));
@@ -490,9 +479,7 @@ impl Operation for ReadEvents {
                     other => return Step::Done(Err(violation("Exists", &other))),
                 },
                 ReadState::ListCheckpoints => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let top = newest_checkpoint(l);
                     match top {
                         Some(g) => {
@@ -522,9 +509,7 @@ impl Operation for ReadEvents {
                     return Step::Io(Request::List(Dir::Epochs));
                 }
                 ReadState::ListEpochs => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let floor = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
                     self.epoch_gens = epochs_of(l)
                         .into_iter()
@@ -559,9 +544,7 @@ impl Operation for ReadEvents {
                     return Step::Io(Request::List(Dir::Cutoffs));
                 }
                 ReadState::ListCutoffs => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let floor = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
                     let mut gens = numbers_of(l, |f| f.generation_in(Dir::Cutoffs));
                     gens.retain(|g| floor.is_none_or(|f| *g >= f));
@@ -598,9 +581,7 @@ impl Operation for ReadEvents {
                     return Step::Io(Request::List(Dir::Checkpoints));
                 }
                 ReadState::Recheck => {
-                    let Some(Response::Listing(l)) = input.take() else {
-                        return Step::Done(Err(violation("Listing", &input)));
-                    };
+                    let l = step_try!(listing(input.take()));
                     let top = newest_checkpoint(l);
                     let read = self.chain.checkpoint.as_ref().map(|c| c.floor_generation);
                     if top != read {

@@ -8,7 +8,7 @@ use crate::error::LeaseError;
 use crate::ids::{Digest, Generation, RunId, Sequence};
 use crate::layout::{Dir, FileRef};
 use crate::ops::common::{epochs_of, removed_cutoff};
-use crate::ops::{Operation, Request, Response, Step, violation};
+use crate::ops::{Operation, Request, Response, Step, listing, step_try, violation};
 use crate::records::{EpochRecord, EpochState};
 
 /// What [`Verify`] checked.
@@ -450,10 +450,7 @@ impl Operation for Verify {
                     Step::Done(Err(e)) => return Step::Done(Err(e)),
                     Step::Done(Ok(v)) => v,
                 };
-                let (pending, above) = match self.check_view(&view) {
-                    Ok(x) => x,
-                    Err(e) => return Step::Done(Err(e)),
-                };
+                let (pending, above) = step_try!(self.check_view(&view));
                 if let Some(e) = above {
                     self.st = VerifyState::Confirm(Box::new(pending), Box::new(e));
                     return Step::Io(Request::List(Dir::Epochs));
@@ -492,9 +489,7 @@ impl Operation for Verify {
                 other => Step::Done(Err(violation("Content", &other))),
             },
             VerifyState::Marks(pending) => {
-                let Some(Response::Listing(l)) = input else {
-                    return Step::Done(Err(violation("Listing", &input)));
-                };
+                let l = step_try!(listing(input));
                 self.next_mark(pending, marks_of(l))
             }
             VerifyState::MarkAbove(pending, rest, s) => match input {
@@ -532,9 +527,7 @@ impl Operation for Verify {
                 other => Step::Done(Err(violation("Content", &other))),
             },
             VerifyState::ListBeats(pending) => {
-                let Some(Response::Listing(l)) = input else {
-                    return Step::Done(Err(violation("Listing", &input)));
-                };
+                let l = step_try!(listing(input));
                 let top = l
                     .into_iter()
                     .filter_map(|f| f.generation_in(Dir::Beats))
@@ -558,9 +551,7 @@ impl Operation for Verify {
                 }
             }
             VerifyState::Confirm(pending, e) => {
-                let Some(Response::Listing(l)) = input else {
-                    return Step::Done(Err(violation("Listing", &input)));
-                };
+                let l = step_try!(listing(input));
                 let now = epochs_of(l).last().copied();
                 if now == pending.head {
                     Step::Done(Err(*e))
