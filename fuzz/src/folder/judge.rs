@@ -4,12 +4,12 @@
 use super::drive::*;
 use super::input::Folder;
 use crate::fixtures::{id, run_id};
-use lease_core::Holder;
 use lease_core::LeaseOps;
 use lease_core::ops::{
     Append, Claim, Expectation, Heartbeat, OwnedLease, ReadEvents, Release, ReleaseParams, Retire,
     Status, StatusView, Takeover, Verify,
 };
+use lease_core::{Holder, LeaseError};
 
 pub(super) fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedLease>) {
     let now = folder.now();
@@ -85,28 +85,27 @@ pub(super) fn judge_mem(folder: &Folder) -> (Summary, Expectation, Option<OwnedL
         head.is_some_and(|h| h.is_active() && h.epoch.owner_id == who.0 && h.epoch.holder == who.1)
     };
     let invalid = matches!(view_np.map(|v| &v.status), Some(Status::Invalid(_)) | None);
-    if let Ok(l) = &claim {
-        assert!(!invalid, "a claim succeeded over an invalid record");
-        if !adopts(&c.claimer) {
-            assert!(
-                matches!(view_np.map(|v| &v.status), Some(Status::Free)),
-                "a claim succeeded on a run that is {:?}",
-                view_np.map(|v| v.status.name())
-            );
-            assert_eq!(l.generation.get(), next, "a claim skipped a generation");
+    // A claim or takeover (`op`) by `who` that succeeded: over a valid record and, unless it
+    // adopted `who`'s own active lease, from the one status that allows it (`from`) to
+    // exactly the next generation.
+    let new_owner = |op: &str,
+                     got: &Result<OwnedLease, LeaseError>,
+                     who: &(lease_core::Identity, Holder),
+                     from: Status| {
+        if let Ok(l) = got {
+            assert!(!invalid, "a {op} succeeded over an invalid record");
+            if !adopts(who) {
+                assert!(
+                    view_np.map(|v| &v.status) == Some(&from),
+                    "a {op} succeeded on a run that is {:?}",
+                    view_np.map(|v| v.status.name())
+                );
+                assert_eq!(l.generation.get(), next, "a {op} skipped a generation");
+            }
         }
-    }
-    if let Ok(l) = &takeover {
-        assert!(!invalid, "a takeover succeeded over an invalid record");
-        if !adopts(&c.taker) {
-            assert!(
-                matches!(view_np.map(|v| &v.status), Some(Status::Stale)),
-                "a takeover succeeded on a run that is {:?}",
-                view_np.map(|v| v.status.name())
-            );
-            assert_eq!(l.generation.get(), next, "a takeover skipped a generation");
-        }
-    }
+    };
+    new_owner("claim", &claim, &c.claimer, Status::Free);
+    new_owner("takeover", &takeover, &c.taker, Status::Stale);
     if let Ok(r) = &retire {
         assert!(!invalid, "a retirement succeeded over an invalid record");
         assert!(
