@@ -58,16 +58,42 @@ pub(crate) struct Mutant {
     pub(crate) expected_survivor_until: Option<&'static str>,
 }
 
-const fn test(package: &'static str, name: &'static str, filter: &'static str) -> Check {
+/// A whole integration test binary of `package` (debug profile, no filter).
+const fn whole_test(package: &'static str, name: &'static str) -> Check {
     Check {
         package,
         release: false,
         target: Target::Test(name),
-        filter: Some(filter),
+        filter: None,
         env: &[],
     }
 }
 
+/// The tests of an integration test binary of `package` whose names contain `filter`.
+const fn test(package: &'static str, name: &'static str, filter: &'static str) -> Check {
+    Check {
+        filter: Some(filter),
+        ..whole_test(package, name)
+    }
+}
+
+/// An integration test of `package` in the release profile (the model checkers), with an
+/// optional name filter and extra environment.
+const fn release_test(
+    package: &'static str,
+    name: &'static str,
+    filter: Option<&'static str>,
+    env: &'static [(&'static str, &'static str)],
+) -> Check {
+    Check {
+        release: true,
+        filter,
+        env,
+        ..whole_test(package, name)
+    }
+}
+
+/// The unit tests (`--lib`) of `package` whose names contain `filter`.
 const fn lib(package: &'static str, filter: &'static str) -> Check {
     Check {
         package,
@@ -79,58 +105,48 @@ const fn lib(package: &'static str, filter: &'static str) -> Check {
 }
 
 /// The bounded BFS model checker at CI depth (release build, as `cargo xtask model`).
-const MODEL_CI: Check = Check {
-    package: "lease-fs",
-    release: true,
-    target: Target::Test("model_check"),
-    filter: None,
-    env: &[("RUNLEASE_MODEL", "ci")],
-};
+const MODEL_CI: Check = release_test("lease-fs", "model_check", None, &[("RUNLEASE_MODEL", "ci")]);
 
 /// The engine model checker of the store log (issue #32) at CI depth (release build).
-const ENGINE_MODEL_CI: Check = Check {
-    package: "lease-core",
-    release: true,
-    target: Target::Test("engine_model"),
-    filter: Some("engine_model_check"),
-    env: &[("RUNLEASE_MODEL", "ci")],
-};
+const ENGINE_MODEL_CI: Check = release_test(
+    "lease-core",
+    "engine_model",
+    Some("engine_model_check"),
+    &[("RUNLEASE_MODEL", "ci")],
+);
 
 /// The engine model at the plain `cargo test` bound (seconds): its snapshot configuration
 /// truncates under a reader without a lease.
-const ENGINE_MODEL_DEFAULT: Check = Check {
-    package: "lease-core",
-    release: true,
-    target: Target::Test("engine_model"),
-    filter: Some("engine_model_check"),
-    env: &[],
-};
+const ENGINE_MODEL_DEFAULT: Check = release_test(
+    "lease-core",
+    "engine_model",
+    Some("engine_model_check"),
+    &[],
+);
 
 /// The model checker's one configuration of an owner beating in place against a taker
 /// (every interleaving, seconds): an owner's beat between the taker's look and its commit.
-const MODEL_BEAT_VS_TAKER: Check = Check {
-    package: "lease-fs",
-    release: true,
-    target: Target::Test("model_check"),
-    filter: Some("model_check_the_protocol"),
-    env: &[
+const MODEL_BEAT_VS_TAKER: Check = release_test(
+    "lease-fs",
+    "model_check",
+    Some("model_check_the_protocol"),
+    &[
         ("RUNLEASE_MODEL", "ci"),
         ("RUNLEASE_MODEL_ONLY", "owner beating in place vs a taker"),
     ],
-};
+);
 
 /// The model checker's configuration of an owner beating durably (fdatasync in place)
 /// against a taker, with a power loss tearing the write in flight (issue #30; seconds).
-const MODEL_DURABLE_BEATS: Check = Check {
-    package: "lease-fs",
-    release: true,
-    target: Target::Test("model_check"),
-    filter: Some("model_check_the_protocol"),
-    env: &[
+const MODEL_DURABLE_BEATS: Check = release_test(
+    "lease-fs",
+    "model_check",
+    Some("model_check_the_protocol"),
+    &[
         ("RUNLEASE_MODEL", "ci"),
         ("RUNLEASE_MODEL_ONLY", "owner beating durably in place"),
     ],
-};
+);
 
 /// The checks of the heartbeat-slot mutants: the slot format's unit tests, the crash
 /// tests of heartbeats, and the durable-heartbeat model configuration.
@@ -141,31 +157,13 @@ const BEAT_CHECKS: &[Check] = &[
 ];
 
 /// lease-fs's model checker's replayed schedules only (release, seconds).
-const MODEL_SCHEDULES: Check = Check {
-    package: "lease-fs",
-    release: true,
-    target: Target::Test("model_check"),
-    filter: Some("model_schedule"),
-    env: &[],
-};
+const MODEL_SCHEDULES: Check = release_test("lease-fs", "model_check", Some("model_schedule"), &[]);
 
 /// lease-core's model-based proptest (three owners, every §8 invariant at each step).
-const CORE_MODEL: Check = Check {
-    package: "lease-core",
-    release: false,
-    target: Target::Test("model"),
-    filter: None,
-    env: &[],
-};
+const CORE_MODEL: Check = whole_test("lease-core", "model");
 
 /// lease-core's protocol scenarios over the in-memory file system.
-const CORE_PROTOCOL: Check = Check {
-    package: "lease-core",
-    release: false,
-    target: Target::Test("protocol"),
-    filter: None,
-    env: &[],
-};
+const CORE_PROTOCOL: Check = whole_test("lease-core", "protocol");
 
 /// The curated list. Keep each `planted` in step with the guard's comment in the source.
 pub(crate) const MUTANTS: &[Mutant] = &[
