@@ -19,7 +19,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
 use super::history::{Line, Outcome, put, store_written};
-use crate::torture::procs::{Rng, appended_sequence, code_of, mono_ns};
+use crate::torture::procs::{Rng, append_event, code_of, mono_ns};
 
 /// Options of a worker.
 #[derive(Debug)]
@@ -114,17 +114,8 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
                 generation,
                 t: mono_ns(),
             });
-            let out = Command::new(&w.runlease)
-                .args(["--json", "--quiet", "append", &run, "--type", "partitions"])
-                .args(["--payload", &payload])
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output();
-            let t = mono_ns();
-            let (rc, seq) = match out {
-                Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
-                Err(_) => (-1, None),
-            };
+            let (rc, seq, t) =
+                append_event(&w.runlease, &run, "partitions", &payload, Stdio::null());
             let outcome = Outcome::of_append(rc);
             record(Line::Complete {
                 id,

@@ -162,6 +162,31 @@ pub(crate) fn appended_sequence(stdout: &[u8]) -> Option<u64> {
         .and_then(|v| v.get("sequence").and_then(serde_json::Value::as_u64))
 }
 
+/// One `runlease --json --quiet append RUN --type TYPE --payload PAYLOAD` (stdin closed,
+/// stderr as given), as the torture's and the partition harness's workers make it: its exit
+/// code (-1 when it could not be started), the sequence it printed, and the
+/// CLOCK_MONOTONIC ns when it returned.
+pub(crate) fn append_event(
+    runlease: &Path,
+    run: &str,
+    event_type: &str,
+    payload: &str,
+    stderr: Stdio,
+) -> (i32, Option<u64>, u64) {
+    let out = Command::new(runlease)
+        .args(["--json", "--quiet", "append", run, "--type", event_type])
+        .args(["--payload", payload])
+        .stdin(Stdio::null())
+        .stderr(stderr)
+        .output();
+    let t = mono_ns();
+    let (rc, seq) = match out {
+        Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
+        Err(_) => (-1, None),
+    };
+    (rc, seq, t)
+}
+
 /// Exit code of a finished process: its code, or `128 + signal`.
 pub(crate) fn code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;

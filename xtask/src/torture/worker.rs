@@ -1,9 +1,9 @@
 //! The worker: the command under `runlease run`, making one tenure's appends.
 
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
-use super::procs::{Rng, append_line, appended_sequence, code_of, mono_ns};
+use super::procs::{Rng, append_event, append_line, mono_ns};
 use super::{MAX_APPENDS, WorkerOpts};
 
 // ---------------------------------------------------------------------------------------
@@ -43,17 +43,7 @@ pub fn worker(w: &WorkerOpts) -> ExitCode {
         })
         .to_string();
         let t0 = mono_ns();
-        let out = Command::new(&w.runlease)
-            .args(["--json", "--quiet", "append", &run, "--type", "torture"])
-            .args(["--payload", &payload])
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output();
-        let t1 = mono_ns();
-        let (rc, seq) = match out {
-            Ok(o) => (code_of(o.status), appended_sequence(&o.stdout)),
-            Err(_) => (-1, None),
-        };
+        let (rc, seq, t1) = append_event(&w.runlease, &run, "torture", &payload, Stdio::inherit());
         let seq_s = seq.map_or_else(|| "-".to_string(), |s| s.to_string());
         put(format!(
             "append slot={slot} round={round} n={n} gen={generation} owner={owner} rc={rc} \
