@@ -39,6 +39,12 @@ fn ev(a: &Attempt, sequence: u64, counts: bool) -> LogEvent {
     }
 }
 
+/// Assert that some overlap `v` found mentions `what` (the whole verdict shown if none does).
+#[track_caller]
+fn assert_overlap(v: &Verdict, what: &str) {
+    assert!(v.overlaps.iter().any(|o| o.contains(what)), "{v:?}");
+}
+
 /// Two tenures: generation 1 appends twice (acked), a fenced third attempt whose
 /// event stays on disk past the cutoff, then generation 3 appends once.
 fn clean() -> (History, Vec<LogEvent>) {
@@ -91,12 +97,7 @@ fn fenced_event_that_counts_is_an_overlap() {
     let (h, mut e) = clean();
     e[2].counts = true;
     let v = check(&h, &e);
-    assert!(
-        v.overlaps
-            .iter()
-            .any(|o| o.contains("fenced append counts")),
-        "{v:?}"
-    );
+    assert_overlap(&v, "fenced append counts");
 }
 
 #[test]
@@ -108,22 +109,9 @@ fn acknowledged_write_after_a_newer_tenure_began_is_an_overlap() {
     e.push(ev(&z, 5, true));
     h.attempts.push(z);
     let v = check(&h, &e);
-    assert!(
-        v.overlaps
-            .iter()
-            .any(|o| o.contains("tenure of generation Some(3)")),
-        "{v:?}"
-    );
-    assert!(
-        v.overlaps
-            .iter()
-            .any(|o| o.contains("acknowledged append of generation")),
-        "{v:?}"
-    );
-    assert!(
-        v.overlaps.iter().any(|o| o.contains("generation-monotone")),
-        "{v:?}"
-    );
+    assert_overlap(&v, "tenure of generation Some(3)");
+    assert_overlap(&v, "acknowledged append of generation");
+    assert_overlap(&v, "generation-monotone");
 }
 
 #[test]
@@ -138,11 +126,8 @@ fn two_owners_of_one_generation_is_an_overlap() {
     e.push(ev(&c, 5, true));
     h.attempts.push(c);
     let v = check(&h, &e);
-    assert!(
-        v.overlaps.iter().any(|o| o.contains("two tenures")),
-        "{v:?}"
-    );
-    assert!(v.overlaps.iter().any(|o| o.contains("two owners")), "{v:?}");
+    assert_overlap(&v, "two tenures");
+    assert_overlap(&v, "two owners");
 }
 
 #[test]
