@@ -329,11 +329,7 @@ pub fn smoke(root: &Path, seconds: u64) -> Result<(), String> {
         targets.len(),
         start.elapsed().as_secs_f64()
     );
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("fuzz targets failed: {}", failed.join(", ")))
-    }
+    crate::none_failed("fuzz targets failed", &failed)
 }
 
 #[cfg(test)]

@@ -292,6 +292,18 @@ fn step(name: &str, f: impl FnOnce() -> Result<(), String>) -> Result<(), String
     result.map_err(|e| format!("step `{name}`: {e}"))
 }
 
+/// `Ok` when nothing is in `failed`, else the error `"{what}: a, b, ..."` naming each.
+pub(crate) fn none_failed<S: std::borrow::Borrow<str>>(
+    what: &str,
+    failed: &[S],
+) -> Result<(), String> {
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", failed.join(", ")))
+    }
+}
+
 /// `cargo xtask ci`: the same gate as `.ci/run`, stopping at the first failure.
 fn ci() -> Result<(), String> {
     let start = Instant::now();

@@ -111,11 +111,7 @@ pub(crate) fn run(root: &Path) -> Result<(), String> {
         }
     }
 
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("purity checks failed: {}", failures.join(", ")))
-    }
+    crate::none_failed("purity checks failed", &failures)
 }
 
 /// The host target triple, from `rustc -vV`.

@@ -484,11 +484,7 @@ pub fn run(root: &Path, opts: &Opts) -> Result<(), String> {
                 .map(|t| format!("{t} (AddressSanitizer replay)")),
         )
         .collect();
-    if found.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("findings: {}", found.join(", ")))
-    }
+    crate::none_failed("findings", &found)
 }
 
 #[cfg(test)]
