@@ -112,6 +112,16 @@ enum End {
     Finding,
 }
 
+/// The fuzzer binary `bin` as a command with stdin and stdout closed and its stderr
+/// (libFuzzer's whole output) going into `log`, created afresh.
+fn fuzzer_command(bin: &Path, log: &Path) -> Result<Command, String> {
+    let out =
+        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let mut cmd = Command::new(bin);
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(out);
+    Ok(cmd)
+}
+
 /// One libFuzzer process: spawn it, stop it at `cpu_left`, return how it ended, its runs,
 /// its CPU time and its output.
 fn fuzz_once(
@@ -120,13 +130,8 @@ fn fuzz_once(
     log: &Path,
     cpu_left: Duration,
 ) -> Result<(End, u64, Duration, String), String> {
-    let out =
-        std::fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let mut child = Command::new(bin)
+    let mut child = fuzzer_command(bin, log)?
         .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(out)
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
     let pid = child.id();
@@ -228,17 +233,12 @@ fn minimize(dir: &Path, bin: &Path, target: &str, scratch: &Path) -> Result<(usi
     let log = dir
         .join("target/fuzz-long")
         .join(format!("{target}.merge.log"));
-    let out =
-        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let status = Command::new(bin)
+    let status = fuzzer_command(bin, &log)?
         .arg("-set_cover_merge=1")
         .arg("-rss_limit_mb=2048")
         .arg(&min)
         .arg(&corpus)
         .arg(scratch)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(out)
         .status()
         .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
     if !status.success() {
