@@ -75,6 +75,34 @@ pub enum Wait {
     Forever,
 }
 
+/// After an attempt that did not own the run: whether, and how long, to pause before the
+/// next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// Not waiting at all ([`Wait::No`]).
+    NotWaiting,
+    /// The deadline has passed.
+    TimedOut,
+    /// This long: `poll`, or less to meet the deadline, but at least 10 ms.
+    For(Duration),
+}
+
+impl Wait {
+    /// The pause at `now` before the next attempt, polling every `poll`.
+    fn pause(self, now: Instant, poll: Duration) -> Pause {
+        let until = match self {
+            Wait::No => return Pause::NotWaiting,
+            Wait::Until(t) => Some(t),
+            Wait::Forever => None,
+        };
+        if until.is_some_and(|t| now >= t) {
+            return Pause::TimedOut;
+        }
+        let remaining = until.map_or(poll, |t| t.saturating_duration_since(now));
+        Pause::For(poll.min(remaining).max(Duration::from_millis(10)))
+    }
+}
+
 /// How the run was obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -369,21 +397,14 @@ impl Run {
                         Code::Unavailable | Code::OutcomeUnknown | Code::ConcurrentChange
                     ) =>
                 {
-                    let until = match wait {
-                        Wait::No => return Err(AcquireError::Run(e)),
-                        Wait::Until(t) => Some(t),
-                        Wait::Forever => None,
-                    };
-                    let now = Instant::now();
-                    if until.is_some_and(|t| now >= t) {
+                    let Pause::For(step) = wait.pause(Instant::now(), poll) else {
                         return Err(AcquireError::Run(e));
-                    }
+                    };
                     observer.progress(Progress::Unavailable {
                         error: &e,
                         elapsed: began.elapsed(),
                     });
-                    let remaining = until.map_or(poll, |t| t.saturating_duration_since(now));
-                    tokio::time::sleep(poll.min(remaining).max(Duration::from_millis(10))).await;
+                    tokio::time::sleep(step).await;
                     continue;
                 }
                 other => other?,
@@ -395,22 +416,19 @@ impl Run {
                     if held.next == NextStep::NestedRun {
                         return Err(AcquireError::Held(held));
                     }
-                    let until = match wait {
-                        Wait::No => return Err(AcquireError::Held(held)),
-                        Wait::Until(t) => Some(t),
-                        Wait::Forever => None,
+                    let step = match wait.pause(Instant::now(), poll) {
+                        Pause::For(step) => step,
+                        over => {
+                            if over == Pause::TimedOut {
+                                held.gave_up_after = Some(began.elapsed());
+                            }
+                            return Err(AcquireError::Held(held));
+                        }
                     };
-                    let now = Instant::now();
-                    if until.is_some_and(|t| now >= t) {
-                        held.gave_up_after = Some(began.elapsed());
-                        return Err(AcquireError::Held(held));
-                    }
                     observer.progress(Progress::Waiting {
                         held: &held,
                         elapsed: began.elapsed(),
                     });
-                    let remaining = until.map_or(poll, |t| t.saturating_duration_since(now));
-                    let step = poll.min(remaining).max(Duration::from_millis(10));
                     if !waited {
                         tokio::time::sleep(step).await;
                     }
