@@ -257,6 +257,28 @@ impl StoreClient {
         RunError::Io(format!("run {}: the owner's answer lacks {what}", self.run))
     }
 
+    /// A page of an answer: its `field` (required) decoded item by item, and its `more`
+    /// (absent = no more); a page that says more follow must hold some `items`.
+    fn page<W, T>(
+        &self,
+        more: Option<bool>,
+        field_value: Option<Vec<W>>,
+        field: &str,
+        items: &str,
+        decode: impl Fn(&W) -> Result<T, String>,
+    ) -> Result<(Vec<T>, bool), RunError> {
+        let more = more.unwrap_or(false);
+        let wire = field_value.ok_or_else(|| self.malformed(field))?;
+        let page = wire
+            .iter()
+            .map(|w| decode(w).map_err(|e| self.malformed(&e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if more && page.is_empty() {
+            return Err(self.malformed(&format!("{items} in a page that says more follow")));
+        }
+        Ok((page, more))
+    }
+
     /// Commit `batch` as the owner's generation; returns its sequence once it is durable
     /// and covered by the floor.
     pub fn commit(&mut self, batch: &Batch) -> Result<u64, RunError> {
@@ -288,16 +310,7 @@ impl StoreClient {
             after: after.map(str::to_string),
             limit,
         })?;
-        let more = a.more.unwrap_or(false);
-        let docs = a.docs.ok_or_else(|| self.malformed("docs"))?;
-        let docs = docs
-            .iter()
-            .map(|d| d.to_doc().map_err(|e| self.malformed(&e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if more && docs.is_empty() {
-            return Err(self.malformed("documents in a page that says more follow"));
-        }
-        Ok((docs, more))
+        self.page(a.more, a.docs, "docs", "documents", WireDoc::to_doc)
     }
 
     /// Every document whose key starts with `prefix`, in key order (read a page at a
@@ -322,16 +335,13 @@ impl StoreClient {
         max: Option<u64>,
     ) -> Result<(Vec<Commit>, bool), RunError> {
         let a = self.call(Op::Log { since, max })?;
-        let more = a.more.unwrap_or(false);
-        let commits = a.commits.ok_or_else(|| self.malformed("commits"))?;
-        let commits = commits
-            .iter()
-            .map(|c| c.to_commit().map_err(|e| self.malformed(&e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if more && commits.is_empty() {
-            return Err(self.malformed("commits in a page that says more follow"));
-        }
-        Ok((commits, more))
+        self.page(
+            a.more,
+            a.commits,
+            "commits",
+            "commits",
+            WireCommit::to_commit,
+        )
     }
 
     /// The commits after `since`, at most `max` (all if `None`), read a page at a time.
