@@ -531,23 +531,37 @@ mod tests {
         crate::clock::boottime_ns() + ms * 1_000_000
     }
 
+    /// A guard serving the other end of the owner's socket (returned first), handed a
+    /// deadline `ms` from now and then a sleeping leader (returned second).
+    fn guarding_with_deadline(
+        ms: u64,
+    ) -> (OwnedFd, std::process::Child, std::thread::JoinHandle<i32>) {
+        let (ours, theirs) = pair();
+        let child = sleeper();
+        let g = guard(theirs);
+        send_record(ours.as_fd(), TAG_DEADLINE, in_ms(ms), None).unwrap();
+        leader(&ours, &child);
+        (ours, child, g)
+    }
+
+    /// The leader ended by SIGKILL and the guard exited 1 (it killed).
+    fn assert_killed_by_the_guard(st: &std::process::ExitStatus, g: std::thread::JoinHandle<i32>) {
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(st), Some(9));
+        assert_eq!(g.join().unwrap(), 1);
+    }
+
     /// Without a cgroup: a deadline that passes unextended kills the leader it was handed
     /// (through its pidfd and its group), not before the deadline; the guard exits 1.
     #[test]
     fn an_unextended_deadline_kills_the_leader() {
-        let (ours, theirs) = pair();
-        let mut child = sleeper();
-        let g = guard(theirs);
-        send_record(ours.as_fd(), TAG_DEADLINE, in_ms(300), None).unwrap();
-        leader(&ours, &child);
+        let (_ours, mut child, g) = guarding_with_deadline(300);
         let t = Instant::now();
         let st = wait_within(&mut child);
         assert!(
             t.elapsed() >= Duration::from_millis(250),
             "killed before the deadline"
         );
-        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
-        assert_eq!(g.join().unwrap(), 1);
+        assert_killed_by_the_guard(&st, g);
     }
 
     /// Deadlines extended in time keep the leader alive; **done** ends the guard without a
@@ -577,14 +591,9 @@ mod tests {
     /// deadline.
     #[test]
     fn the_owner_gone_without_done_kills_at_the_deadline() {
-        let (ours, theirs) = pair();
-        let mut child = sleeper();
-        let g = guard(theirs);
-        send_record(ours.as_fd(), TAG_DEADLINE, in_ms(200), None).unwrap();
-        leader(&ours, &child);
+        let (ours, mut child, g) = guarding_with_deadline(200);
         drop(ours);
         let st = wait_within(&mut child);
-        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
-        assert_eq!(g.join().unwrap(), 1);
+        assert_killed_by_the_guard(&st, g);
     }
 }
