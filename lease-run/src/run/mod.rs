@@ -239,6 +239,20 @@ impl Shared {
         }
     }
 
+    /// The error that reports this run fenced for `reason`.
+    fn fenced_error(&self, reason: String) -> RunError {
+        RunError::Fenced {
+            run: self.run.clone(),
+            reason,
+        }
+    }
+
+    /// Fence for `reason` (recorded if it is the first) and the error that reports it.
+    fn fence_and_refuse(&self, reason: String) -> RunError {
+        self.fence(reason.clone());
+        self.fenced_error(reason)
+    }
+
     /// The first fence's reason (from the core: whoever sees the flag finds it, even
     /// before the watch channel is updated).
     fn fence_reason(&self) -> Option<String> {
@@ -252,10 +266,7 @@ impl Shared {
         }
         match self.fence_reason() {
             None => Ok(()),
-            Some(reason) => Err(RunError::Fenced {
-                run: self.run.clone(),
-                reason,
-            }),
+            Some(reason) => Err(self.fenced_error(reason)),
         }
     }
 
@@ -401,16 +412,10 @@ impl Run {
         let mut rx = self.shared.fence_tx.subscribe();
         loop {
             if let FenceState::Confirmed(reason) = &*rx.borrow_and_update() {
-                return RunError::Fenced {
-                    run: self.shared.run.clone(),
-                    reason: reason.clone(),
-                };
+                return self.shared.fenced_error(reason.clone());
             }
             if rx.changed().await.is_err() {
-                return RunError::Fenced {
-                    run: self.shared.run.clone(),
-                    reason: "the watchdog ended".into(),
-                };
+                return self.shared.fenced_error("the watchdog ended".into());
             }
         }
     }

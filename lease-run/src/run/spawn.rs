@@ -172,10 +172,7 @@ impl RunCommand {
     fn judge(&self, status: ExitStatus) -> Result<ExitStatus, RunError> {
         if status.signal().is_some() {
             if let Some(reason) = self.shared.fence_reason() {
-                return Err(RunError::Fenced {
-                    run: self.shared.run.clone(),
-                    reason,
-                });
+                return Err(self.shared.fenced_error(reason));
             }
         }
         Ok(status)

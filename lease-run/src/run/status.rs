@@ -59,11 +59,7 @@ pub(super) fn write_status_blocking(
                 lease.generation
             ),
         };
-        shared.fence(reason.clone());
-        return Err(RunError::Fenced {
-            run: shared.run.clone(),
-            reason,
-        });
+        return Err(shared.fence_and_refuse(reason));
     }
     let bytes = encode(record)?;
     shared.check_live()?;
@@ -81,11 +77,7 @@ pub(super) fn write_status_blocking(
                 "run.json not written: the engine refused it (an epoch above generation {} exists)",
                 lease.generation
             );
-            shared.fence(reason.clone());
-            return Err(RunError::Fenced {
-                run: shared.run.clone(),
-                reason,
-            });
+            return Err(shared.fence_and_refuse(reason));
         }
     }
     // Order of writes: temp → fsync → rename, no fsync of the run folder (issue #33):

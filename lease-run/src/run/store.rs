@@ -57,11 +57,8 @@ impl RunStore {
             Err(Access::Failed(e) | Access::OpenFailed(e)) => Err(e),
             Err(Access::Fenced) => {
                 self.shared.check_live()?;
-                Err(RunError::Fenced {
-                    run: self.shared.run.clone(),
-                    // Unreachable in practice (check_live above reports the first reason).
-                    reason: "its store was dropped".into(),
-                })
+                // Unreachable in practice (check_live above reports the first reason).
+                Err(self.shared.fenced_error("its store was dropped".into()))
             }
             Err(Access::Closed) => {
                 self.shared.check_live()?;
