@@ -40,12 +40,21 @@ fn pasted(next: &Next, dir: &Path, authority: &RunAuthority) -> String {
         .unwrap_or_default()
 }
 
-/// Observe the owner to replace (liveness probed, the run verified: lease-run's
-/// [`Replacer::observe`]): an invalid record names the repair, a free run is a race
-/// (`free_why` says what there is not to do).
-fn observe_owner(r: &Replacer, dir: &Path, free_why: &str) -> Result<Observed, CliError> {
+/// The replacer `open` gives for `dir` and the owner it observes (liveness probed, the run
+/// verified: lease-run's [`Replacer::observe`]): an invalid record names the repair, a free
+/// run is a race (`free_why` says what there is not to do). First this host as the holder
+/// the replacement records (ARGUMENT_INVALID for a host name no record may hold), before
+/// anything is opened or watched.
+fn observe_owner(
+    dir: &Path,
+    authority: &RunAuthority,
+    open: fn(&Path, &RunAuthority) -> Result<Replacer, RunError>,
+    free_why: &str,
+) -> Result<(Replacer, Observed), CliError> {
+    lease_run::folder::this_holder().map_err(CliError::from)?;
+    let r = open(dir, authority).map_err(|e| name_folder(dir, e))?;
     match r.observe(wall_now()?) {
-        Ok(Some(o)) => Ok(o),
+        Ok(Some(o)) => Ok((r, o)),
         // Nothing to replace, and retrying changes nothing: not a race (75, "retry").
         Ok(None) => Err(CliError::of(
             Code::RunNotHeld,
@@ -73,13 +82,10 @@ pub fn takeover(
 ) -> Result<i32, CliError> {
     // The arguments first: a malformed one is 64 before anything is opened or read.
     let given = given_expectation(o, dir, authority)?;
-    // This host as the holder the takeover records (ARGUMENT_INVALID for a host name no
-    // record may hold), before anything is opened or watched.
-    lease_run::folder::this_holder().map_err(CliError::from)?;
-    let r = Replacer::for_takeover(dir, authority).map_err(|e| name_folder(dir, e))?;
-    let observed = observe_owner(
-        &r,
+    let (r, observed) = observe_owner(
         dir,
+        authority,
+        Replacer::for_takeover,
         "there is no owner to take over (claim it with runlease run)",
     )?;
     let (view, head) = (&observed.view, &observed.head);
@@ -300,15 +306,12 @@ fn given_expectation(
 /// `runlease retire DIR`: retire a definitely-dead owner (same boot, process gone, owner
 /// lock free). Takes the owner lock first if it can.
 pub fn retire(dir: &Path, authority: &RunAuthority, out: Out) -> Result<i32, CliError> {
-    // This host as the holder the retirement records (ARGUMENT_INVALID for a host name no
-    // record may hold), before anything is opened.
-    lease_run::folder::this_holder().map_err(CliError::from)?;
     // lease-run takes the owner lock first on a run folder (so "dead" is judged holding
     // it); etcd judges by the owner's etcd lease.
-    let r = Replacer::for_retire(dir, authority).map_err(|e| name_folder(dir, e))?;
-    let observed = observe_owner(
-        &r,
+    let (r, observed) = observe_owner(
         dir,
+        authority,
+        Replacer::for_retire,
         "there is no owner to retire (claim it with runlease run)",
     )?;
     let (view, head) = (&observed.view, &observed.head);
