@@ -168,6 +168,15 @@ impl Verify {
         }
     }
 
+    /// `CHAIN_BROKEN` at cutoff `g`, its detail led by the cutoff's path.
+    fn broken_cutoff(&self, g: Generation, detail: String) -> LeaseError {
+        self.broken(
+            "cutoff",
+            g.get(),
+            format!("{} {detail}", FileRef::Cutoff(g).path()),
+        )
+    }
+
     /// The checks that need no further read. `Ok` carries the report, and a record of the
     /// log above the head (if any) for the confirmation.
     fn check_view(&self, view: &EventLogView) -> Result<(Pending, Option<LeaseError>), LeaseError> {
@@ -233,12 +242,10 @@ impl Verify {
                 continue;
             };
             if e.state != EpochState::Active || c.owner_id != e.owner_id {
-                return Err(self.broken(
-                    "cutoff",
-                    g.get(),
+                return Err(self.broken_cutoff(
+                    *g,
                     format!(
-                        "{} names owner {} but epoch {g} is {} by {}",
-                        FileRef::Cutoff(*g).path(),
+                        "names owner {} but epoch {g} is {} by {}",
                         c.owner_id,
                         state_name(e.state),
                         e.owner_id
@@ -246,12 +253,10 @@ impl Verify {
                 ));
             }
             if c.superseded_by.get() != g.get().saturating_add(1) {
-                return Err(self.broken(
-                    "cutoff",
-                    g.get(),
+                return Err(self.broken_cutoff(
+                    *g,
                     format!(
-                        "{} says superseded by generation {}, not {}",
-                        FileRef::Cutoff(*g).path(),
+                        "says superseded by generation {}, not {}",
                         c.superseded_by,
                         g.get().saturating_add(1)
                     ),
