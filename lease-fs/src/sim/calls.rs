@@ -115,22 +115,17 @@ impl Fs for SimFs {
     fn fsync(&self, path: &str) -> io::Result<()> {
         self.lock().call(Op::Fsync, |st| {
             check_entry("fsync", path)?;
-            match st.lookup("fsync", path)? {
-                None => Err(err(io::ErrorKind::NotFound, "fsync", path, "not found")),
-                Some(id) if st.is_dir(id) => Err(err(
-                    io::ErrorKind::IsADirectory,
-                    "fsync",
-                    path,
-                    "is a directory (use fsync_dir)",
-                )),
-                Some(id) => {
-                    let f = st.file_mut(id);
-                    f.durable = f.live.clone();
-                    f.synced = true;
-                    f.in_place = None;
-                    Ok(())
-                }
-            }
+            let id = st.file_id(
+                "fsync",
+                path,
+                io::ErrorKind::IsADirectory,
+                "is a directory (use fsync_dir)",
+            )?;
+            let f = st.file_mut(id);
+            f.durable = f.live.clone();
+            f.synced = true;
+            f.in_place = None;
+            Ok(())
         })
     }
 
@@ -138,29 +133,23 @@ impl Fs for SimFs {
         self.lock().call(Op::Other, |st| {
             check_entry("write_at", path)?;
             let tick = st.tick;
-            match st.lookup("write_at", path)? {
-                None => Err(err(io::ErrorKind::NotFound, "write_at", path, "not found")),
-                Some(id) if st.is_dir(id) => Err(err(
-                    io::ErrorKind::IsADirectory,
-                    "write_at",
-                    path,
-                    "is a directory",
-                )),
-                Some(id) => {
-                    let at = usize::try_from(offset).map_err(|_| {
-                        err(io::ErrorKind::InvalidInput, "write_at", path, "offset")
-                    })?;
-                    let f = st.file_mut(id);
-                    if f.live.len() < at + bytes.len() {
-                        f.live.resize(at + bytes.len(), 0);
-                    }
-                    f.live[at..at + bytes.len()].copy_from_slice(bytes);
-                    f.synced = false;
-                    f.written = tick;
-                    f.in_place = Some((at, bytes.len()));
-                    Ok(())
-                }
+            let id = st.file_id(
+                "write_at",
+                path,
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            )?;
+            let at = usize::try_from(offset)
+                .map_err(|_| err(io::ErrorKind::InvalidInput, "write_at", path, "offset"))?;
+            let f = st.file_mut(id);
+            if f.live.len() < at + bytes.len() {
+                f.live.resize(at + bytes.len(), 0);
             }
+            f.live[at..at + bytes.len()].copy_from_slice(bytes);
+            f.synced = false;
+            f.written = tick;
+            f.in_place = Some((at, bytes.len()));
+            Ok(())
         })
     }
 
@@ -197,27 +186,14 @@ impl Fs for SimFs {
         self.lock().call(Op::Other, |st| {
             check_entry("link", from)?;
             check_entry("link", to)?;
-            let id = match st.lookup("link", from)? {
-                None => return Err(err(io::ErrorKind::NotFound, "link", from, "not found")),
-                Some(id) if st.is_dir(id) => {
-                    return Err(err(
-                        io::ErrorKind::PermissionDenied,
-                        "link",
-                        from,
-                        "cannot link a directory",
-                    ));
-                }
-                Some(id) => id,
-            };
+            let id = st.file_id(
+                "link",
+                from,
+                io::ErrorKind::PermissionDenied,
+                "cannot link a directory",
+            )?;
             let (d, name) = st.parent("link", to)?;
-            if st.dir(d).live.contains_key(name) {
-                return Err(err(
-                    io::ErrorKind::AlreadyExists,
-                    "link",
-                    to,
-                    "already exists",
-                ));
-            }
+            st.check_free("link", to, d, name)?;
             st.dir_mut(d).live.insert(name.to_string(), id);
             Ok(())
         })
@@ -268,27 +244,16 @@ impl Fs for SimFs {
     fn unlink(&self, path: &str) -> io::Result<()> {
         self.lock().call(Op::Other, |st| {
             check_entry("unlink", path)?;
-            let (d, name) = match st.parent("unlink", path) {
-                Ok(p) => p,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return Err(err(io::ErrorKind::NotFound, "unlink", path, "not found"));
-                }
-                Err(e) => return Err(e),
-            };
-            match st.dir(d).live.get(name) {
-                None => Err(err(io::ErrorKind::NotFound, "unlink", path, "not found")),
-                Some(&id) if st.is_dir(id) => Err(err(
-                    io::ErrorKind::IsADirectory,
-                    "unlink",
-                    path,
-                    "is a directory",
-                )),
-                Some(_) => {
-                    st.dir_mut(d).live.remove(name);
-                    st.gc();
-                    Ok(())
-                }
-            }
+            st.file_id(
+                "unlink",
+                path,
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            )?;
+            let (d, name) = st.parent("unlink", path)?;
+            st.dir_mut(d).live.remove(name);
+            st.gc();
+            Ok(())
         })
     }
 

@@ -1,7 +1,7 @@
 //! The test's controls of a [`SimFs`]: forks and fingerprints, crashes and crash points,
 //! injected faults, setup, snapshots and call counters.
 
-use super::{Counters, Node, ROOT, SimFs, State, check_entry, err};
+use super::{Counters, Node, ROOT, SimFs, State, check_entry};
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -205,19 +205,14 @@ impl SimFs {
     pub fn set_age(&self, path: &str, secs: u64) -> io::Result<()> {
         check_entry("set_age", path)?;
         let mut st = self.lock();
-        match st.lookup("set_age", path)? {
-            None => Err(err(io::ErrorKind::NotFound, "set_age", path, "not found")),
-            Some(id) if st.is_dir(id) => Err(err(
-                io::ErrorKind::IsADirectory,
-                "set_age",
-                path,
-                "is a directory",
-            )),
-            Some(id) => {
-                st.file_mut(id).age = secs;
-                Ok(())
-            }
-        }
+        let id = st.file_id(
+            "set_age",
+            path,
+            io::ErrorKind::IsADirectory,
+            "is a directory",
+        )?;
+        st.file_mut(id).age = secs;
+        Ok(())
     }
 
     /// Write `bytes` to `path` durably at once, for tests that hand-edit records: missing

@@ -117,12 +117,7 @@ impl State {
                 None => return Ok(None),
                 Some(&id) if self.is_dir(id) => cur = id,
                 Some(_) => {
-                    return Err(err(
-                        io::ErrorKind::NotADirectory,
-                        op,
-                        dir,
-                        "a component is not a directory",
-                    ));
+                    return Err(not_a_dir_component(op, dir));
                 }
             }
         }
@@ -154,17 +149,39 @@ impl State {
         }
     }
 
-    pub(super) fn create_file(&mut self, path: &str, bytes: Vec<u8>) -> io::Result<()> {
-        check_entry("write_new", path)?;
-        let (d, name) = self.parent("write_new", path)?;
+    /// The live inode of the file at `path`: `NotFound` if missing, `dir_kind` with
+    /// `dir_detail` if it is a directory.
+    pub(super) fn file_id(
+        &self,
+        op: &str,
+        path: &str,
+        dir_kind: io::ErrorKind,
+        dir_detail: &str,
+    ) -> io::Result<u64> {
+        match self.lookup(op, path)? {
+            None => Err(err(io::ErrorKind::NotFound, op, path, "not found")),
+            Some(id) if self.is_dir(id) => Err(err(dir_kind, op, path, dir_detail)),
+            Some(id) => Ok(id),
+        }
+    }
+
+    /// `AlreadyExists` (naming `path`) if directory `d` has a live entry `name`.
+    pub(super) fn check_free(&self, op: &str, path: &str, d: u64, name: &str) -> io::Result<()> {
         if self.dir(d).live.contains_key(name) {
             return Err(err(
                 io::ErrorKind::AlreadyExists,
-                "write_new",
+                op,
                 path,
                 "already exists",
             ));
         }
+        Ok(())
+    }
+
+    pub(super) fn create_file(&mut self, path: &str, bytes: Vec<u8>) -> io::Result<()> {
+        check_entry("write_new", path)?;
+        let (d, name) = self.parent("write_new", path)?;
+        self.check_free("write_new", path, d, name)?;
         let id = self.add(Node::File(FileNode {
             live: bytes,
             durable: Vec::new(),
@@ -324,12 +341,7 @@ impl State {
                     existing += 1;
                 }
                 Some(_) => {
-                    return Err(err(
-                        io::ErrorKind::NotADirectory,
-                        "ensure_dir",
-                        dir,
-                        "a component is not a directory",
-                    ));
+                    return Err(not_a_dir_component("ensure_dir", dir));
                 }
             }
         }
@@ -353,12 +365,7 @@ impl State {
                 let next = match self.dir(cur).live.get(comp) {
                     Some(&id) if self.is_dir(id) => id,
                     Some(_) => {
-                        return Err(err(
-                            io::ErrorKind::NotADirectory,
-                            "put",
-                            path,
-                            "a component is not a directory",
-                        ));
+                        return Err(not_a_dir_component("put", path));
                     }
                     None => self.add(Node::Dir(DirNode::default())),
                 };
@@ -399,4 +406,14 @@ impl State {
         self.gc();
         Ok(())
     }
+}
+
+/// The `NotADirectory` error of a path (`path`) one of whose components is a file.
+fn not_a_dir_component(op: &str, path: &str) -> io::Error {
+    err(
+        io::ErrorKind::NotADirectory,
+        op,
+        path,
+        "a component is not a directory",
+    )
 }
