@@ -1,40 +1,13 @@
-//! What an opened store whose seal is not checked yet can do, and the seal check.
+//! What an opened store whose seal is not checked yet can do besides reporting its facts
+//! (`read.rs`), and the seal check.
 
 use super::{OpenedStore, Store};
 use crate::error::StoreError;
-use lease_core::seal::StoreState;
 use lease_core::{Generation, RunId, Seal};
-use std::path::Path;
 
+// Its facts (`run`, `path`, `reached_through_fd`, `identity`, `head`) are those of every
+// handle, in `read.rs`.
 impl OpenedStore {
-    /// The run this store belongs to.
-    pub fn run(&self) -> &str {
-        &self.inner.run
-    }
-
-    /// The store file's path as given to [`Store::open`].
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
-    /// Whether SQLite reaches the store's files beneath the held folder descriptor
-    /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
-    /// then SQLite is given the folder's path, and the open re-checks that the name still
-    /// is the file it checked.
-    pub fn reached_through_fd(&self) -> bool {
-        self.inner.dir.through_fd()
-    }
-
-    /// The store's identity (created with it) and its head: what the seal check compares.
-    pub fn identity(&self) -> Result<StoreState, StoreError> {
-        self.inner.identity()
-    }
-
-    /// The last committed sequence (0 for an empty store).
-    pub fn head(&self) -> Result<u64, StoreError> {
-        self.inner.head()
-    }
-
     /// Check the store against what the lease chain requires of it
     /// ([`lease_core::seal::Requirements`]: from the chain, or explicitly
     /// `Requirements::no_chain()` for a store used without one) and return the [`Store`]

@@ -1,48 +1,61 @@
-//! Reading: the handle's facts, documents, prefix scans and the commit history.
+//! Reading: the facts of every handle (an opened one's too), documents, prefix scans and
+//! the commit history.
 
 use super::sqlite::{from_i64, sqlite_err, to_i64};
-use super::{Commit, Document, ReadOnlyStore, Store};
+use super::{Commit, Document, OpenedStore, ReadOnlyStore, Store};
 use crate::codec;
 use crate::error::StoreError;
 use lease_core::seal::StoreState;
 use rusqlite::{OptionalExtension, params};
 use std::path::Path;
 
+/// The facts every handle reports, the same on an [`OpenedStore`] (whose seal is not
+/// checked yet), a [`Store`] and a [`ReadOnlyStore`].
+macro_rules! fact_methods {
+    ($t:ty) => {
+        impl $t {
+            /// The run this store belongs to.
+            pub fn run(&self) -> &str {
+                &self.inner.run
+            }
+
+            /// The store file's path as given to [`Store::open`].
+            pub fn path(&self) -> &Path {
+                &self.inner.path
+            }
+
+            /// Whether SQLite reaches the store's files beneath the held folder descriptor
+            /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
+            /// then SQLite is given the folder's path, and the open re-checks that the name still
+            /// is the file it checked.
+            pub fn reached_through_fd(&self) -> bool {
+                self.inner.dir.through_fd()
+            }
+
+            /// The store's identity (created with it) and its head: what the seal check compares.
+            pub fn identity(&self) -> Result<StoreState, StoreError> {
+                self.inner.identity()
+            }
+
+            /// The last committed sequence (0 for an empty store).
+            pub fn head(&self) -> Result<u64, StoreError> {
+                self.inner.head()
+            }
+        }
+    };
+}
+
+fact_methods!(OpenedStore);
+fact_methods!(Store);
+fact_methods!(ReadOnlyStore);
+
 /// The reading methods, the same on a [`Store`] (an owner's) and a [`ReadOnlyStore`].
 macro_rules! read_methods {
     ($t:ty) => {
 impl $t {
-    /// The run this store belongs to.
-    pub fn run(&self) -> &str {
-        &self.inner.run
-    }
-
-    /// The store file's path as given to [`Store::open`].
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
-    /// Whether SQLite reaches the store's files beneath the held folder descriptor
-    /// (`/proc/self/fd/N/…`, see the crate docs). False only where `/proc` is not mounted:
-    /// then SQLite is given the folder's path, and the open re-checks that the name still
-    /// is the file it checked.
-    pub fn reached_through_fd(&self) -> bool {
-        self.inner.dir.through_fd()
-    }
-
     /// When the store was created (creator's wall clock).
     pub fn created_at(&self) -> &str {
         &self.inner.created_at
-    }
-
-    /// The store's identity (created with it) and its head.
-    pub fn identity(&self) -> Result<StoreState, StoreError> {
-        self.inner.identity()
-    }
-
-    /// The last committed sequence (0 for an empty store).
-    pub fn head(&self) -> Result<u64, StoreError> {
-        self.inner.head()
     }
 
     /// The position of the engine's store log this view has applied (its `engine_view`
