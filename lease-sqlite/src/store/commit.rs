@@ -7,7 +7,6 @@ use super::sqlite::{from_i64, now_text, sqlite_err, to_i64};
 use super::{Batch, CommitGate, Store, Write};
 use crate::codec;
 use crate::error::StoreError;
-use crate::header::Ctx;
 use crate::schema::Kind;
 use lease_core::{Generation, Identity, Seal};
 use rusqlite::{TransactionBehavior, params};
@@ -111,13 +110,7 @@ impl Store {
         if batches.is_empty() && view.is_none() {
             return Ok(Vec::new());
         }
-        let run = self.inner.run.clone();
-        let file = self.inner.file.clone();
-        let ctx = Ctx {
-            run: &run,
-            file: &file,
-        };
-        let conn = self.inner.conn_mut();
+        let (ctx, conn) = self.inner.ctx_and_conn();
         let outcome = (|| -> Result<Result<Vec<u64>, Refusal>, (&'static str, rusqlite::Error)> {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -174,16 +167,16 @@ impl Store {
         match outcome {
             Ok(Ok(seqs)) => Ok(seqs),
             Ok(Err(Refusal::NotAt(at))) => Err(StoreError::ViewNotAt {
-                run: run.clone(),
-                file: file.clone(),
+                run: ctx.run.to_string(),
+                file: ctx.file.to_string(),
                 at_record: at.record_seq,
                 at_commits: at.commits,
                 record: view.as_ref().map_or(0, |s| s.to.record_seq),
                 first_commit: view.as_ref().map_or(0, |s| s.first_commit),
             }),
             Ok(Err(Refusal::Fenced(max))) => Err(StoreError::Fenced {
-                run: run.clone(),
-                file: file.clone(),
+                run: ctx.run.to_string(),
+                file: ctx.file.to_string(),
                 token: token.get(),
                 max_token: from_i64(max),
             }),
@@ -212,13 +205,7 @@ impl Store {
         self.inner.usable()?;
         self.inner.run_gate()?;
         let tok = to_i64("generation", generation.get())?;
-        let run = self.inner.run.clone();
-        let file = self.inner.file.clone();
-        let ctx = Ctx {
-            run: &run,
-            file: &file,
-        };
-        let conn = self.inner.conn_mut();
+        let (ctx, conn) = self.inner.ctx_and_conn();
         let outcome = (|| -> Result<Result<i64, i64>, rusqlite::Error> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let max: i64 =
@@ -242,8 +229,8 @@ impl Store {
             Ok(Ok(head)) => from_i64(head),
             Ok(Err(max)) => {
                 return Err(StoreError::Fenced {
-                    run,
-                    file,
+                    run: ctx.run.to_string(),
+                    file: ctx.file.to_string(),
                     token: generation.get(),
                     max_token: from_i64(max),
                 });
@@ -254,8 +241,11 @@ impl Store {
                 return Err(err);
             }
         };
-        let store_id = Identity::new(self.inner.store_id.clone())
-            .map_err(|reason| ctx.corrupt(format!("its store id is not valid: {reason}")))?;
+        let store_id = Identity::new(self.inner.store_id.clone()).map_err(|reason| {
+            self.inner
+                .ctx()
+                .corrupt(format!("its store id is not valid: {reason}"))
+        })?;
         self.inner.close()?;
         Ok(Seal {
             store_id,

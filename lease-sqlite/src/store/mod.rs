@@ -131,8 +131,15 @@ impl Inner {
         self.conn.as_ref().expect("connection present until close")
     }
 
-    fn conn_mut(&mut self) -> &mut Connection {
-        self.conn.as_mut().expect("connection present until close")
+    /// The context of this store's errors with its connection, borrowed together: a
+    /// transaction on the connection names the store in its errors.
+    fn ctx_and_conn(&mut self) -> (Ctx<'_>, &mut Connection) {
+        let conn = self.conn.as_mut().expect("connection present until close");
+        let ctx = Ctx {
+            run: &self.run,
+            file: &self.file,
+        };
+        (ctx, conn)
     }
 
     fn usable(&self) -> Result<(), StoreError> {
@@ -198,12 +205,7 @@ impl Inner {
         let Some(conn) = self.conn.take() else {
             return Ok(());
         };
-        let run = self.run.clone();
-        let file = self.file.clone();
-        let ctx = Ctx {
-            run: &run,
-            file: &file,
-        };
+        let ctx = self.ctx();
         // TRUNCATE: copy every WAL frame into the file, fsync it, and empty the WAL; then
         // closing with checkpoint-on-close enabled removes the WAL file.
         let result = conn
@@ -225,8 +227,10 @@ impl Inner {
                     .map(|_| ())
             });
         if let Err(e) = result {
-            self.broken = Some(e.to_string());
-            return Err(sqlite_err(&ctx, "checkpoint (close)", e));
+            let first = e.to_string();
+            let err = sqlite_err(&ctx, "checkpoint (close)", e);
+            self.broken = Some(first);
+            return Err(err);
         }
         conn.close().map_err(|(_, e)| sqlite_err(&ctx, "close", e))
     }
