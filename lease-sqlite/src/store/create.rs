@@ -177,30 +177,15 @@ pub(super) fn check_single_name(
     meta: &Stat,
     temps: TempNames,
 ) -> Result<(), StoreError> {
-    let entries = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
-    let mut removed = false;
     let mut tolerated: u64 = 0;
-    for entry in entries {
-        let Some(entry) = entry.to_str().filter(|n| n.starts_with(TEMP_PREFIX)) else {
-            continue;
-        };
+    remove_temp_names(ctx, dir, "remove (leftover temp name)", |entry| {
         let same = matches!(dir.lstat(entry), Ok(Some(m)) if folder::key(&m) == folder::key(meta));
-        if !same {
-            continue;
-        }
-        if temps == TempNames::Tolerate {
+        if same && temps == TempNames::Tolerate {
             tolerated += 1;
-            continue;
+            return Ok(false);
         }
-        match dir.unlink(entry) {
-            Ok(()) => removed = true,
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(ctx.io("remove (leftover temp name)", e)),
-        }
-    }
-    if removed {
-        dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
-    }
+        Ok(same)
+    })?;
     let stat_now = || {
         dir.lstat(name)
             .map_err(|e| ctx.io("stat", e))?
@@ -223,6 +208,36 @@ pub(super) fn check_single_name(
             "the file has {} hard links; a store file must have exactly one name (SQLite finds its WAL by name, so another name would miss acknowledged commits)",
             now.st_nlink
         )));
+    }
+    Ok(())
+}
+
+/// Remove each temp name (`.tmp-*`) of `dir` that `pick` selects, one `unlinkat` each (a
+/// name already gone is no error), then fsync `dir` once if any was removed: the cleanup of
+/// what a crashed creation or view build left. `op` names the removal in its errors.
+pub(super) fn remove_temp_names(
+    ctx: &Ctx<'_>,
+    dir: &Folder,
+    op: &'static str,
+    mut pick: impl FnMut(&str) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
+    let names = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
+    let mut removed = false;
+    for n in names {
+        let Some(n) = n.to_str().filter(|n| n.starts_with(TEMP_PREFIX)) else {
+            continue;
+        };
+        if !pick(n)? {
+            continue;
+        }
+        match dir.unlink(n) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(ctx.io(op, e)),
+        }
+    }
+    if removed {
+        dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
     }
     Ok(())
 }

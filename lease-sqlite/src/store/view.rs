@@ -11,7 +11,7 @@
 //! - [`Store::build_view_in`] replaces the view with an image (or an empty view), checked
 //!   before anything of the old view is touched.
 
-use super::create::{TEMP_PREFIX, build_new_store};
+use super::create::{TEMP_PREFIX, build_new_store, remove_temp_names};
 use super::open::{in_held, in_parent};
 use super::position::{ViewPosition, ViewStep, view_position};
 use super::sqlite::{random_hex, sqlite_err};
@@ -399,29 +399,13 @@ fn write_and_check(
 
 /// Remove every `.tmp-*-view-*` name in `dir`: what an interrupted [`build_view`] left.
 fn remove_leftovers(ctx: &Ctx<'_>, dir: &Folder) -> Result<(), StoreError> {
-    let names = dir.names().map_err(|e| ctx.io("list (store folder)", e))?;
-    let mut removed = false;
-    for n in names {
-        let Some(n) = n
-            .to_str()
-            .filter(|n| n.starts_with(TEMP_PREFIX) && n.contains("-view-"))
-        else {
-            continue;
-        };
-        match dir.lstat(n).map_err(|e| ctx.io("stat", e))? {
-            Some(m) if folder::kind(&m) == FileType::RegularFile => {}
-            _ => continue,
+    remove_temp_names(ctx, dir, "remove (leftover of a view build)", |n| {
+        if !n.contains("-view-") {
+            return Ok(false);
         }
-        match dir.unlink(n) {
-            Ok(()) => removed = true,
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(ctx.io("remove (leftover of a view build)", e)),
-        }
-    }
-    if removed {
-        dir.fsync().map_err(|e| ctx.io("fsync (store folder)", e))?;
-    }
-    Ok(())
+        let m = dir.lstat(n).map_err(|e| ctx.io("stat", e))?;
+        Ok(matches!(m, Some(m) if folder::kind(&m) == FileType::RegularFile))
+    })
 }
 
 /// The view's position, for [`Store::view_position`] and
