@@ -241,6 +241,17 @@ fn shorten(sql: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Assert that the SQL texts of `objects`, concatenated, have the SHA-256 `digest`
+    /// (`why`: what a change of them would break).
+    fn assert_pinned(objects: &[SchemaObject], digest: &str, why: &str) {
+        let texts: String = objects.iter().filter_map(|o| o.sql.clone()).collect();
+        assert_eq!(
+            lease_core::Digest::of(texts.as_bytes()).as_str(),
+            digest,
+            "{why}"
+        );
+    }
+
     /// The pin is the five tables of version 1 with their exact texts; if this fails,
     /// `CREATE_V1` was edited, which would refuse every store already created.
     #[test]
@@ -253,12 +264,10 @@ mod tests {
                 .iter()
                 .all(|o| o.kind == "table" && o.tbl_name == o.name)
         );
-        let texts: String = objects.iter().filter_map(|o| o.sql.clone()).collect();
-        let digest = lease_core::Digest::of(texts.as_bytes());
-        assert_eq!(
-            digest.as_str(),
+        assert_pinned(
+            objects,
             "c7bbe84199fdeb8ffa64db4c876d7333c71d82f96f246d00071a6f5cba6c3da0",
-            "CREATE_V1 changed: stores already created would be refused"
+            "CREATE_V1 changed: stores already created would be refused",
         );
     }
 
@@ -284,12 +293,10 @@ mod tests {
             ),
             ("table", "engine_view", "engine_view")
         );
-        let texts: String = v2.iter().filter_map(|o| o.sql.clone()).collect();
-        let digest = lease_core::Digest::of(texts.as_bytes());
-        assert_eq!(
-            digest.as_str(),
+        assert_pinned(
+            v2,
             "503d9b2e44b79c3ab832e25fe58dad8f1fed917459781f8bc31855b8b0ea90ab",
-            "CREATE_VIEW_V2 changed: views already built would be refused"
+            "CREATE_VIEW_V2 changed: views already built would be refused",
         );
         // Each kind's pin refuses the other's schema.
         assert!(compare(v1, v2, SCHEMA_VERSION).unwrap().is_ok());
