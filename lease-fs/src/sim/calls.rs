@@ -115,12 +115,7 @@ impl Fs for SimFs {
     fn fsync(&self, path: &str) -> io::Result<()> {
         self.lock().call(Op::Fsync, |st| {
             check_entry("fsync", path)?;
-            let id = st.file_id(
-                "fsync",
-                path,
-                io::ErrorKind::IsADirectory,
-                "is a directory (use fsync_dir)",
-            )?;
+            let id = st.file_id("fsync", path, "is a directory (use fsync_dir)")?;
             let f = st.file_mut(id);
             f.durable = f.live.clone();
             f.synced = true;
@@ -133,12 +128,7 @@ impl Fs for SimFs {
         self.lock().call(Op::Other, |st| {
             check_entry("write_at", path)?;
             let tick = st.tick;
-            let id = st.file_id(
-                "write_at",
-                path,
-                io::ErrorKind::IsADirectory,
-                "is a directory",
-            )?;
+            let id = st.file_id("write_at", path, "is a directory")?;
             let at = usize::try_from(offset)
                 .map_err(|_| err(io::ErrorKind::InvalidInput, "write_at", path, "offset"))?;
             let f = st.file_mut(id);
@@ -186,12 +176,19 @@ impl Fs for SimFs {
         self.lock().call(Op::Other, |st| {
             check_entry("link", from)?;
             check_entry("link", to)?;
-            let id = st.file_id(
-                "link",
-                from,
-                io::ErrorKind::PermissionDenied,
-                "cannot link a directory",
-            )?;
+            let id = match st.lookup("link", from)? {
+                None => return Err(err(io::ErrorKind::NotFound, "link", from, "not found")),
+                // As link(2): EPERM, not EISDIR.
+                Some(id) if st.is_dir(id) => {
+                    return Err(err(
+                        io::ErrorKind::PermissionDenied,
+                        "link",
+                        from,
+                        "cannot link a directory",
+                    ));
+                }
+                Some(id) => id,
+            };
             let (d, name) = st.parent("link", to)?;
             st.check_free("link", to, d, name)?;
             st.dir_mut(d).live.insert(name.to_string(), id);
@@ -244,12 +241,7 @@ impl Fs for SimFs {
     fn unlink(&self, path: &str) -> io::Result<()> {
         self.lock().call(Op::Other, |st| {
             check_entry("unlink", path)?;
-            st.file_id(
-                "unlink",
-                path,
-                io::ErrorKind::IsADirectory,
-                "is a directory",
-            )?;
+            st.file_id("unlink", path, "is a directory")?;
             let (d, name) = st.parent("unlink", path)?;
             st.dir_mut(d).live.remove(name);
             st.gc();

@@ -205,12 +205,7 @@ impl SimFs {
     pub fn set_age(&self, path: &str, secs: u64) -> io::Result<()> {
         check_entry("set_age", path)?;
         let mut st = self.lock();
-        let id = st.file_id(
-            "set_age",
-            path,
-            io::ErrorKind::IsADirectory,
-            "is a directory",
-        )?;
+        let id = st.file_id("set_age", path, "is a directory")?;
         st.file_mut(id).age = secs;
         Ok(())
     }

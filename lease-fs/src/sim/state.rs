@@ -116,9 +116,7 @@ impl State {
             match self.dir(cur).live.get(comp) {
                 None => return Ok(None),
                 Some(&id) if self.is_dir(id) => cur = id,
-                Some(_) => {
-                    return Err(not_a_dir_component(op, dir));
-                }
+                Some(_) => return Err(not_a_dir_component(op, dir)),
             }
         }
         Ok(Some(cur))
@@ -149,18 +147,14 @@ impl State {
         }
     }
 
-    /// The live inode of the file at `path`: `NotFound` if missing, `dir_kind` with
+    /// The live inode of the file at `path`: `NotFound` if missing, `IsADirectory` with
     /// `dir_detail` if it is a directory.
-    pub(super) fn file_id(
-        &self,
-        op: &str,
-        path: &str,
-        dir_kind: io::ErrorKind,
-        dir_detail: &str,
-    ) -> io::Result<u64> {
+    pub(super) fn file_id(&self, op: &str, path: &str, dir_detail: &str) -> io::Result<u64> {
         match self.lookup(op, path)? {
             None => Err(err(io::ErrorKind::NotFound, op, path, "not found")),
-            Some(id) if self.is_dir(id) => Err(err(dir_kind, op, path, dir_detail)),
+            Some(id) if self.is_dir(id) => {
+                Err(err(io::ErrorKind::IsADirectory, op, path, dir_detail))
+            }
             Some(id) => Ok(id),
         }
     }
@@ -340,9 +334,7 @@ impl State {
                     cur = id;
                     existing += 1;
                 }
-                Some(_) => {
-                    return Err(not_a_dir_component("ensure_dir", dir));
-                }
+                Some(_) => return Err(not_a_dir_component("ensure_dir", dir)),
             }
         }
         for comp in &comps[existing..] {
@@ -364,9 +356,7 @@ impl State {
             for comp in dir.split('/') {
                 let next = match self.dir(cur).live.get(comp) {
                     Some(&id) if self.is_dir(id) => id,
-                    Some(_) => {
-                        return Err(not_a_dir_component("put", path));
-                    }
+                    Some(_) => return Err(not_a_dir_component("put", path)),
                     None => self.add(Node::Dir(DirNode::default())),
                 };
                 let parent = self.dir_mut(cur);
