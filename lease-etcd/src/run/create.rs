@@ -28,7 +28,7 @@ pub(super) fn is_own_record(existing: Option<&[u8]>, ours: &[u8], retried: bool)
 
 /// The value the else branch of a create's transaction read (`TxnOp::get` of the key it
 /// meant to create), `None` if the key is absent or the transaction succeeded.
-pub(super) fn got_value(resp: &TxnResponse) -> Option<Vec<u8>> {
+fn got_value(resp: &TxnResponse) -> Option<Vec<u8>> {
     resp.op_responses().into_iter().find_map(|r| match r {
         TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
         _ => None,
@@ -44,9 +44,9 @@ impl EtcdRun {
         bytes: Vec<u8>,
         deadline: Instant,
     ) -> Result<Response, EtcdError> {
-        let key = self.key(f);
-        let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
-        let mut then = vec![TxnOp::put(key.clone(), bytes.clone(), None)];
+        // Besides the key's absence: what must hold, and what else is put with it.
+        let mut compares = Vec::new();
+        let mut puts = Vec::new();
         // The generation whose owner's liveness key must be absent (module docs).
         let mut guard: Option<Generation> = None;
         let mut granted: Option<(Generation, i64)> = None;
@@ -83,7 +83,7 @@ impl EtcdRun {
                             detail: format!("holder does not encode: {e}"),
                         })
                     })?;
-                    then.push(TxnOp::put(
+                    puts.push(TxnOp::put(
                         lk,
                         holder,
                         Some(PutOptions::new().with_lease(id)),
@@ -92,15 +92,8 @@ impl EtcdRun {
                 }
             }
         }
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(then)
-            // The value, not only the key: a retry finding exactly its own bytes was
-            // preceded by an attempt of its own that landed (`is_own_record`).
-            .or_else(vec![TxnOp::get(key.clone(), None)]);
-        let result = self.txn(&key, deadline, txn).await;
-        let (resp, retried) = match result {
-            Ok(r) => r,
+        let answer = match self.create_txn(f, bytes, compares, puts, deadline).await {
+            Ok(a) => a,
             Err(e) => {
                 // Outcome unknown. The granted lease is remembered for `g` all the same: if
                 // the epoch was created it is an attempt of this very call, and a retry of
@@ -112,15 +105,14 @@ impl EtcdRun {
                 if let Some((g, id)) = granted {
                     self.keep_lease(g, id);
                 }
-                return Err(e.about(f));
+                return Err(e);
             }
         };
-        let existing = got_value(&resp);
         // Created by this attempt, or by an earlier attempt of this call whose answer was
         // lost: either way the record is ours, and so is an active epoch's liveness key,
         // which every attempt put with the one etcd lease granted above (so it is kept,
         // never revoked).
-        if resp.succeeded() || is_own_record(existing.as_deref(), &bytes, retried) {
+        if answer == Some(Response::Created) {
             if let Some((g, id)) = granted {
                 self.keep_lease(g, id);
             }
@@ -129,8 +121,8 @@ impl EtcdRun {
         if let Some((_, id)) = granted {
             self.revoke_quietly(id).await;
         }
-        if existing.is_some() {
-            return Ok(Response::AlreadyExists);
+        if let Some(taken) = answer {
+            return Ok(taken);
         }
         match guard {
             Some(prev) => Err(EtcdError::Lease(LeaseError::TakeoverRace {
@@ -141,9 +133,49 @@ impl EtcdRun {
                 ),
             })),
             None => Err(EtcdError::Lease(LeaseError::ProtocolViolation {
-                detail: format!("etcd refused the exclusive create of {key} without a reason"),
+                detail: format!(
+                    "etcd refused the exclusive create of {} without a reason",
+                    self.key(f)
+                ),
             })),
         }
+    }
+
+    /// The one transaction of an exclusive create of `f`: put `bytes`, and the puts in
+    /// `also`, only while `f`'s key is absent and every compare in `guards` holds; its else
+    /// branch reads the key. `Created` when this attempt put it, or when the key holds
+    /// exactly `bytes` after an attempt of this call went unanswered (that attempt landed:
+    /// [`is_own_record`]); `AlreadyExists` when another value occupies it; `None` when the
+    /// key is absent, so one of `guards` refused. Retried on unavailability within
+    /// `deadline` (at most one value ever occupies the key, so a retry is safe).
+    pub(super) async fn create_txn(
+        &self,
+        f: FileRef,
+        bytes: Vec<u8>,
+        guards: Vec<Compare>,
+        also: Vec<TxnOp>,
+        deadline: Instant,
+    ) -> Result<Option<Response>, EtcdError> {
+        let key = self.key(f);
+        let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+        compares.extend(guards);
+        let mut then = vec![TxnOp::put(key.clone(), bytes.clone(), None)];
+        then.extend(also);
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(then)
+            // The value, not only the key: a retry finding exactly its own bytes was
+            // preceded by an attempt of its own that landed (`is_own_record`).
+            .or_else(vec![TxnOp::get(key.clone(), None)]);
+        let (resp, retried) = self
+            .txn(&key, deadline, txn)
+            .await
+            .map_err(|e| e.about(f))?;
+        let existing = got_value(&resp);
+        if resp.succeeded() || is_own_record(existing.as_deref(), &bytes, retried) {
+            return Ok(Some(Response::Created));
+        }
+        Ok(existing.map(|_| Response::AlreadyExists))
     }
 }
 

@@ -2,7 +2,6 @@
 //! engine store's guarded create and replace, and its range reads.
 
 use super::call::Call;
-use super::create::{got_value, is_own_record};
 use super::{EtcdRun, fenced};
 use crate::error::EtcdError;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
@@ -206,12 +205,13 @@ impl EtcdRun {
     }
 
     /// The engine's guard (PROTOCOL §18.2, issue #32): create `f` only if it is absent and
-    /// no epoch above `g` exists, as one transaction, so etcd itself refuses a deposed
-    /// generation's store record, snapshot chunk or manifest. Its else branch reads `f`:
-    /// present, the answer is `AlreadyExists` (or `Created` when it holds exactly these
-    /// bytes after an attempt of this call went unanswered: the attempt landed, as for an
-    /// exclusive create, [`is_own_record`]); absent, the failed compare was the epochs':
-    /// `Superseded`. Retrying the same transaction is safe: at most one value ever
+    /// no epoch above `g` exists, as one transaction (the exclusive create's,
+    /// [`Self::create_txn`]), so etcd itself refuses a deposed generation's store record,
+    /// snapshot chunk or manifest. Its else branch reads `f`: present, the answer is
+    /// `AlreadyExists` (or `Created` when it holds exactly these bytes after an attempt of
+    /// this call went unanswered: the attempt landed, as for an exclusive create,
+    /// [`is_own_record`](super::create::is_own_record)); absent, the failed compare was the
+    /// epochs': `Superseded`. Retrying the same transaction is safe: at most one value ever
     /// occupies `f`, and once an epoch above `g` exists one always does (prune keeps the
     /// head), so a late attempt can only find the key taken or be refused.
     pub(super) async fn create_guarded(
@@ -221,28 +221,11 @@ impl EtcdRun {
         g: Generation,
         deadline: Instant,
     ) -> Result<Response, EtcdError> {
-        let key = self.key(f);
-        let mut compares = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
-        compares.extend(self.no_epoch_above(g));
-        let txn = Txn::new()
-            .when(compares)
-            .and_then(vec![TxnOp::put(key.clone(), bytes.clone(), None)])
-            .or_else(vec![TxnOp::get(key.clone(), None)]);
-        let (resp, retried) = self
-            .txn(&key, deadline, txn)
-            .await
-            .map_err(|e| e.about(f))?;
-        if resp.succeeded() {
-            return Ok(Response::Created);
-        }
-        let existing = got_value(&resp);
-        if is_own_record(existing.as_deref(), &bytes, retried) {
-            return Ok(Response::Created);
-        }
-        Ok(match existing {
-            Some(_) => Response::AlreadyExists,
-            None => Response::Superseded,
-        })
+        let guards = self.no_epoch_above(g).into_iter().collect();
+        let answer = self
+            .create_txn(f, bytes, guards, Vec::new(), deadline)
+            .await?;
+        Ok(answer.unwrap_or(Response::Superseded))
     }
 
     /// A put of `f` guarded by "no epoch above `g`" (PROTOCOL §18: `run.json` in the
