@@ -7,13 +7,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::records::Listing;
 use super::sys::{
     DIR_MODE, FILE_MODE, dir_flags, errno_msg, id_of, judge_stat, nlink_of, perm_of, read_flags,
     retry, size_of, type_of,
 };
 use super::{RealFs, check_trusted, euid};
 use crate::fs::{EntryKind, Fs, check_rel, join, judge_record};
-use crate::listing::CACHED_DIR;
+use crate::listing::Facts;
 
 impl Fs for RealFs {
     fn ensure_dir(&self, dir: &str) -> io::Result<bool> {
@@ -118,13 +119,22 @@ impl Fs for RealFs {
         is_record: &dyn Fn(&str) -> bool,
         each: &mut dyn FnMut(&str),
     ) -> io::Result<()> {
-        if dir == CACHED_DIR {
-            return self.list_records_cached(dir, limit, is_record, each);
+        match self.listing(dir, is_record)? {
+            Listing::Missing => Ok(()),
+            Listing::Read(dfd) => self.list_records_in(&dfd, dir, limit, is_record, each),
+            // Judged again from the cached facts, with the cache unlocked.
+            Listing::Replay(entries) => {
+                for e in entries.iter() {
+                    if is_record(&e.name) {
+                        if let Facts::Known(kind, size) = e.facts {
+                            judge_record(&join(dir, &e.name), kind, size, limit)?;
+                        }
+                    }
+                    each(&e.name);
+                }
+                Ok(())
+            }
         }
-        let Some(dfd) = self.dir_fd_opt(dir, dir)? else {
-            return Ok(());
-        };
-        self.list_records_in(&dfd, dir, limit, is_record, each)
     }
 
     fn exists(&self, path: &str) -> io::Result<bool> {

@@ -11,7 +11,8 @@ use rustix::io::Errno;
 use super::RealFs;
 use super::sys::{judge_stat, kind_of, kind_of_stat, retry, size_of};
 use crate::fs::{EntryKind, join, judge_record};
-use crate::listing::{Entry, Facts, Plan};
+use crate::listing::{CACHED_DIR, Entry, Facts, Plan};
+use std::sync::Arc;
 
 impl RealFs {
     /// Call `f` with the folder's descriptor, each entry of directory `dir` (`.` and `..`
@@ -97,65 +98,67 @@ impl RealFs {
         Ok(entries)
     }
 
-    /// [`Fs::list_records`] of `lease/epochs`: replayed from the cache while its watch has
+    /// How [`Fs::list_records`](crate::fs::Fs::list_records) of `dir` is answered: read
+    /// from the directory, or for `lease/epochs` replayed from the cache while its watch has
     /// queued nothing, else read (and kept when the watch allows) ([`crate::listing`]).
     /// The descriptors are re-validated against their paths and trusted first, every time.
-    pub(super) fn list_records_cached(
+    pub(super) fn listing(
         &self,
         dir: &str,
-        limit: usize,
         is_record: &dyn Fn(&str) -> bool,
-        each: &mut dyn FnMut(&str),
-    ) -> io::Result<()> {
+    ) -> io::Result<Listing> {
+        if dir != CACHED_DIR {
+            return Ok(match self.dir_fd_opt(dir, dir)? {
+                Some(dfd) => Listing::Read(dfd),
+                None => Listing::Missing,
+            });
+        }
         let (dfd, id) = match self.dir_fd_id(dir, dir) {
             Ok(found) => found,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.lock_epochs().missing();
-                return Ok(());
+                return Ok(Listing::Missing);
             }
             Err(e) => return Err(e),
         };
-        let entries = {
-            let mut cache = self.lock_epochs();
-            let mut plan = cache.plan(&dfd, id);
-            if let Plan::Replay(entries) = &plan {
-                let covered = entries
-                    .iter()
-                    .all(|e| !matches!(e.facts, Facts::Unjudged) || !is_record(&e.name));
-                plan = if covered {
-                    cache.replayed();
-                    plan
-                } else {
-                    cache.miss()
-                };
-            }
-            match plan {
-                Plan::Replay(entries) => entries,
-                Plan::Relist { keep } => {
-                    // Held across the listing: an event drained by a concurrent listing
-                    // after this one began must not be lost under this one's answer.
-                    let mut watched = keep;
-                    let entries = self.collect_records_in(&dfd, dir, is_record, &mut |name| {
-                        watched = watched && cache.watch_file(&dfd, name);
-                    })?;
-                    cache.listed(entries, watched)
-                }
-                Plan::Stream => {
-                    drop(cache);
-                    return self.list_records_in(&dfd, dir, limit, is_record, each);
-                }
-            }
-        };
-        for e in entries.iter() {
-            if is_record(&e.name) {
-                if let Facts::Known(kind, size) = e.facts {
-                    judge_record(&join(dir, &e.name), kind, size, limit)?;
-                }
-            }
-            each(&e.name);
+        let mut cache = self.lock_epochs();
+        let mut plan = cache.plan(&dfd, id);
+        if let Plan::Replay(entries) = &plan {
+            let covered = entries
+                .iter()
+                .all(|e| !matches!(e.facts, Facts::Unjudged) || !is_record(&e.name));
+            plan = if covered {
+                cache.replayed();
+                plan
+            } else {
+                cache.miss()
+            };
         }
-        Ok(())
+        Ok(match plan {
+            Plan::Replay(entries) => Listing::Replay(entries),
+            Plan::Relist { keep } => {
+                // Held across the listing: an event drained by a concurrent listing
+                // after this one began must not be lost under this one's answer.
+                let mut watched = keep;
+                let entries = self.collect_records_in(&dfd, dir, is_record, &mut |name| {
+                    watched = watched && cache.watch_file(&dfd, name);
+                })?;
+                Listing::Replay(cache.listed(entries, watched))
+            }
+            // Read with the cache unlocked (it is released on return).
+            Plan::Stream => Listing::Read(dfd),
+        })
     }
+}
+
+/// How a listing of records is answered ([`RealFs::listing`]).
+pub(super) enum Listing {
+    /// The folder is missing: no entries.
+    Missing,
+    /// Read from the folder, this descriptor ([`RealFs::list_records_in`]).
+    Read(Arc<OwnedFd>),
+    /// The entries and their facts, from the cache (replayed, or just read into it).
+    Replay(Arc<[Entry]>),
 }
 
 /// Call `f` with `dfd`, each entry of the directory `dfd` names (`.` and `..` left out)
