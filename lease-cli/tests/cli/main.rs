@@ -1,5 +1,6 @@
 //! End-to-end tests of the `runlease` binary: real processes, real run folders.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::*;
