@@ -4,7 +4,7 @@
 //!   and a root owner with a cgroup v2 subtree; double-forked `setsid`, `env -i` and `nohup`
 //!   grandchildren after a normal exit, a fence and a crash; another user's cgroup and
 //!   processes with the run's name never touched; forged command records at a bounded cost
-//!   (`lease-cli/tests/containment.rs`);
+//!   (`lease-cli/tests/containment/`);
 //! - the stop signals (`lease-cli/tests/escalation.rs`);
 //! - the store socket: mutual authentication, an impostor server, hostile clients, and
 //!   the flood figures `socket-flood: conns=N owner_fenced=0 rss_ratio=R latency_ratio=L`

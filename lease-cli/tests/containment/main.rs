@@ -1,6 +1,7 @@
 //! Containment of a run's commands: what runlease signals and removes, and what it leaves
 //! alone (issue #29).
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::*;
