@@ -1,5 +1,5 @@
 //! `cargo xtask bench-engine [--quick]`: issue #32's figures for the store committed in
-//! etcd, measured by `lease-run/benches/engine_store.rs` on a real 3-member etcd cluster it
+//! etcd, measured by `lease-run/benches/engine_store/` on a real 3-member etcd cluster it
 //! starts (Debian's `etcd` on PATH; `protoc` for the `etcd` feature's build). The bench
 //! prints one line per figure (the figure, its baseline measured in the same run, the
 //! ratio, the target and met/MISSED) and writes them to `target/bench/engine_store.json`,

@@ -46,7 +46,7 @@
 //! `cargo xtask bench`'s summary writes them, and one line per figure to stdout.
 
 #[allow(dead_code)]
-#[path = "../../lease-etcd/tests/cluster/mod.rs"]
+#[path = "../../../lease-etcd/tests/cluster/mod.rs"]
 mod cluster;
 
 use lease_core::ops::{
