@@ -3,6 +3,8 @@
 //! expired, and its late store commit refused by token), a member crash during
 //! heartbeats, and an unreachable cluster reported as `UNAVAILABLE` within the deadline.
 
+// The cluster helpers live beside this folder, shared with tests/store_log.rs.
+#[path = "../cluster/mod.rs"]
 mod cluster;
 
 use cluster::{Cluster, SERIAL, etcd_binary};
