@@ -19,7 +19,7 @@
 //!   byte for byte; a deposed owner's snapshot is `FENCED` and leaves no chunk nor
 //!   manifest.
 
-// The cluster helpers are shared with tests/etcd.rs; this file uses only some of them.
+// The cluster helpers are shared with tests/etcd/; this file uses only some of them.
 #[allow(dead_code)]
 mod cluster;
 
