@@ -314,15 +314,15 @@ fn a_replay_judges_only_what_its_listing_judged() {
 }
 
 // PROTOCOL §7.0 RECHECK, §7.2 step 2, I3, I8: the fencing of a superseded owner's beat, as
-// `store.rs::a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_writes_counts`,
+// `store/fencing.rs::a_paused_owner_is_fenced_on_heartbeat_append_and_release_and_nothing_it_writes_counts`,
 // with RECHECK's listing warm in the cache, and the same without the cache.
 #[test]
 fn a_beat_after_a_newer_epoch_is_fenced_as_without_the_cache() {
     let Some(dir) = watchable_dir() else { return };
     let mut outcomes = Vec::new();
     for (mode, name) in [(ListingCache::Auto, "auto"), (ListingCache::Off, "off")] {
-        // The taker: the same run handle (as the test in store.rs), another handle on the
-        // same folder, or a newer epoch put in by hand above a gap (R4: a listing, never a
+        // The taker: the same run handle (as the test in store/fencing.rs), another handle on
+        // the same folder, or a newer epoch put in by hand above a gap (R4: a listing, never a
         // point lookup of `mine+1`).
         for taker in ["same", "other", "gap"] {
             let root = dir.path().join(format!("{name}-{taker}"));
