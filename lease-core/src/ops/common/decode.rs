@@ -43,25 +43,24 @@ pub(crate) trait Numbered: Record {
     fn number(&self) -> u64;
 }
 
-/// `impl Numbered for $record` whose number is called `$name` and read by `$number`.
+/// `impl Numbered for $record` whose number is called `$name` and is its field `$field`.
 macro_rules! numbered {
-    ($($record:ty: $name:literal, $number:expr;)*) => {$(
+    ($($record:ty: $name:literal, $field:ident;)*) => {$(
         impl Numbered for $record {
             const NUMBER: &'static str = $name;
             fn number(&self) -> u64 {
-                let number: fn(&$record) -> u64 = $number;
-                number(self)
+                self.$field.get()
             }
         }
     )*};
 }
 
 numbered! {
-    EpochRecord: "generation", |r| r.generation.get();
-    RetirementRecord: "generation", |r| r.generation.get();
-    Checkpoint: "floor", |c| c.floor_generation.get();
-    Event: "sequence", |e| e.sequence.get();
-    VerifiedMark: "sequence", |m| m.through_sequence.get();
+    EpochRecord: "generation", generation;
+    RetirementRecord: "generation", generation;
+    Checkpoint: "floor", floor_generation;
+    Event: "sequence", sequence;
+    VerifiedMark: "sequence", through_sequence;
 }
 
 /// Decode `bytes`, read from `file`, as `run`'s record `R`, and check that the number the
