@@ -48,6 +48,7 @@
 //!    is stopped too: the guard process it started beside the command (this binary as
 //!    `runlease __guard`, [`GUARD_ARG`]; lease-run's `guard`) kills the command by the
 //!    self-fence deadline instead, and a resumed runlease fences and exits 75 as above.
+//!    If runlease dies (`kill -9`), the guard kills the command at once.
 //!
 //! **Semantics that changed with lease-run** (see the report's DECISIONS): the kernel
 //! owner lock is taken first, so while any process on this host holds it (a stopped or

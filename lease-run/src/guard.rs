@@ -25,12 +25,16 @@
 //! - **done**: the owner stopped its commands itself (release, a confirmed fence) or handed
 //!   them over ([`crate::Run::release_detached`]): the guard exits at once.
 //!
-//! The guard waits on the socket until the deadline (plus [`GUARD_GRACE`]). If it passes
-//! with no later deadline, whether the owner is stopped or stuck, or the socket reached its
-//! end without **done** (the owner died), it kills: `cgroup.kill` of the directory it holds
-//! (every member, whatever it did with groups and sessions), then, for each leader whose
-//! pidfd shows it has not exited, the leader's process group and the leader itself through
-//! its pidfd; it repeats this until nothing it holds is alive (at most 5 s) and exits.
+//! The guard waits on the socket until the deadline (plus [`GUARD_GRACE`]). It kills when
+//! the deadline passes with no later one (the owner is stopped or stuck), or at once when
+//! the socket reaches its end without **done** (the owner died: only it held the other
+//! end, so no later deadline can come, and a command left running until the deadline
+//! would run unsupervised beside whoever replaces it). A read error other than the end
+//! leaves the deadline alone to decide. To kill it sends `cgroup.kill` to the directory it
+//! holds (every member, whatever it did with groups and sessions), then, for each leader
+//! whose pidfd shows it has not exited, the leader's process group and the leader itself
+//! through its pidfd; it repeats this until nothing it holds is alive (at most 5 s), says
+//! so on its standard error (inherited from the owner) and exits.
 //!
 //! **Trust.** The guard signals only what the owner handed it as a descriptor: it never
 //! reads a target from a path, an argument or the run folder (anyone who can write the run
@@ -214,7 +218,7 @@ impl Guard {
 
 impl Drop for Guard {
     /// Without [`Guard::finish`] the socket closes with no **done**: the guard kills what
-    /// it holds at the deadline (the owner may be gone), then exits; it is reaped here.
+    /// it holds at once (no later deadline can come), then exits; it is reaped here.
     fn drop(&mut self) {
         self.reap();
     }
@@ -254,11 +258,25 @@ struct Held {
     done: bool,
 }
 
-/// One record read from the socket.
+/// One read of the socket.
 enum Got {
+    /// A record (or a malformed one, ignored).
     Record,
-    Eof,
+    /// The socket's end: every holder of the owner's end closed it (the owner exited).
+    End,
+    /// Nothing queued (a non-blocking read).
     Empty,
+    /// An error other than the end: the socket cannot be read.
+    Failed,
+}
+
+/// Why the guard kills.
+#[derive(Clone, Copy)]
+enum Why {
+    /// The deadline passed with no later one.
+    Deadline,
+    /// The socket ended without **done**.
+    OwnerGone,
 }
 
 /// The guard's side: serve the owner on descriptor 0 (see the module docs) and return the
@@ -279,8 +297,13 @@ pub fn serve_stdin() -> i32 {
 
 /// [`serve_stdin`] on `sock`.
 fn serve(sock: BorrowedFd<'_>) -> i32 {
+    // The owner is this process's parent when it starts (it spawned it); read once, since
+    // after the owner's death the parent is whoever reaps orphans.
+    let owner = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
     let mut held = Held::default();
-    let mut eof = false;
+    // The socket can no longer be read (an error other than its end): the deadline alone
+    // decides, as if no later one will come.
+    let mut clock_only = false;
     loop {
         if held.done {
             return 0;
@@ -288,19 +311,28 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
         let now = crate::clock::boottime_ns();
         if let Some(at) = held.kill_at.filter(|at| now >= *at) {
             // Whatever the owner queued meanwhile first: a later deadline or done.
-            while !eof && matches!(recv(sock, &mut held, true), Got::Record) {}
+            let mut gone = false;
+            while !clock_only && !gone {
+                match recv(sock, &mut held, true) {
+                    Got::Record => {}
+                    Got::End => gone = true,
+                    Got::Empty => break,
+                    Got::Failed => clock_only = true,
+                }
+            }
             if held.done {
                 return 0;
             }
-            if held.kill_at.is_some_and(|k| k > at) {
+            if held.kill_at.is_some_and(|k| k > at) && !gone {
                 continue;
             }
-            return kill_until_gone(&held);
+            let why = if gone { Why::OwnerGone } else { Why::Deadline };
+            return kill_until_gone(&held, why, owner);
         }
         let wait = held.kill_at.map_or(TICK, |at| {
             Duration::from_nanos(at.saturating_sub(now)).min(TICK)
         });
-        if eof {
+        if clock_only {
             if held.kill_at.is_none() {
                 // Nothing was ever handed over: nothing to guard.
                 return 0;
@@ -318,13 +350,24 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
         });
         match rustix::event::poll(&mut fds, Some(&ts)) {
             Ok(0) | Err(rustix::io::Errno::INTR) => {}
-            Ok(_) => {
-                if matches!(recv(sock, &mut held, false), Got::Eof) {
-                    eof = true;
+            Ok(_) => match recv(sock, &mut held, false) {
+                Got::Record | Got::Empty => {}
+                // The socket's end without done: the owner is gone (only it held the
+                // other end, close-on-exec), so no later deadline can come and nothing
+                // supervises its commands. Kill now rather than at the deadline: the
+                // deadline is certain to pass unextended, and a command that outlives its
+                // owner runs unsupervised beside whoever replaces it (and keeps every pipe
+                // it shares with its owner's caller open until then).
+                Got::End => {
+                    if held.done {
+                        return 0;
+                    }
+                    return kill_until_gone(&held, Why::OwnerGone, owner);
                 }
-            }
+                Got::Failed => clock_only = true,
+            },
             // Cannot wait on the socket: wait on the clock alone.
-            Err(_) => eof = true,
+            Err(_) => clock_only = true,
         }
     }
 }
@@ -342,10 +385,10 @@ fn recv(sock: BorrowedFd<'_>, held: &mut Held, nonblocking: bool) -> Got {
     let n = match got {
         Ok(m) => m.bytes,
         Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Got::Empty,
-        Err(_) => return Got::Eof,
+        Err(_) => return Got::Failed,
     };
     if n == 0 {
-        return Got::Eof;
+        return Got::End;
     }
     let mut fd: Option<OwnedFd> = None;
     for msg in control.drain() {
@@ -378,9 +421,10 @@ fn nanos(d: Duration) -> u64 {
 }
 
 /// Kill everything held, again every 10 ms until nothing held is alive or [`KILL_FOR`]
-/// passed; then say so on stderr (after the kill: a stderr that blocks cannot delay it).
+/// passed; then say so on stderr (after the kill: a stderr that blocks cannot delay it),
+/// naming `owner` (the pid that started this guard) and `why`.
 /// Returns the exit code: 0 when nothing held was alive, 1 after a kill.
-fn kill_until_gone(held: &Held) -> i32 {
+fn kill_until_gone(held: &Held, why: Why, owner: i32) -> i32 {
     if !alive(held) {
         return 0;
     }
@@ -393,12 +437,17 @@ fn kill_until_gone(held: &Held) -> i32 {
         }
     }
     let left = if alive(held) { "; some survive" } else { "" };
+    let said = match why {
+        Why::Deadline => format!(
+            "no heartbeat of owner pid {owner} extended the self-fence deadline (the owner is stopped or stuck): killed its commands"
+        ),
+        Why::OwnerGone => {
+            format!("owner pid {owner} ended without stopping its commands: killed them")
+        }
+    };
     let _ = std::io::Write::write_fmt(
         &mut std::io::stderr(),
-        format_args!(
-            "runlease: guard: no heartbeat of its owner (pid {}) extended the self-fence deadline (the owner is stopped, stuck or gone): killed its commands{left}\n",
-            rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get())
-        ),
+        format_args!("runlease: guard: {said}{left}\n"),
     );
     1
 }
@@ -587,13 +636,19 @@ mod tests {
         child.wait().unwrap();
     }
 
-    /// The owner gone without **done** (the socket's end): the guard still kills at the
-    /// deadline.
+    /// The owner gone without **done** (the socket's end): the guard kills at once, not
+    /// at a deadline that no heartbeat can extend any more.
     #[test]
-    fn the_owner_gone_without_done_kills_at_the_deadline() {
-        let (ours, mut child, g) = guarding_with_deadline(200);
+    fn the_owner_gone_without_done_kills_at_once() {
+        let (ours, mut child, g) = guarding_with_deadline(60_000);
+        let t = Instant::now();
         drop(ours);
         let st = wait_within(&mut child);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "killed {:?} after the owner's end, not at once",
+            t.elapsed()
+        );
         assert_killed_by_the_guard(&st, g);
     }
 }

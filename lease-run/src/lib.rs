@@ -249,9 +249,9 @@
 //! the first spawn also starts it: a process in a process group of its own, fed over a
 //! socket pair each self-fence deadline (after every successful heartbeat), the run's cgroup
 //! directory and each command leader as descriptors. Once a deadline passes (plus
-//! [`guard::GUARD_GRACE`]) with no later one, or the owner died without telling it it is
-//! done, the guard kills what it holds and exits; a release, a confirmed fence or a
-//! detached release tells it it is done. An owner resumed after the guard killed fences
+//! [`guard::GUARD_GRACE`]) with no later one, or at once when the owner died (or dropped
+//! its run) without telling it it is done, the guard kills what it holds and exits; a
+//! release, a confirmed fence or a detached release tells it it is done. An owner resumed after the guard killed fences
 //! itself as before (its watchdog sees the lapsed deadline, its commands are already gone)
 //! and `runlease run` exits 75. Default for the library: no guard.
 //!

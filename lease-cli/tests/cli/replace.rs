@@ -281,7 +281,8 @@ fn run_opts_in_to_retire_a_dead_owner_or_take_over_a_stale_one() {
     assert_eq!(status_json(&dir)["state"], "free");
 }
 
-/// The main gain of `run` on lease-run: after `kill -9` of `runlease run`, its command
+/// The main gain of `run` on lease-run: after a crash that takes `runlease run` and its
+/// guard (`kill -9` of both; the owner alone is killed by its guard at once), its command
 /// runs on only until the next `runlease run --retire-dead` on this boot, which kills it
 /// (through its durable command record) before starting its own; `run.json` says how
 /// each run ended, and `status` and `doctor` show it.
@@ -301,8 +302,7 @@ fn retire_dead_after_kill9_reaps_the_old_command_and_run_json_says_how_runs_ende
     let records = std::fs::read_dir(dir.join("commands")).unwrap().count();
     assert_eq!(records, 1);
 
-    signal(owner.id(), Signal::KILL);
-    owner.wait().unwrap();
+    crash_with_guard(&mut owner);
     wait_for_state(&dir, "dead", Duration::from_secs(10));
     assert!(alive(child), "the command died with its owner");
     // After the crash run.json still says running: the last record written.

@@ -123,8 +123,9 @@ fn run_forwards_a_signal_to_a_descendant_outside_the_commands_group() {
     assert_eq!(status_json(&dir)["state"], "free");
 }
 
-/// A signal that arrives while `run` opens the run (here: while it reaps a killed run's
-/// command that ignores SIGTERM, which takes the 2 s grace) starts nothing: the run is
+/// A signal that arrives while `run` opens the run (here: while it reaps the command of a
+/// run killed with its guard, which ignores SIGTERM, so the reap takes the 2 s grace)
+/// starts nothing: the run is
 /// released with `run.json` failed and runlease exits 128+N.
 #[test]
 fn sigint_while_opening_releases_the_run_and_starts_nothing() {
@@ -138,8 +139,7 @@ fn sigint_while_opening_releases_the_run_and_starts_nothing() {
     );
     let mut owner = spawn(&[&["run", d][..], &FAST, &["--", "sh", "-c", &script]].concat());
     let child = read_pid(&pidfile);
-    signal(owner.id(), Signal::KILL);
-    owner.wait().unwrap();
+    crash_with_guard(&mut owner);
     wait_for_state(&dir, "dead", Duration::from_secs(10));
 
     let touch = format!("touch '{}'", marker.display());

@@ -186,7 +186,7 @@ pub fn guard_of(owner: u32) -> Option<u32> {
 /// SIGKILL `runlease run` process `owner` **and its guard** (a crash that takes both, such
 /// as the OOM killer's or a `kill -9` by name): its command outlives it, for a test of what
 /// the next owner does with a crashed owner's command. SIGKILL of the owner alone is not
-/// that crash any more: its guard kills the command by the self-fence deadline (issue #31).
+/// that crash any more: its guard kills the command at once (issue #31).
 pub fn crash_with_guard(owner: &mut Child) {
     kill_guard(owner.id());
     signal(owner.id(), Signal::KILL);

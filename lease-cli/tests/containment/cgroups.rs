@@ -385,9 +385,9 @@ fn cgroup_recorded_identity_lets_the_next_owner_kill_an_unprovable_daemon() {
     for r in &recs {
         assert_eq!(r.cgroup, Some(ident), "{r:?}");
     }
-    // The owner is killed; its command and the daemon live on.
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    // The owner is killed with its guard (which would kill the cgroup at once); its
+    // command and the daemon live on.
+    crash_with_guard(&mut owner);
     std::thread::sleep(Duration::from_millis(100));
     assert!(alive(daemon), "the daemon outlives its owner");
     assert_eq!(
