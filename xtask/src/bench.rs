@@ -117,12 +117,11 @@ impl Plan {
                 socket_rounds: 3,
                 n: 15,
                 log_events: 10_000,
-                rss_probes: 5,
-                procs: (2_000, 100),
                 reclaim_history: 10_000,
                 reclaim_budget_s: 120,
                 reclaim_rounds: 40,
-                uncompacted: None,
+                // The same RSS probes, machine load and growth baseline as the full run.
+                ..Plan::of(Mode::Full)
             },
             // Criterion's smallest sample (10) at 55 iterations, 50 ms of measuring per
             // function; 1,000 bootstrap resamples instead of 100,000 (analysis time); one
