@@ -336,6 +336,83 @@ fn a_run_folder_of_another_uid_is_refused_and_nothing_written() {
     assert_eq!(runlease(&["run", r, "--", "true"]).status.code(), Some(0));
 }
 
+/// A second user meets a run folder of this one (root's here): `runlease` makes run folders
+/// `0700`, so the kernel refuses the folder's open before runlease can judge its owner.
+/// That refusal is reported as what it is, `RUN_NOT_OWNED` (77) naming the owner, the
+/// mode and the fix, as for a folder the second user can open (not `IO_ERROR` 74, which
+/// reads as "retry"), and nothing is written.
+#[test]
+fn a_run_folder_the_second_user_cannot_open_is_refused_as_not_owned() {
+    let test = "a_run_folder_the_second_user_cannot_open_is_refused_as_not_owned";
+    let skip = |why: &str| {
+        assert!(
+            std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
+            "{test}: RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}"
+        );
+        eprintln!("SKIPPED {test}: {why}");
+    };
+    if !is_root() {
+        return skip("not root: cannot switch to uid 65534 with setpriv");
+    }
+    if std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return skip("no setpriv (util-linux)");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if tmp
+        .path()
+        .ancestors()
+        .skip(1)
+        .any(|p| std::fs::metadata(p).map_or(0, |m| m.permissions().mode()) & 0o001 == 0)
+    {
+        return skip("the temp folder is not searchable by uid 65534");
+    }
+    // The binary where uid 65534 can run it.
+    let bin = tmp.path().join("runlease");
+    std::fs::copy(BIN, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = tmp.path().join("roots-run");
+    let r = run.to_str().unwrap();
+    assert_eq!(runlease(&["run", r, "--", "true"]).status.code(), Some(0));
+    assert_eq!(
+        std::fs::metadata(&run).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let before = listing(&run);
+    for args in [
+        vec!["status", r],
+        vec!["status", "--json", r],
+        vec!["run", r, "--", "true"],
+        vec!["run", "--retire-dead", r, "--", "true"],
+        vec!["retire", r],
+        vec!["verify", r],
+        vec!["events", r],
+        vec!["doctor", r],
+        vec!["store", "get", r, "k"],
+    ] {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(&args);
+        let o = scrub_owner_env(&mut c)
+            .current_dir(tmp.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = expect(&o, 77, "RUN_NOT_OWNED");
+        assert!(
+            err.contains("the run folder itself") && err.contains("owner uid 0, mode 0700"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("not by uid 65534"), "{args:?}: {err}");
+        assert_eq!(listing(&run), before, "{args:?}: something was written");
+    }
+}
+
 /// `runlease ARGS` under `umask MASK` (through `sh`, so this process's umask is untouched),
 /// with the environment of `common::cmd`.
 fn with_umask(mask: &str, args: &[&str]) -> Output {

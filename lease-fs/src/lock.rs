@@ -99,7 +99,14 @@ fn open_root(root: &Path) -> io::Result<OwnedFd> {
             Mode::empty(),
         )
     })
-    .map_err(|e| ctx(e, format!("cannot open run root {}", root.display())))?;
+    .map_err(|e| {
+        let denied = ctx(e, format!("cannot open run root {}", root.display()));
+        if e == rustix::io::Errno::ACCESS {
+            crate::trust::judge_denied_root(root, denied)
+        } else {
+            denied
+        }
+    })?;
     crate::real::check_trusted(root, &rfs::fstat(&fd)?, "")?;
     Ok(fd)
 }

@@ -138,6 +138,13 @@ impl RealFs {
                 };
                 return Err(with_msg(e.into(), msg));
             }
+            Err(Errno::ACCESS) => {
+                let denied = errno_msg(
+                    Errno::ACCESS,
+                    format!("cannot open run root {}", path.display()),
+                );
+                return Err(crate::trust::judge_denied_root(&path, denied));
+            }
             Err(e) => {
                 return Err(errno_msg(
                     e,
