@@ -396,6 +396,97 @@ fn second_process_open_is_refused() {
     assert_eq!(ask_child(), "ok 2");
 }
 
+const OTHER_USER: &str = "LEASE_SQLITE_OTHER_USER_STORE";
+
+/// A store whose folder belongs to another uid and is `0700` (as runlease makes them):
+/// the kernel refuses the folder before its owner can be judged, and that refusal is
+/// `RUN_NOT_OWNED` naming the folder, its owner and mode, as for a folder that opens,
+/// not an I/O error. Run as root; the child role runs as uid 65534 (`setpriv`).
+#[test]
+fn another_users_store_folder_is_not_owned() {
+    if let Ok(path) = std::env::var(OTHER_USER) {
+        for read_only in [false, true] {
+            let got = if read_only {
+                Store::open_read_only(&run(), Path::new(&path)).map(|_| ())
+            } else {
+                Store::open(&run(), Path::new(&path), StoreOptions::default()).map(|_| ())
+            };
+            match got {
+                Ok(()) => println!("RESULT ok"),
+                Err(e) => println!("RESULT {} {}", e.code().as_str(), e),
+            }
+        }
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a child as uid 65534");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store/run.sqlite");
+    store_with(&path, 1);
+    let folder = path.parent().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if dir
+        .path()
+        .ancestors()
+        .skip(1)
+        .any(|p| std::fs::metadata(p).map_or(0, |m| m.permissions().mode()) & 0o001 == 0)
+    {
+        eprintln!("skipped: the temp folder is not searchable by uid 65534");
+        return;
+    }
+    // This test binary, where uid 65534 can run it.
+    let bin = dir.path().join("refusals");
+    std::fs::copy(std::env::current_exe().unwrap(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = snapshot(folder);
+    let out = match std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args([
+            "another_users_store_folder_is_not_owned",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env(OTHER_USER, &path)
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no setpriv ({e})");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed: {text}");
+    let answers: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .collect();
+    assert_eq!(answers.len(), 2, "{text}");
+    for a in answers {
+        assert!(a.starts_with("RUN_NOT_OWNED "), "{a}");
+        assert!(
+            a.contains(&folder.display().to_string())
+                && a.contains("owner uid 0, mode 0700")
+                && a.contains("not by uid 65534"),
+            "{a}"
+        );
+    }
+    assert_eq!(
+        snapshot(folder),
+        before,
+        "a refused open changed the folder"
+    );
+}
+
 // ---------------------------------------------------------------- durability settings
 
 #[test]

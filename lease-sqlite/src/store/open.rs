@@ -320,6 +320,22 @@ pub(super) fn open_parent(ctx: &Ctx<'_>, parent: &Path) -> Result<Folder, StoreE
                 parent.display()
             )))
         }
+        // The kernel refused the folder (another uid's `0700` folder): judged like a
+        // folder that opens, by its owner and mode, so another user's store is
+        // `RUN_NOT_OWNED` whether or not its folder can be searched. The `lstat` only
+        // words the refusal; nothing is read or written through it.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()) => {
+            match rustix::fs::lstat(parent) {
+                Ok(st) if crate::folder::kind(&st) == rustix::fs::FileType::Directory => {
+                    let name = parent
+                        .file_name()
+                        .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
+                    crate::header::check_trusted_stat(ctx, &name, parent, &st)?;
+                    Err(ctx.io("open (store folder)", e))
+                }
+                _ => Err(ctx.io("open (store folder)", e)),
+            }
+        }
         Err(e) => Err(ctx.io("open (store folder)", e)),
     }
 }
