@@ -102,7 +102,7 @@ fn open_root(root: &Path) -> io::Result<OwnedFd> {
     .map_err(|e| {
         let denied = ctx(e, format!("cannot open run root {}", root.display()));
         if e == rustix::io::Errno::ACCESS {
-            crate::trust::judge_denied_root(root, denied)
+            crate::real::judge_denied_root(root, denied)
         } else {
             denied
         }

@@ -112,6 +112,22 @@ fn has_run_marker_in(root: &OwnedFd) -> io::Result<bool> {
     }
 }
 
+/// An open of the run root `root` that the kernel refused (`EACCES`), judged like an open
+/// that succeeded: if `root` is a directory of another uid (or open to others) the refusal
+/// is that it is not trusted, the same [`NotOwned`] error as when the descriptor is
+/// judged (a second user's run folder is `0700`, so its open is what fails); else
+/// `denied` as it is (a parent folder that cannot be searched, say). The `lstat` only
+/// words the refusal: nothing is read or written through what it finds, and a folder
+/// swapped meanwhile can only change which refusal is reported.
+pub(crate) fn judge_denied_root(root: &Path, denied: io::Error) -> io::Error {
+    match rfs::lstat(root) {
+        Ok(st) if type_of(&st) == FileType::Directory => {
+            check_trusted(root, &st, "").err().unwrap_or(denied)
+        }
+        _ => denied,
+    }
+}
+
 impl RealFs {
     /// Open the existing run root `root`.
     ///
@@ -143,7 +159,7 @@ impl RealFs {
                     Errno::ACCESS,
                     format!("cannot open run root {}", path.display()),
                 );
-                return Err(crate::trust::judge_denied_root(&path, denied));
+                return Err(judge_denied_root(&path, denied));
             }
             Err(e) => {
                 return Err(errno_msg(

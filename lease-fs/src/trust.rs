@@ -49,22 +49,6 @@ pub(crate) fn check_trusted(root: &Path, st: &Stat, rel: &str) -> io::Result<()>
     ))
 }
 
-/// An open of the run root `root` that the kernel refused (`EACCES`), judged like an open
-/// that succeeded: if `root` is a directory of another uid (or open to others) the refusal
-/// is that it is not trusted, the same [`NotOwned`] error as when the descriptor is
-/// judged (a second user's run folder is `0700`, so its open is what fails); else
-/// `denied` as it is (a parent folder that cannot be searched, say). The `lstat` only
-/// words the refusal: nothing is read or written through what it finds, and a folder
-/// swapped meanwhile can only change which refusal is reported.
-pub(crate) fn judge_denied_root(root: &Path, denied: io::Error) -> io::Error {
-    match rustix::fs::lstat(root) {
-        Ok(st) if type_of(&st) == FileType::Directory => {
-            check_trusted(root, &st, "").err().unwrap_or(denied)
-        }
-        _ => denied,
-    }
-}
-
 /// The [`NotOwned`] inside `e` (its payload, or anywhere in its chain of sources).
 pub fn not_owned_in(e: &io::Error) -> Option<&NotOwned> {
     crate::fs::error_in(e)
