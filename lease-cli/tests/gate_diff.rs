@@ -721,7 +721,7 @@ fn every_next_step_works_and_every_writer_agrees_with_the_admission_rule() {
     for f in fig.failures.iter().take(60) {
         eprintln!("gate failure: {f}");
     }
-    println!(
+    figure(&format!(
         "gate: states={} next-step-failed={} loops={} disagreements={} refusals-that-wrote={} (writer runs {}, states by status: {:?}, cases listed {})",
         fig.states,
         fig.next_step_failed,
@@ -731,7 +731,7 @@ fn every_next_step_works_and_every_writer_agrees_with_the_admission_rule() {
         fig.writer_runs,
         fig.by_state,
         all.len()
-    );
+    ));
     assert!(fig.states > 0);
     assert_eq!(
         (

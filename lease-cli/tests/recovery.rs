@@ -382,10 +382,10 @@ fn every_damaged_record_recovers_by_the_named_steps_and_repairs() {
         }
         let _ = std::fs::remove_dir_all(&case);
     }
-    println!(
+    figure(&format!(
         "recovery: damaged states={states} next-step-failed={}",
         failed.len()
-    );
+    ));
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
 
@@ -506,10 +506,10 @@ fn a_run_killed_before_any_durable_call_recovers_by_the_named_steps_alone() {
             }
         }
     }
-    println!(
+    figure(&format!(
         "recovery: crashed states={states} next-step-failed={} (stopped command gates left by a kill before the command record: {leaked_gates})",
         failed.len()
-    );
+    ));
     assert!(states > 20, "too few crash points: {states}");
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }

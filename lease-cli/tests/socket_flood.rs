@@ -166,7 +166,7 @@ fn a_connection_flood_neither_fences_the_owner_nor_slows_its_commits() {
     };
     if let Some(why) = why {
         assert!(!required, "RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}");
-        println!("socket-flood: skipped: {why}");
+        figure(&format!("socket-flood: skipped: {why}"));
         return;
     }
     let (tmp, dir) = scratch();
@@ -254,10 +254,10 @@ done"#,
     let rss_ratio = rss_flood as f64 / rss_idle.max(1) as f64;
     let (idle, flood) = (latencies(&lat, "idle"), latencies(&lat, "flood"));
     let latency_ratio = median(flood.clone()) / median(idle.clone());
-    println!(
+    figure(&format!(
         "socket-flood: conns={} owner_fenced={owner_fenced} rss_ratio={rss_ratio:.2} latency_ratio={latency_ratio:.2}",
         2 * PER_FLOODER
-    );
+    ));
     assert_eq!(
         owner_fenced,
         0,
