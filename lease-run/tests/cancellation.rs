@@ -16,6 +16,8 @@
 //! `cancellation: points=N leaked_heartbeats=0 unrecoverable=0`; the test fails unless
 //! both counts are 0.
 
+#[path = "../../lease-cli/tests/common/figure.rs"]
+mod figure;
 mod support;
 
 use lease_core::ops::Status;
@@ -367,25 +369,12 @@ fn cancelled_opens_and_releases_and_dropped_runs_leave_a_recoverable_run() {
         *tally.lock().unwrap() = t;
     });
     let t = tally.lock().unwrap();
-    let line = format!(
+    figure::figure(&format!(
         "cancellation: points={} leaked_heartbeats={} unrecoverable={}",
         t.points,
         t.leaked_heartbeats,
         t.unrecoverable.len()
-    );
-    println!("{line}");
-    // Also appended to the file `RUNLEASE_FIGURES` names (CI prints it after the test
-    // command instead of running this binary again), like lease-cli's `common::figure`.
-    if let Some(path) = std::env::var_os("RUNLEASE_FIGURES") {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .expect("open RUNLEASE_FIGURES");
-        f.write_all(format!("{line}\n").as_bytes())
-            .expect("append to RUNLEASE_FIGURES");
-    }
+    ));
     for u in &t.unrecoverable {
         eprintln!("unrecoverable: {u}");
     }

@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod figure;
+#[allow(unused_imports)] // each test file uses a different subset
+pub use figure::figure;
+
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_runlease");
 
@@ -206,24 +210,6 @@ pub fn kill_guard(owner: u32) {
 pub fn path_with_binary() -> String {
     let bin_dir = Path::new(BIN).parent().unwrap().display().to_string();
     format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default())
-}
-
-/// Print a figure line (`recovery: ...`, `gate: ...`) and append it to the file
-/// `RUNLEASE_FIGURES` names, when set: CI prints that file after the test command
-/// instead of running the figure tests a second time. One `write` of the whole line
-/// with `O_APPEND`, so lines of tests running at once do not interleave.
-pub fn figure(line: &str) {
-    println!("{line}");
-    if let Some(path) = std::env::var_os("RUNLEASE_FIGURES") {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .expect("open RUNLEASE_FIGURES");
-        f.write_all(format!("{line}\n").as_bytes())
-            .expect("append to RUNLEASE_FIGURES");
-    }
 }
 
 /// A private temp folder and a run folder path inside it (not created).
