@@ -294,18 +294,21 @@ fn a_killed_owners_command_is_killed_by_its_guard_at_once() {
         &["--", "sh", "-c", &script],
     ]
     .concat());
+    // The guard inherits the owner's stderr: its kill line lands in this file.
+    let err = tmp.path().join("owner.err");
     let owner = c
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
+    let owner_pid = owner.id();
     let mut r = Reaper {
         owner: Some(owner),
         command: None,
     };
     let sleep = read_pid(&pidfile);
     r.command = Some(sleep);
-    let guard = guard_of(r.owner.as_ref().unwrap().id()).expect("no guard was started");
+    let guard = guard_of(owner_pid).expect("no guard was started");
     let mut owner = r.owner.take().unwrap();
     signal(owner.id(), Signal::KILL);
     let _ = owner.wait();
@@ -315,4 +318,12 @@ fn a_killed_owners_command_is_killed_by_its_guard_at_once() {
         "the command outlived its killed owner by 3 s (the guard waits for the deadline?)",
     );
     wait_gone(guard, Duration::from_secs(2), "the guard outlived its kill");
+    // It says so, naming the dead owner (not the reaper it was reparented to).
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(
+        said.contains(&format!(
+            "runlease: guard: owner pid {owner_pid} ended without stopping its commands: killed them"
+        )),
+        "{said}"
+    );
 }

@@ -14,6 +14,8 @@
 //! the owner's group does not stop it. Its standard input is one end of a
 //! `SOCK_SEQPACKET` socket pair; over the other the owner sends fixed-size records:
 //!
+//! - **owner**: the owner's pid, sent first, which the guard names when it kills (its
+//!   parent pid is the reaper's once the owner is gone);
 //! - **deadline**: the self-fence deadline on `CLOCK_BOOTTIME` (the start of the last
 //!   successful heartbeat + `self_fence_after`), at start and after every successful
 //!   heartbeat;
@@ -84,6 +86,7 @@ const TAG_DEADLINE: u8 = 1;
 const TAG_CGROUP: u8 = 2;
 const TAG_LEADER: u8 = 3;
 const TAG_DONE: u8 = 4;
+const TAG_OWNER: u8 = 5;
 
 /// The program an owner starts as its guard ([`crate::OpenOptions::guard`]): it must call
 /// [`serve_stdin`] and exit with its code. Started with an empty environment, stdin the
@@ -150,6 +153,9 @@ impl Guard {
             .process_group(0);
         let child = crate::procs::spawn_unmarked(|| cmd.spawn())?;
         let pid = child.id();
+        // Who the guard serves, for its kill line (its parent pid is the reaper's once the
+        // owner is gone). Best effort, like the deadlines.
+        let _ = send_record(ours.as_fd(), TAG_OWNER, u64::from(std::process::id()), None);
         let start_time = lease_fs::probe::process_start_time(pid)
             .ok()
             .flatten()
@@ -252,6 +258,8 @@ fn send_record(
 /// What a guard holds.
 #[derive(Default)]
 struct Held {
+    /// The owner's pid, as it sent it.
+    owner: Option<u32>,
     kill_at: Option<u64>,
     cgroup: Option<OwnedFd>,
     leaders: Vec<(u32, OwnedFd)>,
@@ -297,9 +305,9 @@ pub fn serve_stdin() -> i32 {
 
 /// [`serve_stdin`] on `sock`.
 fn serve(sock: BorrowedFd<'_>) -> i32 {
-    // The owner is this process's parent when it starts (it spawned it); read once, since
-    // after the owner's death the parent is whoever reaps orphans.
-    let owner = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+    // The owner's pid for the kill line: the one it sends first, else this process's
+    // parent when it starts (read now: after the owner's death it is whoever reaps orphans).
+    let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().unsigned_abs().get());
     let mut held = Held::default();
     // The socket can no longer be read (an error other than its end): the deadline alone
     // decides, as if no later one will come.
@@ -327,7 +335,7 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
                 continue;
             }
             let why = if gone { Why::OwnerGone } else { Why::Deadline };
-            return kill_until_gone(&held, why, owner);
+            return kill_until_gone(&held, why, held.owner.unwrap_or(parent));
         }
         let wait = held.kill_at.map_or(TICK, |at| {
             Duration::from_nanos(at.saturating_sub(now)).min(TICK)
@@ -362,7 +370,7 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
                     if held.done {
                         return 0;
                     }
-                    return kill_until_gone(&held, Why::OwnerGone, owner);
+                    return kill_until_gone(&held, Why::OwnerGone, held.owner.unwrap_or(parent));
                 }
                 Got::Failed => clock_only = true,
             },
@@ -411,6 +419,7 @@ fn recv(sock: BorrowedFd<'_>, held: &mut Held, nonblocking: bool) -> Got {
             }
         }
         (TAG_DONE, _) => held.done = true,
+        (TAG_OWNER, _) => held.owner = u32::try_from(value).ok(),
         _ => {}
     }
     Got::Record
@@ -424,7 +433,7 @@ fn nanos(d: Duration) -> u64 {
 /// passed; then say so on stderr (after the kill: a stderr that blocks cannot delay it),
 /// naming `owner` (the pid that started this guard) and `why`.
 /// Returns the exit code: 0 when nothing held was alive, 1 after a kill.
-fn kill_until_gone(held: &Held, why: Why, owner: i32) -> i32 {
+fn kill_until_gone(held: &Held, why: Why, owner: u32) -> i32 {
     if !alive(held) {
         return 0;
     }
@@ -634,6 +643,22 @@ mod tests {
         );
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// The owner's pid arrives as a record (the kill line names it even once the guard's
+    /// parent is the reaper); a record of an unknown tag is ignored.
+    #[test]
+    fn the_owner_record_names_the_owner() {
+        let (ours, theirs) = pair();
+        send_record(ours.as_fd(), TAG_OWNER, 4242, None).unwrap();
+        send_record(ours.as_fd(), 99, 7, None).unwrap();
+        let mut held = Held::default();
+        assert!(matches!(recv(theirs.as_fd(), &mut held, true), Got::Record));
+        assert!(matches!(recv(theirs.as_fd(), &mut held, true), Got::Record));
+        assert_eq!(held.owner, Some(4242));
+        assert!(held.kill_at.is_none() && !held.done);
+        drop(ours);
+        assert!(matches!(recv(theirs.as_fd(), &mut held, true), Got::End));
     }
 
     /// The owner gone without **done** (the socket's end): the guard kills at once, not
