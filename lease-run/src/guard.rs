@@ -312,14 +312,22 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
     // The socket can no longer be read (an error other than its end): the deadline alone
     // decides, as if no later one will come.
     let mut clock_only = false;
+    // The socket's end without done: the owner is gone (only it held the other end,
+    // close-on-exec), so no later deadline can come and nothing supervises its commands.
+    // Kill now rather than at the deadline: the deadline is certain to pass unextended, and
+    // a command that outlives its owner runs unsupervised beside whoever replaces it (and
+    // keeps every pipe it shares with its owner's caller open until then).
+    let mut gone = false;
     loop {
         if held.done {
             return 0;
         }
+        if gone {
+            return kill_until_gone(&held, Why::OwnerGone, held.owner.unwrap_or(parent));
+        }
         let now = crate::clock::boottime_ns();
         if let Some(at) = held.kill_at.filter(|at| now >= *at) {
-            // Whatever the owner queued meanwhile first: a later deadline or done.
-            let mut gone = false;
+            // Whatever the owner queued meanwhile first: a later deadline, done, or its end.
             while !clock_only && !gone {
                 match recv(sock, &mut held, true) {
                     Got::Record => {}
@@ -328,14 +336,10 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
                     Got::Failed => clock_only = true,
                 }
             }
-            if held.done {
-                return 0;
-            }
-            if held.kill_at.is_some_and(|k| k > at) && !gone {
+            if held.done || gone || held.kill_at.is_some_and(|k| k > at) {
                 continue;
             }
-            let why = if gone { Why::OwnerGone } else { Why::Deadline };
-            return kill_until_gone(&held, why, held.owner.unwrap_or(parent));
+            return kill_until_gone(&held, Why::Deadline, held.owner.unwrap_or(parent));
         }
         let wait = held.kill_at.map_or(TICK, |at| {
             Duration::from_nanos(at.saturating_sub(now)).min(TICK)
@@ -360,18 +364,7 @@ fn serve(sock: BorrowedFd<'_>) -> i32 {
             Ok(0) | Err(rustix::io::Errno::INTR) => {}
             Ok(_) => match recv(sock, &mut held, false) {
                 Got::Record | Got::Empty => {}
-                // The socket's end without done: the owner is gone (only it held the
-                // other end, close-on-exec), so no later deadline can come and nothing
-                // supervises its commands. Kill now rather than at the deadline: the
-                // deadline is certain to pass unextended, and a command that outlives its
-                // owner runs unsupervised beside whoever replaces it (and keeps every pipe
-                // it shares with its owner's caller open until then).
-                Got::End => {
-                    if held.done {
-                        return 0;
-                    }
-                    return kill_until_gone(&held, Why::OwnerGone, held.owner.unwrap_or(parent));
-                }
+                Got::End => gone = true,
                 Got::Failed => clock_only = true,
             },
             // Cannot wait on the socket: wait on the clock alone.

@@ -251,9 +251,10 @@
 //! directory and each command leader as descriptors. Once a deadline passes (plus
 //! [`guard::GUARD_GRACE`]) with no later one, or at once when the owner died (or dropped
 //! its run) without telling it it is done, the guard kills what it holds and exits; a
-//! release, a confirmed fence or a detached release tells it it is done. An owner resumed after the guard killed fences
-//! itself as before (its watchdog sees the lapsed deadline, its commands are already gone)
-//! and `runlease run` exits 75. Default for the library: no guard.
+//! release, a confirmed fence or a detached release tells it it is done. An owner resumed
+//! after the guard killed fences itself as before (its watchdog sees the lapsed deadline,
+//! its commands are already gone) and `runlease run` exits 75. Default for the library: no
+//! guard.
 //!
 //! ## Commands and the spawn gate ([`Run::command`], [`Run::spawn`])
 //!
