@@ -100,12 +100,8 @@ fn open_root(root: &Path) -> io::Result<OwnedFd> {
         )
     })
     .map_err(|e| {
-        let denied = ctx(e, format!("cannot open run root {}", root.display()));
-        if e == rustix::io::Errno::ACCESS {
-            crate::real::judge_denied_root(root, denied)
-        } else {
-            denied
-        }
+        let failed = ctx(e, format!("cannot open run root {}", root.display()));
+        crate::real::root_open_failed(root, e, failed)
     })?;
     crate::real::check_trusted(root, &rfs::fstat(&fd)?, "")?;
     Ok(fd)

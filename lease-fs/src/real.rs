@@ -112,19 +112,23 @@ fn has_run_marker_in(root: &OwnedFd) -> io::Result<bool> {
     }
 }
 
-/// An open of the run root `root` that the kernel refused (`EACCES`), judged like an open
-/// that succeeded: if `root` is a directory of another uid (or open to others) the refusal
-/// is that it is not trusted, the same [`NotOwned`] error as when the descriptor is
-/// judged (a second user's run folder is `0700`, so its open is what fails); else
-/// `denied` as it is (a parent folder that cannot be searched, say). The `lstat` only
-/// words the refusal: nothing is read or written through what it finds, and a folder
-/// swapped meanwhile can only change which refusal is reported.
-pub(crate) fn judge_denied_root(root: &Path, denied: io::Error) -> io::Error {
+/// An open of the run root `root` that failed with `errno` (reported as `failed`). One the
+/// kernel refused (`EACCES`) is judged like an open that succeeded: if `root` is a
+/// directory of another uid (or open to others) the refusal is that it is not trusted, the
+/// same [`NotOwned`] error as when the descriptor is judged (a second user's run folder is
+/// `0700`, so its open is what fails). Anything else is `failed` as it is (a parent folder
+/// that cannot be searched, say). The `lstat` only words the refusal: nothing is read or
+/// written through what it finds, and a folder swapped meanwhile can only change which
+/// refusal is reported.
+pub(crate) fn root_open_failed(root: &Path, errno: Errno, failed: io::Error) -> io::Error {
+    if errno != Errno::ACCESS {
+        return failed;
+    }
     match rfs::lstat(root) {
         Ok(st) if type_of(&st) == FileType::Directory => {
-            check_trusted(root, &st, "").err().unwrap_or(denied)
+            check_trusted(root, &st, "").err().unwrap_or(failed)
         }
-        _ => denied,
+        _ => failed,
     }
 }
 
@@ -154,18 +158,9 @@ impl RealFs {
                 };
                 return Err(with_msg(e.into(), msg));
             }
-            Err(Errno::ACCESS) => {
-                let denied = errno_msg(
-                    Errno::ACCESS,
-                    format!("cannot open run root {}", path.display()),
-                );
-                return Err(judge_denied_root(&path, denied));
-            }
             Err(e) => {
-                return Err(errno_msg(
-                    e,
-                    format!("cannot open run root {}", path.display()),
-                ));
+                let failed = errno_msg(e, format!("cannot open run root {}", path.display()));
+                return Err(root_open_failed(&path, e, failed));
             }
         };
         RealFs::from_root_fd(fd, path)
