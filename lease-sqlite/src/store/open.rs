@@ -326,15 +326,12 @@ pub(super) fn open_parent(ctx: &Ctx<'_>, parent: &Path) -> Result<Folder, StoreE
         // words the refusal; nothing is read or written through it.
         Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ACCESS.raw_os_error()) => {
             match rustix::fs::lstat(parent) {
-                Ok(st) if crate::folder::kind(&st) == rustix::fs::FileType::Directory => {
-                    let name = parent
-                        .file_name()
-                        .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
-                    crate::header::check_trusted_stat(ctx, &name, parent, &st)?;
-                    Err(ctx.io("open (store folder)", e))
+                Ok(st) if folder::kind(&st) == rustix::fs::FileType::Directory => {
+                    header::check_trusted_stat(ctx, &folder_name(parent), parent, &st)?;
                 }
-                _ => Err(ctx.io("open (store folder)", e)),
+                _ => {}
             }
+            Err(ctx.io("open (store folder)", e))
         }
         Err(e) => Err(ctx.io("open (store folder)", e)),
     }
@@ -402,6 +399,12 @@ pub(super) fn in_parent<T>(
     })
 }
 
+/// How a trust refusal names the store's folder: its last component (`.` when none).
+fn folder_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned())
+}
+
 /// The trust check of the held folder (`fstat` of its descriptor) and of the store file's
 /// `lstat` (issue #29): owned by the effective uid, not writable by group or others.
 pub(super) fn trusted_folder_and_file(
@@ -411,10 +414,6 @@ pub(super) fn trusted_folder_and_file(
     meta: &rustix::fs::Stat,
 ) -> Result<(), StoreError> {
     let st = dir.stat().map_err(|e| ctx.io("fstat (store folder)", e))?;
-    let folder_name = dir
-        .display()
-        .file_name()
-        .map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
-    header::check_trusted_stat(ctx, &folder_name, dir.display(), &st)?;
+    header::check_trusted_stat(ctx, &folder_name(dir.display()), dir.display(), &st)?;
     header::check_trusted_stat(ctx, name, Path::new(ctx.file), meta)
 }
