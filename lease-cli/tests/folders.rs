@@ -344,37 +344,11 @@ fn a_run_folder_of_another_uid_is_refused_and_nothing_written() {
 #[test]
 fn a_run_folder_the_second_user_cannot_open_is_refused_as_not_owned() {
     let test = "a_run_folder_the_second_user_cannot_open_is_refused_as_not_owned";
-    let skip = |why: &str| {
-        assert!(
-            std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
-            "{test}: RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}"
-        );
-        eprintln!("SKIPPED {test}: {why}");
-    };
-    if !is_root() {
-        return skip("not root: cannot switch to uid 65534 with setpriv");
-    }
-    if std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        return skip("no setpriv (util-linux)");
-    }
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    if tmp
-        .path()
-        .ancestors()
-        .skip(1)
-        .any(|p| std::fs::metadata(p).map_or(0, |m| m.permissions().mode()) & 0o001 == 0)
-    {
-        return skip("the temp folder is not searchable by uid 65534");
-    }
-    // The binary where uid 65534 can run it.
-    let bin = tmp.path().join("runlease");
-    std::fs::copy(BIN, &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The binary where uid 65534 can run it (its home; the run below is root's).
+    let Some((home, bin)) = nobody_home(test, tmp.path()) else {
+        return;
+    };
     let run = tmp.path().join("roots-run");
     let r = run.to_str().unwrap();
     assert_eq!(runlease(&["run", r, "--", "true"]).status.code(), Some(0));
@@ -399,7 +373,7 @@ fn a_run_folder_the_second_user_cannot_open_is_refused_as_not_owned() {
             .arg(&bin)
             .args(&args);
         let o = scrub_owner_env(&mut c)
-            .current_dir(tmp.path())
+            .current_dir(&home)
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();

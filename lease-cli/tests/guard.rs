@@ -8,8 +8,7 @@ mod common;
 
 use common::*;
 use rustix::process::Signal;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -200,51 +199,6 @@ fn a_healthy_run_keeps_its_command_and_its_guard_is_gone_after_a_clean_exit() {
 }
 
 // ---- Without a cgroup: an unprivileged owner (uid 65534, no cgroup it may create) ----
-
-const NOBODY: u32 = 65534;
-
-/// A home of uid 65534 with its own copy of the binary; `None` (after saying why) where
-/// that is impossible (not root, no setpriv, a temp folder it cannot reach), a failure
-/// with `RUNLEASE_REQUIRE_CONTAINMENT=1`.
-fn nobody_home(test: &str, tmp: &Path) -> Option<(PathBuf, PathBuf)> {
-    let skip = |why: &str| {
-        assert!(
-            std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
-            "{test}: RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}"
-        );
-        eprintln!("SKIPPED {test}: {why}");
-        None
-    };
-    if !rustix::process::geteuid().is_root() {
-        return skip("not root: cannot switch to uid 65534 with setpriv");
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        return skip("no setpriv (util-linux)");
-    }
-    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut a = tmp.parent();
-    while let Some(p) = a {
-        let mode = std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
-        if mode & 0o001 == 0 {
-            return skip(&format!("{} is not searchable by uid 65534", p.display()));
-        }
-        a = p.parent();
-    }
-    let home = tmp.join("home");
-    std::fs::create_dir(&home).unwrap();
-    let bin = home.join("runlease");
-    let t = Instant::now();
-    // target/ may be rebuilt by a concurrent build meanwhile.
-    while std::fs::copy(BIN, &bin).is_err() {
-        if t.elapsed() > Duration::from_secs(10) {
-            return skip(&format!("cannot copy {BIN}"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
-    Some((home, bin))
-}
 
 #[test]
 fn without_a_cgroup_a_stopped_owners_command_leader_is_killed_by_the_deadline() {

@@ -212,6 +212,60 @@ pub fn path_with_binary() -> String {
     format!("{bin_dir}:{}", std::env::var("PATH").unwrap_or_default())
 }
 
+/// The unprivileged user and group the other-user cases switch to (`setpriv`).
+pub const NOBODY: u32 = 65534;
+
+/// Say why `test` cannot run its other-user case here and return; a failure instead
+/// where every case is required (`RUNLEASE_REQUIRE_CONTAINMENT=1`, CI as root).
+pub fn skip_unless_required(test: &str, why: &str) {
+    assert!(
+        std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
+        "{test}: RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// A home of uid [`NOBODY`] in `tmp` with its own copy of the binary (target/ may be
+/// rebuilt by a concurrent build meanwhile, and its path may not be reachable by that
+/// user): `(home, bin)`. `tmp` is made `0755`. `None` after [`skip_unless_required`] where
+/// that is impossible (not root, no setpriv, a temp folder uid 65534 cannot reach).
+pub fn nobody_home(test: &str, tmp: &Path) -> Option<(PathBuf, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let skip = |why: &str| {
+        skip_unless_required(test, why);
+        None
+    };
+    if !rustix::process::geteuid().is_root() {
+        return skip("not root: cannot switch to uid 65534 with setpriv");
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        return skip("no setpriv (util-linux)");
+    }
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in tmp.ancestors().skip(1) {
+        let mode = std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
+        if mode & 0o001 == 0 {
+            return skip(&format!(
+                "{} is not searchable by uid 65534 (mode {mode:o})",
+                p.display()
+            ));
+        }
+    }
+    let home = tmp.join("home");
+    std::fs::create_dir(&home).unwrap();
+    let bin = home.join("runlease");
+    let t = Instant::now();
+    while std::fs::copy(BIN, &bin).is_err() {
+        if t.elapsed() > Duration::from_secs(10) {
+            return skip(&format!("cannot copy {BIN} for uid 65534"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    Some((home, bin))
+}
+
 /// A private temp folder and a run folder path inside it (not created).
 pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();

@@ -2,7 +2,6 @@
 
 use crate::cgroup_test_parent;
 use crate::common::*;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -15,9 +14,6 @@ use std::time::{Duration, Instant};
 // it. Each grandchild is found by a unique argv (`sleep 6661.<n>`), and killed at the end
 // of the test whatever happened.
 
-/// The unprivileged user and group.
-const NC_NOBODY: u32 = 65534;
-
 /// A folder of uid 65534 holding its own copy of the binary (target/ may be rebuilt by a
 /// concurrent build meanwhile, and its path may not be reachable by uid 65534) and a run
 /// folder path; `None` after printing why the unprivileged setup is impossible here (a
@@ -29,57 +25,10 @@ struct NcNobody {
     dir: std::path::PathBuf,
 }
 
-fn nc_skip(test: &str, why: &str) {
-    assert!(
-        std::env::var("RUNLEASE_REQUIRE_CONTAINMENT").as_deref() != Ok("1"),
-        "{test}: RUNLEASE_REQUIRE_CONTAINMENT=1 but {why}"
-    );
-    eprintln!("SKIPPED {test}: {why}");
-}
-
 impl NcNobody {
     fn new(test: &str) -> Option<NcNobody> {
-        if !rustix::process::geteuid().is_root() {
-            nc_skip(test, "not root: cannot switch to uid 65534 with setpriv");
-            return None;
-        }
-        if Command::new("setpriv").arg("--version").output().is_err() {
-            nc_skip(test, "no setpriv (util-linux)");
-            return None;
-        }
         let tmp = tempfile::tempdir().unwrap();
-        // The temp folder's ancestors must let uid 65534 through.
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut a = tmp.path().parent();
-        while let Some(p) = a {
-            let mode = std::fs::metadata(p)
-                .map(|m| m.permissions().mode())
-                .unwrap_or(0);
-            if mode & 0o001 == 0 {
-                nc_skip(
-                    test,
-                    &format!(
-                        "{} is not searchable by uid 65534 (mode {mode:o})",
-                        p.display()
-                    ),
-                );
-                return None;
-            }
-            a = p.parent();
-        }
-        let home = tmp.path().join("home");
-        std::fs::create_dir(&home).unwrap();
-        let bin = home.join("runlease");
-        let t = Instant::now();
-        while std::fs::copy(BIN, &bin).is_err() {
-            if t.elapsed() > Duration::from_secs(10) {
-                nc_skip(test, &format!("cannot copy {BIN} for uid 65534"));
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::os::unix::fs::chown(&home, Some(NC_NOBODY), Some(NC_NOBODY)).unwrap();
+        let (home, bin) = nobody_home(test, tmp.path())?;
         let nb = NcNobody {
             dir: home.join("run"),
             _tmp: tmp,
@@ -88,7 +37,7 @@ impl NcNobody {
         };
         let v = nb.cmd(&["--version"]).output().unwrap();
         if !v.status.success() {
-            nc_skip(
+            skip_unless_required(
                 test,
                 &format!("uid 65534 cannot run the binary: {}", text(&v.stderr)),
             );
@@ -365,7 +314,7 @@ fn no_cgroup_a_forged_record_never_gets_an_unrelated_process_signalled() {
         .unwrap();
     let pid = victim.id();
     let t = Instant::now();
-    while lease_run::procs::uids_of(pid) != Some((NC_NOBODY, NC_NOBODY)) || tag.live().is_empty() {
+    while lease_run::procs::uids_of(pid) != Some((NOBODY, NOBODY)) || tag.live().is_empty() {
         assert!(
             t.elapsed() < Duration::from_secs(5),
             "the victim never ran as 65534"
@@ -394,11 +343,11 @@ fn no_cgroup_a_forged_record_never_gets_an_unrelated_process_signalled() {
             }),
         };
         let f = plant_command_record(&nb.dir, &rec);
-        std::os::unix::fs::chown(&f, Some(NC_NOBODY), Some(NC_NOBODY)).unwrap();
+        std::os::unix::fs::chown(&f, Some(NOBODY), Some(NOBODY)).unwrap();
         f
     };
     std::fs::create_dir_all(nb.dir.join("commands")).unwrap();
-    std::os::unix::fs::chown(nb.dir.join("commands"), Some(NC_NOBODY), Some(NC_NOBODY)).unwrap();
+    std::os::unix::fs::chown(nb.dir.join("commands"), Some(NOBODY), Some(NOBODY)).unwrap();
     // 1. The record names the victim itself.
     let f = forge(pid, start);
     let o = nb.run(&["run", d, "--", "true"]);
